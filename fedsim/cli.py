@@ -7,19 +7,26 @@
     fedsim check RUN_DIR                                measured theory quantities of a finished run
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
+An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
+the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.
+SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedsim.errors import FedsimError
+from fedsim.errors import FedsimError, Terminated
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_INTERNAL = 3
 
 
 def _fmt_bytes(n: float) -> str:
@@ -66,7 +73,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(source, overrides)
     out = Path(args.out) if args.out else Path(scenario.output.dir) / _safe_name(scenario.name)
     print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
-    summaries = run_scenario(scenario, out, progress=not args.quiet)
+    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
@@ -127,12 +134,18 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedsim import __version__
+
     parser = argparse.ArgumentParser(prog="fedsim", description="Discrete-event simulator of federated and split learning.")
+    parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or path to a YAML file (default: 'default')")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algorithm.buffer_size=5 stop.max_versions=10")
-    p.add_argument("--out", default=None, help="run directory (default: output.dir/<scenario name>)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. stop.max_time_s=30 train.lr=0.1; with several algorithms address one by label: algorithm.fedbuff.buffer_size=5")
+    p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>)")
+    p.add_argument("--force", action="store_true", help="clear a non-empty run directory first")
+    p.add_argument("--allow-large", action="store_true", help="run even when the work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("sweep", help="one run per value of a field; time-to-accuracy against it",
@@ -166,14 +179,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    debug = bool(getattr(args, "debug", False))
+    previous = _on_sigterm()
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            if not debug:  # numeric warnings are noise on a user's terminal; results carry NaN/None instead
+                warnings.simplefilter("ignore", RuntimeWarning)
+            import numpy as np
+
+            with np.errstate(all="ignore" if not debug else "warn"):
+                return int(args.func(args) or 0)
     except FedsimError as exc:
         print(f"fedsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated:
+        print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("fedsim: interrupted; outputs written so far are kept", file=sys.stderr)
         return 130
+    except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
+        if debug:
+            traceback.print_exc()
+        text = " ".join(str(exc).split()) or "(no message)"
+        print(f"fedsim: internal error: {type(exc).__name__}: {text[:300]} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        _restore_sigterm(previous)
+
+
+def _on_sigterm() -> object:
+    """SIGTERM raises Terminated (an interrupt), so a run writes its summary like after Ctrl-C."""
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a worker): leave signals alone
+        return None
+
+
+def _restore_sigterm(previous: object) -> None:
+    if previous is not None:
+        try:
+            signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+        except ValueError:
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover
