@@ -286,3 +286,58 @@ def positive(value: float | int | None, field: str, *, allow_zero: bool = False)
         require(value >= 0, field, f"must be >= 0, got {value!r}")
     else:
         require(value > 0, field, f"must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One scenario field as the reference and the fuzz test see it."""
+
+    path: str
+    type: Any
+    default: Any
+    domain: Domain | None
+    doc: str
+
+
+def _strip_optional(tp: Any) -> Any:
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def walk_fields(cls: type, prefix: str) -> list[FieldInfo]:
+    """Every leaf field of dataclass ``cls`` (nested sections, optional sections and the first element of a
+    list of sections included), with its dotted path, type, default and declared domain."""
+    out: list[FieldInfo] = []
+    hints = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        path = f"{prefix}.{f.name}" if prefix else f.name
+        tp = _strip_optional(hints[f.name])
+        if dataclasses.is_dataclass(tp):
+            out.extend(walk_fields(tp, path))
+            continue
+        if get_origin(tp) in (list, tuple) and get_args(tp) and dataclasses.is_dataclass(get_args(tp)[0]):
+            out.extend(walk_fields(get_args(tp)[0], f"{path}[0]"))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            default = f.default_factory()  # type: ignore[misc]
+        else:
+            default = None
+        dom = field_domain(f, hints[f.name])
+        out.append(FieldInfo(path, hints[f.name], default, dom, dom.doc if dom else ""))
+    return out
+
+
+def type_text(tp: Any) -> str:
+    """A field's type as the reference prints it."""
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return _type_name(tp)

@@ -272,7 +272,7 @@ def _finite(value: Any) -> Any:
 
 #: Work beyond these needs ``allow_large`` (``--allow-large``): real SGD steps, simulated events, slots.
 LARGE_SGD_STEPS = 10**8
-LARGE_EVENTS = 10**8
+LARGE_EVENTS = 10**7
 LARGE_SLOTS = 10**5
 #: Evaluations a run may do before ``eval.every_s`` is refused as dominating the run.
 MAX_EVALUATIONS = 10**5
@@ -288,6 +288,7 @@ class Estimate:
     events: float
     slots: int
     fastest_task_s: float
+    bound: str = "stop"
 
 
 def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, prepared: Prepared, steps: list[int]) -> float:
@@ -321,22 +322,25 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     steps = [int(fixed) if fixed is not None else num_steps(len(ix), sgd) for ix in prepared.parts]
     slots = max([int(getattr(params, k)) for k in ("concurrency", "clients_per_round") if isinstance(getattr(params, k, None), int)]
                 or [1])
-    per_version = max(1, int(getattr(params, "clients_per_round", None) or getattr(params, "buffer_size", None) or 1))
+    # updates one model version needs: a round's clients, or a buffer of updates / client models
+    per_version = max([1] + [int(v) for k in ("clients_per_round", "buffer_size", "model_buffer")
+                             if isinstance(v := getattr(params, k, None), int)])
     fastest = _fastest_task_s(scenario, world, model, prepared, steps)
     st = scenario.stop
     bounds = []
     if st.max_versions is not None:
-        bounds.append(float(st.max_versions) * per_version)
+        bounds.append((float(st.max_versions) * per_version, "stop.max_versions"))
     if st.max_updates is not None:
-        bounds.append(float(st.max_updates) + slots)
+        bounds.append((float(st.max_updates) + slots, "stop.max_updates"))
     if st.max_time_s is not None and fastest > 0:
-        bounds.append(st.max_time_s / fastest * min(slots, len(prepared.parts)) + slots)
-    tasks = min(bounds) if bounds else math.inf
+        bounds.append((st.max_time_s / fastest * min(slots, len(prepared.parts)) + slots, "stop.max_time_s"))
+    tasks, bound = min(bounds) if bounds else (math.inf, "stop")
+    tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
     per_task = max(steps)
     sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task
     split = hasattr(params, "local_iterations")
     events = tasks * (per_task if split else 1) * 4 + slots
-    return Estimate(per_task, tasks, sgd_steps, events, slots, fastest)
+    return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound)
 
 
 def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allow_large: bool) -> list[str]:
@@ -348,17 +352,29 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
             raise ConfigError(f"{alg}.concurrency", f"{est.slots} parallel slots is absurd for "
                               f"{scenario.data.num_clients} clients (allowed: at most {LARGE_SLOTS:,}; --allow-large to run anyway)")
         if est.sgd_steps > LARGE_SGD_STEPS:
-            raise ConfigError("train.local_steps", f"the run would take about {est.sgd_steps:.3g} SGD steps "
+            steps_field = (f"{alg}.local_iterations" if getattr(spec.params, "local_iterations", None) is not None
+                           else "train.local_steps")
+            field = steps_field if est.steps_per_task > LARGE_SGD_STEPS / 100 else est.bound
+            raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
                               f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks; allowed without --allow-large: "
                               f"{LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
         if est.events > LARGE_EVENTS:
-            raise ConfigError("stop", f"the run would simulate about {est.events:.3g} events (allowed without "
+            raise ConfigError(est.bound, f"the run would simulate about {est.events:.3g} events (allowed without "
                               f"--allow-large: {LARGE_EVENTS:.0e}); lower the stop rules or pass --allow-large")
+    horizon = scenario.stop.max_time_s
+    if horizon is None and math.isfinite(est.tasks):
+        horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
+    retry = getattr(spec.params, "retry_s", None)
+    idle_possible = est.slots > scenario.data.num_clients or scenario.availability.model != "always"
+    if retry is not None and idle_possible and horizon is not None and not allow_large:
+        # a slot (or round) that finds nobody reachable waits retry_s and tries again
+        retries = horizon / retry * max(1, est.slots)
+        if retries > LARGE_EVENTS:
+            raise ConfigError(f"{alg}.retry_s", f"got {retry!r}: idle slots would retry about {retries:.3g} times in "
+                              f"{horizon:.3g} s of virtual time (allowed without --allow-large: {LARGE_EVENTS:.0e}; "
+                              f"i.e. retry_s >= {horizon * max(1, est.slots) / LARGE_EVENTS:.3g})")
     every = scenario.eval.every_s
     if every is not None:
-        horizon = scenario.stop.max_time_s
-        if horizon is None and math.isfinite(est.tasks):
-            horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
         if horizon is not None and horizon / every > MAX_EVALUATIONS:
             raise ConfigError("eval.every_s", f"got {every!r}: about {horizon / every:.3g} evaluations in "
                               f"{horizon:.3g} s of virtual time would dominate the run (allowed: at most "
@@ -385,6 +401,14 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
     for spec in scenario.algorithms:
         _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
+        # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
+        variant = scenario.variant(spec)
+        env = simpy.Environment()
+        streams = Streams(scenario.seed)
+        trial = _Trace(None)
+        w = World(env, streams, trial, len(prepared.parts), variant)
+        ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
+        registry()[spec.name](ctx, spec.params)
     return prepared
 
 

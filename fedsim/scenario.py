@@ -174,6 +174,7 @@ class LinkConfig:
         return link_fields_in_effect(self.model, self.fading)
 
 
+PATHLOSS_MODELS_ALL = ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma", "fixed", "uniform_rate", "ideal")
 #: Link fields each kind of link model uses; a field given under a model that ignores it is an error.
 RATE_ONLY_MODELS = ("fixed", "uniform_rate", "ideal")
 PHYSICAL_FIELDS = ("frequency_hz", "bandwidth_hz", "tx_power_w", "noise_psd_w_hz", "noise_figure_db", "shadowing_db",
@@ -182,6 +183,7 @@ FIELD_MODELS: dict[str, tuple[str, ...]] = {
     "mbps": ("fixed", "uniform_rate"),
     "redraw": ("uniform_rate",),
     **{f: tuple(m for m in ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma")) for f in PHYSICAL_FIELDS},
+    "tx_power_w": tuple(PATHLOSS_MODELS_ALL),  # SNR under path loss; transmit energy under every model
     "exponent": ("log_distance",), "pl0_db": ("log_distance",), "d0_m": ("log_distance",),
     "h_bs": ("tr38901_umi", "tr38901_uma"), "h_ut": ("tr38901_umi", "tr38901_uma"), "los": ("tr38901_umi", "tr38901_uma"),
 }
@@ -263,11 +265,29 @@ class ChannelSection:
     mobility: MobilityConfig = field(default_factory=MobilityConfig)
 
     def validate(self, prefix: str) -> None:
-        if self.preset is not None:
-            from fedsim.system.channel import CHANNEL_PRESETS
+        from fedsim.system.channel import CHANNEL_PRESETS
 
+        if self.preset is not None:
             require(self.preset in CHANNEL_PRESETS, f"{prefix}.preset",
                     f"unknown preset {self.preset!r} (allowed: {', '.join(CHANNEL_PRESETS)})")
+        models = []
+        for direction in ("uplink", "downlink"):
+            link = getattr(self, direction)
+            if link is not None:
+                models.append(link.model)
+            elif self.preset is not None:
+                models.append(getattr(CHANNEL_PRESETS[self.preset], direction).model)
+            else:
+                models.append("fixed")
+        if all(m in RATE_ONLY_MODELS for m in models):
+            # distance matters only to path-loss links: positions and mobility would silently do nothing
+            if self.mobility.kind != "none":
+                raise ConfigError(f"{prefix}.mobility.kind", f"got {self.mobility.kind!r}, but both links are rate-only "
+                                  f"({models[0]}/{models[1]}); movement changes only the distance, which the path-loss "
+                                  "link models use (set channel.uplink.model, e.g. log_distance, or a preset such as gas-cell)")
+            if self.positions.kind != "auto":
+                raise ConfigError(f"{prefix}.positions.kind", f"got {self.positions.kind!r}, but both links are rate-only "
+                                  f"({models[0]}/{models[1]}); positions matter only to path-loss link models")
 
 
 @dataclass
