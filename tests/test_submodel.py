@@ -384,3 +384,41 @@ def test_memory_fit_picks_the_largest_submodel_that_fits_and_refuses_in_one_line
     msg = str(e.value)
     assert "\n" not in msg and "'tiny-b'" in msg and "model 'mlp'" in msg
     assert f"({need[2]:.0f} bytes)" in msg and f"({0.01 * 2**20:.0f} bytes)" in msg
+
+
+def test_resnet20_flops_by_hand():
+    """Forward multiply-adds of ResNet-20 on 32x32, layer by layer (3x3 convs, two 1x1 projections, FC)."""
+    macs = (16 * 3 * 9 * 1024 + 6 * 16 * 16 * 9 * 1024            # stem, stage 1
+            + 32 * 16 * 9 * 256 + 5 * 32 * 32 * 9 * 256 + 32 * 16 * 256   # stage 2 (+ projection)
+            + 64 * 32 * 9 * 64 + 5 * 64 * 64 * 9 * 64 + 64 * 32 * 64      # stage 3 (+ projection)
+            + 64 * 10)
+    assert macs == 40_813_184
+    model = _model("resnet20", (3, 32, 32))
+    assert flops_per_sample(model, (3, 32, 32)).forward == 2 * macs
+    half = submodel_costs(model, width_submodel(model, 0.5), (3, 32, 32), 4)
+    stem, fc = 16 * 3 * 9 * 1024, 64 * 10  # their inputs (3 colours) and outputs (10 classes) keep full width
+    assert half.flops.forward == 2 * ((macs - stem - fc) / 4 + (stem + fc) / 2)  # the other convs at w^2
+
+
+@pytest.mark.parametrize("args, field", [
+    (["model.name=resnet20", "model.bn=batch"], "model.bn"),
+    (["model.name=vit", "model.options.heads=3"], "model.options.heads"),
+    (["model.name=vit", "model.options.dropout=0.1"], "model.options.dropout"),
+    (["model.name=resnet20", "model.depth=21"], "model.depth"),
+    (["model.name=mlp", "--widths", "1.5"], "--widths"),
+])
+def test_bad_model_input_on_the_command_line(capsys, args, field):
+    from fedsim.cli import main
+
+    code = main(["models", "default", "data.name=digits32", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and field in err and "Traceback" not in err
+
+
+def test_models_command_prints_the_measured_costs(capsys):
+    from fedsim.cli import main
+
+    assert main(["models", "default", "model.name=mlp", "model.hidden=[32]", "--widths", "1,0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "hidden.0 (32)" in out
+    assert str(4 * (64 * 16 + 16 + 16 * 10 + 10)) in out  # bytes of the half-width MLP on 8x8 digits
