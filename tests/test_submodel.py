@@ -422,3 +422,27 @@ def test_models_command_prints_the_measured_costs(capsys):
     out = capsys.readouterr().out
     assert "hidden.0 (32)" in out
     assert str(4 * (64 * 16 + 16 + 16 * 10 + 10)) in out  # bytes of the half-width MLP on 8x8 digits
+
+
+def test_a_submodel_of_an_extracted_module_is_the_nested_submodel():
+    """The extracted module declares its own groups: a prefix of a prefix is the global prefix, and
+    inserting through both levels writes the same entries (FjORD's per-step widths inside a client)."""
+    model = _model("cnn", (1, 8, 8))
+    base = _clone(model.state_dict())
+    outer = width_submodel(model, 0.5)
+    client = extract(model, base, outer)
+    assert {g: grp.size for g, grp in client.width_groups().items()} == {"conv1": 8, "conv2": 16, "fc": 32}
+    inner = width_submodel(client, 0.5)
+    nested = extract(client, client.state_dict(), inner)
+    direct = extract(model, base, width_submodel(model, 0.25))
+    assert nested.state_dict().keys() == direct.state_dict().keys()
+    assert all(torch.equal(nested.state_dict()[k], direct.state_dict()[k]) for k in direct.state_dict())
+    trained = {k: v + 1.0 for k, v in nested.state_dict().items()}
+    t1, _ = insert(client.state_dict(), inner, trained)
+    t2, m2 = insert(base, outer, t1)
+    t3, m3 = insert(base, width_submodel(model, 0.25), trained)
+    for k in t3:
+        assert torch.equal(t2[k] * m3.get(k, 1), t3[k] * m3.get(k, 1)), k
+    # a depth window drops the groups that lived only in removed blocks
+    win = extract(model, base, with_states(full_submodel(model), depth_window(4, 0, 2)))
+    assert set(win.width_groups()) == {"conv1", "conv2"}
