@@ -446,3 +446,37 @@ def test_a_submodel_of_an_extracted_module_is_the_nested_submodel():
     # a depth window drops the groups that lived only in removed blocks
     win = extract(model, base, with_states(full_submodel(model), depth_window(4, 0, 2)))
     assert set(win.width_groups()) == {"conv1", "conv2"}
+
+
+def test_static_bn_evaluation_statistics_from_training_data_by_hand():
+    from fedsim.learn.train import static_bn_statistics
+
+    g = torch.Generator().manual_seed(0)
+    bn = nn.BatchNorm1d(3, track_running_stats=False)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+        bn.bias.copy_(torch.tensor([0.0, -1.0, 3.0]))
+    model = nn.Sequential(bn)
+    keys = set(model.state_dict())
+    train_x = torch.randn(50, 3, generator=g) * 3 + 1
+    test_x = torch.randn(7, 3, generator=g)
+    with static_bn_statistics(model, train_x, batch_size=50):  # one batch: the plain mean and unbiased variance
+        out = model(test_x)
+    mean, var = train_x.mean(0), train_x.var(0, unbiased=True)
+    torch.testing.assert_close(out, (test_x - mean) / torch.sqrt(var + bn.eps) * bn.weight + bn.bias)
+    assert set(model.state_dict()) == keys and bn.running_mean is None and model.training
+    # without the block, static BN normalises with the batch's own statistics
+    plain = model.eval()(test_x)
+    torch.testing.assert_close(plain, (test_x - test_x.mean(0)) / torch.sqrt(test_x.var(0, unbiased=False) + bn.eps)
+                               * bn.weight + bn.bias)
+
+
+def test_a_resnet_run_evaluates_static_bn_with_train_statistics(tiny):
+    tiny["data"]["name"] = "digits32"
+    tiny["model"] = {"name": "resnet20", "depth": 8, "width": 0.25}
+    tiny["eval"] = {"bn_stats": "train", "bn_samples": 64, "max_samples": 64}
+    ctx = _context(tiny)
+    assert ctx.bn_data.shape == (64, 3, 32, 32)
+    keys = set(ctx.worker.state_dict())
+    row = ctx.evaluate()
+    assert 0.0 <= row["accuracy"] <= 1.0 and math.isfinite(row["loss"]) and set(ctx.worker.state_dict()) == keys

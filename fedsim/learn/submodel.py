@@ -20,8 +20,10 @@ function, ``masked_weighted_average``, aggregates entry by entry.
 
 BatchNorm follows the model's ``bn`` mode (:data:`fedsim.learn.models.BN_MODES`): with ``static`` (HeteroFL's
 sBN) the layers have no running statistics, so only the affine weights are sliced, trained and averaged,
-and every forward pass, also at evaluation, normalises with the statistics of its own batch (evaluation
-batches are ``eval.batch_size`` samples, 1024 by default).  With ``global`` the running mean and variance
+and training normalises with each batch's statistics.  At evaluation they normalise with each evaluation
+batch's statistics (``eval.bn_stats: batch``, batches of ``eval.batch_size``), or with statistics of the
+evaluated model gathered from clients' training samples (``eval.bn_stats: train``,
+:func:`fedsim.learn.train.static_bn_statistics`; per width, since each width is its own model).  With ``global`` the running mean and variance
 are members of their channel's width group: sliced with it, updated by local training, written back and
 averaged per channel over the clients that kept the channel, like weights.  Integer buffers
 (``num_batches_tracked``) of a trainable block are sent back unsliced and follow the averaging function's
