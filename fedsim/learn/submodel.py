@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -48,7 +47,7 @@ from torch import nn
 from fedsim.errors import ConfigError
 
 from .costs import FlopCost, MemoryEstimate, flops_per_sample, memory_estimate, tensor_bytes
-from .models import BlockModel, WidthGroup, scaled
+from .models import BlockModel, WidthGroup, block_of, scaled
 
 __all__ = ["WidthGroup", "SubModel", "STATES", "SCHEMES", "full_submodel", "width_submodel", "with_states",
            "depth_window", "fragments", "fragment_submodel", "validate_submodel", "extract", "insert",
@@ -60,7 +59,6 @@ STATES: tuple[str, ...] = ("train", "frozen", "removed")
 #: Index schemes of :func:`width_submodel`.
 SCHEMES: tuple[str, ...] = ("prefix", "rolling")
 
-_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 _SUMMARY_CACHE: dict[tuple, dict[str, Any]] = {}
 
 
@@ -299,14 +297,6 @@ def validate_submodel(model: BlockModel, sub: SubModel, field: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ slicing
-
-def block_of(key: str) -> int:
-    """The block a ``blocks.<i>.…`` state-dict key belongs to."""
-    m = _BLOCK_KEY.match(key)
-    if m is None:
-        raise ValueError(f"state key {key!r} is not inside a block (expected 'blocks.<i>.…')")
-    return int(m.group(1))
-
 
 def _shapes(model: BlockModel | Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], bool, int]]:
     """key -> (shape, is floating point, element size)."""
