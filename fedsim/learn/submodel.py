@@ -388,6 +388,7 @@ def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel)
     sub-model of it can be extracted and inserted again: FjORD trains a narrower prefix of a client's
     module at each step, and a prefix of a prefix is the global prefix.
     """
+    validate_submodel(model, sub, "submodel")
     groups = model.width_groups()
     shapes = {k: tuple(v.shape) for k, v in state.items()}
     plan = _plan(groups, sub.keep, shapes)
@@ -430,6 +431,9 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
     if sub.keep and not groups:
         raise ValueError("this SubModel is not bound to a model's width groups: build it with "
                          "SubModel.of(model, ...), width_submodel or fragment_submodel")
+    n_blocks = 1 + max((block_of(k) for k in global_state), default=-1)
+    if n_blocks != sub.num_blocks:
+        raise ValueError(f"the sub-model has {sub.num_blocks} block states, the state {n_blocks} blocks")
     plan = _plan(groups, sub.keep, {k: tuple(v.shape) for k, v in global_state.items()})
     local = {j: k for k, j in enumerate(sub.blocks_in("train", "frozen"))}
     tensors: dict[str, torch.Tensor] = {}
