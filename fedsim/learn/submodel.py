@@ -245,7 +245,9 @@ def fragment_submodel(model: BlockModel, index: int, ratios: Sequence[float] | N
     """Fragment ``index`` of the designated layers (``groups``; default the model's ``designated`` groups,
     else all): the ``index``-th contiguous neuron set of :func:`fragments` in every such group, with its
     input-side rows and output-side columns (the IST-style isolated sub-network), every block trainable.
-    ``ratios`` default: the model's ``fragment_ratios`` (``fragment_mlp``)."""
+    Tensors in no designated group (the output layer's bias) are trained with every fragment, so the
+    average over fragments is their plain weighted mean.  ``ratios`` default: the model's
+    ``fragment_ratios`` (``fragment_mlp``)."""
     ratios = tuple(ratios if ratios is not None else getattr(model, "fragment_ratios", ()))
     if not ratios:
         raise ConfigError(field, "no fragment ratios given and the model declares none")
