@@ -11,8 +11,8 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
     <out>/*.png             accuracy vs virtual time, per-client timeline
     <out>/checkpoints/v{version:06d}.pt   with ``output.checkpoints: N``: the global state dict at version 0,
                             every N versions and the final version (``fedsim check`` probes them)
-    <out>/probes_live.csv   with ``eval.probe_every: N``: theory probes of the live global model
-                            (``analysis.probes``), at version 0, every N versions and the final version
+    <out>/probes_live.csv   with ``eval.probe_every: N``: theory probes of the live global model (a version
+                            hook the analysis package plugs in), at version 0, every N versions and the end
 
 Data, partition and the initial model are rebuilt from ``scenario.yaml`` alone by :func:`prepare_data`
 and :func:`build_global_model`; analysis code uses exactly these to re-measure saved checkpoints.
@@ -33,7 +33,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,6 +47,7 @@ from fedsim.learn.data import FederatedData, load_dataset
 from fedsim.learn.models import build_model
 from fedsim.learn.partition import partition, partition_summary
 from fedsim.learn.train import num_steps
+from fedsim.plugins import plugin_version_hooks
 from fedsim.runtime import Context
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
 from fedsim.sim.rng import Streams
@@ -96,7 +97,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
     m = scenario.model
     return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       seed_generator=Streams(scenario.seed).torch("model", "init"))
+                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
@@ -136,10 +137,19 @@ class _Progress:
             self.bar.close()
 
 
+VersionHookFactory = Callable[[Context], Any]
+
+
 def run_variant(
-    scenario: Scenario, spec: AlgorithmSpec, out: Path, prepared: Prepared, *, progress: bool = True
+    scenario: Scenario, spec: AlgorithmSpec, out: Path, prepared: Prepared, *, progress: bool = True,
+    version_hooks: Sequence[VersionHookFactory] | None = None,
 ) -> dict[str, Any]:
-    """Run one algorithm on the scenario's world; returns the summary (also saved as summary.json)."""
+    """Run one algorithm on the scenario's world; returns the summary (also saved as summary.json).
+
+    ``version_hooks``: factories ``make(ctx) -> hook or None``; each hook is called as ``hook(ctx, final)`` at
+    every snapshot and, if it has ``finish(run_dir)``, once at the end (live theory probes write their CSV
+    there).  None: the hooks that installed plugins provide (``fedsim.plugins``), so the measurement code
+    is injected by its package and fedsim never imports it."""
     out.mkdir(parents=True, exist_ok=True)
     variant = scenario.variant(spec)
     (out / "scenario.yaml").write_text(dump_scenario(variant), encoding="utf-8")
@@ -155,19 +165,23 @@ def run_variant(
     failure: BaseException | None = None
     wall0 = time.perf_counter()
     ctx: Context | None = None
-    live = None
+    hooks: list[Any] = []
     for stale in [*(out / "checkpoints").glob("v*.pt"), out / "probes.csv", out / "probes_live.csv"]:
         stale.unlink(missing_ok=True)  # outputs of an earlier run in the same directory
     try:
-        world = World(env, streams, trace, len(parts), scenario)
+        world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        _check_memory(world, model, scenario, tuple(data.train.input_shape))
+        if not registry()[spec.name].fits_submodels:
+            _check_memory(world, model, scenario, tuple(data.train.input_shape))
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
-        if scenario.eval.probe_every is not None:
-            from analysis.probes import LiveProbes  # measurement only; imported when asked for
-
-            live = LiveProbes(ctx, every=scenario.eval.probe_every)
-            ctx.version_hooks.append(live)
+        for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
+            hook = make(ctx)
+            if hook is not None:
+                ctx.version_hooks.append(hook)
+                hooks.append(hook)
+        if scenario.eval.probe_every is not None and not hooks:
+            raise ConfigError("eval.probe_every", "needs a probe hook (the analysis package provides one: install "
+                                                  "fedsim with its analysis package, or pass version_hooks)")
         ctx.evaluate(round_=0)
         ctx.snapshot()
         algo = registry()[spec.name](ctx, spec.params)
@@ -195,8 +209,10 @@ def run_variant(
     finally:
         bar.close()
         trace.close()
-        if live is not None:
-            live.write(out / "probes_live.csv")
+        for hook in hooks:
+            finish = getattr(hook, "finish", None)
+            if finish is not None:
+                finish(out)
         wall = time.perf_counter() - wall0
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
@@ -380,7 +396,8 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
                               f"{horizon:.3g} s of virtual time would dominate the run (allowed: at most "
                               f"{MAX_EVALUATIONS:,} evaluations, i.e. every_s >= {horizon / MAX_EVALUATIONS:.3g})")
     deadline = getattr(spec.params, "deadline_s", None)
-    if deadline is not None and deadline < est.fastest_task_s:
+    # sub-model algorithms train smaller models than the full one the estimate costs: no lower bound there
+    if deadline is not None and not registry()[spec.name].fits_submodels and deadline < est.fastest_task_s:
         raise ConfigError(f"{alg}.deadline_s", f"got {deadline!r}: shorter than the fastest client's task "
                           f"({est.fastest_task_s:.4g} s of download, compute and upload without jitter), so "
                           f"every round would drop every client (allowed: >= {est.fastest_task_s:.4g})")
@@ -396,17 +413,18 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
         raise ConfigError("stop.target_accuracy", f"got {scenario.stop.target_accuracy!r}, but a systems-only run "
                           "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
     prepared = prepare_data(scenario)
-    world = World(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
+    world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
     model = build_global_model(scenario, prepared.data)
-    _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
     for spec in scenario.algorithms:
+        if not registry()[spec.name].fits_submodels:
+            _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
         _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
         # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
         variant = scenario.variant(spec)
         env = simpy.Environment()
         streams = Streams(scenario.seed)
         trial = _Trace(None)
-        w = World(env, streams, trial, len(prepared.parts), variant)
+        w = World.from_scenario(env, streams, trial, len(prepared.parts), variant)
         ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
         registry()[spec.name](ctx, spec.params)
     return prepared
@@ -444,7 +462,8 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
 
 
 def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, force: bool = False,
-                 allow_large: bool = False) -> list[dict[str, Any]]:
+                 allow_large: bool = False,
+                 version_hooks: Sequence[VersionHookFactory] | None = None) -> list[dict[str, Any]]:
     """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several).
 
     All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared)."""
@@ -454,7 +473,7 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:
         target = out / spec.label if several else out
-        summaries.append(run_variant(scenario, spec, target, prepared, progress=progress))
+        summaries.append(run_variant(scenario, spec, target, prepared, progress=progress, version_hooks=version_hooks))
     if several:
         (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
         if scenario.output.figures:

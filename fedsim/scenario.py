@@ -51,12 +51,21 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    """The global model (see ``fedsim.learn.models.build_model``).  ``depth``: resnet20's 6n+2 or the ViT's
+    number of encoder blocks; ``bn``: BatchNorm mode of resnet20 (``static``: HeteroFL's sBN, no running
+    statistics; ``global``: running statistics averaged with their channels); ``options``: the ViT's
+    ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or fragment_mlp's ``partitions``."""
+
     name: str = "mlp"
     hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units", doc="hidden widths (model default when null)")
     width: float = num(1.0, gt=0, le=64, doc="width multiplier")
+    depth: int | None = num(None, ge=1, le=10**4, doc="resnet20's 6n+2 or the ViT's encoder blocks")
+    bn: Literal["static", "global"] = "static"
+    options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, prefix: str) -> None:
         positive(self.width, f"{prefix}.width")
+        positive(self.depth, f"{prefix}.depth")
 
 
 @dataclass
@@ -399,8 +408,15 @@ class EvalConfig:
     per_client: bool = False
     batch_size: int = num(1024, ge=1, le=10**7, unit="samples")
     probe_every: int | None = num(None, ge=1, unit="versions")
+    #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
+    #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
+    #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
+    #: once, or all when unset; costs no virtual time, like evaluation itself).
+    bn_stats: Literal["batch", "train"] = "batch"
+    bn_samples: int | None = num(1024, ge=1, unit="samples")
 
     def validate(self, prefix: str) -> None:
+        positive(self.bn_samples, f"{prefix}.bn_samples")
         positive(self.every_versions, f"{prefix}.every_versions")
         positive(self.probe_every, f"{prefix}.probe_every")
         positive(self.every_s, f"{prefix}.every_s")
