@@ -2,6 +2,8 @@
 
     fedsim run [SCENARIO] [key=value ...] [--out DIR]   run a built-in scenario or a YAML file
     fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per value, time-to-accuracy figure
+    fedsim show [SCENARIO] [key=value ...]              print the resolved scenario without running it
+    fedsim reference                                    the scenario-field reference (docs/scenario-reference.md)
     fedsim scenarios                                    list the built-in scenarios
     fedsim profiles [NAME]                              list device profiles, or show one
     fedsim models [SCENARIO] [key=value ...]            the scenario's model: width groups, costs per width
@@ -101,6 +103,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FAILED if (table["status"] != "ok").any() else 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
+    from fedsim.scenario import dump_scenario, load_scenario
+
+    source, overrides = args.scenario, list(args.overrides)
+    if source is not None and "=" in source and not Path(source).exists():
+        overrides.insert(0, source)
+        source = None
+    print(dump_scenario(load_scenario(source, overrides)), end="")
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from fedsim.scenario import field_reference
+
+    print(field_reference(), end="")
+    return 0
+
+
 def cmd_scenarios(args: argparse.Namespace) -> int:
     from fedsim.scenario import builtin_scenarios
 
@@ -185,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="sweep directory (default: runs/sweep-<scenario>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("show", help="print the resolved scenario without running it")
+    p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("reference", help="print the scenario-field reference (every field, type, default, allowed values)")
+    p.set_defaults(func=cmd_reference)
     p = sub.add_parser("scenarios", help="list built-in scenarios")
     p.set_defaults(func=cmd_scenarios)
     p = sub.add_parser("profiles", help="list device profiles or show one")
