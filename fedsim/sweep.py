@@ -51,7 +51,13 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
     from fedsim.scenario import load_scenario
 
     key, values, rest = split_sweep(overrides)
+    if target is not None and not (math.isfinite(target) and 0 < target <= 1):
+        raise ConfigError("--target", f"got {target!r} (allowed: an accuracy in (0, 1], e.g. 0.9)")
     scenarios = [load_scenario(source, rest + [f"{key}={v}"]) for v in values]  # validate all before running any
+    if target is not None and any(sc.train.systems_only for sc in scenarios):
+        raise ConfigError("--target", "a systems-only run (train.systems_only: true) measures no accuracy")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError("--out", f"'{out}' exists and is not an empty folder; give a new folder for the sweep")
     rows: list[dict[str, Any]] = []
     for value, sc in zip(values, scenarios):
         sub = out / f"{key}={value}"
@@ -63,6 +69,7 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
                 "key": key, "value": yaml.safe_load(value), "label": s["label"], "status": s["status"],
                 "final_accuracy": s.get("final_accuracy"), "virtual_time_s": s["virtual_time_s"],
                 "target": goal, "time_to_target_s": time_to_accuracy(metrics, goal) if goal is not None else None,
+                "reached_target": (bool(math.isfinite(time_to_accuracy(metrics, goal))) if goal is not None else None),
                 "bytes_up": s.get("bytes_up"), "run_dir": str(sub),
             })
     table = pd.DataFrame(rows)
@@ -79,16 +86,24 @@ def sweep_figure(table: pd.DataFrame, path: Path) -> None:
     use_target = table["time_to_target_s"].notna().any()
     ycol = "time_to_target_s" if use_target else "final_accuracy"
     numeric = pd.api.types.is_numeric_dtype(table["value"])
+    finite = table[ycol].replace(math.inf, float("nan"))
+    top = float(finite.max()) if finite.notna().any() else 1.0
     for label, group in table.groupby("label", sort=False):
         x = group["value"] if numeric else list(range(len(group)))
         y = group[ycol].replace(math.inf, float("nan"))
-        ax.plot(x, y, marker="o", label=str(label))
+        line = ax.plot(x, y, marker="o", label=str(label))[0]
+        if use_target:  # never reached: an open marker above the data, not a missing (or fastest) point
+            miss = ~group[ycol].apply(lambda v: v is not None and math.isfinite(v))
+            if miss.any():
+                xs = [xv for xv, m in zip(x, miss) if m]
+                ax.scatter(xs, [top * 1.08] * len(xs), marker="^", facecolors="none", edgecolors=line.get_color(),
+                           label=f"{label}: target not reached")
         if not numeric:
             ax.set_xticks(list(range(len(group))), [str(v) for v in group["value"]])
     if numeric and (table["value"] > 0).all() and table["value"].max() / table["value"].min() >= 10:
         ax.set_xscale("log")
     key = table["key"].iloc[0] if len(table) else ""
-    ax.set_xlabel(key)
+    ax.set_xlabel(f"{key} (swept)")
     tgt = table["target"].iloc[0] if use_target else None
     ax.set_ylabel(f"virtual time to {tgt:.0%} accuracy (s)" if use_target else "final test accuracy")
     ax.grid(alpha=0.3)
