@@ -65,6 +65,15 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
+def _fresh_folder(base: Path) -> Path:
+    """``base`` if new or empty, else ``base-2``, ``base-3``, ...: a run without --out never overwrites one."""
+    candidate, n = base, 1
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fedsim.runner import run_scenario
     from fedsim.scenario import load_scenario
@@ -74,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
-    out = Path(args.out) if args.out else Path(scenario.output.dir) / _safe_name(scenario.name)
+    out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
     print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
     summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
     for s in summaries:
@@ -193,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or path to a YAML file (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. stop.max_time_s=30 train.lr=0.1; with several algorithms address one by label: algorithm.fedbuff.buffer_size=5")
-    p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>)")
+    p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>, or -2, -3, ... if that one is taken)")
     p.add_argument("--force", action="store_true", help="clear a non-empty run directory first")
     p.add_argument("--allow-large", action="store_true", help="run even when the work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
