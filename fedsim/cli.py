@@ -74,6 +74,18 @@ def _fresh_folder(base: Path) -> Path:
     return candidate
 
 
+def _parse_seeds(text: str) -> list[int]:
+    from fedsim.errors import ConfigError
+
+    try:
+        seeds = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError("--seeds", f"got {text!r} (allowed: comma-separated integers >= 0, e.g. 0,1,2)") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise ConfigError("--seeds", f"got {text!r} (allowed: comma-separated integers >= 0, e.g. 0,1,2)")
+    return seeds
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fedsim.runner import run_scenario
     from fedsim.scenario import load_scenario
@@ -85,6 +97,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(source, overrides)
     out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
     print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
+    if args.seeds:
+        from fedsim.sweep import run_seeds
+
+        seeds = _parse_seeds(args.seeds)
+        table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
+                          allow_large=args.allow_large)
+        import pandas as pd
+
+        with pd.option_context("display.width", 200):
+            print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
+        print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
+        return EXIT_FAILED if (table["status"] != "ok").any() else 0
+    if args.target is not None:
+        raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
     summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
     for s in summaries:
         print_summary(s)
@@ -205,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>, or -2, -3, ... if that one is taken)")
     p.add_argument("--force", action="store_true", help="clear a non-empty run directory first")
     p.add_argument("--allow-large", action="store_true", help="run even when the work estimate is absurd")
+    p.add_argument("--seeds", default=None, help="run once per seed (e.g. 0,1,2) and compare the algorithms across seeds")
+    p.add_argument("--target", type=float, default=None, help="with --seeds: accuracy for the time-to-target column")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("sweep", help="one run per value of a field; time-to-accuracy against it",

@@ -61,3 +61,23 @@ def test_unreached_target_is_marked_not_dropped(tmp_path):
     assert (table["time_to_target_s"] == math.inf).all()
     csv = pd.read_csv(tmp_path / "s" / "sweep.csv")
     assert list(csv["reached_target"]) == [False, False]
+
+
+def test_seeds_run_each_seed_and_compare_across_seeds(tmp_path, capsys):
+    out = tmp_path / "s"
+    code = main(["run", "default", "data.num_clients=4", "data.partition={method: iid}", "model.name=logreg",
+                 "train.local_steps=2", "algorithm.fedavg.clients_per_round=4", "stop={max_versions: 3}",
+                 "output.figures=false", "--seeds", "0,1,2", "--target", "0.3", "--out", str(out), "--quiet"])
+    assert code == 0
+    table = pd.read_csv(out / "seeds.csv")
+    assert len(table) == 6 and set(table["algorithm"]) == {"fedavg", "fedbuff"} and set(table["seed"]) == {0, 1, 2}
+    for _, r in table.iterrows():  # each row is that seed's own run
+        s = pd.read_json(out / f"seed-{r['seed']}" / r["algorithm"] / "summary.json", typ="series")
+        assert s["seed"] == r["seed"] and s["final_accuracy"] == pytest.approx(r["final_accuracy"])
+    summary = pd.read_csv(out / "seeds_summary.csv").set_index("algorithm")
+    for alg, g in table.groupby("algorithm"):
+        assert summary.loc[alg, "final_accuracy_mean"] == pytest.approx(g["final_accuracy"].mean())
+        assert summary.loc[alg, "final_accuracy_std"] == pytest.approx(g["final_accuracy"].std())
+    assert (out / "seeds.png").exists()
+    assert main(["run", "default", "--seeds", "0,x", "--out", str(tmp_path / "t")]) == 2
+    assert "--seeds" in capsys.readouterr().err
