@@ -223,6 +223,7 @@ def run_variant(
                 report.run_figures(out)
                 if ctx is not None:
                     report.topology_figure(ctx.world, out / "topology.png")
+                report.html_report(out)
             except Exception:  # figures of a failed run must not hide why it failed
                 if failure is None:
                     raise
@@ -480,4 +481,5 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
             from fedsim import report
 
             report.comparison_figure(out, [s["label"] for s in summaries])
+            report.html_report(out)
     return summaries

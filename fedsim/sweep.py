@@ -185,4 +185,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
     fig.tight_layout()
     fig.savefig(out / "seeds.png", dpi=120)
     plt.close(fig)
+    from fedsim.report import html_report
+
+    html_report(out)
     return table

@@ -15,8 +15,8 @@ split learning uses the ``real`` timing convention (FLOPs × batch, labels uploa
 
 * Fig. 2: GAS vs the same asynchronous SFL without generated activations: (a) server-gradient
   dissimilarity ‖g_buffer − g_population‖² per global iteration, (b) test accuracy.
-* Fig. 3: GAS vs MiniBatch-SFL and S2FL, test accuracy against simulated time.
-* Fig. 4: GAS vs FedBuff, CA2FL and FedAvg against simulated time at two numbers of local iterations E.
+* Fig. 3: GAS vs MiniBatch-SFL and S2FL, test accuracy against virtual time.
+* Fig. 4: GAS vs FedBuff, CA2FL and FedAvg against virtual time at two numbers of local iterations E.
 * Table 1: accuracy after T global iterations, FedAvg / FedBuff / CA2FL / GAS, shard-2 and Dir(0.1).
 * Table 2: accuracy against E for FedBuff, CA2FL and GAS.
 """
@@ -188,7 +188,7 @@ def _plot_time(ax: plt.Axes, table: pd.DataFrame, title: str) -> None:
     for method, g in table.groupby("method", sort=False):
         ys = [np.interp(grid, gs["time_s"], gs["accuracy"]) for _, gs in g.groupby("seed")]
         ax.plot(grid, np.mean(ys, 0), label=method)
-    ax.set(xlabel="simulated time (s)", ylabel="test accuracy", title=title)
+    ax.set(xlabel="virtual time (s)", ylabel="test accuracy", title=title)
     ax.grid(alpha=0.3)
     ax.legend()
 
