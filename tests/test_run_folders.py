@@ -158,3 +158,22 @@ def test_list_valued_algorithm_overrides_by_label_index_and_comma_list():
     sc = load_scenario("fedasync", ["algorithm=fedasync,fedbuff"])
     assert [a.name for a in sc.algorithms] == ["fedasync", "fedbuff"]
     assert [a.name for a in load_scenario("default", ["algorithm=fedasync"]).algorithms] == ["fedasync"]
+
+
+def test_numpy_warnings_do_not_reach_the_terminal(tmp_path, capsys, monkeypatch):
+    import warnings
+
+    import numpy as np
+
+    from fedsim import runtime
+
+    original = runtime.Context.snapshot
+
+    def noisy(self, *, final=False):
+        np.log(np.zeros(2))                       # numpy: divide by zero encountered in log
+        warnings.warn("mean of empty slice", RuntimeWarning)
+        return original(self, final=final)
+
+    monkeypatch.setattr(runtime.Context, "snapshot", noisy)
+    code, err = _cli(capsys, "run", "fedasync", *TINY, "--out", str(tmp_path / "r"), "--quiet")
+    assert code == 0 and "Warning" not in err and err == ""
