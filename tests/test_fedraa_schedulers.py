@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from fedsim.algorithms.fedraa_schedulers import (
     TABLE4,
-    capability_levels,
     choose_fragment,
     fragment_ratios,
     k_offline,
@@ -16,6 +15,7 @@ from fedsim.algorithms.fedraa_schedulers import (
     partition_units,
 )
 from fedsim.errors import ConfigError
+from fedsim.system.devices import capability_levels
 
 
 def paper_cost(caps, ratios):

@@ -81,15 +81,6 @@ def partition_units(width: int, ratios: Sequence[float], field: str = "algorithm
     return out
 
 
-def capability_levels(n: int, beta: float, levels: Sequence[float], rng: np.random.Generator) -> np.ndarray:
-    """Per-client capability: round(β·n) clients at ``levels[0]`` (the slow ones), the rest at
-    ``levels[1]``; which clients are slow is a permutation drawn from ``rng``."""
-    k = int(round(beta * n))
-    caps = np.full(n, float(levels[1]))
-    caps[rng.permutation(n)[:k]] = float(levels[0])
-    return caps
-
-
 # ------------------------------------------------------------------------------------------ offline
 
 def _order(cost: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ from fedsim.sim.trace import Trace
 from fedsim.system import positions as pos
 from fedsim.system.availability import AlwaysOn, make_availability
 from fedsim.system.channel import CHANNEL_PRESETS, GAS_DISTANCE_RANGE_M, ChannelConfig, LinkModel
-from fedsim.system.devices import DeviceProfile, compute_time, load_profile
+from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
 from fedsim.system.energy import EnergyMeter
 from fedsim.system.medium import Medium, make_medium
 from fedsim.system.server import Server, ServiceRecord
@@ -136,6 +136,11 @@ class World:
             if speed is not None:
                 lo, hi = (speed, speed) if not isinstance(speed, list) else (speed[0], speed[-1])
                 self._flops_per_s[c] = rng.uniform(lo, hi) if hi > lo else lo
+        cap = devices.capability
+        self.capability: np.ndarray | None = None
+        if cap is not None:
+            self.capability = capability_levels(n, cap.beta, cap.levels, self.streams.numpy("capability"))
+            self._flops_per_s = self.capability * cap.unit_flops_per_s
         self._device_res: dict[int, simpy.Resource] = {}
         self._tasks = np.zeros(n, dtype=np.int64)
 
