@@ -260,6 +260,19 @@ class World:
         return compute_time(self.device(client), flops, jitter=self.devices_cfg.jitter, rng=rng,
                             model=self.model_name, samples=samples)
 
+    def expected_compute_seconds(self, client: int, flops: float, *, samples: int | None = None) -> float:
+        """Mean time for ``flops`` of training on the client's device (no jitter drawn): what a scheduler
+        that knows each client's speed estimates before it assigns work."""
+        own = self._flops_per_s[client]
+        if own > 0:
+            return flops / own
+        return compute_time(self.device(client), flops, model=self.model_name, samples=samples)
+
+    def expected_transfer_seconds(self, client: int, bytes_down: int, bytes_up: int) -> float:
+        """Nominal download + upload time (full-band rates, fixed latency, no waiting for the medium)."""
+        lat = self.network_cfg.latency_s
+        return 8.0 * bytes_down / self.downlink_bps(client) + 8.0 * bytes_up / self.uplink_bps(client) + 2 * lat
+
     def server_compute_time(self, flops: float) -> float:
         prof = self.server_profile
         return self.server_overhead_s + flops / (prof.peak[prof.training_precision] * self.server_efficiency)
