@@ -7,14 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsim.algorithms.fedraa_schedulers import (
-    TABLE4,
     choose_fragment,
     fragment_ratios,
     k_offline,
     offline_assignment,
-    partition_units,
 )
 from fedsim.errors import ConfigError
+from fedsim.learn.models import FRAGMENT_RATIOS
+
+TABLE4 = {1: (1.0,), **FRAGMENT_RATIOS}
 from fedsim.system.devices import capability_levels
 
 
@@ -104,13 +105,7 @@ def test_mp_random_offline_rules():
         choose_fragment("fifo", q=q, cost_row=cost, K=0, rng=rng)
 
 
-def test_partition_and_ratios():
-    assert [len(u) for u in partition_units(200, TABLE4[5])] == [10, 20, 40, 60, 70]
-    units = partition_units(7, TABLE4[3])
-    assert sorted(i for u in units for i in u) == list(range(7)) and all(len(u) >= 1 for u in units)
-    assert [len(u) for u in partition_units(3, TABLE4[3])] == [1, 1, 1]
-    with pytest.raises(ConfigError, match="algorithm.fragments: 4 fragments but the designated layer has only 3"):
-        partition_units(3, TABLE4[4])
+def test_ratios():
     with pytest.raises(ConfigError, match="algorithm.ratios: must sum to 1"):
         fragment_ratios(2, [0.5, 0.6], "algorithm")
     assert fragment_ratios(3, None, "algorithm") == TABLE4[3]

@@ -51,11 +51,9 @@ from fedsim.algorithms.fedraa_schedulers import (
     fragment_ratios,
     k_offline,
     offline_assignment,
-    partition_units,
 )
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
-from fedsim.learn.costs import flops_per_sample
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.train import num_steps, samples_processed
 
@@ -95,42 +93,45 @@ class FedRAA(Algorithm):
     # ---------------------------------------------------------------------------------- setup
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
-        from fedsim.learn.submodel import extract, full_submodel, insert, sub_state_bytes
+        from fedsim.learn.submodel import extract, fragment_submodel, insert, submodel_costs
 
         cfg = self.cfg
         model = ctx.worker
         groups = model.width_groups()
-        names = list(groups) if cfg.layers is None else list(cfg.layers)
+        default = getattr(model, "designated", None) or list(groups)
+        names = list(default) if cfg.layers is None else list(cfg.layers)
         for g in names:
             if g not in groups:
-                raise ConfigError("algorithm.layers", f"unknown width group {g!r} (allowed: {', '.join(groups)})")
-        require(len(names) > 0, "algorithm.layers", f"model {ctx.scenario.model.name!r} has no width group to split")
+                raise ConfigError("algorithm.layers", f"unknown width group {g!r} (allowed: {', '.join(groups) or 'none'})")
+        if not names:
+            raise ConfigError("algorithm.layers", f"model {ctx.scenario.model.name!r} has no width group to split")
         self.ratios = fragment_ratios(cfg.fragments, cfg.ratios, "algorithm")
         M = self.M = cfg.fragments
-        units = {g: partition_units(groups[g].size // max(1, groups[g].unit), self.ratios, "algorithm") for g in names}
-        base = full_submodel(model)
-        self.subs = [dataclasses.replace(base, keep={**dict(base.keep), **{g: units[g][j] for g in names}})
-                     for j in range(M)]
-        self.units = {g: [list(u) for u in units[g]] for g in names}
-        # per-fragment coverage mask over the full model (insert's mask of a fragment's own weights)
-        self.masks = []
-        for sub in self.subs:
-            _, mask = insert(ctx.global_state, sub, extract(model, ctx.global_state, sub).state_dict())
-            self.masks.append(mask)
-        isolated = cfg.mode == "isolated"
-        full_fps = ctx.flop_cost.total
-        self.frag_params = np.array([int(sum(float(m.sum()) for m in mask.values())) for mask in self.masks])
-        fps = np.array([flops_per_sample(extract(model, ctx.global_state, s), ctx.input_shape).total if isolated
-                        else full_fps for s in self.subs])
-        nbytes = np.array([sub_state_bytes(model, ctx.global_state, s) if isolated else ctx.model_bytes for s in self.subs])
-        self.frag_bytes = nbytes
+        for g in names:
+            if groups[g].size < M:
+                raise ConfigError("algorithm.fragments", f"{M} fragments but layer {g!r} has only {groups[g].size} units")
+        self.subs = [fragment_submodel(model, j, self.ratios, groups=names, field="algorithm.fragments") for j in range(M)]
+        # per-fragment coverage mask over the full model: insert's mask of the fragment's own weights
+        self.masks = [insert(ctx.global_state, sub, extract(model, ctx.global_state, sub).state_dict())[1]
+                      for sub in self.subs]
+        self.frag_params = np.array([sum(int(m.sum()) for m in mask.values()) for mask in self.masks])
+        if cfg.mode == "isolated":
+            costs = [submodel_costs(model, sub, ctx.input_shape, ctx.sgd.batch_size, state=ctx.global_state)
+                     for sub in self.subs]
+            fps = np.array([c.flops.total for c in costs])
+            down = np.array([c.download_bytes for c in costs])
+            up = np.array([c.upload_bytes for c in costs])
+        else:
+            fps = np.full(M, ctx.flop_cost.total)
+            down = up = np.full(M, ctx.model_bytes)
+        self.frag_bytes = down
         world, N = ctx.world, ctx.num_clients
         self.cost = np.zeros((N, M))
         for n in range(N):
             samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.sgd), ctx.sgd.batch_size)
             for j in range(M):
                 self.cost[n, j] = (world.expected_compute_seconds(n, fps[j] * samples, samples=samples)
-                                   + world.expected_transfer_seconds(n, int(nbytes[j]), int(nbytes[j])))
+                                   + world.expected_transfer_seconds(n, int(down[j]), int(up[j])))
         self.offline = offline_assignment(self.cost, self.frag_params)
         self.K_off = k_offline(self.cost, self.frag_params)
         self.K = float(cfg.K) if cfg.K is not None else self.K_off

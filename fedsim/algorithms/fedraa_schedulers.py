@@ -29,25 +29,19 @@ from typing import Sequence
 import numpy as np
 
 from fedsim.errors import ConfigError
-
-#: Table 4 of the paper: partition ratios per number of fragments (M = 1 is the whole layer).
-TABLE4: dict[int, tuple[float, ...]] = {
-    1: (1.0,),
-    2: (0.4, 0.6),
-    3: (0.2, 0.3, 0.5),
-    4: (0.1, 0.2, 0.3, 0.4),
-    5: (0.05, 0.1, 0.2, 0.3, 0.35),
-}
+from fedsim.learn.models import FRAGMENT_RATIOS
 
 SCHEDULERS = ("gre", "random", "mp", "offline")
 
 
 def fragment_ratios(M: int, ratios: Sequence[float] | None, field: str) -> tuple[float, ...]:
-    """The ratios to use: ``ratios`` if given (must sum to 1), else Table 4's preset for ``M``."""
+    """The ratios to use: ``ratios`` if given (must sum to 1), else Table 4's preset for ``M``
+    (``fedsim.learn.models.FRAGMENT_RATIOS``; M = 1 is the whole layer)."""
     if ratios is None or len(ratios) == 0:
-        if M not in TABLE4:
-            raise ConfigError(f"{field}.fragments", f"no Table 4 preset for M={M!r} (presets: 1..5); give {field}.ratios")
-        return TABLE4[M]
+        presets = {1: (1.0,), **FRAGMENT_RATIOS}
+        if M not in presets:
+            raise ConfigError(f"{field}.fragments", f"no Table 4 preset for M={M!r} (presets: {min(presets)}..{max(presets)}); give {field}.ratios")
+        return presets[M]
     r = tuple(float(x) for x in ratios)
     if len(r) != M:
         raise ConfigError(f"{field}.ratios", f"has {len(r)} entries but fragments is {M}")
@@ -56,29 +50,6 @@ def fragment_ratios(M: int, ratios: Sequence[float] | None, field: str) -> tuple
     if abs(sum(r) - 1.0) > 1e-6:
         raise ConfigError(f"{field}.ratios", f"must sum to 1, got {list(r)} (sum {sum(r):.6g})")
     return r
-
-
-def partition_units(width: int, ratios: Sequence[float], field: str = "algorithm") -> list[tuple[int, ...]]:
-    """Split units 0..width−1 into len(ratios) disjoint contiguous runs with sizes ∝ ratios.
-
-    Sizes are rounded by largest remainder, each at least 1 (so M > width is an error).  Contiguous runs
-    are as good as any other subset here: the initial weights are i.i.d., so no unit is special.
-    """
-    M = len(ratios)
-    if M > width:
-        raise ConfigError(f"{field}.fragments", f"{M} fragments but the designated layer has only {width} units")
-    raw = np.asarray(ratios, dtype=float) * width
-    sizes = np.maximum(1, np.floor(raw).astype(int))
-    while sizes.sum() < width:
-        sizes[int(np.argmax(raw - sizes))] += 1
-    while sizes.sum() > width:  # only when the floor-at-1 pushed it over
-        j = int(np.argmax(np.where(sizes > 1, sizes - raw, -np.inf)))
-        sizes[j] -= 1
-    out, start = [], 0
-    for s in sizes:
-        out.append(tuple(range(start, start + int(s))))
-        start += int(s)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ offline
