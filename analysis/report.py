@@ -259,6 +259,8 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     family = theory_family(alg)
     module = importlib.import_module(MODULES[family])
     measured.update({k: v for k, v in extra.items()})
+    # Fed-RAA's K and K_hat are delays in server updates; a probe's "K" (local steps) must not replace them
+    measured.update({k: fr_measured[k] for k in ("K", "K_hat") if k in fr_measured})
     theory_rows = module.evaluate(measured, params)
     for c in theory_rows:
         c.quantity = f"[{family}] {c.quantity}"
