@@ -55,6 +55,7 @@ from fedsim.algorithms.fedraa_schedulers import (
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import masked_weighted_average
+from fedsim.learn.submodel import extract, fragment_submodel, insert
 from fedsim.learn.train import num_steps, samples_processed
 
 
@@ -93,8 +94,6 @@ class FedRAA(Algorithm):
     # ---------------------------------------------------------------------------------- setup
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
-        from fedsim.learn.submodel import extract, fragment_submodel, insert, submodel_costs
-
         cfg = self.cfg
         model = ctx.worker
         groups = model.width_groups()
@@ -116,8 +115,7 @@ class FedRAA(Algorithm):
                       for sub in self.subs]
         self.frag_params = np.array([sum(int(m.sum()) for m in mask.values()) for mask in self.masks])
         if cfg.mode == "isolated":
-            costs = [submodel_costs(model, sub, ctx.input_shape, ctx.sgd.batch_size, state=ctx.global_state)
-                     for sub in self.subs]
+            costs = [ctx.submodel_costs(sub) for sub in self.subs]
             fps = np.array([c.flops.total for c in costs])
             down = np.array([c.download_bytes for c in costs])
             up = np.array([c.upload_bytes for c in costs])
