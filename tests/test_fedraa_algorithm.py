@@ -86,7 +86,7 @@ def test_fragment_updates_touch_only_their_fragment_and_q_recounts(tmp_path):
 
 
 def test_gre_raa_respects_k_off_and_slow_clients_get_small_fragments(tmp_path):
-    out = run(tmp_path, {"name": "fedraa", "fragments": 3, "scheduler": "gre"})
+    out = run(tmp_path, {"name": "fedraa", "fragments": 3, "scheduler": "gre"}, output={"figures": False, "checkpoints": 20})
     trace = load_trace(out / "trace.jsonl")
     setup = fedraa_metrics.setup(trace)
     a = trace[trace["kind"] == "assign"]
@@ -95,6 +95,18 @@ def test_gre_raa_respects_k_off_and_slow_clients_get_small_fragments(tmp_path):
     caps = np.asarray(setup["capability"])
     slow = a[a["client"].map(lambda c: caps[int(c)] == 1.0)]
     assert len(slow) and (slow["fragment"] < 2).all()  # never the 50% fragment on a capability-1 client
+    # fedsim check: per-fragment rows, q(j) balance and the Theorem 1 row, from the same records
+    from analysis.report import check_run
+
+    table = check_run(out, figures=False, progress=False).set_index("quantity")
+    q = fedraa_metrics.fragment_counts(trace)
+    for j in range(3):
+        assert table.loc[f"fragment {j}: q(j), staleness mean/max", "measured"] == q[j]
+    assert f"q = {q.tolist()}" in table.loc["q(j) balance: min/max", "note"]
+    assert table.loc["Gre-RAA: assignments with estimated c > K", "holds"]
+    row = table.loc["Theorem 1 (Corollary 1 shape) at T, K_hat, delta"]
+    assert row["measured"] > 0 and f"T = {int(q.sum())}" in row["note"]
+    assert table.loc["[fedraa] bounded delay t - tau <= K", "holds"] in (True, False)
 
 
 def test_sync_fed_raa_counts_one_update_per_fragment_per_round(tmp_path):
