@@ -145,7 +145,9 @@ def run_variant(
     try:
         world = World(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        _check_memory(world, model, scenario, tuple(data.train.input_shape))
+        algo_cls = registry()[spec.name]
+        if not getattr(algo_cls, "checks_memory", lambda cfg: False)(spec.params):  # else: per client, itself
+            _check_memory(world, model, scenario, tuple(data.train.input_shape))
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
         if scenario.eval.probe_every is not None:
             from analysis.probes import LiveProbes  # measurement only; imported when asked for

@@ -1,0 +1,321 @@
+"""Width-reduction baselines: HeteroFL, FjORD and FedRolex over the synchronous FedAvg round.
+
+All three keep FedAvg's round (sampling, deadline, aggregation by the masked weighted average of
+``fedsim.learn.state``) and differ only in what a client trains, so each is a FedAvg subclass that writes
+the one template method ``assign(client, round_)``:
+
+- **HeteroFL** (Diao et al., ICLR 2021): a client of width w trains the *prefix* sub-model keeping the
+  first ⌈w·n⌉ units of every width group (channels, neurons, heads), fixed for the whole run.
+- **FjORD** (Horváth et al., NeurIPS 2021), ordered dropout: the client downloads the prefix sub-model at
+  its maximum width w_max and, at every local SGD step, draws a width p uniformly from its allowed set
+  {p in ``allowed_widths`` : p <= w_max} ∪ {w_max} and trains the nested prefix sub-model of width p on
+  that step's batch.  The draw comes from the client's training stream for the task, so it is
+  deterministic per seed.
+- **FedRolex** (Alam et al., NeurIPS 2022): a rolling window.  In round r (1, 2, ...) a client of width w
+  keeps, in a width group of n units, the ⌈w·n⌉ units ``(r − 1 + j) mod n``, j = 0, 1, ...: the window
+  starts one unit further each round and wraps around, so every unit is trained by weak clients in turn.
+
+**Per-client width** comes from the client's device class (the ``profile`` of its group in
+``devices.mix``): ``widths`` is either a table ``{device class: width}`` naming every class of the mix
+(width in (0, 1]), or ``auto``: per class, the largest width in ``allowed_widths`` whose training memory
+(``fedsim.learn.costs.memory_estimate`` of the extracted sub-model at the scenario's batch size) fits the
+device's memory.  A class that cannot hold even its width is refused with one line naming the device,
+the model and both memory figures.
+
+**Costs** follow the sub-model (``fedsim.learn.submodel``): bytes in both directions are the extracted
+tensors only, compute time comes from the FLOPs of the extracted module.  For FjORD the download and
+upload are the w_max prefix (the server cannot know in advance which nested widths a client will draw;
+every entry of the w_max prefix may change), compute is the sum over steps of the FLOPs of the prefix
+sub-model actually trained at that step × its batch size, and memory is checked at w_max (the largest
+sub-model a step can use).  FjORD's momentum buffer lives at the w_max shape; a step updates (and decays
+the momentum of) only the entries of the prefix it trained.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+import numpy as np
+import torch
+
+from fedsim.algorithms.base import Assignment, TrainOutcome
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.config import require
+from fedsim.errors import ConfigError, DivergenceError
+from fedsim.learn.costs import flops_per_sample, memory_estimate
+from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.learn.models import BlockModel
+    from fedsim.learn.submodel import SubModel
+    from fedsim.runtime import Context
+    from fedsim.scenario import Scenario
+
+#: HeteroFL's and FedRolex's capacity levels β ∈ {1, 1/2, 1/4, 1/8}.
+DEFAULT_WIDTHS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)
+
+
+def check_width(value: Any, field_name: str) -> float:
+    """A width is a number in (0, 1]; anything else is one clear error naming the field."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1
+    require(ok, field_name, f"a width must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def device_classes(scenario: "Scenario") -> list[str]:
+    """The device classes of a scenario: the distinct ``profile`` names of ``devices.mix``, in order."""
+    out: list[str] = []
+    for g in scenario.devices.mix:
+        if g.profile not in out:
+            out.append(g.profile)
+    return out
+
+
+def training_memory(ctx: "Context", module: torch.nn.Module) -> int:
+    """Bytes to train ``module`` with the scenario's batch size and optimizer (weights, grads, momentum,
+    saved activations), the same estimate the run's memory check uses."""
+    tr = ctx.scenario.train
+    return int(memory_estimate(module, ctx.input_shape, tr.batch_size, momentum=tr.momentum > 0).total)
+
+
+class WidthFedAvg(FedAvg):
+    """FedAvg whose clients train a sub-model of a width given by their device class (abstract: a
+    subclass writes :meth:`submodel_for`)."""
+
+    name = "width-base"
+    scheme: Literal["prefix", "rolling"] = "prefix"
+
+    @dataclass
+    class Config(FedAvg.Config):
+        #: ``auto`` or a table {device class: width in (0, 1]} naming every class of ``devices.mix``
+        widths: dict[str, float] | Literal["auto"] = "auto"
+        #: widths ``auto`` chooses from (and FjORD's per-step set)
+        allowed_widths: list[float] = field(default_factory=lambda: list(DEFAULT_WIDTHS))
+
+        def validate(self, prefix: str) -> None:
+            super().validate(prefix)
+            require(not self.only_fitting, f"{prefix}.only_fitting",
+                    "is a FedAvg option; sub-model methods let every device train the width it can hold")
+            require(len(self.allowed_widths) > 0, f"{prefix}.allowed_widths", "needs at least one width")
+            for i, w in enumerate(self.allowed_widths):
+                check_width(w, f"{prefix}.allowed_widths[{i}]")
+            if isinstance(self.widths, Mapping):
+                require(len(self.widths) > 0, f"{prefix}.widths", "an empty table; give a width per device class or 'auto'")
+                for key, w in self.widths.items():
+                    check_width(w, f"{prefix}.widths.{key}")
+
+        def validate_scenario(self, scenario: "Scenario", prefix: str) -> None:
+            """The width table names exactly the device classes of the scenario's mix."""
+            if not isinstance(self.widths, Mapping):
+                return
+            classes = device_classes(scenario)
+            for key in self.widths:
+                require(key in classes, f"{prefix}.widths.{key}",
+                        f"unknown device class {key!r} (the scenario's devices.mix has: {', '.join(classes)})")
+            missing = [c for c in classes if c not in self.widths]
+            require(not missing, f"{prefix}.widths",
+                    f"no width for device class(es) {', '.join(missing)} (give one for each of: {', '.join(classes)}, "
+                    f"or use 'auto')")
+
+    @classmethod
+    def checks_memory(cls, cfg: Any) -> bool:
+        """Sub-model methods check memory per device class for the sub-model it trains (not the full model)."""
+        return True
+
+    def __init__(self, ctx: "Context", config: Any) -> None:
+        super().__init__(ctx, config)
+        from fedsim.learn.submodel import extract, width_submodel
+
+        self._extract, self._width_submodel = extract, width_submodel
+        world = ctx.world
+        classes = [world.device_class(c) for c in range(ctx.num_clients)]
+        self._mem_cache: dict[float, int] = {}
+        cfg = self.cfg
+        self.class_width: dict[str, float] = {}
+        for cls_name in dict.fromkeys(classes):
+            profile = world.device(classes.index(cls_name))
+            if isinstance(cfg.widths, Mapping):
+                w = float(cfg.widths[cls_name])
+                self._require_fits(cls_name, profile, w)
+            else:
+                w = self._auto_width(cls_name, profile)
+            self.class_width[cls_name] = w
+        #: width of every client (from its device class)
+        self.client_width = np.array([self.class_width[k] for k in classes], dtype=np.float64)
+
+    # --------------------------------------------------------------------------------- memory
+    def memory_at(self, width: float) -> int:
+        """Training memory of the prefix sub-model at ``width`` (bytes; cached per width)."""
+        hit = self._mem_cache.get(width)
+        if hit is None:
+            ctx = self.ctx
+            sub = self._width_submodel(ctx.worker, width, scheme="prefix")
+            module = self._extract(ctx.worker, ctx.global_state, sub)
+            hit = self._mem_cache[width] = training_memory(ctx, module)
+        return hit
+
+    def _require_fits(self, cls_name: str, profile: Any, width: float) -> None:
+        if not self.ctx.scenario.devices.check_memory:
+            return
+        need = self.memory_at(width)
+        if need > profile.memory_bytes:
+            raise ConfigError("algorithm.widths", _no_fit(cls_name, self.ctx.scenario.model.name, width, need,
+                                                            profile.memory_bytes))
+
+    def _auto_width(self, cls_name: str, profile: Any) -> float:
+        allowed = sorted(set(float(w) for w in self.cfg.allowed_widths), reverse=True)
+        if not self.ctx.scenario.devices.check_memory:
+            return allowed[0]
+        for w in allowed:
+            if self.memory_at(w) <= profile.memory_bytes:
+                return w
+        w = allowed[-1]
+        raise ConfigError("algorithm.widths", _no_fit(cls_name, self.ctx.scenario.model.name, w, self.memory_at(w),
+                                                        profile.memory_bytes, smallest=True))
+
+    # --------------------------------------------------------------------------------- assignment
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        return Assignment(submodel=self.submodel_for(client, round_), round=round_)
+
+    def submodel_for(self, client: int, round_: int | None) -> "SubModel":  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _no_fit(cls_name: str, model: str, width: float, need: float, have: float, smallest: bool = False) -> str:
+    what = "even at the smallest allowed width" if smallest else "at width"
+    return (f"device {cls_name!r} cannot train model {model!r} {what} {width:g}: needs {need / 2**20:.2f} MiB "
+            f"({need:.0f} bytes), has {have / 2**20:.2f} MiB ({have:.0f} bytes)")
+
+
+class HeteroFL(WidthFedAvg):
+    """HeteroFL: a fixed prefix sub-model per device class."""
+
+    name = "heterofl"
+
+    def submodel_for(self, client: int, round_: int | None) -> "SubModel":
+        return self._width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="prefix")
+
+
+class FedRolex(WidthFedAvg):
+    """FedRolex: the kept units roll by one per round (offset r − 1 in round r), with wrap-around."""
+
+    name = "fedrolex"
+    scheme = "rolling"
+
+    @staticmethod
+    def offset(round_: int | None) -> int:
+        """Window start of round ``round_`` (rounds count from 1; round 1 starts at unit 0)."""
+        return max(0, int(round_ or 1) - 1)
+
+    def submodel_for(self, client: int, round_: int | None) -> "SubModel":
+        return self._width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="rolling",
+                                    offset=self.offset(round_))
+
+
+class FjORD(WidthFedAvg):
+    """FjORD: ordered dropout, a nested prefix width drawn per local step (see the module docstring)."""
+
+    name = "fjord"
+
+    def client_widths(self, client: int) -> list[float]:
+        """The widths ``client`` may draw at a step: the allowed widths up to its maximum, and the maximum."""
+        top = float(self.client_width[client])
+        return sorted({float(w) for w in self.cfg.allowed_widths if w <= top} | {top})
+
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        top = float(self.client_width[client])
+        sub = self._width_submodel(self.ctx.worker, top, scheme="prefix")
+        trainer = OrderedDropoutTrainer(self.client_widths(client), sub)
+        return Assignment(submodel=sub, trainer=trainer, round=round_, info={"widths": trainer.widths})
+
+
+class OrderedDropoutTrainer:
+    """FjORD's local training: per SGD step, draw a width uniformly from ``widths`` and train the nested
+    prefix sub-model of that width on the step's batch.
+
+    Called as ``trainer(module, ctx, client, indices, generator)`` with ``module`` the client's extracted
+    w_max sub-model.  Batches follow :func:`fedsim.learn.train.batch_schedule` on ``generator`` (as plain
+    local SGD does); the widths are drawn from the same generator before the batches, so both are fixed
+    by the client's task stream.  SGD with the scenario's lr, momentum and weight decay; the momentum
+    buffer has the w_max shape and a step touches only the entries of the prefix it trained.
+    """
+
+    def __init__(self, widths: list[float], top: "SubModel") -> None:
+        self.widths = [float(w) for w in widths]
+        self.top = top
+        #: widths drawn at each step of the last call (for tests and diagnostics)
+        self.drawn: list[float] = []
+
+    def draw(self, steps: int, generator: torch.Generator) -> list[float]:
+        """``steps`` widths drawn uniformly from the allowed set with ``generator``."""
+        if steps <= 0:
+            return []
+        idx = torch.randint(len(self.widths), (steps,), generator=generator)
+        return [self.widths[int(i)] for i in idx]
+
+    def __call__(self, module: "BlockModel", ctx: "Context", client: int, indices: np.ndarray,
+                 generator: torch.Generator) -> TrainOutcome:
+        from fedsim.learn.submodel import extract, insert, width_submodel
+
+        sgd = ctx.sgd
+        sgd.validate()
+        task = ctx.data.train.task
+        loss_fn = loss_for(task)
+        x, y = ctx.data.train.x, ctx.data.train.y
+        idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+        steps = num_steps(len(idx), sgd)
+        widths = self.draw(steps, generator)
+        schedule = batch_schedule(len(idx), steps, sgd.batch_size, generator)
+        self.drawn = list(widths)
+        full_model = ctx.worker
+        # the client's weights in full-model coordinates (entries outside its w_max prefix are never read)
+        state, _ = insert(full_model.state_dict(), self.top, module.state_dict())
+        momentum = {k: torch.zeros_like(state[k]) for k, _ in full_model.named_parameters()}
+        subs: dict[float, Any] = {}
+        losses: list[float] = []
+        samples = 0
+        flops = 0.0
+        for step, (w, pos) in enumerate(zip(widths, schedule)):
+            sub = subs.get(w)
+            if sub is None:
+                sub = subs[w] = width_submodel(full_model, w, scheme="prefix")
+            small = extract(full_model, state, sub)
+            small.train()
+            b = idx[pos]
+            loss = loss_fn(small(x[b]), y[b])
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={sgd.lr}); "
+                                      f"lower the learning rate or set clip_norm")
+            params = dict(small.named_parameters())
+            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads)]
+            if sgd.clip_norm is not None:
+                norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
+                scale = min(1.0, sgd.clip_norm / (float(norm) + 1e-6))
+                grads = [g * scale for g in grads]
+            mom_small = extract(full_model, {**state, **momentum}, sub).state_dict()
+            new_params: dict[str, torch.Tensor] = {}
+            new_mom: dict[str, torch.Tensor] = {}
+            with torch.no_grad():
+                for (name, p), g in zip(params.items(), grads):
+                    d = g + sgd.weight_decay * p if sgd.weight_decay else g
+                    if sgd.momentum:
+                        buf = mom_small[name] * sgd.momentum + d  # zero-initialised: torch's first step
+                        new_mom[name] = buf
+                        d = buf
+                    new_params[name] = p - sgd.lr * d
+            trained = {**small.state_dict(), **new_params}
+            state, _ = insert(state, sub, trained)
+            if new_mom:
+                mom_state, _ = insert({**state, **momentum}, sub, {**small.state_dict(), **new_mom})
+                momentum = {k: mom_state[k] for k in momentum}
+            flops += flops_per_sample(small, ctx.input_shape).total * len(b)
+            losses.append(value)
+            samples += len(b)
+        module.load_state_dict(extract(full_model, state, self.top).state_dict())
+        mean = float(np.mean(losses)) if losses else float("nan")
+        last = losses[-1] if losses else float("nan")
+        return TrainOutcome(stats=TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last),
+                            flops=flops)
