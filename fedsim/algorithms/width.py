@@ -125,9 +125,9 @@ class WidthFedAvg(FedAvg):
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
-        from fedsim.learn.submodel import extract, width_submodel
+        from fedsim.learn.submodel import width_submodel
 
-        self._extract, self._width_submodel = extract, width_submodel
+        self._width_submodel = width_submodel
         world = ctx.world
         classes = [world.device_class(c) for c in range(ctx.num_clients)]
         self._mem_cache: dict[float, int] = {}
@@ -149,10 +149,12 @@ class WidthFedAvg(FedAvg):
         """Training memory of the prefix sub-model at ``width`` (bytes; cached per width)."""
         hit = self._mem_cache.get(width)
         if hit is None:
-            ctx = self.ctx
+            from fedsim.learn.submodel import submodel_costs
+
+            ctx, tr = self.ctx, self.ctx.scenario.train
             sub = self._width_submodel(ctx.worker, width, scheme="prefix")
-            module = self._extract(ctx.worker, ctx.global_state, sub)
-            hit = self._mem_cache[width] = training_memory(ctx, module)
+            cost = submodel_costs(ctx.worker, sub, ctx.input_shape, tr.batch_size, momentum=tr.momentum > 0)
+            hit = self._mem_cache[width] = int(cost.memory.total)
         return hit
 
     def _require_fits(self, cls_name: str, profile: Any, width: float) -> None:
