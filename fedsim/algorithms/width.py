@@ -211,8 +211,10 @@ class FedRolex(WidthFedAvg):
         return max(0, int(round_ or 1) - 1)
 
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":
-        return self._width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="rolling",
-                                    offset=self.offset(round_))
+        w = float(self.client_width[client])
+        if w >= 1.0:  # a window over every unit is the whole model: keep the natural order
+            return self._width_submodel(self.ctx.worker, w, scheme="prefix")
+        return self._width_submodel(self.ctx.worker, w, scheme="rolling", offset=self.offset(round_))
 
 
 class FjORD(WidthFedAvg):
