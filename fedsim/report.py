@@ -175,15 +175,15 @@ def _kept_per_block(summary: object) -> list[float] | None:
     """Kept fraction per block from a dispatch event's ``submodel`` summary (``SubModel.summary``)."""
     if not isinstance(summary, dict):
         return None
-    kept = summary.get("kept")
+    kept = summary.get("blocks", summary.get("kept"))
     if isinstance(kept, dict):
         kept = list(kept.values())
     if not isinstance(kept, (list, tuple)):
         return None
     states = summary.get("states")
     out = [float(k) for k in kept]
-    if isinstance(states, (list, tuple)) and len(states) == len(out):
-        out = [0.0 if s == "removed" else v for v, s in zip(out, states)]
+    if isinstance(states, (str, list, tuple)) and len(states) == len(out):
+        out = [0.0 if s in ("r", "removed") else v for v, s in zip(out, states)]
     return out
 
 

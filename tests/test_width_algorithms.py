@@ -224,7 +224,8 @@ def test_heterofl_scenario_end_to_end_tiny(tmp_path):
     raw = load_raw("heterofl")
     assert [a["name"] for a in raw["algorithm"]] == ["fedavg", "heterofl", "fjord", "fedrolex"]
     raw["data"]["num_clients"] = 8
-    raw["stop"] = {"max_versions": 2}
+    raw["stop"] = {"max_versions": 1}
+    raw["eval"] = {"every_versions": 1}
     raw["output"] = {"figures": True}
     summaries = run_scenario(scenario_from_mapping(raw), tmp_path, progress=False)
     assert [s["status"] for s in summaries] == ["ok"] * 4

@@ -44,6 +44,7 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.costs import flops_per_sample, memory_estimate
+from fedsim.learn.submodel import extract, insert, submodel_costs, width_submodel
 from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,9 +126,6 @@ class WidthFedAvg(FedAvg):
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
-        from fedsim.learn.submodel import width_submodel
-
-        self._width_submodel = width_submodel
         world = ctx.world
         classes = [world.device_class(c) for c in range(ctx.num_clients)]
         self._mem_cache: dict[float, int] = {}
@@ -149,10 +147,8 @@ class WidthFedAvg(FedAvg):
         """Training memory of the prefix sub-model at ``width`` (bytes; cached per width)."""
         hit = self._mem_cache.get(width)
         if hit is None:
-            from fedsim.learn.submodel import submodel_costs
-
             ctx, tr = self.ctx, self.ctx.scenario.train
-            sub = self._width_submodel(ctx.worker, width, scheme="prefix")
+            sub = width_submodel(ctx.worker, width, scheme="prefix")
             cost = submodel_costs(ctx.worker, sub, ctx.input_shape, tr.batch_size, momentum=tr.momentum > 0)
             hit = self._mem_cache[width] = int(cost.memory.total)
         return hit
@@ -196,7 +192,7 @@ class HeteroFL(WidthFedAvg):
     name = "heterofl"
 
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":
-        return self._width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="prefix")
+        return width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="prefix")
 
 
 class FedRolex(WidthFedAvg):
@@ -213,8 +209,8 @@ class FedRolex(WidthFedAvg):
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":
         w = float(self.client_width[client])
         if w >= 1.0:  # a window over every unit is the whole model: keep the natural order
-            return self._width_submodel(self.ctx.worker, w, scheme="prefix")
-        return self._width_submodel(self.ctx.worker, w, scheme="rolling", offset=self.offset(round_))
+            return width_submodel(self.ctx.worker, w, scheme="prefix")
+        return width_submodel(self.ctx.worker, w, scheme="rolling", offset=self.offset(round_))
 
 
 class FjORD(WidthFedAvg):
@@ -229,7 +225,7 @@ class FjORD(WidthFedAvg):
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:
         top = float(self.client_width[client])
-        sub = self._width_submodel(self.ctx.worker, top, scheme="prefix")
+        sub = width_submodel(self.ctx.worker, top, scheme="prefix")
         trainer = OrderedDropoutTrainer(self.client_widths(client), sub)
         return Assignment(submodel=sub, trainer=trainer, round=round_, info={"widths": trainer.widths})
 
@@ -260,12 +256,9 @@ class OrderedDropoutTrainer:
 
     def __call__(self, module: "BlockModel", ctx: "Context", client: int, indices: np.ndarray,
                  generator: torch.Generator) -> TrainOutcome:
-        from fedsim.learn.submodel import extract, insert, width_submodel
-
         sgd = ctx.sgd
         sgd.validate()
-        task = ctx.data.train.task
-        loss_fn = loss_for(task)
+        loss_fn = loss_for(ctx.data.train.task)
         x, y = ctx.data.train.x, ctx.data.train.y
         idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
         steps = num_steps(len(idx), sgd)
@@ -275,16 +268,20 @@ class OrderedDropoutTrainer:
         full_model = ctx.worker
         # the client's weights in full-model coordinates (entries outside its w_max prefix are never read)
         state, _ = insert(full_model.state_dict(), self.top, module.state_dict())
-        momentum = {k: torch.zeros_like(state[k]) for k, _ in full_model.named_parameters()}
-        subs: dict[float, Any] = {}
+        state = {k: v.clone() for k, v in state.items()}
+        param_names = [k for k, _ in full_model.named_parameters()]
+        momentum = {k: torch.zeros_like(state[k]) for k in param_names}
+        nested: dict[float, _Nested] = {}
         losses: list[float] = []
         samples = 0
         flops = 0.0
         for step, (w, pos) in enumerate(zip(widths, schedule)):
-            sub = subs.get(w)
-            if sub is None:
-                sub = subs[w] = width_submodel(full_model, w, scheme="prefix")
-            small = extract(full_model, state, sub)
+            net = nested.get(w)
+            if net is None:
+                net = nested[w] = _Nested(full_model, state, width_submodel(full_model, w, scheme="prefix"),
+                                          ctx.input_shape)
+            small = net.module
+            net.load(state)
             small.train()
             b = idx[pos]
             loss = loss_fn(small(x[b]), y[b])
@@ -295,27 +292,19 @@ class OrderedDropoutTrainer:
             params = dict(small.named_parameters())
             grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
             grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads)]
-            if sgd.clip_norm is not None:
-                norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
-                scale = min(1.0, sgd.clip_norm / (float(norm) + 1e-6))
-                grads = [g * scale for g in grads]
-            mom_small = extract(full_model, {**state, **momentum}, sub).state_dict()
-            new_params: dict[str, torch.Tensor] = {}
-            new_mom: dict[str, torch.Tensor] = {}
+            if sgd.clip_norm is not None:  # as torch.nn.utils.clip_grad_norm_ does
+                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+                grads = [g * torch.clamp(sgd.clip_norm / (norm + 1e-6), max=1.0) for g in grads]
             with torch.no_grad():
                 for (name, p), g in zip(params.items(), grads):
                     d = g + sgd.weight_decay * p if sgd.weight_decay else g
                     if sgd.momentum:
-                        buf = mom_small[name] * sgd.momentum + d  # zero-initialised: torch's first step
-                        new_mom[name] = buf
+                        buf = net.get(momentum, name) * sgd.momentum + d  # zero-initialised: torch's first step
+                        net.put(momentum, name, buf)
                         d = buf
-                    new_params[name] = p - sgd.lr * d
-            trained = {**small.state_dict(), **new_params}
-            state, _ = insert(state, sub, trained)
-            if new_mom:
-                mom_state, _ = insert({**state, **momentum}, sub, {**small.state_dict(), **new_mom})
-                momentum = {k: mom_state[k] for k in momentum}
-            flops += flops_per_sample(small, ctx.input_shape).total * len(b)
+                    p.sub_(sgd.lr * d)
+            net.store(state)
+            flops += net.flops * len(b)
             losses.append(value)
             samples += len(b)
         module.load_state_dict(extract(full_model, state, self.top).state_dict())
@@ -323,3 +312,40 @@ class OrderedDropoutTrainer:
         last = losses[-1] if losses else float("nan")
         return TrainOutcome(stats=TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last),
                             flops=flops)
+
+
+class _Nested:
+    """One nested prefix sub-model of a FjORD client, built once per local training: its module and, per
+    tensor, the 0/1 mask of its entries in the full model (``insert``'s coverage mask).  Prefix indices are
+    sorted, so the masked entries in row-major order are exactly the sliced tensor's entries."""
+
+    def __init__(self, full_model: "BlockModel", state: Mapping[str, torch.Tensor], sub: "SubModel",
+                 input_shape: tuple[int, ...]) -> None:
+        self.module = extract(full_model, state, sub)
+        _, mask = insert(state, sub, self.module.state_dict())
+        self.mask = {k: m.bool() for k, m in mask.items()}
+        self.flops = flops_per_sample(self.module, input_shape).total
+        self._tensors = self.module.state_dict(keep_vars=True)
+
+    def get(self, full: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+        m = self.mask.get(name)
+        t = self._tensors[name]
+        return full[name].clone() if m is None else full[name][m].view(t.shape)
+
+    def put(self, full: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+        m = self.mask.get(name)
+        if m is None:
+            full[name] = value.detach().clone()
+        else:
+            full[name][m] = value.detach().reshape(-1).to(full[name].dtype)
+
+    def load(self, full: Mapping[str, torch.Tensor]) -> None:
+        """Write the current values of the full state into the module (parameters and buffers)."""
+        with torch.no_grad():
+            for name, t in self._tensors.items():
+                t.copy_(self.get(full, name))
+
+    def store(self, full: dict[str, torch.Tensor]) -> None:
+        """Write the module's values back into the full state."""
+        for name, t in self._tensors.items():
+            self.put(full, name, t)
