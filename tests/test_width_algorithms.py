@@ -235,3 +235,25 @@ def test_heterofl_scenario_end_to_end_tiny(tmp_path):
     assert not (tmp_path / "fedavg" / "submodel_heatmap.png").exists()
     table = submodel_table(load_trace(tmp_path / "heterofl" / "trace.jsonl", kinds=("dispatch",)))
     assert len(table) and (table.to_numpy() < 1).any() and (table.to_numpy() > 0).all()
+
+
+def test_check_reports_per_entry_coverage(tiny, tmp_path):
+    """One HeteroFL round, nano at width 0.5, orin at 1.0: the least-covered entries are those outside the
+    half-width prefix, covered by the orin clients only; the mean is Σ over clients of their kept fraction."""
+    from analysis.report import check_run
+
+    s = _width_scenario(tiny, {"name": "heterofl", "clients_per_round": 6, "widths": {NANO: 0.5, ORIN: 1.0}})
+    s["stop"] = {"max_versions": 1}
+    run_scenario(scenario_from_mapping(s), tmp_path / "r", progress=False)
+    algo = _algo(s)
+    model = algo.ctx.worker
+    n_orin = sum(algo.ctx.world.device_class(c) == ORIN for c in range(6))
+    kept_half = sub_state_bytes(model, width_submodel(model, 0.5)) / sub_state_bytes(model, width_submodel(model, 1.0))
+    table = check_run(tmp_path / "r", figures=False, progress=False).set_index("quantity")["measured"]
+    assert 0 < n_orin < 6
+    assert table["per-parameter coverage N_q^i: min over entries and rounds"] == n_orin
+    assert table["per-parameter coverage N_q^i: mean over entries and rounds"] == pytest.approx(
+        n_orin + (6 - n_orin) * kept_half, rel=1e-6)
+    applies = load_trace(tmp_path / "r" / "trace.jsonl", kinds=("apply",))
+    kept = sorted(s["kept"] for s in applies["submodel"])
+    assert kept == pytest.approx([kept_half] * (6 - n_orin) + [1.0] * n_orin, abs=1e-4)
