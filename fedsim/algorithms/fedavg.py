@@ -51,12 +51,6 @@ class FedAvg(Algorithm):
             positive(self.deadline_s, f"{prefix}.deadline_s")
             positive(self.server_lr, f"{prefix}.server_lr")
 
-    @classmethod
-    def checks_memory(cls, cfg: Any) -> bool:
-        """With ``only_fitting`` the algorithm checks memory itself (some devices may not fit); otherwise
-        the run's check refuses a model that does not fit every device."""
-        return bool(getattr(cfg, "only_fitting", False))
-
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         self._fits: np.ndarray | None = None
@@ -65,12 +59,12 @@ class FedAvg(Algorithm):
 
     def _fitting_clients(self) -> np.ndarray:
         """Per client: does its device hold the full model's training memory?  Refuses when none does."""
-        from fedsim.algorithms.width import training_memory
+        from fedsim.learn.submodel import full_submodel
 
         ctx = self.ctx
         if not ctx.scenario.devices.check_memory:
             return np.ones(ctx.num_clients, dtype=bool)
-        need = training_memory(ctx, ctx.worker)
+        need = ctx.submodel_costs(full_submodel(ctx.worker)).memory.total
         have = np.array([ctx.world.device(c).memory_bytes for c in range(ctx.num_clients)], dtype=np.float64)
         fits = have >= need
         if not fits.any():

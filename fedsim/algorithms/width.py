@@ -42,9 +42,9 @@ import torch
 from fedsim.algorithms.base import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
-from fedsim.errors import ConfigError, DivergenceError
-from fedsim.learn.costs import flops_per_sample, memory_estimate
-from fedsim.learn.submodel import extract, insert, submodel_costs, width_submodel
+from fedsim.errors import DivergenceError
+from fedsim.learn.costs import flops_per_sample
+from fedsim.learn.submodel import extract, insert, width_submodel
 from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,19 +73,12 @@ def device_classes(scenario: "Scenario") -> list[str]:
     return out
 
 
-def training_memory(ctx: "Context", module: torch.nn.Module) -> int:
-    """Bytes to train ``module`` with the scenario's batch size and optimizer (weights, grads, momentum,
-    saved activations), the same estimate the run's memory check uses."""
-    tr = ctx.scenario.train
-    return int(memory_estimate(module, ctx.input_shape, tr.batch_size, momentum=tr.momentum > 0).total)
-
-
 class WidthFedAvg(FedAvg):
     """FedAvg whose clients train a sub-model of a width given by their device class (abstract: a
     subclass writes :meth:`submodel_for`)."""
 
     name = "width-base"
-    scheme: Literal["prefix", "rolling"] = "prefix"
+    fits_submodels = True
 
     @dataclass
     class Config(FedAvg.Config):
@@ -119,58 +112,28 @@ class WidthFedAvg(FedAvg):
                     f"no width for device class(es) {', '.join(missing)} (give one for each of: {', '.join(classes)}, "
                     f"or use 'auto')")
 
-    @classmethod
-    def checks_memory(cls, cfg: Any) -> bool:
-        """Sub-model methods check memory per device class for the sub-model it trains (not the full model)."""
-        return True
-
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
         world = ctx.world
         classes = [world.device_class(c) for c in range(ctx.num_clients)]
-        self._mem_cache: dict[float, int] = {}
         cfg = self.cfg
+        allowed = sorted({float(w) for w in cfg.allowed_widths}, reverse=True)
         self.class_width: dict[str, float] = {}
         for cls_name in dict.fromkeys(classes):
-            profile = world.device(classes.index(cls_name))
+            client = classes.index(cls_name)  # any client of the class: memory is the class's
             if isinstance(cfg.widths, Mapping):
                 w = float(cfg.widths[cls_name])
-                self._require_fits(cls_name, profile, w)
+                ctx.check_submodel_memory(client, width_submodel(ctx.worker, w, scheme="prefix"))
             else:
-                w = self._auto_width(cls_name, profile)
+                subs = [width_submodel(ctx.worker, w, scheme="prefix") for w in allowed]
+                w = allowed[subs.index(ctx.fit_submodel(client, subs))]
             self.class_width[cls_name] = w
         #: width of every client (from its device class)
         self.client_width = np.array([self.class_width[k] for k in classes], dtype=np.float64)
 
-    # --------------------------------------------------------------------------------- memory
     def memory_at(self, width: float) -> int:
-        """Training memory of the prefix sub-model at ``width`` (bytes; cached per width)."""
-        hit = self._mem_cache.get(width)
-        if hit is None:
-            ctx, tr = self.ctx, self.ctx.scenario.train
-            sub = width_submodel(ctx.worker, width, scheme="prefix")
-            cost = submodel_costs(ctx.worker, sub, ctx.input_shape, tr.batch_size, momentum=tr.momentum > 0)
-            hit = self._mem_cache[width] = int(cost.memory.total)
-        return hit
-
-    def _require_fits(self, cls_name: str, profile: Any, width: float) -> None:
-        if not self.ctx.scenario.devices.check_memory:
-            return
-        need = self.memory_at(width)
-        if need > profile.memory_bytes:
-            raise ConfigError("algorithm.widths", _no_fit(cls_name, self.ctx.scenario.model.name, width, need,
-                                                            profile.memory_bytes))
-
-    def _auto_width(self, cls_name: str, profile: Any) -> float:
-        allowed = sorted(set(float(w) for w in self.cfg.allowed_widths), reverse=True)
-        if not self.ctx.scenario.devices.check_memory:
-            return allowed[0]
-        for w in allowed:
-            if self.memory_at(w) <= profile.memory_bytes:
-                return w
-        w = allowed[-1]
-        raise ConfigError("algorithm.widths", _no_fit(cls_name, self.ctx.scenario.model.name, w, self.memory_at(w),
-                                                        profile.memory_bytes, smallest=True))
+        """Training memory of the prefix sub-model at ``width`` (bytes), as the run measures it."""
+        return int(self.ctx.submodel_costs(width_submodel(self.ctx.worker, width, scheme="prefix")).memory.total)
 
     # --------------------------------------------------------------------------------- assignment
     def assign(self, client: int, round_: int | None = None) -> Assignment:
@@ -178,12 +141,6 @@ class WidthFedAvg(FedAvg):
 
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def _no_fit(cls_name: str, model: str, width: float, need: float, have: float, smallest: bool = False) -> str:
-    what = "even at the smallest allowed width" if smallest else "at width"
-    return (f"device {cls_name!r} cannot train model {model!r} {what} {width:g}: needs {need / 2**20:.2f} MiB "
-            f"({need:.0f} bytes), has {have / 2**20:.2f} MiB ({have:.0f} bytes)")
 
 
 class HeteroFL(WidthFedAvg):
@@ -199,7 +156,6 @@ class FedRolex(WidthFedAvg):
     """FedRolex: the kept units roll by one per round (offset r − 1 in round r), with wrap-around."""
 
     name = "fedrolex"
-    scheme = "rolling"
 
     @staticmethod
     def offset(round_: int | None) -> int:
@@ -207,10 +163,8 @@ class FedRolex(WidthFedAvg):
         return max(0, int(round_ or 1) - 1)
 
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":
-        w = float(self.client_width[client])
-        if w >= 1.0:  # a window over every unit is the whole model: keep the natural order
-            return width_submodel(self.ctx.worker, w, scheme="prefix")
-        return width_submodel(self.ctx.worker, w, scheme="rolling", offset=self.offset(round_))
+        return width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="rolling",
+                              offset=self.offset(round_))
 
 
 class FjORD(WidthFedAvg):

@@ -64,7 +64,9 @@ _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 class SubModel:
     """What one client trains: kept unit indices per width group and a state per block.
 
-    ``groups`` are the model's width groups the indices refer to (bound by the constructors below; not
+    Kept indices are stored sorted (a kept set, not an order): the extracted tensors hold the kept units in
+    increasing index order, so a set that is everything is the full model bit for bit.  ``groups`` are the
+    model's width groups the indices refer to (bound by the constructors below; not
     part of equality or :meth:`key`).  Construct with :func:`full_submodel`, :func:`width_submodel`,
     :func:`fragment_submodel` or ``SubModel.of(model, keep, states)``.
     """
@@ -74,7 +76,7 @@ class SubModel:
     groups: Mapping[str, WidthGroup] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        keep = {str(g): tuple(int(i) for i in idx) for g, idx in sorted(dict(self.keep).items())}
+        keep = {str(g): tuple(sorted(int(i) for i in idx)) for g, idx in sorted(dict(self.keep).items())}
         object.__setattr__(self, "keep", keep)
         object.__setattr__(self, "states", tuple(str(s) for s in self.states))
         object.__setattr__(self, "groups", dict(self.groups))
@@ -151,7 +153,7 @@ def width_submodel(model: BlockModel, width: float, scheme: str = "prefix", offs
     """Keep ``ceil(width * n)`` (at least 1) units of every width group (or of ``groups``).
 
     ``prefix`` (HeteroFL, FjORD's ordered dropout): units 0..k-1.  ``rolling`` (FedRolex): the window of k
-    consecutive units starting at ``offset mod n``, wrapping past the end (n-2, n-1, 0, 1, ...); FedRolex
+    consecutive units starting at ``offset mod n``, wrapping past the end ({n-2, n-1, 0, 1} for k = 4); FedRolex
     advances ``offset`` by one per round.  A group that keeps all its units in order is left out of
     ``keep``, so width 1.0 is exactly the full model.  ``states`` default: every block trains.
     """
@@ -165,7 +167,7 @@ def width_submodel(model: BlockModel, width: float, scheme: str = "prefix", offs
         n = all_groups[g].size
         k = scaled(n, width)
         start = 0 if scheme == "prefix" else int(offset) % n
-        idx = tuple((start + i) % n for i in range(k))
+        idx = tuple(sorted((start + i) % n for i in range(k)))
         if idx != tuple(range(n)):
             keep[g] = idx
     sub = SubModel(keep, tuple(states) if states is not None else ("train",) * model.num_blocks(), all_groups)
@@ -398,10 +400,11 @@ def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel)
 
 
 def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
-           trained_state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+           trained_state: Mapping[str, torch.Tensor] | None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Full-shape tensors of the trainable blocks with the trained entries written in, and their masks.
 
-    ``trained_state`` is the extracted module's state dict.  Returns ``(tensors, mask)``: ``tensors`` has
+    ``trained_state`` is the extracted module's state dict (None: nothing was trained, e.g. a systems-only
+    run; the tensors then hold ``global_state``'s values under the same mask).  Returns ``(tensors, mask)``: ``tensors`` has
     exactly the keys of trainable blocks (frozen and removed blocks are not covered); ``mask[key]`` is 1 at
     the kept entries and 0 elsewhere, for sliced tensors only (a key absent from ``mask`` is fully
     covered).  Entries outside the kept set hold ``global_state``'s values.  Integer buffers are copied.
@@ -419,6 +422,14 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
         if sub.states[j] != "train":
             continue
         lkey = _local_key(key, j, local[j])
+        if trained_state is None:
+            dims = plan.get(key)
+            tensors[key] = ref.detach().clone()
+            if dims and torch.is_floating_point(ref):
+                m = torch.zeros_like(ref)
+                m[_grid(dims, tuple(ref.shape))] = 1
+                mask[key] = m
+            continue
         if lkey not in trained_state:
             raise ValueError(f"trained state lacks {lkey!r} (global {key!r}): was it extracted with this sub-model?")
         t = trained_state[lkey].detach()
@@ -438,11 +449,12 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
     return tensors, mask
 
 
-def sub_state_bytes(model: BlockModel | Mapping[str, torch.Tensor], sub: SubModel, *,
+def sub_state_bytes(model: BlockModel, sub: SubModel, *, state: Mapping[str, torch.Tensor] | None = None,
                     trained_only: bool = False) -> int:
     """Bytes of the sub-model's tensors, from shapes alone (no module built): every non-removed block
-    (what a client downloads), or the trainable blocks only (``trained_only``: what it uploads)."""
-    shapes = _shapes(model)
+    (what a client downloads), or the trainable blocks only (``trained_only``: what it uploads).
+    ``state`` (default the model's own) gives the shapes and dtypes."""
+    shapes = _shapes(model if state is None else state)
     plan = _plan(sub._groups_for(model), sub.keep, {k: v[0] for k, v in shapes.items()})
     wanted = ("train",) if trained_only else ("train", "frozen")
     return sum(_sliced_numel(shape, plan.get(k)) * size
