@@ -2,7 +2,7 @@
 
     python -m figures.gallery [--out figures/gallery]
 
-Each picture comes from a real run; nothing is drawn by hand.  Takes about three minutes on 2 cores.
+Each picture comes from a real run; nothing is drawn by hand.  Takes about 100 s of CPU time.
 """
 from __future__ import annotations
 
