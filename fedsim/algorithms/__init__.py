@@ -15,6 +15,7 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.fedraa_baselines import PruneFLLite, RAMFedLite
     from fedsim.algorithms.sfl_async import GAS, AsyncSFL
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
+    from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL
 
     return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, AsyncSFL, GAS, MiniBatchSFL, S2FL,
-                                         FedProx, FedRAA, RAMFedLite, PruneFLLite)}
+                                         HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite)}
