@@ -91,6 +91,12 @@ class FedRAA(Algorithm):
             positive(self.rho, f"{prefix}.rho", allow_zero=True)
             positive(self.retry_s, f"{prefix}.retry_s")
 
+    @classmethod
+    def fits_devices(cls, config: Any) -> bool:
+        """Isolated fragments are sub-models, whose memory the context checks per task; frozen-context
+        training holds the whole model, which the runner checks against every device."""
+        return config.mode == "isolated"
+
     # ---------------------------------------------------------------------------------- setup
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
