@@ -100,22 +100,45 @@ class TrainConfig:
 @dataclass
 class DeviceGroup:
     """Clients of one device profile.  ``flops_per_s`` (a number or a [lo, hi] range drawn uniformly per
-    client) replaces the profile's peak × efficiency, for papers that give compute speeds directly."""
+    client) replaces the profile's peak × efficiency, for papers that give compute speeds directly;
+    ``memory_mb`` (MiB) replaces the profile's memory by the budget a training app may use on it, for
+    studies where memory, not the device's total RAM, decides what a client can train."""
 
     profile: str = "jetson-nano"
     weight: float = num(1.0, gt=0, le=1e12, doc="relative share of clients")
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of peak FLOP/s (profile's when null)")
     power_mode: str | None = None
     flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s")
+    memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
         positive(self.weight, f"{prefix}.weight")
+        positive(self.memory_mb, f"{prefix}.memory_mb")
         if self.flops_per_s is not None:
             vals = self.flops_per_s if isinstance(self.flops_per_s, list) else [self.flops_per_s]
             require(len(vals) in (1, 2) and all(v > 0 for v in vals), f"{prefix}.flops_per_s",
                     f"must be a positive number or [lo, hi], got {self.flops_per_s!r}")
         if self.efficiency is not None:
             require(0 < self.efficiency <= 1, f"{prefix}.efficiency", f"must be in (0, 1], got {self.efficiency!r}")
+
+
+@dataclass
+class CapabilityConfig:
+    """Relative compute capabilities at two levels, as Fed-RAA's β study sets them: round(β·N) clients
+    (a permutation drawn from the stream ``("capability",)``) run at ``levels[0]`` × ``unit_flops_per_s``,
+    the others at ``levels[1]`` × ``unit_flops_per_s``.  Replaces the device groups' speed (their
+    profiles still give power and memory); jitter applies as for any device.  Because the fraction is
+    exact, the draw depends on the number of clients."""
+
+    levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6, doc="[slow, fast] multiples of the unit")
+    beta: float = num(0.3, ge=0, le=1, doc="fraction of clients at the first level")
+    unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s")
+
+    def validate(self, prefix: str) -> None:
+        require(len(self.levels) == 2 and all(v > 0 for v in self.levels), f"{prefix}.levels",
+                f"must be two positive numbers [slow, fast], got {self.levels!r}")
+        require(0.0 <= self.beta <= 1.0, f"{prefix}.beta", f"must be in [0, 1], got {self.beta!r}")
+        positive(self.unit_flops_per_s, f"{prefix}.unit_flops_per_s")
 
 
 @dataclass
@@ -127,6 +150,7 @@ class DevicesConfig:
     )
     jitter: float = num(0.1, ge=0, le=5, doc="log-normal spread of each task's compute time")
     check_memory: bool = True
+    capability: CapabilityConfig | None = None
 
     def validate(self, prefix: str) -> None:
         require(len(self.mix) > 0, f"{prefix}.mix", "needs at least one device group")
@@ -594,7 +618,12 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
     if len(set(labels)) != len(labels):
         raise ConfigError("algorithm", f"variants need distinct labels, got {labels} (add label: ...)")
     kwargs["algorithms"] = specs
-    return Scenario(**kwargs)
+    scenario = Scenario(**kwargs)
+    for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)
+        check = getattr(spec.params, "validate_scenario", None)
+        if callable(check):
+            check(scenario, f"algorithm[{i}]" if isinstance(raw_alg, list) else "algorithm")
+    return scenario
 
 
 def builtin_scenarios() -> dict[str, str]:
