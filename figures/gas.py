@@ -316,7 +316,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.gas", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, short runs (under two minutes)")
+    p.add_argument("--quick", action="store_true", help="one seed, short runs (about 35 s of CPU time)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
     p.add_argument("--cifar-root", default=None, help="folder holding cifar-10-batches-py (adds a CIFAR-10 column)")
     args = p.parse_args(argv)
