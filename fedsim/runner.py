@@ -398,7 +398,7 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
                               f"{MAX_EVALUATIONS:,} evaluations, i.e. every_s >= {horizon / MAX_EVALUATIONS:.3g})")
     deadline = getattr(spec.params, "deadline_s", None)
     # sub-model algorithms train smaller models than the full one the estimate costs: no lower bound there
-    if deadline is not None and not registry()[spec.name].fits_submodels and deadline < est.fastest_task_s:
+    if deadline is not None and not registry()[spec.name].fits_devices(spec.params) and deadline < est.fastest_task_s:
         raise ConfigError(f"{alg}.deadline_s", f"got {deadline!r}: shorter than the fastest client's task "
                           f"({est.fastest_task_s:.4g} s of download, compute and upload without jitter), so "
                           f"every round would drop every client (allowed: >= {est.fastest_task_s:.4g})")
@@ -417,7 +417,7 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
     model = build_global_model(scenario, prepared.data)
     for spec in scenario.algorithms:
-        if not registry()[spec.name].fits_submodels:
+        if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
             _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
         _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
         # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
