@@ -72,6 +72,10 @@ class Context:
         self.parts = parts
         self.num_clients = len(parts)
         self.worker = model
+        #: the worker's live parameter and buffer tensors by state-dict name: loading a state is one copy
+        #: per tensor (what ``load_state_dict`` does, without its per-call module walk)
+        self._slots: dict[str, torch.Tensor] = dict(model.state_dict(keep_vars=True))
+        self._part_tensors: dict[int, torch.Tensor] = {}
         self.global_state: State = clone_state(model.state_dict())
         self.version = 0
         self.updates_applied = 0
@@ -129,12 +133,26 @@ class Context:
             samples = samples_processed(n, steps, self.sgd.batch_size)
             return TrainResult(state=base_state, stats=TrainStats(steps, samples, math.nan, math.nan),
                                flops=self.flop_cost.total * samples)
-        self.worker.load_state_dict(base_state)
+        self.load_worker(base_state)
         gen = self.streams.torch("client", client, "task", task)
         kwargs.setdefault("task", self.data.train.task)
-        stats = local_sgd(self.worker, self.data.train.x, self.data.train.y, self.parts[client], self.sgd, gen, **kwargs)
+        stats = local_sgd(self.worker, self.data.train.x, self.data.train.y, self.part_tensor(client), self.sgd, gen,
+                          **kwargs)
         flops = self.flop_cost.total * stats.samples
-        return TrainResult(state=clone_state(self.worker.state_dict()), stats=stats, flops=flops)
+        return TrainResult(state=clone_state(self._slots), stats=stats, flops=flops)
+
+    def load_worker(self, state: State) -> None:
+        """Copy ``state`` into the worker model (same tensors, same values as ``load_state_dict``)."""
+        with torch.no_grad():
+            for name, live in self._slots.items():
+                live.copy_(state[name])
+
+    def part_tensor(self, client: int) -> torch.Tensor:
+        """``client``'s sample indices as an int64 tensor (converted once per client, on first use)."""
+        t = self._part_tensors.get(client)
+        if t is None:
+            t = self._part_tensors[client] = torch.as_tensor(np.asarray(self.parts[client], dtype=np.int64))
+        return t
 
     def update_bytes(self, tensors: State) -> int:
         return state_bytes(tensors)
@@ -226,7 +244,7 @@ class Context:
         if self.scenario.train.systems_only:
             acc, loss = math.nan, math.nan
         else:
-            self.worker.load_state_dict(self.global_state)
+            self.load_worker(self.global_state)
             acc, loss = evaluate(self.worker, self.test, batch_size=self.scenario.eval.batch_size)
         row = {
             "t": float(self.env.now),

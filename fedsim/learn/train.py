@@ -231,7 +231,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
                    weight_decay=0.0 if manual_wd else cfg.weight_decay)
 
     was_training = model.training
-    model.train()
+    if not was_training:  # a module in training mode is left alone (train() walks every submodule)
+        model.train()
     for p in frozen:
         p.requires_grad_(False)
     losses: list[float] = []
@@ -264,7 +265,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     finally:
         for p in frozen:
             p.requires_grad_(True)
-        model.train(was_training)
+        if not was_training:
+            model.train(False)
     mean = float(np.mean(losses)) if losses else float("nan")
     last = losses[-1] if losses else float("nan")
     return TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last)
