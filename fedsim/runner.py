@@ -44,6 +44,7 @@ from fedsim.learn.partition import partition, partition_summary
 from fedsim.plugins import plugin_version_hooks
 from fedsim.runtime import Context
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
+from fedsim.sim.executor import Executor, make_executor
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import TRACE_FILES, Trace, load_trace, trace_path
 from fedsim.system.devices import check_memory
@@ -153,6 +154,7 @@ def run_variant(
     status, message = "ok", ""
     wall0 = time.perf_counter()
     ctx: Context | None = None
+    executor: Executor | None = None
     hooks: list[Any] = []
     for stale in [*(out / "checkpoints").glob("v*.pt"), out / "probes.csv", out / "probes_live.csv"]:
         stale.unlink(missing_ok=True)  # outputs of an earlier run in the same directory
@@ -160,7 +162,10 @@ def run_variant(
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
         _check_memory(world, model, scenario, tuple(data.train.input_shape))
-        ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
+        tr = scenario.train
+        executor = make_executor(tr.executor, tr.workers, tr.ray_address)
+        ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out,
+                      executor=executor)
         for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
             hook = make(ctx)
             if hook is not None:
@@ -192,6 +197,8 @@ def run_variant(
     finally:
         bar.close()
         trace.close()
+        if executor is not None:
+            executor.close()
         for hook in hooks:
             finish = getattr(hook, "finish", None)
             if finish is not None:

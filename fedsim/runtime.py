@@ -45,6 +45,51 @@ class TrainResult:
     upload_bytes: int | None = None
 
 
+class PendingTraining:
+    """A training task that has started: what it costs is known now, its weights when ``result()`` is called.
+
+    For plain local SGD the steps, samples and FLOPs follow from the client's sample count alone, so the
+    client's virtual compute time can run while the task is computed elsewhere (a remote executor);
+    ``result()`` is called where the update is needed.  Otherwise (in-process, custom trainers) the task
+    has already finished and ``result()`` just returns it.
+    """
+
+    def __init__(self, *, done: TrainResult | None = None, handle: Any = None, steps: int = 0, samples: int = 0,
+                 flops: float = 0.0, finish: Callable[[Any], TrainResult] | None = None) -> None:
+        self._done, self._handle, self._finish = done, handle, finish
+        self.steps = done.stats.steps if done is not None else steps
+        self.samples = done.stats.samples if done is not None else samples
+        self.flops = done.flops if done is not None else flops
+
+    def result(self) -> TrainResult:
+        if self._done is None:
+            assert self._finish is not None
+            self._done = self._finish(self._handle.result())
+            self._handle = None
+        return self._done
+
+
+_TASK_MODELS: dict[tuple, BlockModel] = {}
+
+
+def train_task(model_spec: tuple, x: torch.Tensor, y: torch.Tensor, base_state: State, indices: torch.Tensor,
+               sgd: SGDConfig, seed: int, task: str) -> tuple[State, TrainStats]:
+    """Plain local SGD as a self-contained task (what a remote executor runs): build (once per process) the
+    model ``model_spec`` = (name, input shape, outputs, hidden, width), load ``base_state``, train with the
+    batch stream seeded ``seed``.  Same inputs, same numbers as :meth:`Context._train`."""
+    from fedsim.learn.models import build_model
+
+    model = _TASK_MODELS.get(model_spec)
+    if model is None:
+        name, shape, outputs, hidden, width = model_spec
+        model = _TASK_MODELS[model_spec] = build_model(name, shape, outputs, hidden=hidden, width=width)
+    model.load_state_dict(base_state)
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    stats = local_sgd(model, x, y, indices, sgd, gen, task=task)
+    return clone_state(model.state_dict()), stats
+
+
 class Context:
     """Everything one algorithm run needs; the algorithm owns the global model's evolution."""
 
@@ -76,6 +121,7 @@ class Context:
         #: per tensor (what ``load_state_dict`` does, without its per-call module walk)
         self._slots: dict[str, torch.Tensor] = dict(model.state_dict(keep_vars=True))
         self._part_tensors: dict[int, torch.Tensor] = {}
+        self._shared_state: tuple[State, Any] | None = None  # the last base state shipped to remote workers
         self.global_state: State = clone_state(model.state_dict())
         self.version = 0
         self.updates_applied = 0
@@ -119,7 +165,37 @@ class Context:
                      **kwargs: Any) -> TrainResult:
         """Local training of ``client`` from ``base_state`` with the client's stream for this task (via the
         executor): plain local SGD of the whole model, or the assignment's sub-model and trainer."""
-        return self.executor.submit(self._train, client, base_state, task, assignment, **kwargs).result()
+        return self.start_training(client, base_state, task=task, assignment=assignment, **kwargs).result()
+
+    def start_training(self, client: int, base_state: State, *, task: int, assignment: "Assignment | None" = None,
+                       **kwargs: Any) -> PendingTraining:
+        """Start ``client``'s local training; see :class:`PendingTraining`.
+
+        In-process (and for sub-models, custom trainers and systems-only runs) the task runs now.  With a
+        remote executor, plain local SGD is shipped to a worker and collected by ``result()``."""
+        custom = assignment is not None and (assignment.submodel is not None or assignment.trainer is not None)
+        if not self.executor.remote or custom or kwargs or self.scenario.train.systems_only:
+            return PendingTraining(done=self.executor.submit(self._train, client, base_state, task, assignment,
+                                                             **kwargs).result())
+        ex = self.executor
+        m = self.scenario.model
+        hidden = m.hidden if m.hidden is None or isinstance(m.hidden, int) else tuple(m.hidden)
+        spec = (m.name, self.input_shape, self.data.train.num_outputs, hidden, m.width)
+        if self._shared_state is None or self._shared_state[0] is not base_state:
+            self._shared_state = (base_state, ex.put(base_state))
+        handle = ex.submit(train_task, spec, ex.share("x", self.data.train.x), ex.share("y", self.data.train.y),
+                           self._shared_state[1], self.part_tensor(client), self.sgd,
+                           self.streams.int_seed("client", client, "task", task), self.data.train.task)
+        n = len(self.parts[client])
+        steps = num_steps(n, self.sgd)
+        samples = samples_processed(n, steps, self.sgd.batch_size)
+        flops = self.flop_cost.total * samples
+
+        def finish(out: tuple[State, TrainStats]) -> TrainResult:
+            state, stats = out
+            return TrainResult(state=state, stats=stats, flops=self.flop_cost.total * stats.samples)
+
+        return PendingTraining(handle=handle, steps=steps, samples=samples, flops=flops, finish=finish)
 
     def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
                **kwargs: Any) -> TrainResult:

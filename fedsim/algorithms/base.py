@@ -152,8 +152,9 @@ def client_task(
     t0 = ctx.env.now
     down = ctx.download_bytes(a)
     yield from world.download(client, down, version=base_version)
-    result = ctx.train_client(client, base_state, task=task, assignment=a)
-    yield from world.compute(client, result.flops, what="train", steps=result.stats.steps, samples=result.stats.samples)
+    pending = ctx.start_training(client, base_state, task=task, assignment=a)
+    yield from world.compute(client, pending.flops, what="train", steps=pending.steps, samples=pending.samples)
+    result = pending.result()  # a remote executor computed it meanwhile; in-process it is already done
     tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
     nbytes = ctx.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
     yield from world.upload(client, nbytes)
