@@ -122,6 +122,13 @@ class Context:
         self._slots: dict[str, torch.Tensor] = dict(model.state_dict(keep_vars=True))
         self._part_tensors: dict[int, torch.Tensor] = {}
         self._shared_state: tuple[State, Any] | None = None  # the last base state shipped to remote workers
+        from fedsim.learn.batched import can_batch
+
+        #: train.batched: plain-SGD tasks dispatched from the same base state train together (vmap)
+        self.batched = bool(scenario.train.batched and not scenario.train.systems_only
+                            and can_batch(model, data.train.task))
+        self._batch_notes: dict[int, tuple[State, list[tuple[int, int]]]] = {}
+        self._batch_results: dict[tuple[int, int], TrainResult] = {}
         self.global_state: State = clone_state(model.state_dict())
         self.version = 0
         self.updates_applied = 0
@@ -174,6 +181,8 @@ class Context:
         In-process (and for sub-models, custom trainers and systems-only runs) the task runs now.  With a
         remote executor, plain local SGD is shipped to a worker and collected by ``result()``."""
         custom = assignment is not None and (assignment.submodel is not None or assignment.trainer is not None)
+        if self.batched and not custom and not kwargs:
+            return PendingTraining(done=self._batched_result(client, task, base_state))
         if not self.executor.remote or custom or kwargs or self.scenario.train.systems_only:
             return PendingTraining(done=self.executor.submit(self._train, client, base_state, task, assignment,
                                                              **kwargs).result())
@@ -216,6 +225,38 @@ class Context:
                           **kwargs)
         flops = self.flop_cost.total * stats.samples
         return TrainResult(state=clone_state(self._slots), stats=stats, flops=flops)
+
+    def note_dispatch(self, client: int, task: int, base_state: State, assignment: "Assignment | None" = None) -> None:
+        """Tell the context that ``client``'s task ``task`` will train from ``base_state`` (the algorithm's
+        dispatch calls this).  With ``train.batched``, the tasks noted for one base state train together when
+        the first of them starts computing; otherwise this does nothing."""
+        if not self.batched or (assignment is not None and (assignment.submodel is not None
+                                                            or assignment.trainer is not None)):
+            return
+        entry = self._batch_notes.get(id(base_state))
+        if entry is None or entry[0] is not base_state:
+            entry = self._batch_notes[id(base_state)] = (base_state, [])
+            while len(self._batch_notes) > 8:  # groups whose clients all dropped before computing
+                del self._batch_notes[next(iter(self._batch_notes))]
+        entry[1].append((client, task))
+
+    def _batched_result(self, client: int, task: int, base_state: State) -> TrainResult:
+        from fedsim.learn.batched import batched_local_sgd
+
+        done = self._batch_results.pop((client, task), None)
+        if done is not None:
+            return done
+        entry = self._batch_notes.get(id(base_state))
+        group = [(client, task)]
+        if entry is not None and entry[0] is base_state and (client, task) in entry[1]:
+            group = [ct for ct in entry[1] if ct not in self._batch_results]
+            del self._batch_notes[id(base_state)]
+        outs = batched_local_sgd(self.worker, base_state, self.data.train.x, self.data.train.y,
+                                 [self.part_tensor(c) for c, _ in group], self.sgd,
+                                 [self.streams.torch("client", c, "task", k) for c, k in group])
+        for (c, k), (state, stats) in zip(group, outs):
+            self._batch_results[(c, k)] = TrainResult(state=state, stats=stats, flops=self.flop_cost.total * stats.samples)
+        return self._batch_results.pop((client, task))
 
     def load_worker(self, state: State) -> None:
         """Copy ``state`` into the worker model (same tensors, same values as ``load_state_dict``)."""

@@ -208,7 +208,9 @@ class Algorithm:
         base, version = ctx.global_state, ctx.version
         extra = {} if a.submodel is None else {"submodel": ctx.submodel_summary(a.submodel)}
         ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=round_, **extra)
-        body = client_task(ctx, client, base, version, task=tasks.next(client), assignment=a)
+        k = tasks.next(client)
+        ctx.note_dispatch(client, k, base, a)
+        body = client_task(ctx, client, base, version, task=k, assignment=a)
         return self.launch(client, body, round_)
 
     def launch(self, client: int, body: Generator[simpy.events.Event, Any, Update], round_: int | None = None) -> simpy.Process:
