@@ -4,8 +4,9 @@ No training (``train.systems_only``): every task is costed from the real model's
 size runs in a fresh process (so its peak RSS is its own), with the compact trace.  The clients' data is
 an in-memory stand-in (a tiny 4-feature classification set, about 3 samples per client, split by
 position): the simulator's cost is what is measured here, not a dataset generator's.  The channel is a
-fixed 5/20 Mbit/s link (per-client random link rates are drawn once per client at start-up, which this
-leaves out).  Printed: start-up time, simulation time, events, events per second of simulation, peak RSS.
+fixed 5/20 Mbit/s link and one device class (a mix of classes, or per-client random link rates or speeds,
+draws once per client from its own named stream at start-up: about 35 us per client, which this leaves
+out).  Printed: start-up time, simulation time, events, events per second of simulation, peak RSS.
 
     python benchmarks/scale.py [--sizes 10000 100000 1000000] [--per-round 1000] [--rounds 3] [--all]
 
@@ -44,6 +45,7 @@ def one(clients: int, per_round: int, rounds: int, out: str) -> dict:
         "name": "scale", "seed": 0, "data": {"num_clients": clients},
         "model": {"name": "logreg"},
         "train": {"systems_only": True, "batch_size": 10, "local_steps": 20},
+        "devices": {"mix": [{"profile": "jetson-nano"}]},
         "channel": {"uplink": {"model": "fixed", "mbps": 5.0}, "downlink": {"model": "fixed", "mbps": 20.0}},
         "algorithm": {"name": "fedavg", "clients_per_round": per_round},
         "stop": {"max_versions": rounds}, "eval": {"every_versions": None},
