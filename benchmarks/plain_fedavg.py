@@ -86,4 +86,4 @@ def main(plan_path: str) -> tuple[float, float]:
 
 if __name__ == "__main__":
     accuracy, seconds = main(sys.argv[1])
-    print(f"final accuracy {accuracy:.6f} rounds {seconds:.4f} s")
+    print(f"final accuracy {accuracy!r} rounds {seconds:.4f} s")
