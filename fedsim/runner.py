@@ -84,7 +84,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
     m = scenario.model
     return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       seed_generator=Streams(scenario.seed).torch("model", "init"))
+                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
@@ -161,7 +161,8 @@ def run_variant(
     try:
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        _check_memory(world, model, scenario, tuple(data.train.input_shape))
+        if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
+            _check_memory(world, model, scenario, tuple(data.train.input_shape))
         tr = scenario.train
         executor = make_executor(tr.executor, tr.workers, tr.ray_address)
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out,

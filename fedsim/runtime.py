@@ -21,16 +21,18 @@ from fedsim.learn.costs import FlopCost, flops_per_sample, state_bytes
 from fedsim.learn.data import FederatedData
 from fedsim.learn.models import BlockModel
 from fedsim.learn.state import Mask, State, clone_state, coverage_counts
-from fedsim.learn.train import SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed
+from fedsim.learn.submodel import SubModel, SubModelCosts, extract, full_submodel, insert, sub_state_bytes, submodel_costs
+from fedsim.learn.train import (SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed,
+                                static_bn_statistics)
 from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor, InProcessExecutor
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
+from fedsim.system.devices import check_memory
 from fedsim.system.world import World
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.algorithms.base import Assignment, Update
-    from fedsim.learn.submodel import SubModel
 
 
 @dataclass
@@ -152,6 +154,13 @@ class Context:
             idx = torch.as_tensor(np.sort(idx))
             test = type(test)(x=test.x[idx], y=test.y[idx], num_classes=test.num_classes, name=test.name, task=test.task)
         self.test = test
+        self.bn_data: torch.Tensor | None = None  # static-BN statistics at evaluation (eval.bn_stats: train)
+        if ev.bn_stats == "train":
+            pool = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if parts else np.zeros(0, np.int64)
+            pool = np.unique(pool)
+            if ev.bn_samples is not None and ev.bn_samples < len(pool):
+                pool = np.sort(streams.numpy("eval", "bn").choice(pool, size=ev.bn_samples, replace=False))
+            self.bn_data = data.train.x[torch.as_tensor(pool)]
         self._last_eval_time = -math.inf
         self._wall0 = time.perf_counter()
         self.run_dir = None if run_dir is None else Path(run_dir)
@@ -209,9 +218,7 @@ class Context:
     def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
                **kwargs: Any) -> TrainResult:
         if assignment is not None and (assignment.submodel is not None or assignment.trainer is not None):
-            from fedsim.learn.submodel import train_assignment
-
-            return train_assignment(self, client, base_state, task, assignment)
+            return self._train_assignment(client, base_state, task, assignment)
         if self.scenario.train.systems_only:
             n = len(self.parts[client])
             steps = num_steps(n, self.sgd)
@@ -271,6 +278,75 @@ class Context:
             t = self._part_tensors[client] = torch.as_tensor(np.asarray(self.parts[client], dtype=np.int64))
         return t
 
+    def _train_assignment(self, client: int, base_state: State, task: int, assignment: "Assignment") -> TrainResult:
+        """Train the assignment's sub-model: extract -> local SGD (or the assignment's trainer) -> insert.
+
+        FLOPs are measured on the extracted module (per sample, cached per sub-model and architecture) ×
+        the samples processed, unless the trainer reports its own; the upload is the trainable blocks'
+        tensors only; the module must fit the client's device (:meth:`check_submodel_memory`).  The result's
+        state holds the trainable blocks' full-shape tensors and its mask their trained entries (mask None
+        only when the whole model was trained).  A systems-only run trains nothing and sends the
+        downloaded values back under the same mask, so costs and coverage are those of the real run.
+        """
+        sub = assignment.submodel if assignment.submodel is not None else full_submodel(self.worker)
+        costs = self.check_submodel_memory(client, sub)
+        idx = self.parts[client]
+        if self.scenario.train.systems_only:
+            steps = num_steps(len(idx), self.sgd)
+            stats = TrainStats(steps, samples_processed(len(idx), steps, self.sgd.batch_size), math.nan, math.nan)
+            flops: float | None = None
+            tensors, mask = insert(base_state, sub, None)
+        else:
+            module = extract(self.worker, base_state, sub)
+            gen = self.streams.torch("client", client, "task", task)
+            if assignment.trainer is not None:
+                outcome = assignment.trainer(module, self, client, idx, gen)
+                stats, flops = outcome.stats, outcome.flops
+            else:
+                stats = local_sgd(module, self.data.train.x, self.data.train.y, idx, self.sgd, gen,
+                                  task=self.data.train.task)
+                flops = None
+            tensors, mask = insert(base_state, sub, module.state_dict())
+        if flops is None:
+            flops = costs.flops.total * stats.samples
+        whole = not mask and set(tensors) == set(base_state)
+        return TrainResult(state=tensors, stats=stats, flops=float(flops), mask=None if whole else mask,
+                           upload_bytes=costs.upload_bytes)
+
+    def submodel_costs(self, sub: SubModel) -> SubModelCosts:
+        """FLOPs per sample, bytes both ways and training memory of ``sub`` at this run's batch size
+        (:func:`fedsim.learn.submodel.submodel_costs`, cached per sub-model)."""
+        return submodel_costs(self.worker, sub, self.input_shape, self.sgd.batch_size,
+                              momentum=self.sgd.momentum > 0, state=self.global_state)
+
+    def check_submodel_memory(self, client: int, sub: SubModel) -> SubModelCosts:
+        """The costs of ``sub``; refuses (one line naming the device, the model and both memory figures) when
+        its training memory exceeds the client's device and ``devices.check_memory`` is on."""
+        costs = self.submodel_costs(sub)
+        device = self.world.device(client)
+        if self.scenario.devices.check_memory and costs.memory.total > device.memory_bytes:
+            kept = sub.summary(self.worker)["kept"]
+            check_memory(device, costs.memory.total,
+                         f"training model '{self.scenario.model.name}' as a sub-model keeping {kept:.4g} of it "
+                         f"(batch {self.sgd.batch_size})")
+        return costs
+
+    def fit_submodel(self, client: int, candidates: Sequence[SubModel]) -> SubModel:
+        """The first of ``candidates`` (give them largest first) whose training memory fits the client's
+        device; when none does, refuses with the smallest candidate's need (the one that came closest).
+        With ``devices.check_memory`` off, the first candidate."""
+        if not candidates:
+            raise ValueError("fit_submodel needs at least one candidate sub-model")
+        if not self.scenario.devices.check_memory:
+            return candidates[0]
+        budget = self.world.device(client).memory_bytes
+        for sub in candidates:
+            if self.submodel_costs(sub).memory.total <= budget:
+                return sub
+        smallest = min(candidates, key=lambda s: self.submodel_costs(s).memory.total)
+        self.check_submodel_memory(client, smallest)
+        return smallest  # pragma: no cover - check_submodel_memory raised
+
     def update_bytes(self, tensors: State) -> int:
         return state_bytes(tensors)
 
@@ -278,11 +354,9 @@ class Context:
         """Bytes a client downloads for ``assignment``: the whole model, or the sub-model's tensors only."""
         if assignment is None or assignment.submodel is None:
             return self.model_bytes
-        from fedsim.learn.submodel import sub_state_bytes
+        return int(sub_state_bytes(self.worker, assignment.submodel, state=self.global_state))
 
-        return int(sub_state_bytes(self.worker, self.global_state, assignment.submodel))
-
-    def submodel_summary(self, sub: "SubModel") -> dict[str, Any]:
+    def submodel_summary(self, sub: SubModel) -> dict[str, Any]:
         """The compact trace description of a sub-model (kept fraction per block, block states)."""
         return sub.summary(self.worker)
 
@@ -298,7 +372,8 @@ class Context:
 
         Emits one ``apply`` event per update (its base version, staleness in versions and in seconds, its
         weight in the aggregate as the rule reports it, and, for a partial update, its ``coverage``: the
-        covered fraction of each tensor), then commits ``new_state`` as the next version.  When any update
+        covered fraction of each tensor; for a sub-model update also its ``submodel`` summary, as on its
+        dispatch: kept fraction per block and block states), then commits ``new_state`` as the next version.  When any update
         is partial, the ``aggregate`` event also carries N_q^i over the entries of ``base`` (default: the
         current global state): ``coverage_min`` and ``coverage_mean``.  A synchronous round passes its
         ``round_record`` (start, clients, dropped), emitted as the ``round`` event before the new version.
@@ -309,6 +384,9 @@ class Context:
             extra: dict[str, Any] = {}
             if partial:
                 extra["coverage"] = _coverage_fractions(u, self.global_state)
+            sub = getattr(u.info.get("assignment"), "submodel", None)
+            if sub is not None:  # what the update trained, as its dispatch said (compact)
+                extra["submodel"] = self.submodel_summary(sub)
             self.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=self.version + 1,
                             staleness=self.version - u.base_version, staleness_s=env.now - u.download_time,
                             weight=float(w), round=round_, **extra)
@@ -358,11 +436,18 @@ class Context:
             hook(self, final)
 
     def evaluate(self, *, round_: int | None = None) -> dict[str, Any]:
+        per_client = self.scenario.eval.per_client and not self.scenario.train.systems_only
+        client_rows: list[tuple[int, float, float]] = []
         if self.scenario.train.systems_only:
             acc, loss = math.nan, math.nan
         else:
             self.load_worker(self.global_state)
-            acc, loss = evaluate(self.worker, self.test, batch_size=self.scenario.eval.batch_size)
+            bs = self.scenario.eval.batch_size
+            with static_bn_statistics(self.worker, self.bn_data, bs):
+                acc, loss = evaluate(self.worker, self.test, batch_size=bs)
+                if per_client:
+                    client_rows = [(c, *evaluate(self.worker, self.data.train.subset(idx), batch_size=bs))
+                                   for c, idx in enumerate(self.parts)]
         row = {
             "t": float(self.env.now),
             "version": self.version,
@@ -375,11 +460,9 @@ class Context:
             "wall_s": time.perf_counter() - self._wall0,
         }
         self.metrics.append(row)
-        if self.scenario.eval.per_client and not self.scenario.train.systems_only:
-            for c, idx in enumerate(self.parts):
-                c_acc, c_loss = evaluate(self.worker, self.data.train.subset(idx), batch_size=self.scenario.eval.batch_size)
-                self.client_metrics.append({"t": row["t"], "version": self.version, "client": c,
-                                            "accuracy": float(c_acc), "loss": float(c_loss)})
+        for c, c_acc, c_loss in client_rows:
+            self.client_metrics.append({"t": row["t"], "version": self.version, "client": c,
+                                        "accuracy": float(c_acc), "loss": float(c_loss)})
         self._last_eval_time = self.env.now
         self.trace.emit(self.env.now, "eval", version=self.version, round=round_, accuracy=row["accuracy"], loss=row["loss"])
         return row

@@ -177,10 +177,20 @@ class Algorithm:
     """Base class: an algorithm is a SimPy process over a Context, with a validated Config."""
 
     name = "base"
+    #: True for algorithms that fit a sub-model to each client's device themselves (``Context.fit_submodel``):
+    #: the runner then skips its check that the whole model fits every device.
+    fits_submodels: bool = False
 
     @dataclass
     class Config:
         pass
+
+    @classmethod
+    def fits_devices(cls, config: Any) -> bool:
+        """Whether this algorithm, so configured, keeps every client within its device's memory itself (the
+        runner then skips its whole-model check): sub-model algorithms, or FedAvg sampling only the devices
+        that fit (``only_fitting``)."""
+        return cls.fits_submodels
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx

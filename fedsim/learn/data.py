@@ -6,7 +6,7 @@ an index array into the train tensors: client state stays data, not data loaders
 scaled to [0, 1] and then normalised with the per-channel mean and standard deviation of the *train*
 split (the test split uses the same statistics, so no test information leaks into training).
 
-Nothing is downloaded.  ``digits``, ``mnist1d``, ``synthetic`` and ``quadratic`` are generated in memory;
+Nothing is downloaded.  ``digits``, ``digits32``, ``mnist1d``, ``synthetic`` and ``quadratic`` are generated in memory;
 the other datasets are read from files the user already has under ``root``.  Every random choice
 (train/test split, subsampling, synthetic generation) comes from the ``rng`` passed in, which the caller
 takes from a named stream; when ``rng`` is omitted a generator seeded with 0 is used so that a call is
@@ -186,8 +186,14 @@ def _find_dir(root: Path, subdirs: tuple[str, ...], present: Callable[[Path], li
 _DIGITS_OPTS = ("test_fraction",)
 
 
-def _load_digits(rng: np.random.Generator, opts: dict) -> FederatedData:
-    """sklearn's 8x8 handwritten digits (1797 images, pixel values 0..16), split at random 80/20."""
+def _load_digits(rng: np.random.Generator, opts: dict, *, upscale: bool = False) -> FederatedData:
+    """sklearn's 8x8 handwritten digits (1797 images, pixel values 0..16), split at random 80/20.
+
+    ``upscale`` gives ``digits32``, an offline stand-in for 32x32 colour images (CIFAR-shaped: 3x32x32,
+    10 classes), so conv nets and ViTs run without downloads: the same images, upscaled to 32x32 by
+    bilinear interpolation (``torch.nn.functional.interpolate``, ``align_corners=False``: deterministic)
+    and repeated on 3 identical channels, before the same split (for the same ``rng``) and normalisation.
+    """
     from sklearn.datasets import load_digits
 
     frac = float(opts.get("test_fraction", 0.2))
@@ -195,12 +201,16 @@ def _load_digits(rng: np.random.Generator, opts: dict) -> FederatedData:
         raise ConfigError("data.options.test_fraction", f"must be in (0, 1), got {frac!r}")
     d = load_digits()
     x = (d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    name = "digits"
+    if upscale:
+        big = torch.nn.functional.interpolate(torch.from_numpy(x), size=(32, 32), mode="bilinear", align_corners=False)
+        x, name = big.repeat(1, 3, 1, 1).numpy(), "digits32"
     y = d.target.astype(np.int64)
     perm = rng.permutation(len(y))
     n_test = int(round(frac * len(y)))
     te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     xtr, xte = normalise_channels(x[tr], x[te])
-    return FederatedData(_to_dataset(xtr, y[tr], 10, "digits"), _to_dataset(xte, y[te], 10, "digits"))
+    return FederatedData(_to_dataset(xtr, y[tr], 10, name), _to_dataset(xte, y[te], 10, name))
 
 
 def _mnist1d_opts() -> tuple[str, ...]:
@@ -631,7 +641,7 @@ def _load_cinic10(root: Path, rng: np.random.Generator, opts: dict) -> Federated
 # entry point
 
 
-DATASETS: tuple[str, ...] = ("digits", "mnist1d", "synthetic", "quadratic", "mnist", "fashion_mnist", "cifar10",
+DATASETS: tuple[str, ...] = ("digits", "digits32", "mnist1d", "synthetic", "quadratic", "mnist", "fashion_mnist", "cifar10",
                              "cifar100", "svhn", "femnist", "cinic10")
 
 _SUBSAMPLE = ("train_size", "test_size")
@@ -648,6 +658,8 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, num_client
     rng = np.random.default_rng(0) if rng is None else rng
     if name == "digits":
         return _load_digits(rng, _check_options(name, options, _DIGITS_OPTS))
+    if name == "digits32":
+        return _load_digits(rng, _check_options(name, options, _DIGITS_OPTS), upscale=True)
     if name == "mnist1d":
         return _load_mnist1d(rng, _check_options(name, options, _mnist1d_opts()))
     if name == "synthetic":
