@@ -74,10 +74,11 @@ class RunResult:
         """The event trace of every algorithm (``label`` column); see docs/trace-format.md."""
         import pandas as pd
 
-        from fedsim.sim.trace import load_trace
+        from fedsim.sim.trace import TRACE_FILES, load_trace
 
         if self._trace is None:
-            frames = [load_trace(d).assign(label=label) for label, d in self._folders() if (d / "trace.jsonl").exists()]
+            frames = [load_trace(d).assign(label=label) for label, d in self._folders()
+                      if any((d / name).exists() for name in TRACE_FILES.values())]
             self._trace = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         return self._trace
 
