@@ -101,7 +101,13 @@ def sweep_figure(table: pd.DataFrame, path: Path) -> None:
         if not numeric:
             ax.set_xticks(list(range(len(group))), [str(v) for v in group["value"]])
     if numeric and (table["value"] > 0).all() and table["value"].max() / table["value"].min() >= 10:
+        from matplotlib.ticker import NullLocator
+
         ax.set_xscale("log")
+        ax.xaxis.set_minor_locator(NullLocator())  # the swept values are the ticks: no overlapping log labels
+    if numeric:
+        values = sorted(set(table["value"]))
+        ax.set_xticks(values, [f"{v:g}" for v in values])
     key = table["key"].iloc[0] if len(table) else ""
     ax.set_xlabel(f"{key} (swept)")
     tgt = table["target"].iloc[0] if use_target else None
