@@ -84,6 +84,11 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     if len(st):
         s = st["staleness"].astype(int)
         ax.hist(s, bins=np.arange(s.min(), s.max() + 2) - 0.5, color="tab:blue", edgecolor="white")
+        # integer staleness on integer ticks; a single value (all zero) still gets a readable range
+        ax.set_xlim(min(s.min(), 0) - 0.6, max(s.max(), 1) + 0.6)
+        from matplotlib.ticker import MaxNLocator as _Int
+
+        ax.xaxis.set_major_locator(_Int(integer=True))
     ax.set(xlabel="staleness (model versions)", ylabel="updates", title="Staleness of applied updates")
     fig.tight_layout()
     fig.savefig(out / "staleness_hist.png", dpi=110)
@@ -98,7 +103,12 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     ax.set(xlabel="round", ylabel="min clients covering a segment", title="N* per round")
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(per):  # counts from 0, so a constant N* = 10 is not drawn on ticks 9.45-10.50
+        from fedsim.report import count_axis
+
+        count_axis(ax, pd.concat([per["n_star"], per["n_star_trained"]]))
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(out / "n_star_per_round.png", dpi=110)
     plt.close(fig)
