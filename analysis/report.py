@@ -28,7 +28,7 @@ from analysis import fedraa_metrics
 from analysis import trace_metrics as tm
 from analysis.theory import MODULES, Check, checks_frame
 from fedsim.errors import ConfigError
-from fedsim.sim.trace import load_trace
+from fedsim.sim.trace import load_trace, trace_path
 
 #: Substrings of a normalised algorithm name -> theory module key; anything else uses local_sgd.
 _FAMILIES = (("cos2p", "cos2p"), ("fedraa", "fedraa"), ("greraa", "fedraa"), ("semisfl", "semisfl"),
@@ -141,9 +141,9 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     run = Path(run_dir)
     if not run.is_dir():
         raise ConfigError("run_dir", f"{str(run)!r} is not a directory")
-    trace_path = run / "trace.jsonl"
-    if not trace_path.exists():
-        raise ConfigError("run_dir", f"no trace.jsonl in {str(run)!r}")
+    trace_file = trace_path(run)
+    if not trace_file.exists():
+        raise ConfigError("run_dir", f"no trace (trace.jsonl or trace.compact.gz) in {str(run)!r}")
     from analysis.probes import ensure_probes, probe_figures
 
     probe_error = ""
@@ -151,7 +151,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
         probes = ensure_probes(run, progress=progress)
     except (ConfigError, RuntimeError, KeyError) as exc:  # e.g. checkpoints of a model the probes cannot rebuild
         probes, probe_error = None, f"{type(exc).__name__}: {exc}"
-    trace = load_trace(trace_path)
+    trace = load_trace(trace_file)
     metrics = pd.read_csv(run / "metrics.csv") if (run / "metrics.csv").exists() else None
     scenario: dict[str, Any] = {}
     if (run / "scenario.yaml").exists():

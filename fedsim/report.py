@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.sim.trace import load_trace  # noqa: E402
+from fedsim.sim.trace import load_trace, trace_path  # noqa: E402
 
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
 TIMELINE_MAX_EVENTS = 3000
@@ -279,9 +279,9 @@ def run_figures(run_dir: str | Path) -> list[Path]:
             p = run_dir / "loss_vs_time.png"
             accuracy_figure({run_dir.name: m}, p, column="loss")
             written.append(p)  # (systems-only runs have neither)
-    trace_path = run_dir / "trace.jsonl"
-    if trace_path.exists():
-        df = load_trace(trace_path, kinds=("download", "compute", "upload", "offline", "server"))
+    trace_file = trace_path(run_dir)
+    if trace_file.exists():
+        df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server"))
         if len(df):
             p = run_dir / "timeline.png"
             timeline_figure(df, p, max_bars=TIMELINE_MAX_EVENTS)  # the whole run, merged bars when dense
@@ -289,7 +289,7 @@ def run_figures(run_dir: str | Path) -> list[Path]:
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
                 if fn(df, run_dir / name):
                     written.append(run_dir / name)
-        dispatch = load_trace(trace_path, kinds=("dispatch",))
+        dispatch = load_trace(trace_file, kinds=("dispatch",))
         if submodel_figure(dispatch, run_dir / "submodel_heatmap.png", _device_classes(run_dir)):
             written.append(run_dir / "submodel_heatmap.png")
     energy_path = run_dir / "energy.csv"
