@@ -202,7 +202,7 @@ class EmbracingFL(FedAvg):
         model: BlockModel = ctx.worker
         n = model.num_blocks()
         self.frozen: dict[str, int] = {"strong": 0}
-        for t in ("moderate", "weak"):
+        for t in ("weak", "moderate"):   # a type missing from ``splits`` freezes as much as the weak one
             k = int(config.splits.get(t, config.splits.get("weak", 1)))
             if k >= n:
                 raise ConfigError(f"algorithm.splits.{t}",
