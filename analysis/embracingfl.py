@@ -113,3 +113,185 @@ def depth_spearman(df: pd.DataFrame) -> float:
 
     last = df[df["iteration"] == df["iteration"].max()]
     return float(spearmanr(last["depth"], last["svcca"]).statistic)
+
+
+# ---------------------------------------------------------------------------------------------- theory
+
+def _partition_index(model: torch.nn.Module, frozen: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boolean masks over the flat parameter vector (``flat_params`` order): y = blocks[:frozen], z = the rest."""
+    ys = []
+    for name, p in model.named_parameters():
+        ys.append(np.full(p.numel(), int(name.split(".")[1]) < frozen))
+    y = np.concatenate(ys) if ys else np.zeros(0, dtype=bool)
+    return y, ~y
+
+
+def _lemma2_bound(eta: float, tau: float, L: float, sigma2: float, sigma_bar2: float, grad2: float) -> float:
+    """Lemma 2's right-hand side for one partition (per-client average); inf when A = 2η²L²τ(τ−1) ≥ 1."""
+    A = 2 * eta**2 * L**2 * tau * (tau - 1)
+    if A >= 1 or L <= 0:
+        return math.inf
+    return float(eta**2 * tau * (tau - 1) / (1 - A) * sigma2 + 2 * tau * A / ((1 - A) * L**2) * (sigma_bar2 + grad2))
+
+
+def partition_probes(run_dir: str, *, sigma_samples: int = 8, progress: bool = False) -> tuple[pd.DataFrame, dict]:
+    """EmbracingFL's §4.9 quantities at every checkpoint of a run, split into y (blocks frozen by the
+    weakest client type present, trained by the strong clients only) and z (trained by everyone).
+
+    Per checkpoint: ‖∇_y F‖², ‖∇_z F‖² (F = the unweighted mean of the clients' full-batch losses, as in
+    the paper); σ_k² (max over clients of the mean squared deviation of a minibatch gradient of
+    ``train.batch_size``); σ̄_k² (max over clients of ‖∇_k F_i − ∇_k F‖²); the strong-subset deviation
+    ‖∇_y F_s − ∇_y F‖² with F_s the strong clients' mean; the model discrepancy of Lemma 2 measured by
+    re-running τ plain-SGD steps (the theorem's local update, no momentum) of step η from the checkpoint on
+    every client (y over the strong clients, z over all).  L_k is the largest secant
+    ‖∇_k F(x) − ∇_k F(x')‖ / ‖x − x'‖ between consecutive checkpoints (a lower bound on the true L_k).
+    Returns the table and the summary (keys of :mod:`analysis.theory.embracingfl`).
+    """
+    from pathlib import Path
+
+    from analysis.estimators import flat_params, global_gradient
+    from analysis.probes import Prober, ProbeSettings, _load_state, checkpoints
+    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.scenario import load_scenario
+    from fedsim.sim.trace import load_trace
+
+    run = Path(run_dir)
+    scenario = load_scenario(run / "scenario.yaml")
+    trace = load_trace(run / "trace.jsonl")
+    info = trace[trace["kind"] == "client_types"]
+    if info.empty:
+        raise ConfigError("run_dir", f"{str(run)!r} has no client_types event (not an EmbracingFL run)")
+    info = info.iloc[0]
+    types = list(info["types"])
+    present = [t for t in ("weak", "moderate") if t in types]
+    frozen = int(info["frozen_blocks"][present[0]]) if present else 0
+    strong = [i for i, t in enumerate(types) if t == "strong"]
+    asg = trace[trace["kind"] == "assignment"]
+    per_round = asg.groupby("round")["client_type"].agg(list) if len(asg) else pd.Series(dtype=object)
+    s_round = float(np.mean([sum(t == "strong" for t in r) for r in per_round])) if len(per_round) else float(len(strong))
+    m_round = float(np.mean([len(r) for r in per_round])) if len(per_round) else float(len(types))
+    prepared = prepare_data(scenario)
+    model = build_global_model(scenario, prepared.data)
+    prober = Prober(scenario, prepared.data, prepared.parts, model, ProbeSettings(hessian_samples=0))
+    clients = prober.clients
+    y_idx, z_idx = _partition_index(prober.model, frozen)
+    eta, tau = float(scenario.train.lr), float(scenario.train.local_steps or 1)
+    plain = SGDConfig(lr=eta, momentum=0.0, batch_size=scenario.train.batch_size, local_steps=int(tau), local_epochs=None)
+    items = list(checkpoints(run).items())
+    if progress:
+        from tqdm import tqdm
+
+        items = tqdm(items, desc="EmbracingFL partition probes", unit="ckpt", dynamic_ncols=True)
+    rows, prev = [], None
+    for v, path in items:
+        state = _load_state(path)
+        prober.model.load_state_dict(state)
+        w = flat_params(prober.model)
+        grads = np.stack([clients.grad(i, w) for i in range(clients.n_clients)])
+        g = global_gradient(grads)
+        rng = np.random.default_rng(1000 + v)
+        sig_y, sig_z = [], []
+        for i in range(clients.n_clients):
+            dev = [clients.stoch_grad(i, w, rng) - grads[i] for _ in range(sigma_samples)]
+            sig_y.append(float(np.mean([d[y_idx] @ d[y_idx] for d in dev])))
+            sig_z.append(float(np.mean([d[z_idx] @ d[z_idx] for d in dev])))
+        dev_all = grads - g
+        gs = grads[strong].mean(axis=0) if strong else np.full_like(g, np.nan)
+        disc_y, disc_z = [], []
+        for i in range(clients.n_clients):
+            prober.model.load_state_dict(state)
+            xs, ys_ = clients.datasets[i]
+            gen = torch.Generator().manual_seed(7919 * v + i)
+            tot_y = tot_z = 0.0
+            # a partial client trains z only (its y stays frozen), as in the run
+            params = None if (i in strong or frozen == 0) else [p for b in prober.model.blocks[frozen:] for p in b.parameters()]
+            one = SGDConfig(**{**plain.__dict__, "local_steps": 1})
+            for _ in range(int(tau) - 1):   # Σ_{j=0}^{τ-1} ‖x_{t,j} − x_t‖²: the point after j steps, j < τ
+                local_sgd(prober.model, xs, ys_, np.arange(len(xs)), one, gen, params=params)
+                d = flat_params(prober.model) - w
+                tot_y += float(d[y_idx] @ d[y_idx])
+                tot_z += float(d[z_idx] @ d[z_idx])
+            if i in strong:
+                disc_y.append(tot_y)
+            disc_z.append(tot_z)
+        row = {
+            "version": int(v), "grad_y_sq": float(g[y_idx] @ g[y_idx]), "grad_z_sq": float(g[z_idx] @ g[z_idx]),
+            "sigma_y2": float(np.max(sig_y)), "sigma_z2": float(np.max(sig_z)),
+            "sigma_bar_y2": float(np.max(np.sum(dev_all[:, y_idx] ** 2, axis=1))),
+            "sigma_bar_z2": float(np.max(np.sum(dev_all[:, z_idx] ** 2, axis=1))),
+            "strong_subset_dev": float(np.sum((gs[y_idx] - g[y_idx]) ** 2)),
+            "discrepancy_y": float(np.mean(disc_y)) if disc_y else float("nan"),
+            "discrepancy_z": float(np.mean(disc_z)),
+            "L_y_secant": float("nan"), "L_z_secant": float("nan"),
+        }
+        if prev is not None:
+            dx = float(np.linalg.norm(w - prev[0]))
+            if dx > 0:
+                row["L_y_secant"] = float(np.linalg.norm(g[y_idx] - prev[1][y_idx]) / dx)
+                row["L_z_secant"] = float(np.linalg.norm(g[z_idx] - prev[1][z_idx]) / dx)
+        prev = (w, g)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    L_y = float(np.nanmax(df["L_y_secant"])) if df["L_y_secant"].notna().any() else float("nan")
+    L_z = float(np.nanmax(df["L_z_secant"])) if df["L_z_secant"].notna().any() else float("nan")
+    for k, L in (("y", L_y), ("z", L_z)):
+        df[f"lemma2_bound_{k}"] = [_lemma2_bound(eta, tau, L, r[f"sigma_{k}2"], r[f"sigma_bar_{k}2"], r[f"grad_{k}_sq"])
+                                   for _, r in df.iterrows()]
+    summary = {
+        "frozen_blocks_y": frozen, "s": s_round, "m": m_round, "eta": eta, "tau": tau,
+        "L_y": L_y, "L_z": L_z,
+        "sigma_y2": float(df["sigma_y2"].max()), "sigma_z2": float(df["sigma_z2"].max()),
+        "sigma_bar_y2": float(df["sigma_bar_y2"].max()), "sigma_bar_z2": float(df["sigma_bar_z2"].max()),
+        "strong_subset_dev": float(df["strong_subset_dev"].mean()),
+        "avg_grad_y_sq": float(df["grad_y_sq"].mean()), "avg_grad_z_sq": float(df["grad_z_sq"].mean()),
+    }
+    return df, summary
+
+
+def ensure_partition_probes(run_dir: str, *, progress: bool = False) -> tuple[pd.DataFrame, dict]:
+    """``partition_probes`` once per run: cached in ``embracingfl_probes.csv``; the summary is merged
+    into ``measured.json`` (overriding the generic probe's ``eta``, ``m``: here η is the local step size
+    and m the clients per round of the theorem)."""
+    import json
+    from pathlib import Path
+
+    run = Path(run_dir)
+    csv = run / "embracingfl_probes.csv"
+    path = run / "measured.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if csv.exists() and "embracingfl" in old:
+        return pd.read_csv(csv), dict(old["embracingfl"])
+    df, summary = partition_probes(str(run), progress=progress)
+    df.to_csv(csv, index=False)
+    path.write_text(json.dumps({**old, **summary, "embracingfl": summary}, indent=2), encoding="utf-8")
+    return df, summary
+
+
+def partition_rows(df: pd.DataFrame, summary: dict) -> list:
+    """The y/z rows of ``fedsim check`` (measured, bound or expectation, holds, note)."""
+    from analysis.theory.base import Check, le
+
+    k = int(summary["frozen_blocks_y"])
+    y, z = f"y (blocks 0..{k - 1}, strong only)", f"z (blocks {k}.., everyone)"
+    rows = [
+        Check(f"{y}: mean ||grad_y F||^2", summary["avg_grad_y_sq"], None, None, f"{len(df)} checkpoints"),
+        Check(f"{z}: mean ||grad_z F||^2", summary["avg_grad_z_sq"], None, None, f"{len(df)} checkpoints"),
+        Check(f"{y}: sigma_y^2", summary["sigma_y2"], None, None, "max over clients and checkpoints"),
+        Check(f"{z}: sigma_z^2", summary["sigma_z2"], None, None, "max over clients and checkpoints"),
+        Check(f"{y}: sigma_bar_y^2", summary["sigma_bar_y2"], None, None, "max_i ||grad_y F_i - grad_y F||^2"),
+        Check(f"{z}: sigma_bar_z^2", summary["sigma_bar_z2"], None, None, "max_i ||grad_z F_i - grad_z F||^2"),
+        Check(f"{y}: L_y (secant)", summary["L_y"], None, None, "largest secant between checkpoints"),
+        Check(f"{z}: L_z (secant)", summary["L_z"], None, None, "largest secant between checkpoints"),
+        Check("strong clients per round s / clients per round m", summary["s"], summary["m"], None,
+              "s (measured) against m (bound column)"),
+    ]
+    for part in ("y", "z"):
+        d = df[[f"discrepancy_{part}", f"lemma2_bound_{part}"]].dropna()
+        if d.empty:
+            continue
+        ratio = d[f"discrepancy_{part}"] / d[f"lemma2_bound_{part}"]
+        worst = d.loc[ratio.idxmax()]
+        rows.append(le(f"Lemma 2: model discrepancy {part} (worst checkpoint)", float(worst[f"discrepancy_{part}"]),
+                       float(worst[f"lemma2_bound_{part}"]),
+                       f"{int((ratio <= 1).sum())}/{len(d)} checkpoints within; plain SGD of step eta re-run from each"))
+    return rows
