@@ -11,29 +11,39 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import State, clone_state
 from fedsim.learn.costs import FlopCost, flops_per_sample, state_bytes
 from fedsim.learn.data import FederatedData
 from fedsim.learn.models import BlockModel
+from fedsim.learn.state import Mask, State, clone_state, coverage_counts
+from fedsim.learn.submodel import SubModel, SubModelCosts, extract, full_submodel, insert, sub_state_bytes, submodel_costs
 from fedsim.learn.train import SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed
 from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor, InProcessExecutor
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
+from fedsim.system.devices import check_memory
 from fedsim.system.world import World
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.algorithms.base import Assignment, Update
 
 
 @dataclass
 class TrainResult:
+    """One local training: the full-shape state after it, the coverage mask (None: the whole model was
+    trained), its statistics and FLOPs, and the bytes of what the client uploads (None: the whole state)."""
+
     state: State
     stats: TrainStats
     flops: float
+    mask: Mask | None = None
+    upload_bytes: int | None = None
 
 
 class Context:
@@ -102,11 +112,16 @@ class Context:
         names = {f.name for f in dataclasses.fields(SGDConfig)}
         return SGDConfig(**{k: v for k, v in dataclasses.asdict(scenario.train).items() if k in names})
 
-    def train_client(self, client: int, base_state: State, *, task: int, **kwargs: Any) -> TrainResult:
-        """Local SGD of ``client`` from ``base_state`` with the client's stream for this task (via the executor)."""
-        return self.executor.submit(self._train, client, base_state, task, **kwargs).result()
+    def train_client(self, client: int, base_state: State, *, task: int, assignment: "Assignment | None" = None,
+                     **kwargs: Any) -> TrainResult:
+        """Local training of ``client`` from ``base_state`` with the client's stream for this task (via the
+        executor): plain local SGD of the whole model, or the assignment's sub-model and trainer."""
+        return self.executor.submit(self._train, client, base_state, task, assignment, **kwargs).result()
 
-    def _train(self, client: int, base_state: State, task: int, **kwargs: Any) -> TrainResult:
+    def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
+               **kwargs: Any) -> TrainResult:
+        if assignment is not None and (assignment.submodel is not None or assignment.trainer is not None):
+            return self._train_assignment(client, base_state, task, assignment)
         if self.scenario.train.systems_only:
             n = len(self.parts[client])
             steps = num_steps(n, self.sgd)
@@ -120,20 +135,133 @@ class Context:
         flops = self.flop_cost.total * stats.samples
         return TrainResult(state=clone_state(self.worker.state_dict()), stats=stats, flops=flops)
 
+    def _train_assignment(self, client: int, base_state: State, task: int, assignment: "Assignment") -> TrainResult:
+        """Train the assignment's sub-model: extract -> local SGD (or the assignment's trainer) -> insert.
+
+        FLOPs are measured on the extracted module (per sample, cached per sub-model and architecture) ×
+        the samples processed, unless the trainer reports its own; the upload is the trainable blocks'
+        tensors only; the module must fit the client's device (:meth:`check_submodel_memory`).  The result's
+        state holds the trainable blocks' full-shape tensors and its mask their trained entries (mask None
+        only when the whole model was trained).  A systems-only run trains nothing and sends the
+        downloaded values back under the same mask, so costs and coverage are those of the real run.
+        """
+        sub = assignment.submodel if assignment.submodel is not None else full_submodel(self.worker)
+        costs = self.check_submodel_memory(client, sub)
+        idx = self.parts[client]
+        if self.scenario.train.systems_only:
+            steps = num_steps(len(idx), self.sgd)
+            stats = TrainStats(steps, samples_processed(len(idx), steps, self.sgd.batch_size), math.nan, math.nan)
+            flops: float | None = None
+            tensors, mask = insert(base_state, sub, None)
+        else:
+            module = extract(self.worker, base_state, sub)
+            gen = self.streams.torch("client", client, "task", task)
+            if assignment.trainer is not None:
+                outcome = assignment.trainer(module, self, client, idx, gen)
+                stats, flops = outcome.stats, outcome.flops
+            else:
+                stats = local_sgd(module, self.data.train.x, self.data.train.y, idx, self.sgd, gen,
+                                  task=self.data.train.task)
+                flops = None
+            tensors, mask = insert(base_state, sub, module.state_dict())
+        if flops is None:
+            flops = costs.flops.total * stats.samples
+        whole = not mask and set(tensors) == set(base_state)
+        return TrainResult(state=tensors, stats=stats, flops=float(flops), mask=None if whole else mask,
+                           upload_bytes=costs.upload_bytes)
+
+    def submodel_costs(self, sub: SubModel) -> SubModelCosts:
+        """FLOPs per sample, bytes both ways and training memory of ``sub`` at this run's batch size
+        (:func:`fedsim.learn.submodel.submodel_costs`, cached per sub-model)."""
+        return submodel_costs(self.worker, sub, self.input_shape, self.sgd.batch_size,
+                              momentum=self.sgd.momentum > 0, state=self.global_state)
+
+    def check_submodel_memory(self, client: int, sub: SubModel) -> SubModelCosts:
+        """The costs of ``sub``; refuses (one line naming the device, the model and both memory figures) when
+        its training memory exceeds the client's device and ``devices.check_memory`` is on."""
+        costs = self.submodel_costs(sub)
+        device = self.world.device(client)
+        if self.scenario.devices.check_memory and costs.memory.total > device.memory_bytes:
+            kept = sub.summary(self.worker)["kept"]
+            check_memory(device, costs.memory.total,
+                         f"training model '{self.scenario.model.name}' as a sub-model keeping {kept:.4g} of it "
+                         f"(batch {self.sgd.batch_size})")
+        return costs
+
+    def fit_submodel(self, client: int, candidates: Sequence[SubModel]) -> SubModel:
+        """The first of ``candidates`` (give them largest first) whose training memory fits the client's
+        device; when none does, refuses with the smallest candidate's need (the one that came closest).
+        With ``devices.check_memory`` off, the first candidate."""
+        if not candidates:
+            raise ValueError("fit_submodel needs at least one candidate sub-model")
+        if not self.scenario.devices.check_memory:
+            return candidates[0]
+        budget = self.world.device(client).memory_bytes
+        for sub in candidates:
+            if self.submodel_costs(sub).memory.total <= budget:
+                return sub
+        smallest = min(candidates, key=lambda s: self.submodel_costs(s).memory.total)
+        self.check_submodel_memory(client, smallest)
+        return smallest  # pragma: no cover - check_submodel_memory raised
+
     def update_bytes(self, tensors: State) -> int:
         return state_bytes(tensors)
+
+    def download_bytes(self, assignment: "Assignment | None" = None) -> int:
+        """Bytes a client downloads for ``assignment``: the whole model, or the sub-model's tensors only."""
+        if assignment is None or assignment.submodel is None:
+            return self.model_bytes
+        return int(sub_state_bytes(self.worker, assignment.submodel, state=self.global_state))
+
+    def submodel_summary(self, sub: SubModel) -> dict[str, Any]:
+        """The compact trace description of a sub-model (kept fraction per block, block states)."""
+        return sub.summary(self.worker)
 
     def aggregation_service_time(self, n_updates: int) -> float:
         """Server time to fold ``n_updates`` models: ~2 FLOPs per parameter per update, on the server."""
         return self.world.server_compute_time(2.0 * self.num_params * max(1, n_updates))
 
     # ----------------------------------------------------------------------------------- versions
-    def commit(self, state: State, *, round_: int | None = None, n_updates: int = 1, clients: list[int] | None = None) -> None:
-        """Install a new global model version; evaluate and check the stop rules."""
+    def apply(self, new_state: State, updates: Sequence["Update"], weights: Sequence[float], *,
+              round_: int | None = None, base: State | None = None,
+              round_record: dict[str, Any] | None = None) -> None:
+        """Install the result of a server rule: the one place that records applied updates.
+
+        Emits one ``apply`` event per update (its base version, staleness in versions and in seconds, its
+        weight in the aggregate as the rule reports it, and, for a partial update, its ``coverage``: the
+        covered fraction of each tensor), then commits ``new_state`` as the next version.  When any update
+        is partial, the ``aggregate`` event also carries N_q^i over the entries of ``base`` (default: the
+        current global state): ``coverage_min`` and ``coverage_mean``.  A synchronous round passes its
+        ``round_record`` (start, clients, dropped), emitted as the ``round`` event before the new version.
+        """
+        env = self.env
+        partial = any(u.mask is not None for u in updates)
+        for u, w in zip(updates, weights):
+            extra: dict[str, Any] = {}
+            if partial:
+                extra["coverage"] = _coverage_fractions(u, self.global_state)
+            self.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=self.version + 1,
+                            staleness=self.version - u.base_version, staleness_s=env.now - u.download_time,
+                            weight=float(w), round=round_, **extra)
+        agg: dict[str, Any] = {}
+        if partial:
+            lo, mean, _ = coverage_counts(updates, self.global_state if base is None else base)
+            agg = {"coverage_min": lo, "coverage_mean": mean}
+        if round_record is not None:
+            self.trace.emit(env.now, "round", round=round_, **round_record)
+        self.commit(new_state, round_=round_, n_updates=len(updates), clients=[u.client for u in updates], **agg)
+
+    def commit(self, state: State, *, round_: int | None = None, n_updates: int = 1, clients: list[int] | None = None,
+               **fields: Any) -> None:
+        """Install a new global model version; evaluate and check the stop rules.
+
+        Algorithms whose updates are not ``Update`` objects (the split-learning server side) commit
+        directly; everything else goes through :meth:`apply`."""
         self.global_state = state
         self.version += 1
         self.updates_applied += n_updates
-        self.trace.emit(self.env.now, "aggregate", version=self.version, round=round_, n_updates=n_updates, clients=clients or [])
+        self.trace.emit(self.env.now, "aggregate", version=self.version, round=round_, n_updates=n_updates,
+                        clients=clients or [], **fields)
         ev = self.scenario.eval
         due = ev.every_versions is not None and self.version % ev.every_versions == 0
         if due:
@@ -220,3 +348,17 @@ class Context:
         if not self.done.triggered:
             self.stop_reason = f"reached {limit} s of virtual time"
             self.done.succeed(self.stop_reason)
+
+
+def _coverage_fractions(update: "Update", reference: State) -> dict[str, float]:
+    """Covered fraction of each floating tensor of ``reference`` by ``update`` (0 where it sent nothing)."""
+    out: dict[str, float] = {}
+    for name, ref in reference.items():
+        if not torch.is_floating_point(ref):
+            continue
+        if name not in update.tensors:
+            out[name] = 0.0
+            continue
+        m = None if update.mask is None else update.mask.get(name)
+        out[name] = 1.0 if m is None else round(float((m != 0).sum()) / max(1, m.numel()), 6)
+    return out

@@ -30,27 +30,35 @@ Choices where the paper is silent (spec §10), documented and tested:
   device's memory.
 - The input-side chunks are downloaded as one transfer of the same total bytes (the paper's extra
   per-chunk latency, 10–20 ms, is left out).
+- A systems-only run trains nothing, so the trainer does not run: partial clients are then priced by the
+  pipeline's generic sub-model cost (forward of every block per sample processed, backward into the
+  trained blocks), not by the multi-step forward's.
+
+The pipeline does the rest: a partial client's ``Assignment`` holds a ``SubModel`` (input-side blocks
+frozen, the rest trained) and :class:`MultiStepForward` as its trainer; the context extracts the module,
+calls the trainer and inserts the trained blocks with their coverage; FedAvg's server rule (the masked
+weighted average) and ``Context.apply`` finish the round.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Generator, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
-import simpy
 import torch
 
-from fedsim.algorithms.base import TaskCounter, Update
+from fedsim.algorithms.base import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError
-from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estimate, state_bytes, tensor_bytes
+from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estimate, state_bytes
 from fedsim.learn.models import BlockModel, split_model
-from fedsim.learn.train import SGDConfig, TrainStats, local_sgd, num_steps, samples_processed
+from fedsim.learn.submodel import SubModel
+from fedsim.learn.train import SGDConfig, TrainStats, local_sgd
 
-__all__ = ["EmbracingFL", "CLIENT_TYPES", "MultiStepResult", "multi_step_forward_train", "block_keys",
-           "type_memory", "TypeCost"]
+__all__ = ["EmbracingFL", "CLIENT_TYPES", "MultiStepForward", "MultiStepResult", "multi_step_forward_train",
+           "block_keys", "type_memory", "TypeCost"]
 
 CLIENT_TYPES: tuple[str, ...] = ("strong", "moderate", "weak")
 ASSIGN = ("fraction", "devices", "memory")
@@ -164,6 +172,7 @@ class EmbracingFL(FedAvg):
     """FedAvg rounds in which moderate and weak clients train only the output-side blocks."""
 
     name = "embracingfl"
+    fits_submodels = True   # partial clients need less memory than the whole model: no whole-model check
 
     @dataclass
     class Config(FedAvg.Config):
@@ -246,58 +255,33 @@ class EmbracingFL(FedAvg):
             out.append(fits[0])
         return out
 
-    # ------------------------------------------------------------------------------ dispatch
-    def dispatch(self, client: int, tasks: TaskCounter, *, kind: Literal["weights", "delta"] = "weights",
-                 round_: int | None = None) -> simpy.Process:
-        """Strong clients: FedAvg's task.  Moderate/weak: the multi-step forward task."""
+    # ------------------------------------------------------------------------------ assignment
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        """Strong: FedAvg's whole-model task.  Moderate/weak: the input-side blocks frozen, the rest trained
+        by the multi-step forward pass (:class:`MultiStepForward`)."""
         ctype = self.client_types[client]
         ctx = self.ctx
         cost = self.costs[ctype]
-        ctx.trace.emit(ctx.env.now, "assignment", client=client, client_type=ctype, frozen_blocks=self.frozen[ctype],
+        k = self.frozen[ctype]
+        ctx.trace.emit(ctx.env.now, "assignment", client=client, client_type=ctype, frozen_blocks=k,
                        memory_bytes=cost.memory_bytes, cache_bytes=cost.cache_bytes_per_sample * len(ctx.parts[client]),
                        round=round_)
         if ctype == "strong":
-            return super().dispatch(client, tasks, kind=kind, round_=round_)
-        base, version = ctx.global_state, ctx.version
-        ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=round_)
-        body = self._partial_task(client, base, version, task=tasks.next(client), frozen=self.frozen[ctype],
-                                  round_=round_, ctype=ctype)
-        return self.launch(client, body, round_)
+            return Assignment(round=round_, info={"client_type": ctype})
+        n = ctx.worker.num_blocks()
+        sub = SubModel.of(ctx.worker, states=("frozen",) * k + ("train",) * (n - k))
+        return Assignment(submodel=sub, trainer=MultiStepForward(k), round=round_, info={"client_type": ctype})
 
-    def _partial_task(self, client: int, base: Mapping[str, torch.Tensor], version: int, *, task: int, frozen: int,
-                      round_: int | None, ctype: str) -> Generator[simpy.events.Event, Any, Update]:
-        ctx, world = self.ctx, self.ctx.world
-        t0 = ctx.env.now
-        yield from world.download(client, ctx.model_bytes, version=version)
-        model: BlockModel = ctx.worker
-        keys = block_keys(model, frozen)
-        idx = ctx.parts[client]
-        if ctx.scenario.train.systems_only:
-            steps = num_steps(len(idx), ctx.sgd)
-            samples = samples_processed(len(idx), steps, ctx.sgd.batch_size)
-            _, suffix = split_model(model, frozen)
-            cut = _cut_shape(model, ctx.input_shape, frozen)
-            fwd = flops_per_sample(model, ctx.input_shape, end=frozen).forward * len(idx)
-            res = MultiStepResult(TrainStats(steps, samples, math.nan, math.nan), float(fwd),
-                                  float(flops_per_sample(suffix, cut).total * samples),
-                                  self.costs[ctype].cache_bytes_per_sample * len(idx))
-            tensors = {k: base[k].clone() for k in keys}
-        else:
-            model.load_state_dict(base)
-            gen = ctx.streams.torch("client", client, "task", task)
-            res = multi_step_forward_train(model, frozen, ctx.data.train.x, ctx.data.train.y, idx, ctx.sgd, gen,
-                                           task=ctx.data.train.task)
-            state = model.state_dict()
-            tensors = {k: state[k].detach().clone() for k in keys}
-        yield from world.compute(client, res.flops, what="train", steps=res.stats.steps, samples=res.stats.samples)
-        nbytes = sum(tensor_bytes(t) for t in tensors.values())
-        yield from world.upload(client, nbytes)
-        return Update(
-            client=client, tensors=tensors, kind="weights",
-            weight=float(res.stats.samples if ctx.weight_by_samples else 1.0),
-            base_version=version, download_time=t0, num_samples=int(len(idx)),
-            costs={"flops": res.flops, "forward_flops": res.forward_flops, "train_flops": res.train_flops,
-                   "bytes_up": nbytes, "bytes_down": ctx.model_bytes, "memory_bytes": self.costs[ctype].memory_bytes,
-                   "cache_bytes": res.cache_bytes},
-            info={"loss": res.stats.mean_loss, "steps": res.stats.steps, "round": round_, "client_type": ctype},
-        )
+
+@dataclass(frozen=True)
+class MultiStepForward:
+    """The local trainer of a partial client (``Assignment.trainer``): Algorithm 1 then τ SGD steps on
+    the cache (:func:`multi_step_forward_train`), reporting exactly those FLOPs."""
+
+    frozen: int
+
+    def __call__(self, module: BlockModel, ctx: Any, client: int, indices: np.ndarray,
+                 generator: torch.Generator) -> TrainOutcome:
+        res = multi_step_forward_train(module, self.frozen, ctx.data.train.x, ctx.data.train.y, indices, ctx.sgd,
+                                       generator, task=ctx.data.train.task)
+        return TrainOutcome(stats=res.stats, flops=res.flops)
