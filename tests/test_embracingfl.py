@@ -208,3 +208,40 @@ def test_bad_embracingfl_input_gives_one_line(capsys, tmp_path, tiny, override, 
     lines = err.splitlines()
     assert len(lines) == 1, err
     assert field in lines[0] and allowed in lines[0]
+
+
+def test_device_table_assigns_types_by_device_class(tiny, tmp_path):
+    sc = _scenario(tiny, assign="devices", types={"jetson-nano": "weak"})
+    run_scenario(scenario_from_mapping(sc), tmp_path, progress=False)
+    trace = load_trace(tmp_path / "trace.jsonl")
+    types = trace[trace["kind"] == "client_types"].iloc[0]["types"]
+    energy = pd.read_csv(tmp_path / "energy.csv")
+    dev = dict(zip(energy["device"].astype(int), energy["device_class"]))
+    assert set(types) == {"weak", "strong"}
+    for c, t in enumerate(types):
+        assert (t == "weak") == (dev[c] == "jetson-nano")
+
+
+def test_check_prints_partition_rows_and_theorem1(tiny, tmp_path):
+    from analysis.report import check_run
+
+    sc = _scenario(tiny, weak_fraction=0.5)
+    sc["stop"] = {"max_versions": 4}
+    sc["output"] = {"figures": False, "checkpoints": 2}
+    run_scenario(scenario_from_mapping(sc), tmp_path, progress=False)
+    table = check_run(tmp_path, figures=False, progress=False)
+    q = table["quantity"].tolist()
+    assert any(s.startswith("y (blocks 0..2, strong only): mean ||grad_y F||^2") for s in q)
+    assert any(s.startswith("z (blocks 3.., everyone): mean ||grad_z F||^2") for s in q)
+    thm = table[table["quantity"] == "[embracingfl] Theorem 1: (1/T) sum E||grad F(x_t)||^2"]
+    assert len(thm) == 1 and thm["holds"].iloc[0] in (True, False)
+    assert table["quantity"].str.contains("A_max").any()
+    assert table["quantity"].str.contains("Lemma 2: model discrepancy y").any()
+    # the partition norms add up to the whole-model ||grad F||^2 that the generic probe measured
+    part = pd.read_csv(tmp_path / "embracingfl_probes.csv")
+    whole = pd.read_csv(tmp_path / "probes.csv")
+    merged = part.merge(whole, on="version")
+    np.testing.assert_allclose(merged["grad_y_sq"] + merged["grad_z_sq"], merged["grad_norm_sq"], rtol=1e-6)
+    types = load_trace(tmp_path / "trace.jsonl").query("kind == 'client_types'").iloc[0]["types"]
+    meas = json.loads((tmp_path / "measured.json").read_text())
+    assert meas["m"] == 4 and 0 <= meas["s"] <= 4 and types.count("strong") == 3

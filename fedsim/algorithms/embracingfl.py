@@ -206,6 +206,17 @@ class EmbracingFL(FedAvg):
                     require(t in CLIENT_TYPES, f"{prefix}.types.{dev}",
                             f"unknown client type {t!r} (allowed: {', '.join(CLIENT_TYPES)})")
 
+        def validate_scenario(self, scenario: Any, prefix: str) -> None:
+            """A client-type table names device classes of the scenario's ``devices.mix``."""
+            if self.assign != "devices":
+                return
+            from fedsim.algorithms.width import device_classes
+
+            classes = device_classes(scenario)
+            for dev in self.types:
+                require(dev in classes, f"{prefix}.types.{dev}",
+                        f"device class {dev!r} is not in devices.mix (the scenario has: {', '.join(classes)})")
+
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         model: BlockModel = ctx.worker
@@ -243,7 +254,7 @@ class EmbracingFL(FedAvg):
                 out[int(c)] = "moderate"
             return out
         if cfg.assign == "devices":
-            return [cfg.types.get(ctx.world.device_name(c), "strong") for c in range(m)]
+            return [cfg.types.get(ctx.world.device_class(c), "strong") for c in range(m)]
         out = []
         for c in range(m):
             budget = ctx.world.device(c).memory_bytes * cfg.memory_share
