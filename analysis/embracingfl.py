@@ -296,3 +296,36 @@ def partition_rows(df: pd.DataFrame, summary: dict) -> list:
                        float(worst[f"lemma2_bound_{part}"]),
                        f"{int((ratio <= 1).sum())}/{len(d)} checkpoints within; plain SGD of step eta re-run from each"))
     return rows
+
+
+def late_gradient_norms(run_dir: str, last: int = 3) -> dict[str, float]:
+    """‖∇F‖², ‖∇_y F‖² and ‖∇_z F‖² (F the unweighted mean of the clients' full-batch losses) averaged over
+    the last ``last`` checkpoints of an EmbracingFL run, plus the mean training loss there: the error floor
+    of Theorem 1 / Remark 2 as the run approaches it."""
+    from pathlib import Path
+
+    from analysis.estimators import flat_params, global_gradient
+    from analysis.probes import Prober, ProbeSettings, _load_state, checkpoints, client_loss
+    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.scenario import load_scenario
+    from fedsim.sim.trace import load_trace
+
+    run = Path(run_dir)
+    scenario = load_scenario(run / "scenario.yaml")
+    info = load_trace(run / "trace.jsonl").query("kind == 'client_types'").iloc[0]
+    present = [t for t in ("weak", "moderate") if t in list(info["types"])]
+    frozen = int(info["frozen_blocks"][present[0]]) if present else int(info["frozen_blocks"].get("weak", 0))
+    prepared = prepare_data(scenario)
+    model = build_global_model(scenario, prepared.data)
+    prober = Prober(scenario, prepared.data, prepared.parts, model, ProbeSettings(hessian_samples=0))
+    y_idx, z_idx = _partition_index(prober.model, frozen)
+    vals = []
+    for _, path in list(checkpoints(run).items())[-last:]:
+        prober.model.load_state_dict(_load_state(path))
+        w = flat_params(prober.model)
+        grads = np.stack([prober.clients.grad(i, w) for i in range(prober.clients.n_clients)])
+        g = global_gradient(grads)
+        loss = float(np.mean([client_loss(prober.clients, i) for i in range(prober.clients.n_clients)]))
+        vals.append((float(g @ g), float(g[y_idx] @ g[y_idx]), float(g[z_idx] @ g[z_idx]), loss))
+    a = np.mean(vals, axis=0)
+    return {"grad_sq": float(a[0]), "grad_y_sq": float(a[1]), "grad_z_sq": float(a[2]), "train_loss": float(a[3])}
