@@ -1,6 +1,6 @@
 """EmbracingFL (Lee et al.): Tables 2, 3–4, 6, 7, Figures 1 and 3 and the bias floor, on two CPU cores.
 
-    python -m figures.embracingfl --out DIR [--quick] [--seeds 0 1 2]
+    python -m figures.embracingfl --out DIR [--quick] [--seeds 0 1 2] [--resume]
 
 Every figure is a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.  The runs
 (trace, metrics, checkpoints) are kept under ``DIR/runs``.
@@ -149,8 +149,24 @@ def floor_jobs(seeds: Sequence[int], versions: int, strong_counts: Sequence[int]
             for s in seeds for k in strong_counts]
 
 
-def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tuple, dict[str, Any]]:
-    """Run every job (one scenario each) under ``out/runs``; returns summary, metrics and directory per key."""
+def _finished(d: Path, scenario: Any) -> dict[str, Any] | None:
+    """The summary of a finished run of exactly ``scenario`` in ``d`` (same resolved YAML), else None."""
+    import json
+
+    from fedsim.scenario import dump_scenario
+
+    summ, yml = d / "summary.json", d / "scenario.yaml"
+    if not (summ.exists() and yml.exists() and (d / "metrics.csv").exists()):
+        return None
+    if yml.read_text(encoding="utf-8") != dump_scenario(scenario.variant(scenario.algorithms[0])):
+        return None
+    summary = json.loads(summ.read_text())
+    return summary if summary.get("status") == "ok" else None
+
+
+def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True, resume: bool = False) -> dict[tuple, dict[str, Any]]:
+    """Run every job (one scenario each) under ``out/runs``; returns summary, metrics and directory per key.
+    With ``resume``, a directory that already holds a finished run of the same scenario is reused."""
     from tqdm import tqdm
 
     results = {}
@@ -159,7 +175,10 @@ def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tupl
         name = "-".join(str(k) for k in j.key)
         bar.set_postfix_str(name, refresh=False)
         d = out / "runs" / name
-        summary = run_scenario(scenario_from_mapping(j.mapping), d, progress=False)[0]
+        scenario = scenario_from_mapping(j.mapping)
+        summary = _finished(d, scenario) if resume else None
+        if summary is None:
+            summary = run_scenario(scenario, d, progress=False)[0]
         results[j.key] = {"summary": summary, "metrics": pd.read_csv(d / "metrics.csv"), "dir": d}
     return results
 
@@ -399,7 +418,7 @@ def fig3(raw: pd.DataFrame, out: Path) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------------ entry point
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True) -> dict[str, pd.DataFrame]:
+             progress: bool = True, resume: bool = False) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures, tables and their CSVs into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -411,7 +430,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
             (1, 2, 5, 6, 7), (2, 4, 8, 16), 60, 8, 2
     jobs = (table2_jobs(seeds, v, weak_counts) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
             + floor_jobs(seeds, v, strong_counts))
-    results = run_jobs(jobs, out, progress=progress)
+    results = run_jobs(jobs, out, progress=progress, resume=resume)
     t6, t7 = table67(results, seeds, cases6, out)
     raw = svcca_runs(seeds, it, nc, out, progress, measure_every=me)
     return {
@@ -429,8 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--quick", action="store_true", help="one seed, short runs (under three minutes)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--resume", action="store_true", help="reuse finished runs of the same scenarios under OUT/runs")
     args = p.parse_args(argv)
-    make_all(args.out, quick=args.quick, seeds=args.seeds)
+    make_all(args.out, quick=args.quick, seeds=args.seeds, resume=args.resume)
     print(f"EmbracingFL figures and tables written to {args.out}")
     return 0
 
