@@ -245,3 +245,22 @@ def test_check_prints_partition_rows_and_theorem1(tiny, tmp_path):
     types = load_trace(tmp_path / "trace.jsonl").query("kind == 'client_types'").iloc[0]["types"]
     meas = json.loads((tmp_path / "measured.json").read_text())
     assert meas["m"] == 4 and 0 <= meas["s"] <= 4 and types.count("strong") == 3
+
+
+def test_memory_assignment_picks_the_strongest_type_that_fits(tiny, tmp_path):
+    """A Jetson Nano given just the weak type's memory is weak; an AGX Orin (8x its memory) is strong."""
+    from fedsim.system.devices import load_profile
+
+    data, model = _digits_model()
+    need = {t: type_memory(model, k, (1, 8, 8), 16).memory_bytes for t, k in (("strong", 0), ("moderate", 2), ("weak", 3))}
+    nano, orin = load_profile("jetson-nano").memory_bytes, load_profile("jetson-agx-orin-32gb").memory_bytes
+    share = (need["weak"] + 0.5) / nano        # half a byte of slack against rounding
+    assert need["moderate"] > need["weak"] and orin * share >= need["strong"]   # the test's premise
+    sc = _scenario(tiny, assign="memory", memory_share=share)
+    run_scenario(scenario_from_mapping(sc), tmp_path, progress=False)
+    trace = load_trace(tmp_path / "trace.jsonl")
+    types = trace[trace["kind"] == "client_types"].iloc[0]["types"]
+    energy = pd.read_csv(tmp_path / "energy.csv")
+    dev = dict(zip(energy["device"].astype(int), energy["device_class"]))
+    for c, t in enumerate(types):
+        assert t == ("weak" if dev[c] == "jetson-nano" else "strong"), (c, t, dev[c])

@@ -54,22 +54,19 @@ from fedsim.config import require
 from fedsim.errors import ConfigError
 from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estimate, state_bytes
 from fedsim.learn.models import BlockModel, split_model
-from fedsim.learn.submodel import SubModel
+from fedsim.learn.submodel import SubModel, block_of
 from fedsim.learn.train import SGDConfig, TrainStats, local_sgd
 
 __all__ = ["EmbracingFL", "CLIENT_TYPES", "MultiStepForward", "MultiStepResult", "multi_step_forward_train",
            "block_keys", "type_memory", "TypeCost"]
 
 CLIENT_TYPES: tuple[str, ...] = ("strong", "moderate", "weak")
-ASSIGN = ("fraction", "devices", "memory")
 
 
 def block_keys(model: BlockModel, start: int, end: int | None = None) -> list[str]:
     """State-dict keys of ``model.blocks[start:end]`` (parameters and buffers)."""
-    n = model.num_blocks()
-    stop = n if end is None else end
-    wanted = {str(i) for i in range(start, stop)}
-    return [k for k in model.state_dict() if k.split(".")[1] in wanted]
+    stop = model.num_blocks() if end is None else end
+    return [k for k in model.state_dict() if start <= block_of(k) < stop]
 
 
 @dataclass
