@@ -150,8 +150,7 @@ def partition_probes(run_dir: str, *, sigma_samples: int = 8, progress: bool = F
     """
     from pathlib import Path
 
-    from analysis.estimators import flat_params, global_gradient
-    from analysis.probes import Prober, ProbeSettings, _load_state, checkpoints
+    from analysis.probes import Prober, ProbeSettings, _load_state, _threads, checkpoints
     from fedsim.runner import build_global_model, prepare_data
     from fedsim.scenario import load_scenario
     from fedsim.sim.trace import load_trace
@@ -184,54 +183,11 @@ def partition_probes(run_dir: str, *, sigma_samples: int = 8, progress: bool = F
 
         items = tqdm(items, desc="EmbracingFL partition probes", unit="ckpt", dynamic_ncols=True)
     rows, prev = [], None
-    for v, path in items:
-        state = _load_state(path)
-        prober.model.load_state_dict(state)
-        w = flat_params(prober.model)
-        grads = np.stack([clients.grad(i, w) for i in range(clients.n_clients)])
-        g = global_gradient(grads)
-        rng = np.random.default_rng(1000 + v)
-        sig_y, sig_z = [], []
-        for i in range(clients.n_clients):
-            dev = [clients.stoch_grad(i, w, rng) - grads[i] for _ in range(sigma_samples)]
-            sig_y.append(float(np.mean([d[y_idx] @ d[y_idx] for d in dev])))
-            sig_z.append(float(np.mean([d[z_idx] @ d[z_idx] for d in dev])))
-        dev_all = grads - g
-        gs = grads[strong].mean(axis=0) if strong else np.full_like(g, np.nan)
-        disc_y, disc_z = [], []
-        for i in range(clients.n_clients):
-            prober.model.load_state_dict(state)
-            xs, ys_ = clients.datasets[i]
-            gen = torch.Generator().manual_seed(7919 * v + i)
-            tot_y = tot_z = 0.0
-            # a partial client trains z only (its y stays frozen), as in the run
-            params = None if (i in strong or frozen == 0) else [p for b in prober.model.blocks[frozen:] for p in b.parameters()]
-            one = SGDConfig(**{**plain.__dict__, "local_steps": 1})
-            for _ in range(int(tau) - 1):   # Σ_{j=0}^{τ-1} ‖x_{t,j} − x_t‖²: the point after j steps, j < τ
-                local_sgd(prober.model, xs, ys_, np.arange(len(xs)), one, gen, params=params)
-                d = flat_params(prober.model) - w
-                tot_y += float(d[y_idx] @ d[y_idx])
-                tot_z += float(d[z_idx] @ d[z_idx])
-            if i in strong:
-                disc_y.append(tot_y)
-            disc_z.append(tot_z)
-        row = {
-            "version": int(v), "grad_y_sq": float(g[y_idx] @ g[y_idx]), "grad_z_sq": float(g[z_idx] @ g[z_idx]),
-            "sigma_y2": float(np.max(sig_y)), "sigma_z2": float(np.max(sig_z)),
-            "sigma_bar_y2": float(np.max(np.sum(dev_all[:, y_idx] ** 2, axis=1))),
-            "sigma_bar_z2": float(np.max(np.sum(dev_all[:, z_idx] ** 2, axis=1))),
-            "strong_subset_dev": float(np.sum((gs[y_idx] - g[y_idx]) ** 2)),
-            "discrepancy_y": float(np.mean(disc_y)) if disc_y else float("nan"),
-            "discrepancy_z": float(np.mean(disc_z)),
-            "L_y_secant": float("nan"), "L_z_secant": float("nan"),
-        }
-        if prev is not None:
-            dx = float(np.linalg.norm(w - prev[0]))
-            if dx > 0:
-                row["L_y_secant"] = float(np.linalg.norm(g[y_idx] - prev[1][y_idx]) / dx)
-                row["L_z_secant"] = float(np.linalg.norm(g[z_idx] - prev[1][z_idx]) / dx)
-        prev = (w, g)
-        rows.append(row)
+    with _threads(1):   # tiny models: one thread is fastest and leaves the other cores alone
+        for v, path in items:
+            rows.append(_partition_row(prober, clients, strong, frozen, y_idx, z_idx, plain, tau, sigma_samples,
+                                       int(v), _load_state(path), prev))
+            prev = rows[-1].pop("_point")
     df = pd.DataFrame(rows)
     L_y = float(np.nanmax(df["L_y_secant"])) if df["L_y_secant"].notna().any() else float("nan")
     L_z = float(np.nanmax(df["L_z_secant"])) if df["L_z_secant"].notna().any() else float("nan")
@@ -247,6 +203,59 @@ def partition_probes(run_dir: str, *, sigma_samples: int = 8, progress: bool = F
         "avg_grad_y_sq": float(df["grad_y_sq"].mean()), "avg_grad_z_sq": float(df["grad_z_sq"].mean()),
     }
     return df, summary
+
+
+def _partition_row(prober: Any, clients: Any, strong: list[int], frozen: int, y_idx: np.ndarray, z_idx: np.ndarray,
+                   plain: SGDConfig, tau: float, sigma_samples: int, v: int, state: Any, prev: Any) -> dict:
+    """One checkpoint's row of :func:`partition_probes` (plus ``_point`` = (w, ∇F(w)) for the next secant)."""
+    from analysis.estimators import flat_params, global_gradient
+
+    prober.model.load_state_dict(state)
+    w = flat_params(prober.model)
+    grads = np.stack([clients.grad(i, w) for i in range(clients.n_clients)])
+    g = global_gradient(grads)
+    rng = np.random.default_rng(1000 + v)
+    sig_y, sig_z = [], []
+    for i in range(clients.n_clients):
+        dev = [clients.stoch_grad(i, w, rng) - grads[i] for _ in range(sigma_samples)]
+        sig_y.append(float(np.mean([d[y_idx] @ d[y_idx] for d in dev])))
+        sig_z.append(float(np.mean([d[z_idx] @ d[z_idx] for d in dev])))
+    dev_all = grads - g
+    gs = grads[strong].mean(axis=0) if strong else np.full_like(g, np.nan)
+    disc_y, disc_z = [], []
+    for i in range(clients.n_clients):
+        prober.model.load_state_dict(state)
+        xs, ys_ = clients.datasets[i]
+        gen = torch.Generator().manual_seed(7919 * v + i)
+        tot_y = tot_z = 0.0
+        # a partial client trains z only (its y stays frozen), as in the run
+        params = None if (i in strong or frozen == 0) else [p for b in prober.model.blocks[frozen:] for p in b.parameters()]
+        one = SGDConfig(**{**plain.__dict__, "local_steps": 1})
+        for _ in range(int(tau) - 1):   # Σ_{j=0}^{τ-1} ‖x_{t,j} − x_t‖²: the point after j steps, j < τ
+            local_sgd(prober.model, xs, ys_, np.arange(len(xs)), one, gen, params=params)
+            d = flat_params(prober.model) - w
+            tot_y += float(d[y_idx] @ d[y_idx])
+            tot_z += float(d[z_idx] @ d[z_idx])
+        if i in strong:
+            disc_y.append(tot_y)
+        disc_z.append(tot_z)
+    row = {
+        "version": int(v), "grad_y_sq": float(g[y_idx] @ g[y_idx]), "grad_z_sq": float(g[z_idx] @ g[z_idx]),
+        "sigma_y2": float(np.max(sig_y)), "sigma_z2": float(np.max(sig_z)),
+        "sigma_bar_y2": float(np.max(np.sum(dev_all[:, y_idx] ** 2, axis=1))),
+        "sigma_bar_z2": float(np.max(np.sum(dev_all[:, z_idx] ** 2, axis=1))),
+        "strong_subset_dev": float(np.sum((gs[y_idx] - g[y_idx]) ** 2)),
+        "discrepancy_y": float(np.mean(disc_y)) if disc_y else float("nan"),
+        "discrepancy_z": float(np.mean(disc_z)),
+        "L_y_secant": float("nan"), "L_z_secant": float("nan"),
+    }
+    if prev is not None:
+        dx = float(np.linalg.norm(w - prev[0]))
+        if dx > 0:
+            row["L_y_secant"] = float(np.linalg.norm(g[y_idx] - prev[1][y_idx]) / dx)
+            row["L_z_secant"] = float(np.linalg.norm(g[z_idx] - prev[1][z_idx]) / dx)
+    row["_point"] = (w, g)
+    return row
 
 
 def ensure_partition_probes(run_dir: str, *, progress: bool = False) -> tuple[pd.DataFrame, dict]:

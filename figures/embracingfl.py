@@ -20,7 +20,7 @@ the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
 * Table 6: width reduction (moderate width 0.45, weak 0.2) against EmbracingFL, all 16 participating,
   device classes strong / moderate / weak; Table 7: rounds each needs to reach the width-reduction
   run's final accuracy (paper: "rounds to target").
-* Fig. 1: layer-wise maximum pairwise SVCCA of 8 clients training independently (no sync), per block.
+* Fig. 1: layer-wise maximum pairwise SVCCA of 6 clients training independently (no sync), per block.
 * Fig. 3: the same with partial sync every 10 steps: (a) layer-wise (output-side half) vs channel-wise
   (half of every layer's channels); (b) second half vs first half.
 * Bias floor: ‖∇F‖² (and its y part) over the last checkpoints against the number of strong clients s
@@ -426,8 +426,8 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     if quick:
         v, weak_counts, cases34, cases6, strong_counts, it, nc, me = 12, (0, 12), (1, 7), (1, 7), (2, 16), 20, 6, 2
     else:
-        v, weak_counts, cases34, cases6, strong_counts, it, nc, me = 30, (0, 4, 8, 12), (1, 2, 5, 7, 8), \
-            (1, 2, 5, 6, 7), (2, 4, 8, 16), 60, 8, 2
+        v, weak_counts, cases34, cases6, strong_counts, it, nc, me = 30, (0, 4, 8, 12), (1, 2, 5, 7), \
+            (1, 5, 7), (2, 4, 16), 40, 6, 2
     jobs = (table2_jobs(seeds, v, weak_counts) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
             + floor_jobs(seeds, v, strong_counts))
     results = run_jobs(jobs, out, progress=progress, resume=resume)
