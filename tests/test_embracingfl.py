@@ -264,3 +264,38 @@ def test_memory_assignment_picks_the_strongest_type_that_fits(tiny, tmp_path):
     dev = dict(zip(energy["device"].astype(int), energy["device_class"]))
     for c, t in enumerate(types):
         assert t == ("weak" if dev[c] == "jetson-nano" else "strong"), (c, t, dev[c])
+
+
+def test_resnet20_splits_train_the_papers_parameter_counts():
+    """Table 1: ResNet-20's moderate client (conv1 + stage 1 frozen) trains 257,994 parameters, the weak
+    client (conv1 + stages 1-2 frozen) 206,346: ``splits: {moderate: 4, weak: 7}`` on the block list."""
+    m = build_model("resnet20", (3, 32, 32), 10, bn="global")
+    assert [sum(p.numel() for p in split_model(m, k)[1].parameters()) for k in (4, 7)] == [257_994, 206_346]
+
+
+def test_resnet20_weak_round_leaves_frozen_blocks_and_their_bn_statistics_alone():
+    data = load_dataset("digits32", rng=np.random.default_rng(0))
+    model = build_model("resnet20", (3, 32, 32), 10, depth=8, width=0.25, bn="global")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    sgd = SGDConfig(lr=0.05, momentum=0.9, batch_size=16, local_steps=2)
+    multi_step_forward_train(model, 3, data.train.x, data.train.y, np.arange(48), sgd, torch.Generator().manual_seed(1))
+    after = model.state_dict()
+    for k in block_keys(model, 0, 3):
+        assert torch.equal(after[k], before[k]), k                    # weights and running statistics
+    assert any(not torch.equal(after[k], before[k]) for k in block_keys(model, 3) if "running_mean" in k)
+
+
+def test_sync_masks_select_the_papers_halves():
+    """Fig. 3 schemes on a 4-block model: second half = blocks 2-3, first half = blocks 0-1, channels =
+    the first ceil(d/2) output rows of every tensor."""
+    from analysis.embracingfl import sync_masks
+
+    _, model = _digits_model()
+    state = model.state_dict()
+    second, first, chans = (sync_masks(model, s) for s in ("second_half", "first_half", "channels"))
+    for k, v in state.items():
+        blk = int(k.split(".")[1])
+        assert bool(second[k].all()) == (blk >= 2) and bool(second[k].any()) == (blk >= 2)
+        assert bool(first[k].all()) == (blk < 2)
+        half = -(-v.shape[0] // 2)
+        assert chans[k][:half].eq(1).all() and chans[k][half:].eq(0).all()

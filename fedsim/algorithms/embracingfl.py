@@ -42,8 +42,9 @@ weighted average) and ``Context.apply`` finish the round.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 import numpy as np
 import torch
@@ -82,6 +83,19 @@ class MultiStepResult:
     @property
     def flops(self) -> float:
         return self.forward_flops + self.train_flops
+
+
+@contextmanager
+def _keep_buffers(model: torch.nn.Module) -> Iterator[None]:
+    """Restore every buffer afterwards: cost probes run train-mode forwards, which would move BatchNorm's
+    running statistics."""
+    saved = {k: b.clone() for k, b in model.named_buffers()}
+    try:
+        yield
+    finally:
+        named = dict(model.named_buffers())
+        for k, b in saved.items():
+            named[k].copy_(b)
 
 
 def _cut_shape(model: BlockModel, input_shape: tuple[int, ...], frozen: int) -> tuple[int, ...]:
@@ -123,8 +137,9 @@ def multi_step_forward_train(model: BlockModel, frozen: int, x: torch.Tensor, y:
         prefix.train(was)
     cache = torch.cat(parts) if parts else torch.zeros(0, *_cut_shape(model, input_shape, frozen))
     stats = local_sgd(suffix, cache, y[idx], torch.arange(len(idx)), sgd, generator, task=task)
-    fwd = flops_per_sample(model, input_shape, end=frozen).forward * len(idx)
-    train = flops_per_sample(suffix, tuple(cache.shape[1:])).total * stats.samples
+    with _keep_buffers(model):
+        fwd = flops_per_sample(model, input_shape, end=frozen).forward * len(idx)
+        train = flops_per_sample(suffix, tuple(cache.shape[1:])).total * stats.samples
     return MultiStepResult(stats=stats, forward_flops=float(fwd), train_flops=float(train),
                            cache_bytes=int(cache.numel() * cache.element_size()))
 
@@ -150,6 +165,12 @@ def type_memory(model: BlockModel, frozen: int, input_shape: tuple[int, ...], ba
     buffers plus one batch's input and cut activation.  The reported memory is the larger of the two.
     """
     input_shape = tuple(int(s) for s in input_shape)
+    with _keep_buffers(model):
+        return _type_memory(model, frozen, input_shape, batch_size, momentum)
+
+
+def _type_memory(model: BlockModel, frozen: int, input_shape: tuple[int, ...], batch_size: int,
+                 momentum: bool) -> TypeCost:
     if frozen == 0:
         est = memory_estimate(model, input_shape, batch_size, momentum=momentum)
         n = sum(p.numel() for p in model.parameters())
