@@ -162,6 +162,16 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     alg, params = _algorithm(scenario)
     params = params | dict(scenario.get("theory", {}) or {}) | dict(extra.pop("params", {}) or {})
     rows: list[Check] = []
+    partition_rows: list[Check] = []
+    if theory_family(alg) == "embracingfl" and probes is not None:   # y/z partitions (EmbracingFL §4.9)
+        from analysis.embracingfl import ensure_partition_probes, partition_rows as _partition_rows
+
+        try:
+            emb_df, emb = ensure_partition_probes(str(run), progress=progress)
+            extra.update(emb)
+            partition_rows = _partition_rows(emb_df, emb)
+        except (ConfigError, RuntimeError, KeyError) as exc:
+            partition_rows = [_row("EmbracingFL partition probes", None, note=f"not measured: {type(exc).__name__}: {exc}")]
 
     # --- the trace's own consistency
     if not trace.empty and "t" in trace.columns:
@@ -272,6 +282,8 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
                 rows.append(_row(label, float(extra[key])))
         if extra.get("G2") is not None:
             rows.append(_row("probe: (G, B) envelope fit, G^2", float(extra["G2"]), note=f"B = {float(extra['B']):.4g}"))
+
+    rows.extend(partition_rows)
 
     # --- theory
     family = theory_family(alg)

@@ -7,6 +7,7 @@ from fedsim.algorithms.base import Algorithm
 def registry() -> dict[str, type[Algorithm]]:
     """Algorithm name → class, for scenarios and the CLI."""
     from fedsim.algorithms.ca2fl import CA2FL
+    from fedsim.algorithms.embracingfl import EmbracingFL
     from fedsim.algorithms.fedasync import FedAsync
     from fedsim.algorithms.fedavg import FedAvg
     from fedsim.algorithms.fedbuff import FedBuff
@@ -18,4 +19,5 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL
 
     return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, AsyncSFL, GAS, MiniBatchSFL, S2FL,
-                                         HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite)}
+                                         HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite,
+                                         EmbracingFL)}
