@@ -37,7 +37,7 @@ class FedAsync(SlotScheduler):
         staleness: str = "polynomial"
         staleness_a: float = num(0.5, ge=0, le=1e3)
         staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions")
-        concurrency: int = num(10, ge=1, le=10**7, unit="clients")
+        concurrency: int = num(10, ge=1, unit="clients")
         max_staleness: int | None = num(None, ge=0, le=10**9, unit="versions", doc="staler updates are dropped")
         retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
 

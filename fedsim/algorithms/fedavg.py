@@ -38,7 +38,7 @@ class FedAvg(Algorithm):
 
     @dataclass
     class Config:
-        clients_per_round: int = num(10, ge=1, le=10**7, unit="clients")
+        clients_per_round: int = num(10, ge=1, unit="clients")
         deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
         server_lr: float = num(1.0, gt=0, le=1e6)
         retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")

@@ -41,7 +41,7 @@ class FedBuff(SlotScheduler):
     @dataclass
     class Config:
         buffer_size: int = num(5, ge=1, le=10**6, unit="updates")
-        concurrency: int = num(10, ge=1, le=10**7, unit="clients")
+        concurrency: int = num(10, ge=1, unit="clients")
         server_lr: float = num(1.0, gt=0, le=1e6)
         staleness: str = "fedbuff"
         staleness_a: float = num(0.5, ge=0, le=1e3)
