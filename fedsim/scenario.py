@@ -23,7 +23,7 @@ from fedsim.errors import ConfigError
 
 @dataclass
 class PartitionConfig:
-    method: Literal["iid", "dirichlet", "shards", "quantity", "natural"] = "dirichlet"
+    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = "dirichlet"
     alpha: float = 0.5
     labels_per_client: int = 2
     sigma: float = 1.0
