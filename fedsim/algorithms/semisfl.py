@@ -50,13 +50,15 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from fedsim.algorithms.base import Update
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import STRONG, WEAK, check_augmentation, strong_view, weak_view
 from fedsim.learn.costs import state_bytes
-from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss, ema_update
+from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss
 from fedsim.learn.split import SideOptimizer, merge_state, split_state
+from fedsim.learn.state import state_mix
 from fedsim.learn.train import batch_schedule
 
 State = dict[str, torch.Tensor]
@@ -268,9 +270,10 @@ class SemiSFL(SplitAlgorithm):
             self.wc = {k: new[k] for k in self.wc}
             self.ws = {k: new[k] for k in self.ws}
             self.hp = {k[len(_HEAD):]: new[k] for k in heads}
-            ema_update(self.t_wc, self.wc, decay)
-            ema_update(self.t_ws, self.ws, decay)
-            ema_update(self.t_hp, self.hp, decay)
+            # teacher EMA, w~ = decay·w~ + (1 − decay)·w (counters: the larger value, i.e. the student's)
+            self.t_wc = state_mix(self.t_wc, self.wc, 1.0 - decay)
+            self.t_ws = state_mix(self.t_ws, self.ws, 1.0 - decay)
+            self.t_hp = state_mix(self.t_hp, self.hp, 1.0 - decay)
         return total / k_s
 
     def split_step(self, acts: list[torch.Tensor], t_acts: list[torch.Tensor], idxs: list[torch.Tensor],
@@ -355,14 +358,11 @@ class SemiSFL(SplitAlgorithm):
                        f_s=f_s, f_u=f_u, lr=lr, r_h=self.ctl.r_h, indicators=len(self.ctl.indicators),
                        clients=clients, bytes_up=int(ctx.world.bytes_up - up0),
                        bytes_down=int(ctx.world.bytes_down - down0), start=start, **stats)
-        for c in clients:
-            ctx.trace.emit(env.now, "apply", client=c, base_version=base_version, version=ctx.version + 1,
-                           staleness=ctx.version - base_version, staleness_s=env.now - start,
-                           weight=1.0 / len(clients), round=rnd)
-        ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=clients, dropped=[])
         if not clients and not k_s:
             yield env.timeout(1.0)  # nothing to do this round: let virtual time pass
-        self.commit(round_=rnd, n_updates=len(clients), clients=clients)
+        applied = [Update(client=c, tensors={}, base_version=base_version, download_time=start) for c in clients]
+        self.commit(applied, [1.0 / len(clients)] * len(clients), round_=rnd,
+                    round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 
     def _client_phase(self, clients: list[int], lr: float, rnd: int, base_version: int, probing: bool
                       ) -> Generator[simpy.events.Event, Any, tuple[float, dict]]:

@@ -1,5 +1,5 @@
-"""Semi-supervised pieces of SemiSFL: the memory queue, the contrastive losses, the projection head, the
-teacher's EMA and the K_s controller (spec semisfl.md §2.2, §2.5, §2.6).
+"""Semi-supervised pieces of SemiSFL: the memory queue, the contrastive losses, the projection head and the
+K_s controller (the teacher's EMA is ``fedsim.learn.state.state_mix``) (spec semisfl.md §2.2, §2.5, §2.6).
 
 The losses follow the SemiSFL code's ``FeatureCache``: anchors are the (L2-normalised) student
 projections of the current batch; references are the batch's own teacher keys followed by the queue;
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from torch import nn
 
 from fedsim.errors import ConfigError
 
-__all__ = ["FeatureQueue", "contrastive_loss", "ProjectionHead", "ema_update", "KsController", "k_min"]
+__all__ = ["FeatureQueue", "contrastive_loss", "ProjectionHead", "KsController", "k_min"]
 
 
 class FeatureQueue:
@@ -97,17 +97,6 @@ class ProjectionHead(nn.Module):
 
     def forward(self, e: torch.Tensor) -> torch.Tensor:
         return F.normalize(self.net(e.flatten(1)), dim=1)
-
-
-@torch.no_grad()
-def ema_update(teacher: dict[str, torch.Tensor], student: Mapping[str, torch.Tensor], decay: float) -> None:
-    """teacher ← decay·teacher + (1 − decay)·student in place; integer buffers are copied (as the code does)."""
-    for k, t in teacher.items():
-        s = student[k].detach()
-        if t.is_floating_point():
-            t.mul_(decay).add_(s.to(t.dtype), alpha=1.0 - decay)
-        else:
-            t.copy_(s)
 
 
 def k_min(beta: float, n_labeled: int, n_total: int, k_u: int) -> int:
