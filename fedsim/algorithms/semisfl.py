@@ -540,7 +540,8 @@ class SemiSFL(SplitAlgorithm):
             if dw > 0:
                 lip = float(torch.linalg.vector_norm(g - g0)) / dw
         self._probe_prev = (w, g)
-        mb_s = float((g_s ** 2).sum()) if g_s is not None else float("nan")
+        # Lemma 3 (Jensen) needs a loss that is a mean of per-sample losses: CE alone, i.e. without T
+        mb_s = float((g_s ** 2).sum()) if g_s is not None and not self.cfg.supcon else float("nan")
         self.ctx.trace.emit(self.ctx.env.now, "semisfl_probe", round=rnd, tag=tag,
                             Gs2_max=max(per_s) if per_s else float("nan"),
                             Gs2_mean=float(np.mean(per_s)) if per_s else float("nan"),
