@@ -209,3 +209,19 @@ def test_bad_input_gives_one_line_and_exit_2(capsys, tmp_path, override, field, 
     lines = err.splitlines()
     assert len(lines) == 1, err
     assert field in lines[0] and allowed in lines[0] and "Traceback" not in err
+
+
+def test_check_reports_r_h_the_ks_trace_and_theorem_1(tmp_path):
+    from analysis.report import check_run
+
+    mapping = copy.deepcopy(BASE)
+    mapping["stop"]["max_versions"] = 4
+    mapping["algorithm"].update({"adapt": "paper", "window": 1, "periods": 2, "probe_every": 2, "probe_samples": 4})
+    run = _run(mapping, tmp_path / "r")
+    table = check_run(run, figures=False, progress=False).set_index("quantity")
+    assert "SemiSFL: R_h (last)" in table.index and "SemiSFL: K_s trace (first, last, min)" in table.index
+    assert bool(table.loc["SemiSFL: K_s non-increasing", "holds"])
+    thm = table.loc["[semisfl] Theorem 1 (as printed, eta1^3): min E||grad F||^2"]
+    assert bool(thm["holds"]) and float(thm["measured"]) > 0
+    drift = table.loc["[semisfl] Lemma 4: ||w^k - w^0||^2 <= (k eta G_max)^2 (worst k)"]
+    assert bool(drift["holds"]) and float(drift["measured"]) > 0
