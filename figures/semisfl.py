@@ -73,6 +73,8 @@ def algorithm(method: str, **extra: Any) -> dict[str, Any]:
     """The algorithm mapping of one method (``semisfl-fixed`` = SemiSFL with adapt: none)."""
     if method == "semisfl-fixed":
         return {"name": "semisfl", **ALGO, "adapt": "none", **extra}
+    if method == "supervised-only":  # the server alone: no client phase
+        return {"name": method, **ALGO, "clients_per_round": 0, **extra}
     return {"name": method, **ALGO, **extra}
 
 

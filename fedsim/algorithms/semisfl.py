@@ -361,7 +361,7 @@ class SemiSFL(SplitAlgorithm):
         if not clients and not k_s:
             yield env.timeout(1.0)  # nothing to do this round: let virtual time pass
         applied = [Update(client=c, tensors={}, base_version=base_version, download_time=start) for c in clients]
-        self.commit(applied, [1.0 / len(clients)] * len(clients), round_=rnd,
+        self.commit(applied, [1.0 / len(clients) for _ in clients], round_=rnd,
                     round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 
     def _client_phase(self, clients: list[int], lr: float, rnd: int, base_version: int, probing: bool
