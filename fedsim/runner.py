@@ -82,7 +82,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
     m = scenario.model
     return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       seed_generator=Streams(scenario.seed).torch("model", "init"))
+                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
@@ -155,7 +155,8 @@ def run_variant(
     try:
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        _check_memory(world, model, scenario, tuple(data.train.input_shape))
+        if not registry()[spec.name].fits_submodels:
+            _check_memory(world, model, scenario, tuple(data.train.input_shape))
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
         for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
             hook = make(ctx)
