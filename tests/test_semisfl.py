@@ -149,26 +149,56 @@ def test_clustering_loss_by_hand():
     assert len(queue) == 3  # the batch keys were enqueued after the loss
 
 
-def test_hidden_labels_never_reach_a_loss(tmp_path, monkeypatch):
-    """Relabel every hidden sample after set-up: the trained model is bit-identical, only impurity changes."""
-    mapping = copy.deepcopy(BASE)
-    mapping["algorithm"]["tau"] = 0.1  # every max-softmax of 10 classes passes: pseudo-labels are used
-    plain = _run(mapping, tmp_path / "plain")
-    original = SemiSFL.setup
+FL_ALGO = {"clients_per_round": 3, "labeled": 50, "k_s": 2, "weak": "crop", "strong": "randaugment"}
 
-    def scrambled(self):
-        original(self)
+
+@pytest.mark.parametrize("algo", ["semisfl", "semifl", "fedswitch"])
+def test_hidden_labels_never_reach_a_loss(tmp_path, monkeypatch, algo):
+    """Relabel every hidden sample after set-up: the trained model is bit-identical (and, for SemiSFL, the
+    impurity metric, which does read them, changes)."""
+    from fedsim.algorithms.semifl import SemiFL
+
+    mapping = copy.deepcopy(BASE)
+    if algo == "semisfl":
+        mapping["algorithm"]["tau"] = 0.1  # every max-softmax of 10 classes passes: pseudo-labels are used
+    else:
+        mapping["algorithm"] = {"name": algo, **FL_ALGO, "tau": 0.1}
+    plain = _run(mapping, tmp_path / "plain")
+    cls, hook = (SemiSFL, "setup") if algo == "semisfl" else (SemiFL, "__init__")
+    original = getattr(cls, hook)
+
+    def scrambled(self, *args):
+        original(self, *args)
         y = self.ctx.data.train.y
         hidden = self.visible_y < 0
         y[hidden] = (y[hidden] + 1) % self.ctx.data.train.num_classes  # in place: the dataset itself changes
 
-    monkeypatch.setattr(SemiSFL, "setup", scrambled)
+    monkeypatch.setattr(cls, hook, scrambled)
     other = _run(mapping, tmp_path / "other")
     a, b = torch.load(plain / "final_model.pt"), torch.load(other / "final_model.pt")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    imp_a = [r["impurity"] for r in _events(plain, "semisfl_round")]
-    imp_b = [r["impurity"] for r in _events(other, "semisfl_round")]
-    assert imp_a != imp_b  # the metric does read them, so the relabelling took effect
+    if algo == "semisfl":
+        imp_a = [r["impurity"] for r in _events(plain, "semisfl_round")]
+        imp_b = [r["impurity"] for r in _events(other, "semisfl_round")]
+        assert imp_a != imp_b  # the metric does read them, so the relabelling took effect
+
+
+@pytest.mark.parametrize("algo, copies", [("semifl", 1), ("fedswitch", 2)])
+def test_fl_baselines_move_whole_models(tmp_path, algo, copies):
+    """SemiFL: |w| down and up per client and round; FedSwitch: student and teacher, 2|w| each way."""
+    mapping = copy.deepcopy(BASE)
+    mapping["algorithm"] = {"name": algo, **FL_ALGO}
+    run = _run(mapping, tmp_path / "r")
+    summary = json.loads((run / "summary.json").read_text())
+    w = 4 * ((16 * 9 + 16) + (32 * 16 * 9 + 32) + (128 * 64 + 64) + (64 * 10 + 10))  # the digits CNN, fp32
+    rounds, n_h = 2, 3
+    assert summary["versions"] == rounds
+    assert summary["bytes_up"] == summary["bytes_down"] == rounds * n_h * copies * w
+    from fedsim.runner import build_global_model, prepare_data
+    sc = scenario_from_mapping(mapping)
+    w0 = build_global_model(sc, prepare_data(sc).data).state_dict()
+    final = torch.load(run / "final_model.pt")
+    assert max(float((final[k] - w0[k]).abs().max()) for k in final) > 1e-3  # it trained
 
 
 def test_augmentations_replay_per_stream_and_change_the_image():

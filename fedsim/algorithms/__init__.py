@@ -11,8 +11,9 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.fedavg import FedAvg
     from fedsim.algorithms.fedbuff import FedBuff
     from fedsim.algorithms.sfl_async import GAS, AsyncSFL
+    from fedsim.algorithms.semifl import FedSwitch, SemiFL
     from fedsim.algorithms.semisfl import FedSwitchSL, SemiSFL, SupervisedOnly
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
 
     return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, AsyncSFL, GAS, MiniBatchSFL, S2FL,
-                                          SemiSFL, FedSwitchSL, SupervisedOnly)}
+                                          SemiSFL, FedSwitchSL, SupervisedOnly, SemiFL, FedSwitch)}

@@ -69,6 +69,49 @@ def _grads_or_zero(grads: tuple, params: list[torch.Tensor]) -> list[torch.Tenso
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
 
 
+def semi_data(ctx: Any, labeled: int, client_labeled_fraction: float, *, need_clients: bool = True
+              ) -> tuple[np.ndarray, torch.Tensor]:
+    """Take the server's labeled set out of the clients' data; returns (labeled indices, visible labels).
+
+    ``labeled`` samples are drawn uniformly per class (class c gets labeled // M, the first labeled % M
+    classes one more: the code's rule) from the stream ("semi-data", "labeled"), so every semi-supervised
+    method of a scenario gets the same set; they are removed from ``ctx.parts`` in place.  The visible
+    labels are those of the server set and of ``client_labeled_fraction`` of each client's samples
+    (stream ("semi-data", "client-labels")); every other entry is −1: training reads labels only there.
+    """
+    y = ctx.data.train.y
+    n, m = len(y), int(ctx.data.train.num_classes)
+    if labeled > n:
+        raise ConfigError("algorithm.labeled", f"{labeled} labeled samples requested but the training set has only {n}")
+    rng = ctx.streams.numpy("semi-data", "labeled")
+    ynp = y.numpy()
+    chosen: list[np.ndarray] = []
+    for c in range(m):
+        want = labeled // m + (1 if c < labeled % m else 0)
+        pool = np.flatnonzero(ynp == c)
+        if want > len(pool):
+            raise ConfigError("algorithm.labeled", f"{labeled} labeled samples need {want} of class {c} (uniform per "
+                                                   f"class) but the training set has {len(pool)}")
+        chosen.append(rng.choice(pool, size=want, replace=False))
+    idx = np.sort(np.concatenate(chosen)).astype(np.int64) if chosen else np.zeros(0, np.int64)
+    parts = [np.setdiff1d(p, idx, assume_unique=True) for p in ctx.parts]
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    if empty and need_clients:
+        raise ConfigError("algorithm.labeled", f"after taking {labeled} labeled samples for the server, {len(empty)} "
+                                               f"client(s) hold no data; lower labeled or use fewer clients")
+    ctx.parts[:] = parts
+    visible = torch.full((n,), -1, dtype=torch.int64)
+    t = torch.as_tensor(idx)
+    visible[t] = y[t]
+    lrng = ctx.streams.numpy("semi-data", "client-labels")
+    for p in parts:
+        k = int(math.floor(client_labeled_fraction * len(p) + 1e-9))
+        if k:
+            j = torch.as_tensor(np.sort(lrng.choice(p, size=k, replace=False)))
+            visible[j] = y[j]
+    return idx, visible
+
+
 class SemiSFL(SplitAlgorithm):
     name = "semisfl"
     family = "semisfl"  # client-selection stream shared by SemiSFL and its split baselines
@@ -142,42 +185,13 @@ class SemiSFL(SplitAlgorithm):
         self.k_u = int(cfg.local_iterations if cfg.local_iterations is not None else (ctx.sgd.local_steps or 0))
         require(self.k_u >= 1 or cfg.clients_per_round == 0, "algorithm.local_iterations",
                 f"{self.name} needs K_u >= 1 split iterations per round: set it or train.local_steps")
-        y = ctx.data.train.y
-        n, m = len(y), int(ctx.data.train.num_classes)
-        if cfg.labeled > n:
-            raise ConfigError("algorithm.labeled", f"{cfg.labeled} labeled samples requested but the training set "
-                                                   f"has only {n}")
-        rng = ctx.streams.numpy(self.family, "labeled")
-        ynp = y.numpy()
-        chosen: list[np.ndarray] = []
-        for c in range(m):
-            want = cfg.labeled // m + (1 if c < cfg.labeled % m else 0)
-            pool = np.flatnonzero(ynp == c)
-            if want > len(pool):
-                raise ConfigError("algorithm.labeled", f"{cfg.labeled} labeled samples need {want} of class {c} "
-                                                       f"(uniform per class) but the training set has {len(pool)}")
-            chosen.append(rng.choice(pool, size=want, replace=False))
-        self.labeled_idx = np.sort(np.concatenate(chosen)).astype(np.int64) if chosen else np.zeros(0, np.int64)
+        self.labeled_idx, self.visible_y = semi_data(ctx, cfg.labeled, cfg.client_labeled_fraction,
+                                                     need_clients=cfg.clients_per_round > 0)
         require(cfg.k_s == 0 or len(self.labeled_idx) > 0, "algorithm.labeled",
                 f"the server's labeled phase (k_s = {cfg.k_s}) needs labeled >= 1")
-        parts = [np.setdiff1d(p, self.labeled_idx, assume_unique=True) for p in ctx.parts]
-        empty = [i for i, p in enumerate(parts) if len(p) == 0]
-        if empty and cfg.clients_per_round > 0:
-            raise ConfigError("algorithm.labeled", f"after taking {cfg.labeled} labeled samples for the server, "
-                                                   f"{len(empty)} client(s) hold no data; lower labeled or use fewer clients")
-        ctx.parts[:] = parts
-        self.sizes = np.array([len(p) for p in parts], dtype=np.int64)
-        # what training may read: labels of the server set and of the clients' labeled share; -1 elsewhere
-        visible = torch.full((n,), -1, dtype=torch.int64)
-        visible[torch.as_tensor(self.labeled_idx)] = y[torch.as_tensor(self.labeled_idx)]
-        lrng = ctx.streams.numpy(self.family, "client-labels")
-        for p in parts:
-            k = int(math.floor(cfg.client_labeled_fraction * len(p) + 1e-9))
-            if k:
-                idx = torch.as_tensor(np.sort(lrng.choice(p, size=k, replace=False)))
-                visible[idx] = y[idx]
-        self.visible_y = visible
-        self.y_train = visible  # nothing inherited may read the hidden labels
+        self.sizes = np.array([len(p) for p in ctx.parts], dtype=np.int64)
+        n = len(ctx.data.train.y)
+        self.y_train = self.visible_y  # nothing inherited may read the hidden labels
         self.label_counts = None
         # model pieces: bottom/top halves, the projection head, the teacher copies
         d = int(self.costs.activation_dim)
