@@ -20,7 +20,8 @@ channel preset (0.8–8 Mbps up, 10–20 Mbps down, redrawn per transmission); t
   against time; ``time_traffic_to_target.csv``: time and MB to 80 % accuracy.
 * ``dirichlet``: final accuracy under IID and Dir(1.0, 0.1, 0.05) for SemiSFL and FedSwitch-SL
   (Tables III/IV style), Supervised-only as the reference.
-* ``adaptive_ks``: adaptive (paper and code versions) vs fixed K_s = 20 with 50 labels; the K_s trace.
+* ``adaptive_ks``: adaptive (paper and code versions) vs fixed K_s = 20 with 50 labels, Supervised-only
+  on the same 50 labels as the reference; the K_s trace.
 * ``r_h``: R_h over rounds for fixed K_s = 20 and K_s = 5 (Fig. 3b).
 * ``head``: projection head none / linear / MLP under Dir(0.1) (Table V).
 * ``crossover``: traffic per round of SFL (features × K_u + 3 bottoms) vs FL (2 full models) for the
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -45,7 +47,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import scenario_from_mapping  # noqa: E402
+from fedsim.scenario import dump_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
 
 BASE: dict[str, Any] = {
@@ -99,8 +101,16 @@ def job(key: tuple, algo: dict[str, Any], seed: int, *, part: str = "dir0.1", ro
     return Job(key, m)
 
 
+def _done(d: Path, mapping: dict[str, Any]) -> bool:
+    """A finished run of exactly this scenario is already in ``d`` (same scenario.yaml, a summary)."""
+    sc = scenario_from_mapping(mapping)
+    return ((d / "summary.json").exists() and (d / "scenario.yaml").exists()
+            and (d / "scenario.yaml").read_text(encoding="utf-8") == dump_scenario(sc.variant(sc.algorithms[0])))
+
+
 def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tuple, dict[str, Any]]:
-    """Run every job under ``out/runs`` (runs shared by several figures are run once)."""
+    """Run every job under ``out/runs`` (runs shared by several figures are run once; a finished run of the
+    identical scenario already in ``out/runs`` is reused, so an interrupted recipe resumes)."""
     from tqdm import tqdm
 
     results: dict[tuple, dict[str, Any]] = {}
@@ -110,7 +120,10 @@ def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tupl
         name = "-".join(str(k) for k in j.key)
         bar.set_postfix_str(name, refresh=False)
         d = out / "runs" / name
-        summary = run_scenario(scenario_from_mapping(j.mapping), d, progress=False)[0]
+        if _done(d, j.mapping):
+            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        else:
+            summary = run_scenario(scenario_from_mapping(j.mapping), d, progress=False)[0]
         tr = load_trace(d / "trace.jsonl", kinds=("semisfl_round",))
         results[j.key] = {"summary": summary, "metrics": pd.read_csv(d / "metrics.csv"), "rounds": tr, "dir": d}
     return results
@@ -219,13 +232,13 @@ def dirichlet(results: dict, seeds: Sequence[int], parts: Sequence[str], out: Pa
     return df
 
 
-KS_VARIANTS = {"adaptive (paper)": {"adapt": "paper"}, "adaptive (code)": {"adapt": "code"},
-               "fixed K_s = 20": {"adapt": "none"}}
+KS_VARIANTS = {"adaptive (paper)": ("semisfl", {"adapt": "paper"}), "adaptive (code)": ("semisfl", {"adapt": "code"}),
+               "fixed K_s = 20": ("semisfl", {"adapt": "none"}), "Supervised-only": ("supervised-only", {})}
 
 
 def adaptive_jobs(seeds: Sequence[int], rounds: int, labeled: int) -> list[Job]:
-    return [job(("ks", v, s), algorithm("semisfl", labeled=labeled, **extra), s, rounds=rounds)
-            for s in seeds for v, extra in KS_VARIANTS.items()]
+    return [job(("ks", v, s), algorithm(method, labeled=labeled, **extra), s, rounds=rounds)
+            for s in seeds for v, (method, extra) in KS_VARIANTS.items()]
 
 
 def adaptive(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
