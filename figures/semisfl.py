@@ -10,8 +10,9 @@ Scale (documented, not the paper's): sklearn digits (1,797 8x8 images) with 100 
 and the rest unlabeled on N = 10 clients (the code's per-client Dirichlet), N_h = 5 per round, the
 fedsim CNN cut after its two conv blocks (d = 128 features), B = 16, K_u = 5, K_s from 20, queue 256,
 κ = 0.2, τ = 0.8 (0.95 leaves almost every digit masked in so few rounds), a 64-32 MLP head, windows of
-2 rounds and R_h over 5 of them, 40 rounds instead of 1,000 (``--quick``: 16), constant learning rate.  Weak view = crop (digits are not
-flip-invariant), strong view = RandAugment-like (n = 2, m = 10) + Cutout.  Links: the ``semisfl-edge``
+2 rounds and R_h over 5 of them, 40 rounds instead of 1,000 (``--quick``: 12), constant learning rate.
+Weak view = crop (digits are not flip-invariant), strong view = RandAugment-like (n = 2, m = 10) +
+Cutout.  Links: the ``semisfl-edge``
 channel preset (0.8–8 Mbps up, 10–20 Mbps down, redrawn per transmission); three Jetson profiles.
 
 * ``time_traffic``: test accuracy (teacher; SemiFL: the global model) against simulated time and against
@@ -412,7 +413,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
-    rounds = 16 if quick else 40
+    rounds = 12 if quick else 40
     head_parts = ("dir0.1",)
     dir_parts = ("iid", "dir0.1") if quick else tuple(PARTS)
     jobs = (time_traffic_jobs(seeds, rounds) + dirichlet_jobs(seeds, rounds, dir_parts)
@@ -429,7 +430,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.semisfl", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, 16 rounds, fewer settings (under three minutes)")
+    p.add_argument("--quick", action="store_true", help="one seed, 12 rounds, fewer settings (under three minutes)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
     args = p.parse_args(argv)
     make_all(args.out, quick=args.quick, seeds=args.seeds)
