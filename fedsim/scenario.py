@@ -99,16 +99,20 @@ class TrainConfig:
 @dataclass
 class DeviceGroup:
     """Clients of one device profile.  ``flops_per_s`` (a number or a [lo, hi] range drawn uniformly per
-    client) replaces the profile's peak × efficiency, for papers that give compute speeds directly."""
+    client) replaces the profile's peak × efficiency, for papers that give compute speeds directly;
+    ``memory_mb`` (MiB) replaces the profile's memory by the budget a training app may use on it, for
+    studies where memory, not the device's total RAM, decides what a client can train."""
 
     profile: str = "jetson-nano"
     weight: float = 1.0
     efficiency: float | None = None
     power_mode: str | None = None
     flops_per_s: float | list[float] | None = None
+    memory_mb: float | None = None
 
     def validate(self, prefix: str) -> None:
         positive(self.weight, f"{prefix}.weight")
+        positive(self.memory_mb, f"{prefix}.memory_mb")
         if self.flops_per_s is not None:
             vals = self.flops_per_s if isinstance(self.flops_per_s, list) else [self.flops_per_s]
             require(len(vals) in (1, 2) and all(v > 0 for v in vals), f"{prefix}.flops_per_s",
@@ -338,8 +342,15 @@ class EvalConfig:
     per_client: bool = False
     batch_size: int = 1024
     probe_every: int | None = None
+    #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
+    #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
+    #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
+    #: once, or all when unset; costs no virtual time, like evaluation itself).
+    bn_stats: Literal["batch", "train"] = "batch"
+    bn_samples: int | None = 1024
 
     def validate(self, prefix: str) -> None:
+        positive(self.bn_samples, f"{prefix}.bn_samples")
         positive(self.every_versions, f"{prefix}.every_versions")
         positive(self.probe_every, f"{prefix}.probe_every")
         positive(self.every_s, f"{prefix}.every_s")
@@ -495,7 +506,12 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
     if len(set(labels)) != len(labels):
         raise ConfigError("algorithm", f"variants need distinct labels, got {labels} (add label: ...)")
     kwargs["algorithms"] = specs
-    return Scenario(**kwargs)
+    scenario = Scenario(**kwargs)
+    for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)
+        check = getattr(spec.params, "validate_scenario", None)
+        if callable(check):
+            check(scenario, f"algorithm[{i}]" if isinstance(raw_alg, list) else "algorithm")
+    return scenario
 
 
 def builtin_scenarios() -> dict[str, str]:
