@@ -17,7 +17,7 @@ channel preset (0.8–8 Mbps up, 10–20 Mbps down, redrawn per transmission); t
 
 * ``time_traffic``: test accuracy (teacher; SemiFL: the global model) against simulated time and against
   total traffic under Dir(0.1): SemiSFL, FedSwitch-SL, SemiSFL without adaptation, the full-model FL
-  baselines SemiFL and FedSwitch (simplified, see ``fedsim.algorithms.semifl``), and Supervised-only
+  baselines SemiFL, FedSwitch and FedMatch (simplified, see ``fedsim.algorithms.semifl``), and Supervised-only
   against time; ``time_traffic_to_target.csv``: time and MB to 80 % accuracy.
 * ``dirichlet``: final accuracy under IID and Dir(1.0, 0.1, 0.05) for SemiSFL and FedSwitch-SL
   (Tables III/IV style), Supervised-only as the reference.
@@ -69,7 +69,7 @@ BASE: dict[str, Any] = {
 ALGO: dict[str, Any] = {"cut": 2, "clients_per_round": 5, "labeled": 100, "k_s": 20, "tau": 0.8, "queue_size": 256,
                         "weak": "crop", "strong": "randaugment", "window": 2, "periods": 5}
 LABELS = {"semisfl": "SemiSFL", "fedswitch-sl": "FedSwitch-SL", "semisfl-fixed": "SemiSFL w/o adaptation",
-          "semifl": "SemiFL", "fedswitch": "FedSwitch", "supervised-only": "Supervised-only"}
+          "semifl": "SemiFL", "fedswitch": "FedSwitch", "fedmatch": "FedMatch", "supervised-only": "Supervised-only"}
 FL_KEYS = ("clients_per_round", "labeled", "k_s", "tau", "weak", "strong")
 PARTS = {"iid": {"method": "iid"}, **{f"dir{a}": {"method": "dirichlet_client", "alpha": a, "min_size": 16}
                                       for a in (1.0, 0.1, 0.05)}}
@@ -81,7 +81,7 @@ def algorithm(method: str, **extra: Any) -> dict[str, Any]:
         return {"name": "semisfl", **ALGO, "adapt": "none", **extra}
     if method == "supervised-only":  # the server alone: no client phase
         return {"name": method, **ALGO, "clients_per_round": 0, **extra}
-    if method in ("semifl", "fedswitch"):  # full-model FL: no cut, head, queue or controller
+    if method in ("semifl", "fedswitch", "fedmatch"):  # full-model FL: no cut, head, queue or controller
         return {"name": method, **{k: ALGO[k] for k in FL_KEYS}, **extra}
     return {"name": method, **ALGO, **extra}
 
@@ -142,7 +142,7 @@ def _final(results: dict, key: tuple) -> float:
 
 # ------------------------------------------------------------------------------------------------ recipes
 
-MAIN = ("semisfl", "fedswitch-sl", "semisfl-fixed", "semifl", "fedswitch", "supervised-only")
+MAIN = ("semisfl", "fedswitch-sl", "semisfl-fixed", "semifl", "fedswitch", "fedmatch", "supervised-only")
 
 
 def time_traffic_jobs(seeds: Sequence[int], rounds: int) -> list[Job]:

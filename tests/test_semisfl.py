@@ -152,7 +152,7 @@ def test_clustering_loss_by_hand():
 FL_ALGO = {"clients_per_round": 3, "labeled": 50, "k_s": 2, "weak": "crop", "strong": "randaugment"}
 
 
-@pytest.mark.parametrize("algo", ["semisfl", "semifl", "fedswitch"])
+@pytest.mark.parametrize("algo", ["semisfl", "semifl", "fedswitch", "fedmatch"])
 def test_hidden_labels_never_reach_a_loss(tmp_path, monkeypatch, algo):
     """Relabel every hidden sample after set-up: the trained model is bit-identical (and, for SemiSFL, the
     impurity metric, which does read them, changes)."""
@@ -183,9 +183,11 @@ def test_hidden_labels_never_reach_a_loss(tmp_path, monkeypatch, algo):
         assert imp_a != imp_b  # the metric does read them, so the relabelling took effect
 
 
-@pytest.mark.parametrize("algo, copies", [("semifl", 1), ("fedswitch", 2)])
-def test_fl_baselines_move_whole_models(tmp_path, algo, copies):
-    """SemiFL: |w| down and up per client and round; FedSwitch: student and teacher, 2|w| each way."""
+@pytest.mark.parametrize("algo, copies, helpers", [("semifl", 1, 0), ("fedswitch", 2, 0), ("fedmatch", 1, 6)])
+def test_fl_baselines_move_whole_models(tmp_path, algo, copies, helpers):
+    """SemiFL: |w| down and up per client and round; FedSwitch: student and teacher, 2|w| each way;
+    FedMatch: |w| each way plus 2 helper models per client from round 2 on (3 clients of round 1 hold a ψ,
+    so each round-2 client finds 2 others): 6 extra models down."""
     mapping = copy.deepcopy(BASE)
     mapping["algorithm"] = {"name": algo, **FL_ALGO}
     run = _run(mapping, tmp_path / "r")
@@ -193,7 +195,8 @@ def test_fl_baselines_move_whole_models(tmp_path, algo, copies):
     w = 4 * ((16 * 9 + 16) + (32 * 16 * 9 + 32) + (128 * 64 + 64) + (64 * 10 + 10))  # the digits CNN, fp32
     rounds, n_h = 2, 3
     assert summary["versions"] == rounds
-    assert summary["bytes_up"] == summary["bytes_down"] == rounds * n_h * copies * w
+    assert summary["bytes_up"] == rounds * n_h * copies * w
+    assert summary["bytes_down"] == (rounds * n_h * copies + helpers) * w
     from fedsim.runner import build_global_model, prepare_data
     sc = scenario_from_mapping(mapping)
     w0 = build_global_model(sc, prepare_data(sc).data).state_dict()

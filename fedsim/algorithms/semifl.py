@@ -21,7 +21,7 @@ teacher during its labeled phase, and the *teacher* is the evaluated model (as t
 """
 from __future__ import annotations
 
-__all__ = ["SemiFL", "FedSwitch"]
+__all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
 from dataclasses import dataclass
@@ -31,6 +31,7 @@ import numpy as np
 import simpy
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call
 
 from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutcome, Update, client_task
 from fedsim.algorithms.fedavg import fedavg_rule
@@ -260,3 +261,119 @@ class FedSwitch(SemiFL):
         self.teacher = masked_weighted_average(teachers, self.teacher)
 
 
+
+
+class FedMatch(SemiFL):
+    """FedMatch (Jeong et al., ICLR 2021), simplified as the spec allows.
+
+    Parameter decomposition: the model is w = σ + ψ.  The server's labeled phase trains w, i.e. σ (ψ held
+    fixed); clients freeze σ and train only ψ on unlabeled data with an L1 penalty ``l1`` on ψ ("disjoint
+    learning").  Inter-client consistency: the server keeps each client's last ψ and sends a client the
+    ``helpers`` ψ's closest to its own (cosine similarity of the flattened ψ; FedMatch compares model
+    outputs on a random input), each as a model σ + ψ_h (``helpers``·|w| extra download).  Pseudo-labels:
+    the agreement (summed one-hot votes) of the client's model and the helpers on the weak view, kept when
+    the client's own confidence is ≥ ``tau``; the loss is the masked CE of the strong view plus the KL
+    divergence from each helper's softmax to the client's (consistency); ψ has no weight decay (the L1
+    penalty takes its place).  Uploads count the whole ψ
+    (FedMatch's sparse ψ is not compressed here).  The server averages the uploaded models (σ is shared,
+    so this averages ψ).
+    """
+
+    name = "fedmatch"
+
+    @dataclass
+    class Config(SemiFL.Config):
+        helpers: int = 2
+        l1: float = 1.0e-4
+
+        def validate(self, prefix: str) -> None:
+            SemiFL.Config.validate(self, prefix)
+            positive(self.helpers, f"{prefix}.helpers", allow_zero=True)
+            positive(self.l1, f"{prefix}.l1", allow_zero=True)
+
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        zero = {k: torch.zeros_like(v) if v.is_floating_point() else v.clone() for k, v in ctx.global_state.items()}
+        self.psi_global = zero
+        self.client_psi: dict[int, State] = {}
+        self._helpers: dict[int, list[int]] = {}
+
+    def _sigma(self, w: State) -> State:
+        return {k: (w[k] - self.psi_global[k]) if w[k].is_floating_point() else w[k].clone() for k in w}
+
+    def _helpers_of(self, client: int) -> list[int]:
+        own = self.client_psi.get(client, self.psi_global)
+        v0 = torch.cat([t.reshape(-1) for t in own.values() if t.is_floating_point()])
+        scores = []
+        for c, psi in self.client_psi.items():
+            if c == client:
+                continue
+            v = torch.cat([t.reshape(-1) for t in psi.values() if t.is_floating_point()])
+            scores.append((float(F.cosine_similarity(v0, v, dim=0)), c))
+        return [c for _, c in sorted(scores, reverse=True)[: self.cfg.helpers]]
+
+    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
+                    ) -> Generator[simpy.events.Event, Any, Update]:
+        helpers = self._helpers_of(client)
+        if helpers:
+            yield from self.ctx.world.download(client, len(helpers) * self.ctx.model_bytes, version=version)
+        self._helpers[client] = helpers
+        return (yield from client_task(self.ctx, client, base, version, task=task,
+                                       assignment=Assignment(trainer=self.local_trainer, round=rnd)))
+
+    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+                      gen: torch.Generator) -> TrainOutcome:
+        """ψ-only training: masked CE on strong views with agreement pseudo-labels + helper KL + L1(ψ)."""
+        cfg, sgd = self.cfg, ctx.sgd
+        w0 = clone_state(module.state_dict())
+        sigma = self._sigma(w0)
+        psi = {k: (w0[k] - sigma[k]).clone().requires_grad_(True) for k in w0 if w0[k].is_floating_point()}
+        helper_models = []
+        for h in self._helpers.get(client, []):
+            m = copy.deepcopy(module)
+            m.load_state_dict({k: (sigma[k] + self.client_psi[h][k]) if k in psi else sigma[k] for k in sigma})
+            helper_models.append(m.eval())
+        opt = torch.optim.SGD(list(psi.values()), lr=sgd.lr, momentum=sgd.momentum)
+        steps = int(sgd.local_steps or 1)
+        losses, samples = [], 0
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            params = {k: sigma[k] + psi[k] if k in psi else sigma[k] for k in sigma}
+            return functional_call(module, params, (x,))
+
+        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()])
+            x = ctx.data.train.x[idx]
+            weak = weak_view(x, cfg.weak, gen)
+            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+            with torch.no_grad():
+                own = torch.softmax(forward(weak), 1)
+                helper_probs = [torch.softmax(h(weak), 1) for h in helper_models]
+                votes = F.one_hot(own.argmax(1), own.shape[1]).float()
+                for hp in helper_probs:
+                    votes += F.one_hot(hp.argmax(1), own.shape[1]).float()
+                vis = self.visible_y[idx]
+                has = vis >= 0
+                pl = torch.where(has, vis, votes.argmax(1))  # the agreed label (ties: the lowest class)
+                mask = (own.max(1).values >= cfg.tau) | has  # the client's own confidence decides the mask
+            logits = forward(strong)
+            loss = (F.cross_entropy(logits, pl, reduction="none") * mask.to(x.dtype)).mean()
+            if helper_probs:
+                logp = F.log_softmax(forward(weak), 1)
+                loss = loss + sum(F.kl_div(logp, hp, reduction="batchmean") for hp in helper_probs) / len(helper_probs)
+            loss = loss + cfg.l1 * sum(p.abs().sum() for p in psi.values())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            samples += len(idx)
+        new_psi = {k: v.detach().clone() for k, v in psi.items()}
+        self.client_psi[client] = new_psi
+        module.load_state_dict({k: (sigma[k] + new_psi[k]) if k in new_psi else sigma[k] for k in sigma})
+        fc = ctx.flop_cost  # own weak forward, strong fwd/bwd, weak fwd/bwd (consistency), helpers' forwards
+        flops = samples * ((2 + len(helper_models)) * fc.forward + 2.0 * fc.total)
+        return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
+
+    def after_aggregation(self, updates: list[Update]) -> None:
+        """ψ_global = mean of the uploaded ψ (the aggregated model minus the shared σ)."""
+        psis = [Update(client=u.client, tensors=self.client_psi[u.client], weight=u.weight) for u in updates]
+        self.psi_global = masked_weighted_average(psis, self.psi_global)
