@@ -70,7 +70,13 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     """Local training.  ``systems_only``: no training at all; every task is costed from the real model's
-    FLOPs and bytes (for timing studies and 10^5+ devices) and the model never changes."""
+    FLOPs and bytes (for timing studies and 10^5+ devices) and the model never changes.
+
+    ``batched``: the clients of one synchronous round train together, vectorised over clients
+    (``fedsim.learn.batched``); same results as one after another within float tolerance.
+    ``executor``: where training runs: ``inprocess``, or ``ray`` (``pip install fedsim[ray]``) with
+    ``workers`` Ray workers (None: the machine's cores) on the cluster at ``ray_address`` (None: a local
+    Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster)."""
 
     lr: float = 0.05
     momentum: float = 0.0
@@ -80,8 +86,13 @@ class TrainConfig:
     local_epochs: float | None = 1.0
     clip_norm: float | None = None
     systems_only: bool = False
+    batched: bool = False
+    executor: Literal["inprocess", "ray"] = "inprocess"
+    workers: int | None = None
+    ray_address: str | None = None
 
     def validate(self, prefix: str) -> None:
+        positive(self.workers, f"{prefix}.workers")
         positive(self.lr, f"{prefix}.lr")
         positive(self.momentum, f"{prefix}.momentum", allow_zero=True)
         positive(self.weight_decay, f"{prefix}.weight_decay", allow_zero=True)
@@ -122,6 +133,25 @@ class DeviceGroup:
 
 
 @dataclass
+class CapabilityConfig:
+    """Relative compute capabilities at two levels, as Fed-RAA's β study sets them: round(β·N) clients
+    (a permutation drawn from the stream ``("capability",)``) run at ``levels[0]`` × ``unit_flops_per_s``,
+    the others at ``levels[1]`` × ``unit_flops_per_s``.  Replaces the device groups' speed (their
+    profiles still give power and memory); jitter applies as for any device.  Because the fraction is
+    exact, the draw depends on the number of clients."""
+
+    levels: list[float] = field(default_factory=lambda: [1.0, 3.0])
+    beta: float = 0.3
+    unit_flops_per_s: float = 1e8
+
+    def validate(self, prefix: str) -> None:
+        require(len(self.levels) == 2 and all(v > 0 for v in self.levels), f"{prefix}.levels",
+                f"must be two positive numbers [slow, fast], got {self.levels!r}")
+        require(0.0 <= self.beta <= 1.0, f"{prefix}.beta", f"must be in [0, 1], got {self.beta!r}")
+        positive(self.unit_flops_per_s, f"{prefix}.unit_flops_per_s")
+
+
+@dataclass
 class DevicesConfig:
     """Which device profile each client gets: a weighted mix, drawn per client from its own stream."""
 
@@ -130,6 +160,7 @@ class DevicesConfig:
     )
     jitter: float = 0.1
     check_memory: bool = True
+    capability: CapabilityConfig | None = None
 
     def validate(self, prefix: str) -> None:
         require(len(self.mix) > 0, f"{prefix}.mix", "needs at least one device group")
@@ -360,12 +391,14 @@ class EvalConfig:
 
 @dataclass
 class OutputConfig:
-    """``checkpoints``: save the global state every N model versions (plus version 0 and the final one)
+    """``trace_format``: ``jsonl`` (trace.jsonl) or ``compact`` (trace.compact.gz, values only, gzip; for
+    millions of events, see ``fedsim.sim.trace``).  ``checkpoints``: save the global state every N model versions (plus version 0 and the final one)
     to ``checkpoints/v{version:06d}.pt``, so probes can be measured after the run (``fedsim check``)."""
 
     dir: str = "runs"
     figures: bool = True
     flush_every: int = 256
+    trace_format: Literal["jsonl", "compact"] = "jsonl"
     checkpoints: int | None = None
 
     def validate(self, prefix: str) -> None:
