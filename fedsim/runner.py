@@ -70,7 +70,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
     d = scenario.data
     data = load_dataset(d.name, root=d.root, num_clients=d.num_clients, rng=streams.numpy("data", "load"), options=d.options)
     p = d.partition
-    if data.train.task != "classification" and p.method in ("dirichlet", "shards"):
+    if data.train.task != "classification" and p.method in ("dirichlet", "dirichlet_client", "shards"):
         raise ConfigError("data.partition.method", f"'{p.method}' splits by class label, but dataset '{d.name}' is a "
                                                    f"{data.train.task} task without classes (allowed: iid, quantity, "
                                                    f"natural)")

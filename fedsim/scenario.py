@@ -24,7 +24,7 @@ from fedsim.errors import ConfigError
 
 @dataclass
 class PartitionConfig:
-    method: Literal["iid", "dirichlet", "shards", "quantity", "natural"] = "dirichlet"
+    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = "dirichlet"
     alpha: float = num(0.5, gt=0, le=1e6, doc="Dirichlet concentration (smaller: more skew)")
     labels_per_client: int = num(2, ge=1, le=10**6, doc="shards: classes per client")
     sigma: float = num(1.0, ge=0, le=100, doc="quantity: log-normal spread of client sizes")

@@ -15,9 +15,12 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.fedraa import FedRAA
     from fedsim.algorithms.fedraa_baselines import PruneFLLite, RAMFedLite
     from fedsim.algorithms.sfl_async import GAS, AsyncSFL
+    from fedsim.algorithms.semifl import FedMatch, FedSwitch, SemiFL
+    from fedsim.algorithms.semisfl import FedSwitchSL, SemiSFL, SupervisedOnly
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
     from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL
 
     return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, AsyncSFL, GAS, MiniBatchSFL, S2FL,
+                                         SemiSFL, FedSwitchSL, SupervisedOnly, SemiFL, FedSwitch, FedMatch,
                                          HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite,
                                          EmbracingFL)}
