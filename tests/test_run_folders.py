@@ -148,7 +148,7 @@ def test_errors_name_the_path_a_user_can_type(capsys, tmp_path):
     code, err = _cli(capsys, "run", "default", "algorithm.buffer_size=5", "--out", str(tmp_path / "a"))
     assert code == 2 and "algorithm.fedbuff.buffer_size" in err and "fedsim/scenarios/default.yaml" in err
     code, err = _cli(capsys, "run", "default", "algorithm.fedbuff.buffer_size=-2", "--out", str(tmp_path / "a"))
-    assert err == "fedsim: error: algorithm.fedbuff.buffer_size: must be > 0, got -2"
+    assert err == "fedsim: error: algorithm.fedbuff.buffer_size: got -2 (allowed: an integer in [1, 10^6] updates)"
 
 
 def test_list_valued_algorithm_overrides_by_label_index_and_comma_list():

@@ -72,6 +72,7 @@ class SemiFL(Algorithm):
             check_augmentation(self.weak, WEAK, f"{prefix}.weak")
             check_augmentation(self.strong, STRONG, f"{prefix}.strong")
             positive(self.rand_n, f"{prefix}.rand_n")
+            require(self.rand_n <= 14, f"{prefix}.rand_n", f"got {self.rand_n!r} (allowed: 1..14 augmentation ops per image)")
             require(1 <= self.rand_m <= 10, f"{prefix}.rand_m", f"magnitude must be in 1..10, got {self.rand_m!r}")
             positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
             require(0.0 < self.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {self.ema!r}")
