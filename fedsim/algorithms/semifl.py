@@ -39,7 +39,7 @@ from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
 from fedsim.learn.augment import STRONG, WEAK, check_augmentation, strong_view, weak_view
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
-from fedsim.learn.train import TrainStats, batch_schedule
+from fedsim.learn.train import TrainStats, batch_schedule, num_steps
 
 
 class SemiFL(Algorithm):
@@ -127,7 +127,7 @@ class SemiFL(Algorithm):
         cfg, sgd = self.cfg, ctx.sgd
         teacher = copy.deepcopy(module).eval()
         opt = torch.optim.SGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
-        steps = int(sgd.local_steps or 1)
+        steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         lam_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         losses, samples = [], 0
         for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
@@ -230,7 +230,7 @@ class FedSwitch(SemiFL):
         teacher.load_state_dict(self.teacher)
         teacher.eval()
         opt = torch.optim.SGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
-        steps = int(sgd.local_steps or 1)
+        steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples, switched = [], 0, 0
         for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
             idx = torch.as_tensor(indices[pos.numpy()])
@@ -335,7 +335,7 @@ class FedMatch(SemiFL):
             m.load_state_dict({k: (sigma[k] + self.client_psi[h][k]) if k in psi else sigma[k] for k in sigma})
             helper_models.append(m.eval())
         opt = torch.optim.SGD(list(psi.values()), lr=sgd.lr, momentum=sgd.momentum)
-        steps = int(sgd.local_steps or 1)
+        steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples = [], 0
         def forward(x: torch.Tensor) -> torch.Tensor:
             params = {k: sigma[k] + psi[k] if k in psi else sigma[k] for k in sigma}
