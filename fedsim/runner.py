@@ -318,6 +318,7 @@ class Estimate:
     slots: int
     fastest_task_s: float
     bound: str = "stop"
+    server_steps: int = 0  # the server's own SGD steps per model version
 
 
 def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, prepared: Prepared, steps: list[int]) -> float:
@@ -366,10 +367,12 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     tasks, bound = min(bounds) if bounds else (math.inf, "stop")
     tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
     per_task = max(steps)
-    sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task
+    server = registry()[spec.name].server_steps(params)
+    versions = float(st.max_versions) if st.max_versions is not None else tasks / per_version + 1
+    sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task + versions * server
     split = hasattr(params, "local_iterations")
     events = tasks * (per_task if split else 1) * 4 + slots
-    return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound)
+    return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound, server)
 
 
 def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allow_large: bool) -> list[str]:
@@ -384,9 +387,15 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
             steps_field = (f"{alg}.local_iterations" if getattr(spec.params, "local_iterations", None) is not None
                            else "train.local_steps")
             field = steps_field if est.steps_per_task > LARGE_SGD_STEPS / 100 else est.bound
+            server = ""
+            if est.server_steps > LARGE_SGD_STEPS / 100:
+                knob = registry()[spec.name].server_steps_knob
+                field = f"{alg}.{knob}" if knob else est.bound
+            if est.server_steps:
+                server = f" + {est.server_steps:,} server steps per version"
             raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
-                              f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks; allowed without --allow-large: "
-                              f"{LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
+                              f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks{server}; allowed without "
+                              f"--allow-large: {LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
         if est.events > LARGE_EVENTS:
             raise ConfigError(est.bound, f"the run would simulate about {est.events:.3g} events (allowed without "
                               f"--allow-large: {LARGE_EVENTS:.0e}); lower the stop rules or pass --allow-large")

@@ -192,6 +192,15 @@ class Algorithm:
         that fit (``only_fitting``)."""
         return cls.fits_submodels
 
+    #: the config field that sets :meth:`server_steps` (named when a run is refused as too large)
+    server_steps_knob: str | None = None
+
+    @classmethod
+    def server_steps(cls, config: Any) -> int:
+        """SGD steps the server takes on its own per model version (not per client task), at most: the
+        runner's work estimate adds them to the clients' steps so a huge server phase is refused up front."""
+        return 0
+
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx
         self.cfg = config

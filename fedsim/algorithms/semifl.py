@@ -37,7 +37,7 @@ from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutc
 from fedsim.algorithms.fedavg import fedavg_rule
 from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
-from fedsim.learn.augment import STRONG, WEAK, check_augmentation, strong_view, weak_view
+from fedsim.learn.augment import STRONG, WEAK, check_augmentation, check_randaugment, strong_view, weak_view
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
 from fedsim.learn.train import TrainStats, batch_schedule, num_steps
 
@@ -71,11 +71,16 @@ class SemiFL(Algorithm):
             require(0.0 < self.tau < 1.0, f"{prefix}.tau", f"confidence threshold must be in (0, 1), got {self.tau!r}")
             check_augmentation(self.weak, WEAK, f"{prefix}.weak")
             check_augmentation(self.strong, STRONG, f"{prefix}.strong")
-            positive(self.rand_n, f"{prefix}.rand_n")
-            require(self.rand_n <= 14, f"{prefix}.rand_n", f"got {self.rand_n!r} (allowed: 1..14 augmentation ops per image)")
-            require(1 <= self.rand_m <= 10, f"{prefix}.rand_m", f"magnitude must be in 1..10, got {self.rand_m!r}")
+            check_randaugment(self.rand_n, self.rand_m, prefix)
             positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
             require(0.0 < self.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {self.ema!r}")
+
+    server_steps_knob = "k_s"
+
+    @classmethod
+    def server_steps(cls, config: Any) -> int:
+        """The labeled phase: K_s steps per round (the controller only ever lowers K_s)."""
+        return int(config.k_s)
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)

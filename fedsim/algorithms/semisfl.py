@@ -54,7 +54,7 @@ from fedsim.algorithms.base import Update
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
-from fedsim.learn.augment import STRONG, WEAK, check_augmentation, strong_view, weak_view
+from fedsim.learn.augment import STRONG, WEAK, check_augmentation, check_randaugment, strong_view, weak_view
 from fedsim.learn.costs import state_bytes
 from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss
 from fedsim.learn.split import SideOptimizer, merge_state, split_state
@@ -170,13 +170,19 @@ class SemiSFL(SplitAlgorithm):
             positive(self.periods, f"{prefix}.periods")
             check_augmentation(self.weak, WEAK, f"{prefix}.weak")
             check_augmentation(self.strong, STRONG, f"{prefix}.strong")
-            positive(self.rand_n, f"{prefix}.rand_n")
-            require(1 <= self.rand_m <= 10, f"{prefix}.rand_m", f"magnitude must be in 1..10, got {self.rand_m!r}")
+            check_randaugment(self.rand_n, self.rand_m, prefix)
             positive(self.min_lr, f"{prefix}.min_lr", allow_zero=True)
             positive(self.probe_every, f"{prefix}.probe_every", allow_zero=True)
             positive(self.probe_samples, f"{prefix}.probe_samples")
 
     # ================================================================================== set-up
+    server_steps_knob = "k_s"
+
+    @classmethod
+    def server_steps(cls, config: Any) -> int:
+        """The labeled phase: K_s steps per round (the controller only ever lowers K_s)."""
+        return int(config.k_s)
+
     def setup(self) -> None:
         super().setup()
         ctx, cfg = self.ctx, self.cfg

@@ -19,13 +19,15 @@ quantisation.  ``noise`` is a cheaper stand-in: the weak view plus Gaussian nois
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from fedsim.config import require
 from fedsim.errors import ConfigError
 
-__all__ = ["WEAK", "STRONG", "RAND_OPS", "check_augmentation", "weak_view", "strong_view"]
+__all__ = ["WEAK", "STRONG", "RAND_OPS", "check_augmentation", "check_randaugment", "weak_view", "strong_view"]
 
 WEAK: tuple[str, ...] = ("flip_crop", "crop", "none")
 STRONG: tuple[str, ...] = ("randaugment", "noise", "none")
@@ -37,6 +39,14 @@ def check_augmentation(name: str, allowed: tuple[str, ...], field: str) -> str:
     if name not in allowed:
         raise ConfigError(field, f"unknown augmentation {name!r} (allowed: {', '.join(allowed)})")
     return name
+
+
+def check_randaugment(n: Any, m: Any, prefix: str) -> None:
+    """RandAugment's N (ops drawn per image, 1..len(RAND_OPS)) and M (magnitude, 1..10)."""
+    require(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= len(RAND_OPS), f"{prefix}.rand_n",
+            f"got {n!r} (allowed: 1..{len(RAND_OPS)} augmentation ops per image)")
+    require(isinstance(m, int) and not isinstance(m, bool) and 1 <= m <= 10, f"{prefix}.rand_m",
+            f"magnitude must be an integer in 1..10, got {m!r}")
 
 
 def _rand(gen: torch.Generator, *shape: int) -> torch.Tensor:
