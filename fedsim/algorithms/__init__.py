@@ -7,10 +7,11 @@ from fedsim.algorithms.base import Algorithm
 def registry() -> dict[str, type[Algorithm]]:
     """Algorithm name → class, for scenarios and the CLI."""
     from fedsim.algorithms.ca2fl import CA2FL
+    from fedsim.algorithms.cos2p import Cos2P
     from fedsim.algorithms.fedasync import FedAsync
     from fedsim.algorithms.fedavg import FedAvg
     from fedsim.algorithms.fedbuff import FedBuff
     from fedsim.algorithms.sfl_async import GAS, AsyncSFL
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
 
-    return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, AsyncSFL, GAS, MiniBatchSFL, S2FL)}
+    return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, Cos2P, AsyncSFL, GAS, MiniBatchSFL, S2FL)}

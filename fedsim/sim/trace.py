@@ -49,6 +49,12 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # real buffer and on the buffer plus generated rows (``used``: whether the step used them)
     "dissimilarity": ("step", "version", "without_generation", "with_generation", "n_real", "n_generated",
                       "shrink_factor", "used"),
+    # Co-S²P (fedsim.algorithms.cos2p): one aggregation round q: when it started, when the ⌈μN⌉-th update
+    # arrived, the aggregated clients with their staleness τ_{q,n}, busy time (download → upload end) and
+    # memory estimate, and the coverage counts N_q^i over all segments (strict min, min over trained
+    # segments, mean, number of segments)
+    "cos2p_round": ("round", "start", "quorum_at", "end", "clients", "tau", "busy", "memory", "n_star",
+                    "n_star_trained", "n_mean", "n_segments"),
 }
 
 
