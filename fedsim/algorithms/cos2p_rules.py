@@ -63,12 +63,12 @@ class SegmentIndex:
 
 
 def _output_units(groups: Mapping[str, Any] | None) -> dict[str, tuple[str, int]]:
-    """State key → (group name, unit size) for tensors that are a width group's member along dim 0."""
+    """State key → (group name, number of units) for tensors that are a width group's member along dim 0."""
     out: dict[str, tuple[str, int]] = {}
     for gname, g in (groups or {}).items():
         for key, dim in g.members:
             if dim == 0 and key not in out:
-                out[key] = (gname, int(g.unit))
+                out[key] = (gname, int(g.size))
     return out
 
 
@@ -82,12 +82,12 @@ def segment_index(state: Mapping[str, torch.Tensor], groups: Mapping[str, Any] |
         if not torch.is_floating_point(t):
             continue
         if key in by_key and t.dim() >= 1:
-            gname, unit = by_key[key]
+            gname, n_units = by_key[key]
             rows = t.shape[0]
-            if unit < 1 or rows % unit:
-                raise ConfigError("model.width_groups", f"group '{gname}' has unit {unit}, which does not divide "
+            if n_units < 1 or rows % n_units:
+                raise ConfigError("model.width_groups", f"group '{gname}' has {n_units} units, which do not divide "
                                                         f"the {rows} rows of '{key}'")
-            n_units = rows // unit
+            unit = rows // n_units
             first = len(names)
             names += [f"{key}[{gname}:{u}]" for u in range(n_units)]
             per_row = first + torch.arange(rows) // unit
