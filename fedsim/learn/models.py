@@ -12,17 +12,47 @@ left untouched.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from fedsim.errors import ConfigError
 
-__all__ = ["BlockModel", "MODELS", "REGRESSION_MODELS", "build_model", "split_model", "scaled"]
+__all__ = ["BlockModel", "WidthGroup", "MODELS", "REGRESSION_MODELS", "BN_MODES", "FRAGMENT_RATIOS", "build_model",
+           "split_model", "scaled", "residual_add"]
 
 #: The classifiers (one logit per class).
-MODELS: tuple[str, ...] = ("logreg", "mlp", "cnn", "alexnet_cifar")
+MODELS: tuple[str, ...] = ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp")
+#: BatchNorm modes of the models that have BatchNorm (``resnet20``): ``static`` is HeteroFL's static BN
+#: (sBN: no running statistics at all, every forward normalises with the statistics of its own batch, in
+#: training and at evaluation); ``global`` keeps running statistics that are sliced and averaged with the
+#: channels they belong to, like weights (EmbracingFL's "Global BN").
+BN_MODES: tuple[str, ...] = ("static", "global")
+#: Fed-RAA's model partition strategy (Table 4): the share of the designated layers' neurons in each
+#: fragment, weakest client's fragment first, by number of partitions.
+FRAGMENT_RATIOS: dict[int, tuple[float, ...]] = {
+    2: (0.4, 0.6), 3: (0.2, 0.3, 0.5), 4: (0.1, 0.2, 0.3, 0.4), 5: (0.05, 0.1, 0.2, 0.3, 0.35)}
+
+
+@dataclass(frozen=True)
+class WidthGroup:
+    """Units that a sub-model keeps or drops together.
+
+    ``size`` units; ``members`` are ``(state_dict key, dim)`` pairs sliced together: a layer's output
+    dimension and the next layer's input dimension, every tensor on a residual stream, or the q/k/v rows
+    and the projection's input columns of attention heads.  Along a member's ``dim`` each unit owns
+    ``shape[dim] // size`` consecutive entries: 1 for a neuron or channel, ``head_dim`` for a head, the
+    spatial size for a conv channel entering a linear layer through a channel-major flatten.  ``unit`` is
+    that count for the group's own (producing) layer, for reference: ``head_dim`` for heads, else 1.
+    """
+
+    name: str
+    size: int
+    unit: int
+    members: tuple[tuple[str, int], ...]
 #: Models for regression tasks: ``linear`` is x ↦ W x without a bias (the ``quadratic`` dataset's model).
 REGRESSION_MODELS: tuple[str, ...] = ("linear",)
 
@@ -30,12 +60,18 @@ REGRESSION_MODELS: tuple[str, ...] = ("linear",)
 class BlockModel(nn.Module):
     """An ordered list of blocks; later work cuts it (split point) or slices it (width)."""
 
-    def __init__(self, blocks: Sequence[nn.Module], *, arch: tuple | None = None) -> None:
+    def __init__(self, blocks: Sequence[nn.Module], *, arch: tuple | None = None,
+                 groups: Mapping[str, WidthGroup] | None = None) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
-        #: Hashable description of the architecture (name, input shape, classes, hidden, width, block range);
-        #: equal for models that differ only in weights.  Used as a cache key for cost probes.
+        #: Hashable description of the architecture (name, input shape, classes, hidden, width, [options,]
+        #: block range); equal for models that differ only in weights.  Used as a cache key for cost probes.
         self.arch = arch
+        self._groups: dict[str, WidthGroup] = dict(groups or {})
+
+    def width_groups(self) -> dict[str, WidthGroup]:
+        """The units a sub-model can keep or drop, by group name (empty: the model has no width to cut)."""
+        return dict(self._groups)
 
     def forward(self, x: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:
         for block in self.blocks[start:end]:
@@ -146,20 +182,288 @@ def _alexnet_cifar(input_shape: tuple[int, ...], num_classes: int, width: float)
     return blocks
 
 
+def residual_add(out: torch.Tensor, skip: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """``out + skip``; when a sub-model left them with different widths along ``dim``, the narrower one is
+    zero-padded at the end first (its units are taken to be the first ones of the wider).
+
+    The built-in models tie every tensor on a residual stream into one width group, so their sub-models
+    never need the padding; it keeps a hand-made sub-model (or a model whose groups are not tied) running.
+    """
+    a, b = out.shape[dim], skip.shape[dim]
+    if a == b:
+        return out + skip
+    pad = [0, 0] * (out.dim() - 1 - (dim % out.dim())) + [0, abs(a - b)]
+    if a < b:
+        return F.pad(out, pad) + skip
+    return out + F.pad(skip, pad)
+
+
+def _params_of(prefix: str, keys: set[str], names: Sequence[str], dim: int) -> list[tuple[str, int]]:
+    return [(f"{prefix}.{n}", dim) for n in names if f"{prefix}.{n}" in keys]
+
+
+_OUT = ("weight", "bias", "running_mean", "running_var")
+
+
+def _chain_groups(blocks: Sequence[nn.Module], layers: Sequence[str], names: Sequence[str]) -> dict[str, WidthGroup]:
+    """Width groups of a plain chain of linear/conv layers (``layers``: their state-dict prefixes in forward
+    order): group k ties layer k's output units (weight rows, bias) to layer k+1's inputs (weight dim 1)."""
+    sd = BlockModel(blocks).state_dict()
+    keys = set(sd)
+    groups: dict[str, WidthGroup] = {}
+    for k, name in enumerate(names):
+        size = int(sd[f"{layers[k]}.weight"].shape[0])
+        members = _params_of(layers[k], keys, ("weight", "bias"), 0) + [(f"{layers[k + 1]}.weight", 1)]
+        groups[name] = WidthGroup(name, size, 1, tuple(members))
+    return groups
+
+
+def _bn(c: int, bn: str) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(c, track_running_stats=(bn == "global"))
+
+
+class _Stem(nn.Module):
+    def __init__(self, cin: int, cout: int, bn: str) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn = _bn(cout, bn)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.bn(self.conv(x)))
+
+
+class _BasicBlock(nn.Module):
+    """He et al.'s basic block: conv3x3-BN-ReLU-conv3x3-BN, plus the shortcut, then ReLU.  The shortcut is
+    the identity, or a 1x1 conv + BN projection where the stride or the channel count changes."""
+
+    def __init__(self, cin: int, cout: int, stride: int, bn: str) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = _bn(cout, bn)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = _bn(cout, bn)
+        self.shortcut: nn.Module | None = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), _bn(cout, bn))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        skip = x if self.shortcut is None else self.shortcut(x)
+        return F.relu(residual_add(out, skip))
+
+
+class _PoolHead(nn.Module):
+    def __init__(self, cin: int, num_classes: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _resnet(input_shape: tuple[int, ...], num_classes: int, depth: int, width: float,
+            bn: str) -> tuple[list[nn.Module], dict[str, WidthGroup]]:
+    """CIFAR ResNet (He et al. 2016, §4.2): conv3x3(->16)+BN+ReLU, three stages of n basic blocks with
+    16/32/64 channels (stride 2 at the start of stages 2 and 3, with 1x1-conv + BN projection shortcuts),
+    global average pool, FC.  depth = 6n + 2 (20 -> n = 3: 19 convs + FC, 272,474 parameters with
+    ``bn='static'``).  Blocks: the stem, each basic block, the head (so 3n + 2 blocks).
+
+    Width groups: ``stage{s}`` is the residual stream of stage s (the stem or the projection that opens
+    the stage, every block's second conv and BN, and the inputs of every conv reading the stream), tied
+    so that every residual add has matching channels; ``b{i}.mid`` is block i's inner channels.
+    """
+    if len(input_shape) != 3:
+        raise ConfigError("model.name", f"'resnet20' needs an image input (C, H, W), got {input_shape}")
+    if depth < 8 or (depth - 2) % 6 != 0:
+        raise ConfigError("model.depth", f"a CIFAR ResNet has depth 6n + 2 (8, 14, 20, 32, 44, 56, ...), got {depth!r}")
+    n = (depth - 2) // 6
+    chans = [scaled(c, width) for c in (16, 32, 64)]
+    blocks: list[nn.Module] = [_Stem(input_shape[0], chans[0], bn)]
+    stage_of: list[int] = []
+    cin = chans[0]
+    for s, c in enumerate(chans):
+        for j in range(n):
+            blocks.append(_BasicBlock(cin, c, 2 if (s > 0 and j == 0) else 1, bn))
+            stage_of.append(s)
+            cin = c
+    blocks.append(_PoolHead(cin, num_classes))
+    keys = set(BlockModel(blocks).state_dict())
+    last = len(blocks) - 1
+    stream: list[list[tuple[str, int]]] = [[] for _ in chans]
+    stream[0] += [("blocks.0.conv.weight", 0)] + _params_of("blocks.0.bn", keys, _OUT, 0)
+    groups: dict[str, WidthGroup] = {}
+    for i in range(1, last):
+        s = stage_of[i - 1]
+        p = f"blocks.{i}"
+        src = s if blocks[i].shortcut is None else s - 1  # the stream this block reads
+        stream[src].append((f"{p}.conv1.weight", 1))
+        stream[s] += [(f"{p}.conv2.weight", 0)] + _params_of(f"{p}.bn2", keys, _OUT, 0)
+        if blocks[i].shortcut is not None:
+            stream[src].append((f"{p}.shortcut.0.weight", 1))
+            stream[s] += [(f"{p}.shortcut.0.weight", 0)] + _params_of(f"{p}.shortcut.1", keys, _OUT, 0)
+        mid = [(f"{p}.conv1.weight", 0)] + _params_of(f"{p}.bn1", keys, _OUT, 0) + [(f"{p}.conv2.weight", 1)]
+        groups[f"b{i}.mid"] = WidthGroup(f"b{i}.mid", chans[s], 1, tuple(mid))
+    stream[-1].append((f"blocks.{last}.fc.weight", 1))
+    for s, c in enumerate(chans):
+        groups[f"stage{s + 1}"] = WidthGroup(f"stage{s + 1}", c, 1, tuple(stream[s]))
+    return blocks, groups
+
+
+class _PatchEmbed(nn.Module):
+    """Non-overlapping patches -> linear embedding (a conv with stride = kernel = patch), a class token in
+    front, learned position embeddings added."""
+
+    def __init__(self, cin: int, dim: int, patch: int, num_patches: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(cin, dim, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
+        nn.init.normal_(self.cls_token, std=0.02)
+        nn.init.normal_(self.pos_embed, std=0.02)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.proj(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return x + self.pos_embed
+
+
+class _Attention(nn.Module):
+    """Multi-head self-attention with separate q, k, v projections, so that a head (``head_dim`` rows of
+    each, ``head_dim`` input columns of ``proj``) is a contiguous unit a sub-model keeps or drops whole.
+    The number of heads is read from the weights, so a sliced copy runs with the heads it kept."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.q = nn.Linear(dim, heads * head_dim)
+        self.k = nn.Linear(dim, heads * head_dim)
+        self.v = nn.Linear(dim, heads * head_dim)
+        self.proj = nn.Linear(heads * head_dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        h = self.q.weight.shape[0] // self.head_dim
+        q, k, v = (lin(x).view(b, n, h, self.head_dim).transpose(1, 2) for lin in (self.q, self.k, self.v))
+        att = torch.softmax((q @ k.transpose(-2, -1)) * self.head_dim ** -0.5, dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(b, n, h * self.head_dim))
+
+
+class _EncoderBlock(nn.Module):
+    """Pre-norm transformer encoder block: x + MSA(LN(x)), then x + MLP(LN(x)) with GELU."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = _Attention(dim, heads, head_dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = residual_add(self.attn(self.ln1(x)), x, dim=-1)
+        return residual_add(self.fc2(F.gelu(self.fc1(self.ln2(x)))), x, dim=-1)
+
+
+class _ClsHead(nn.Module):
+    def __init__(self, dim: int, num_classes: int) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(dim)
+        self.fc = nn.Linear(dim, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.ln(x[:, 0]))
+
+
+VIT_OPTIONS: dict[str, Any] = {"embed_dim": 64, "heads": 8, "mlp_ratio": 4.0, "patch": 8}
+
+
+def _vit(input_shape: tuple[int, ...], num_classes: int, depth: int, width: float,
+         options: Mapping[str, Any]) -> tuple[list[nn.Module], dict[str, WidthGroup]]:
+    """A small ViT: patch embedding + class token, ``depth`` pre-norm encoder blocks, LayerNorm + linear
+    head on the class token.  One block each.  Defaults (depth 8, embed 64, 8 heads of 8, MLP 256, patch 8:
+    16 patches of a 32x32 image) shrink Co-S²P's ViT-Tiny (depth 8, 512, 8 heads, MLP 2048, patch 16) to
+    what two CPU cores train.  ``width`` scales the heads per block and the MLP size (head_dim and the
+    embedding stay), like a width-w sub-model of the full one.
+
+    Width groups: ``embed`` (every tensor on the residual stream), ``b{i}.heads`` (unit = head_dim: a head's
+    q, k, v rows and proj columns) and ``b{i}.mlp`` (fc1 rows, fc2 columns) for encoder block i.
+    """
+    unknown = sorted(set(options) - set(VIT_OPTIONS))
+    if unknown:
+        raise ConfigError(f"model.options.{unknown[0]}", f"unknown option for 'vit' (allowed: {', '.join(VIT_OPTIONS)})")
+    opts = {**VIT_OPTIONS, **options}
+    dim, heads, patch, ratio = int(opts["embed_dim"]), int(opts["heads"]), int(opts["patch"]), float(opts["mlp_ratio"])
+    if len(input_shape) != 3:
+        raise ConfigError("model.name", f"'vit' needs an image input (C, H, W), got {input_shape}")
+    if heads < 1 or dim < 1 or dim % heads:
+        raise ConfigError("model.options.heads", f"embed_dim {dim} must be a positive multiple of heads {heads}")
+    if patch < 1 or input_shape[1] % patch or input_shape[2] % patch:
+        raise ConfigError("model.options.patch", f"must divide the image size {input_shape[1]}x{input_shape[2]}, got {patch}")
+    if not ratio > 0:
+        raise ConfigError("model.options.mlp_ratio", f"must be > 0, got {ratio!r}")
+    if depth < 1:
+        raise ConfigError("model.depth", f"must be >= 1, got {depth!r}")
+    head_dim = dim // heads
+    h, m = scaled(heads, width), scaled(int(round(dim * ratio)), width)
+    n_patches = (input_shape[1] // patch) * (input_shape[2] // patch)
+    blocks: list[nn.Module] = [_PatchEmbed(input_shape[0], dim, patch, n_patches)]
+    blocks += [_EncoderBlock(dim, h, head_dim, m) for _ in range(depth)]
+    blocks.append(_ClsHead(dim, num_classes))
+    embed: list[tuple[str, int]] = [("blocks.0.proj.weight", 0), ("blocks.0.proj.bias", 0),
+                                    ("blocks.0.cls_token", 2), ("blocks.0.pos_embed", 2)]
+    groups: dict[str, WidthGroup] = {}
+    for i in range(1, depth + 1):
+        p = f"blocks.{i}"
+        embed += [(f"{p}.ln1.weight", 0), (f"{p}.ln1.bias", 0), (f"{p}.attn.q.weight", 1), (f"{p}.attn.k.weight", 1),
+                  (f"{p}.attn.v.weight", 1), (f"{p}.attn.proj.weight", 0), (f"{p}.attn.proj.bias", 0),
+                  (f"{p}.ln2.weight", 0), (f"{p}.ln2.bias", 0), (f"{p}.fc1.weight", 1), (f"{p}.fc2.weight", 0),
+                  (f"{p}.fc2.bias", 0)]
+        att = [(f"{p}.attn.{n}.{t}", 0) for n in ("q", "k", "v") for t in ("weight", "bias")]
+        groups[f"b{i}.heads"] = WidthGroup(f"b{i}.heads", h, head_dim, tuple(att + [(f"{p}.attn.proj.weight", 1)]))
+        groups[f"b{i}.mlp"] = WidthGroup(f"b{i}.mlp", m, 1, ((f"{p}.fc1.weight", 0), (f"{p}.fc1.bias", 0),
+                                                              (f"{p}.fc2.weight", 1)))
+    last = depth + 1
+    embed += [(f"blocks.{last}.ln.weight", 0), (f"blocks.{last}.ln.bias", 0), (f"blocks.{last}.fc.weight", 1)]
+    groups = {"embed": WidthGroup("embed", dim, 1, tuple(embed)), **groups}
+    return blocks, groups
+
+
 def _seed_from(generator: torch.Generator | None) -> int:
     if generator is None:
         return 0
     return int(torch.randint(0, 2**62, (1,), generator=generator).item())
 
 
+def _mlp_groups(blocks: Sequence[nn.Module], n_hidden: int) -> dict[str, WidthGroup]:
+    """``hidden.k``: the k-th hidden layer's neurons (its rows and bias, the next layer's columns)."""
+    layers = [f"blocks.{i}.{1 if i == 0 else 0}" for i in range(n_hidden)]
+    layers.append(f"blocks.{n_hidden}.{1 if n_hidden == 0 else 0}")
+    return _chain_groups(blocks, layers, [f"hidden.{k}" for k in range(n_hidden)])
+
+
+def _options(name: str, options: Mapping[str, Any] | None, allowed: Sequence[str]) -> dict[str, Any]:
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(allowed))
+    if unknown:
+        raise ConfigError(f"model.options.{unknown[0]}",
+                          f"unknown option for '{name}' (allowed: {', '.join(allowed) or 'none'})")
+    return opts
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
-                hidden: int | tuple[int, ...] | None = None, width: float = 1.0,
+                hidden: int | tuple[int, ...] | None = None, width: float = 1.0, depth: int | None = None,
+                bn: str = "static", options: Mapping[str, Any] | None = None,
                 seed_generator: torch.Generator | None = None) -> BlockModel:
     """Build model ``name`` (one of :data:`MODELS` or :data:`REGRESSION_MODELS`) for inputs of
     ``input_shape`` and ``num_classes`` outputs (1 for a regression task).
 
-    ``hidden``: the MLP's hidden sizes (default (128,)) or the CNN's fully connected size (default 64);
-    ``width``: multiplies every hidden size and channel count (not inputs or outputs), for sub-models.
+    ``hidden``: the MLP's hidden sizes (default (128,); ``fragment_mlp``: (200,)) or the CNN's fully
+    connected size (default 64); ``width``: multiplies every hidden size and channel count (not inputs or
+    outputs); ``depth``: ``resnet20``'s depth 6n+2 (default 20) or the ViT's number of encoder blocks
+    (default 8); ``bn``: ``resnet20``'s BatchNorm mode (:data:`BN_MODES`); ``options``: the ViT's
+    ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or ``fragment_mlp``'s ``partitions`` (2..5, the
+    Fed-RAA Table 4 split; default 3).  The model declares its width groups (:meth:`BlockModel.width_groups`).
     The weights depend only on one 62-bit seed drawn from ``seed_generator`` (seed 0 when it is None).
     """
     input_shape = tuple(int(s) for s in input_shape)
@@ -169,7 +473,15 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
         raise ConfigError("model.width", f"must be > 0, got {width!r}")
     if num_classes < 1:
         raise ConfigError("model", f"num_classes must be >= 1, got {num_classes}")
+    if bn not in BN_MODES:
+        raise ConfigError("model.bn", f"unknown BatchNorm mode {bn!r} (allowed: {', '.join(BN_MODES)})")
+    allowed = {"vit": tuple(VIT_OPTIONS), "fragment_mlp": ("partitions",)}.get(name, ())
+    opts = _options(name, options, allowed)
+    if depth is not None and name not in ("resnet20", "vit"):
+        raise ConfigError("model.depth", f"model '{name}' has no depth knob (only resnet20 and vit)")
     seed = _seed_from(seed_generator)
+    extra: tuple = ()
+    groups: dict[str, WidthGroup] = {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if name == "logreg":
@@ -178,16 +490,41 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
         elif name == "linear":
             blocks = _linear(input_shape, num_classes)
             hid = ()
-        elif name == "mlp":
-            hid = _as_tuple(hidden, (128,))
+        elif name in ("mlp", "fragment_mlp"):
+            hid = _as_tuple(hidden, (128,) if name == "mlp" else (200,))
             blocks = _mlp(input_shape, num_classes, hid, width)
+            groups = _mlp_groups(blocks, len(hid))
+            if name == "fragment_mlp":
+                parts = opts.get("partitions", 3)
+                if parts not in FRAGMENT_RATIOS:
+                    raise ConfigError("model.options.partitions", f"got {parts!r} (allowed: 2, 3, 4, 5; Fed-RAA Table 4)")
+                extra = (("partitions", int(parts)),)
         elif name == "cnn":
             hid = _as_tuple(hidden, (64,))
             blocks = _cnn(input_shape, num_classes, hid, width)
-        else:
+            groups = _chain_groups(blocks, ["blocks.0.0", "blocks.1.0", "blocks.2.1", "blocks.3"], ["conv1", "conv2", "fc"])
+        elif name == "alexnet_cifar":
             hid = ()
             blocks = _alexnet_cifar(input_shape, num_classes, width)
-    return BlockModel(blocks, arch=(name, input_shape, int(num_classes), hid, float(width), 0, len(blocks)))
+            layers = [f"blocks.{i}" for i in (0, 3, 6, 7, 8)] + ["blocks.11.1", "blocks.12", "blocks.13"]
+            groups = _chain_groups(blocks, layers, ["conv1", "conv2", "conv3", "conv4", "conv5", "fc1", "fc2"])
+        elif name == "resnet20":
+            hid = ()
+            d = 20 if depth is None else int(depth)
+            blocks, groups = _resnet(input_shape, num_classes, d, width, bn)
+            extra = (("depth", d), ("bn", bn))
+        else:  # vit
+            hid = ()
+            d = 8 if depth is None else int(depth)
+            blocks, groups = _vit(input_shape, num_classes, d, width, opts)
+            extra = (("depth", d),) + tuple(sorted({**VIT_OPTIONS, **opts}.items()))
+    arch = (name, input_shape, int(num_classes), hid, float(width), *((extra,) if extra else ()), 0, len(blocks))
+    model = BlockModel(blocks, arch=arch, groups=groups)
+    if name == "fragment_mlp":
+        #: Fed-RAA: the neurons of these groups are cut into contiguous fragments with these shares.
+        model.fragment_ratios = FRAGMENT_RATIOS[extra[0][1]]  # type: ignore[attr-defined]
+        model.designated = tuple(groups)  # type: ignore[attr-defined]
+    return model
 
 
 def split_model(model: BlockModel, cut: int) -> tuple[BlockModel, BlockModel]:
