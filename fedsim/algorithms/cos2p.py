@@ -54,6 +54,9 @@ PAPER_BATCH = {
     "jetson-agx-orin-64gb": 128,
 }
 ROLLING_RULES = ("round", "client_round", "fixed")
+#: initial importance logit of every unit (P = sigmoid(2) ≈ 0.88: masks start nearly full and the sparsity
+#: term pulls them down to R^w while CE decides which units stay)
+MASK_INIT_LOGIT = 2.0
 KL_DIRECTIONS = ("student_teacher", "teacher_student")
 
 
@@ -88,7 +91,11 @@ class Cos2P(Algorithm):
         #: local batch size per device profile (default: the train section's batch size for all)
         batch_sizes: dict[str, int] = field(default_factory=dict)
         width_depth_ratio: float = 1.0
-        rolling: str = "round"
+        #: depth-window rolling rule (the paper only says "in a rolling fashion"): the window of a client's
+        #: k-th participation starts at encoder block (k·step) mod (L − w + 1) ("round"), at ((k + client)·step)
+        #: mod (L − w + 1) ("client_round": clients staggered so the blocks are covered evenly sooner), or
+        #: always at the bottom ("fixed")
+        rolling: str = "client_round"
         rolling_step: int = 1
         #: mask phase (rounds q < Q̂): local epochs, learning rate of the logits, λ₁
         mask_rounds: int = 2
@@ -148,6 +155,7 @@ class Cos2P(Algorithm):
             prof = ctx.world.device(c).name
             self.rate[c] = float(config.rates.get(prof, 1.0))
         self.local_train, self.local_test = self._local_split()
+        self._plan_clients()
         groups = ctx.worker.width_groups() if hasattr(ctx.worker, "width_groups") else None
         self.segments: SegmentIndex = segment_index(ctx.global_state, groups)
         self.history: dict[int, State] = {0: ctx.global_state}
@@ -263,7 +271,209 @@ class Cos2P(Algorithm):
 
     def _job(self, client: int, base: State, version: int) -> Generator[simpy.events.Event, Any, Update]:
         """One participation of ``client`` on the global model ``base`` (version ``version``)."""
-        t0 = self.ctx.env.now
-        update = yield from client_task(self.ctx, client, base, version, task=self.tasks.next(client), kind="weights")
-        update.info["busy_s"] = self.ctx.env.now - t0
+        ctx = self.ctx
+        t0 = ctx.env.now
+        task = self.tasks.next(client)
+        if self.plain[client]:
+            update = yield from client_task(ctx, client, base, version, task=task, kind="weights")
+        else:
+            update = yield from self._pruned_job(client, base, version, task)
+        update.info["busy_s"] = ctx.env.now - t0
         return update
+
+    # ------------------------------------------------------------------------------------ client side
+    def _plan_clients(self) -> None:
+        """R_n, (R^w, R^d), window length and exit depths per client (spec §2.2–2.4)."""
+        ctx, cfg = self.ctx, self.cfg
+        model = ctx.worker
+        n_blocks = model.num_blocks()
+        self.L = n_blocks - 2  # block 0 is the stem (patch embedding), the last block the classifier
+        n = ctx.num_clients
+        self.rw = np.ones(n)
+        self.rd = np.ones(n)
+        self.window = np.zeros(n, dtype=np.int64)
+        for c in range(n):
+            prof = ctx.world.device(c).name
+            rate = self.rate[c]
+            if rate >= 1.0:
+                self.window[c] = max(self.L, 0)
+                continue
+            if self.L < 1:
+                raise ConfigError(f"algorithm.rates.{prof}", f"rate {rate} prunes depth, but model "
+                                  f"'{ctx.scenario.model.name}' has no blocks between its stem and its head "
+                                  f"(use a model with depth, e.g. vit, or rate 1)")
+            rw, rd = split_rates(rate, cfg.width_depth_ratio)
+            w = int(math.floor(self.L * rd + 1e-9))
+            if w < 1:
+                raise ConfigError(f"algorithm.rates.{prof}", f"rate {rate} gives depth rate {rd:.4g} and "
+                                  f"floor({self.L} x {rd:.4g}) = 0 trainable blocks (allowed: a rate whose depth "
+                                  f"rate is >= 1/{self.L})")
+            self.rw[c], self.rd[c], self.window[c] = rw, rd, w
+        depths = sorted({int(w) for w in self.window})
+        #: exits of client c: window depths of every client whose depth rate is <= c's own
+        self.exit_depths = [[d for d in depths if d <= self.window[c]] for c in range(n)]
+        self.plain = [bool(self.rate[c] >= 1.0 and self.exit_depths[c] == [self.L]) for c in range(n)]
+        groups = model.width_groups() if hasattr(model, "width_groups") else {}
+        from fedsim.learn.submodel import block_of
+
+        #: width groups that live inside one encoder block (MLP neurons, heads): the maskable ones
+        self.block_groups: dict[int, list[str]] = {}
+        for g, wg in groups.items():
+            blocks = {block_of(k) for k, _ in wg.members}
+            if len(blocks) == 1:
+                j = blocks.pop()
+                if 1 <= j <= self.L:
+                    self.block_groups.setdefault(j, []).append(g)
+        self.logits: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
+        self.exits: list[dict[int, torch.nn.Module]] = [{} for _ in range(n)]
+        self.personal: list[Any] = [None] * n
+        self.last_sub: list[Any] = [None] * n
+
+    def window_start(self, client: int, task: int) -> int:
+        """First trainable encoder block (0-based among the L) of ``client``'s ``task``-th participation."""
+        span = self.L - int(self.window[client]) + 1
+        cfg = self.cfg
+        if cfg.rolling == "fixed" or span <= 1:
+            return 0
+        k = task + (client if cfg.rolling == "client_round" else 0)
+        return int((k * cfg.rolling_step) % span)
+
+    def block_states(self, client: int, start: int) -> tuple[str, ...]:
+        """Stem, encoder blocks 1..L, head: frozen below the window, trained in it, removed above.  The stem
+        trains with a window that starts at the bottom, the head with one that reaches the top."""
+        w, L = int(self.window[client]), self.L
+        states = ["train" if start == 0 else "frozen"]
+        for j in range(1, L + 1):
+            states.append("frozen" if j <= start else "train" if j <= start + w else "removed")
+        states.append("train" if start + w == L else "removed")
+        return tuple(states)
+
+    def _keep(self, client: int, states: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+        """Kept units of the maskable groups of the trainable blocks (frozen blocks stay whole)."""
+        from fedsim.learn.cos2p import final_keep
+
+        cfg, model = self.cfg, self.ctx.worker
+        rw = float(self.rw[client])
+        if rw >= 1.0:
+            return {}
+        keep: dict[str, tuple[int, ...]] = {}
+        groups = model.width_groups()
+        for j, names in self.block_groups.items():
+            if states[j] != "train":
+                continue
+            for g in names:
+                lg = self._logit(client, g, groups[g].size)
+                keep.update(final_keep({g: lg}, rw))
+        return keep
+
+    def _logit(self, client: int, group: str, size: int) -> torch.Tensor:
+        """Client ``client``'s importance logits of ``group`` (persist across rounds; the random-mask
+        ablation draws them once from the client's stream, so its mask is random but fixed)."""
+        lg = self.logits[client].get(group)
+        if lg is None:
+            if self.cfg.mask == "random":
+                gen = self.ctx.streams.torch("cos2p", "random_mask", client, group)
+                lg = torch.rand(size, generator=gen)
+            else:
+                lg = torch.full((size,), MASK_INIT_LOGIT)
+            self.logits[client][group] = lg
+        return lg
+
+    def _exit_module(self, client: int, depth: int) -> torch.nn.Module:
+        """The client's local classifier after window depth ``depth``: the head's architecture, started from
+        the global head's weights when first needed, then only ever trained locally."""
+        ex = self.exits[client].get(depth)
+        if ex is None:
+            import copy
+
+            model = self.ctx.worker
+            model.load_state_dict(self.ctx.global_state)
+            ex = copy.deepcopy(model.blocks[-1])
+            for p in ex.parameters():
+                p.requires_grad_(True)
+            self.exits[client][depth] = ex
+        return ex
+
+    def _pruned_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
+        """Algorithm 2 on the client's depth window and width masks; costs measured on the extracted module."""
+        import dataclasses
+
+        from fedsim.learn.cos2p import ExitNet, distill_loss, train_masks
+        from fedsim.learn.submodel import SubModel, extract, insert, submodel_costs
+        from fedsim.learn.train import local_sgd, samples_processed
+
+        ctx, cfg, world = self.ctx, self.cfg, self.ctx.world
+        model = ctx.worker
+        prof = world.device(client).name
+        batch = int(cfg.batch_sizes.get(prof, ctx.sgd.batch_size))
+        sgd = dataclasses.replace(ctx.sgd, batch_size=batch)
+        start = self.window_start(client, task)
+        states = self.block_states(client, start)
+        w = int(self.window[client])
+        head_in = states[-1] == "train"
+        data = ctx.data.train
+        idx = torch.as_tensor(self.local_train[client], dtype=torch.int64)
+        gen = ctx.streams.torch("client", client, "task", task)
+        mask_phase = cfg.mask == "learned" and task < cfg.mask_rounds and self.rw[client] < 1.0 and cfg.mask_epochs > 0
+        full_sub = SubModel.of(model, {}, states)
+        mask_flops, mem = 0.0, 0.0
+        info: dict[str, Any] = {"window_start": start, "window": w}
+        down_sub = full_sub if mask_phase else None
+        if mask_phase:
+            body = extract(model, base, full_sub)
+            local_of = {j: k for k, j in enumerate(body.block_ids)}
+            members = {}
+            logits = {}
+            for j, names in self.block_groups.items():
+                if states[j] != "train":
+                    continue
+                for g in names:
+                    wg = model.width_groups()[g]
+                    members[g] = [(f"blocks.{local_of[j]}." + key.split(".", 2)[2], d) for key, d in wg.members]
+                    logits[g] = self._logit(client, g, wg.size)
+            readout = None if head_in else self._exit_module(client, w)
+            steps = max(1, int(math.ceil(cfg.mask_epochs * math.ceil(len(idx) / batch))))
+            stats = train_masks(body, logits, members, data.x, data.y, idx, steps=steps, batch_size=batch,
+                                target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr, generator=gen,
+                                readout=readout)
+            info.update(stats)
+            fc = submodel_costs(model, full_sub, ctx.input_shape, batch, momentum=False)
+            mask_flops = fc.flops.total * samples_processed(len(idx), steps, batch)
+            mem = float(fc.memory.total)
+        keep = self._keep(client, states)
+        sub = SubModel.of(model, keep, states)
+        costs = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0)
+        mem = max(mem, float(costs.memory.total))
+        down = (submodel_costs(model, down_sub, ctx.input_shape, batch).download_bytes if down_sub is not None
+                else costs.download_bytes)
+        t_download = ctx.env.now
+        yield from world.download(client, down, version=version)
+        # local training happens at the virtual moment computing starts, on the downloaded model
+        module = extract(model, base, sub)
+        local_blocks = [k for k, j in enumerate(module.block_ids) if 1 <= j <= self.L and states[j] == "train"]
+        exits = {}
+        for d in self.exit_depths[client]:
+            if d == w and head_in:
+                continue
+            exits[local_blocks[d - 1]] = self._exit_module(client, d)
+        net = ExitNet(module, exits, head_last=head_in)
+        lam2 = cfg.lambda2 if cfg.distill else 0.0
+
+        def loss_fn(outs: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+            if len(outs) == 1:
+                return torch.nn.functional.cross_entropy(outs[0], y)
+            return distill_loss(outs, y, lambda2=lam2, temperature=cfg.temperature, direction=cfg.kl_direction,
+                                detach_teacher=cfg.detach_teacher)
+
+        st = local_sgd(net, data.x, data.y, idx, sgd, gen, loss_fn=loss_fn)
+        self.personal[client] = net
+        self.last_sub[client] = sub
+        flops = mask_flops + costs.flops.total * st.samples
+        yield from world.compute(client, flops, what="train", steps=st.steps, samples=st.samples)
+        tensors, mask = insert(base, sub, module.state_dict())
+        yield from world.upload(client, costs.upload_bytes)
+        info.update(loss=st.mean_loss, steps=st.steps, memory_bytes=mem, submodel=sub.summary(model))
+        return Update(client=client, tensors=tensors, kind="weights", mask=mask,
+                      weight=float(st.samples if ctx.weight_by_samples else 1.0), base_version=version,
+                      download_time=t_download, num_samples=len(idx),
+                      costs={"flops": flops, "bytes_up": costs.upload_bytes, "bytes_down": down}, info=info)
