@@ -67,6 +67,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
     parts = partition(
         data.train.y.numpy(), d.num_clients, p.method, streams.numpy("data", "partition"), alpha=p.alpha,
         labels_per_client=p.labels_per_client, sigma=p.sigma, min_size=p.min_size, natural=data.natural_partition,
+        size_weights=p.size_weights,
     )
     empty = [i for i, ix in enumerate(parts) if len(ix) == 0]
     if empty:

@@ -139,3 +139,36 @@ def test_recorded_ru_matches_eq17_by_hand(tiny, tmp_path, mode):
     else:
         assert all(len(r["clients"]) >= 2 for r in rounds)  # ⌈0.4 · 5⌉ = 2
         assert ru < 1.0
+
+
+def test_size_weighted_dirichlet_follows_the_weights_and_device_counts_are_exact(tiny, tmp_path):
+    import numpy as np
+
+    from fedsim.learn.partition import partition
+
+    labels = np.repeat(np.arange(10), 2000)
+    w = [8277, 24960, 24960, 24960, 36992, 36992, 36992, 36992]  # Co-S²P Table 7, E1 mix 1/0/3/4
+    sizes = np.zeros(8)
+    for s in range(5):
+        parts = partition(labels, 8, "dirichlet", np.random.default_rng(s), alpha=1.5, size_weights=w)
+        assert sum(len(p) for p in parts) == len(labels)
+        sizes += [len(p) for p in parts]
+    share = sizes / sizes.sum()
+    nx, orin32, orin64 = share[0], share[1:4].mean(), share[4:].mean()
+    assert nx < orin32 < orin64  # Table 7's order, and roughly its ratios (1 : 3.0 : 4.5)
+    assert 2.0 < orin32 / nx < 4.5 and 3.0 < orin64 / nx < 6.5
+    sc = copy.deepcopy(tiny)
+    sc["data"]["num_clients"] = 8
+    sc["devices"] = {"mix": [{"profile": "jetson-xavier-nx-8gb", "count": 1}, {"profile": "jetson-agx-orin-32gb", "count": 3},
+                             {"profile": "jetson-agx-orin-64gb", "count": 4}]}
+    sc["stop"] = {"max_versions": 1}
+    run_scenario(scenario_from_mapping(sc), tmp_path, progress=False)
+    import simpy
+
+    from fedsim.sim.rng import Streams
+    from fedsim.sim.trace import Trace
+    from fedsim.system.world import World
+
+    world = World(simpy.Environment(), Streams(0), Trace(None), 8, scenario_from_mapping(sc))
+    names = [world.device(c).name for c in range(8)]
+    assert names == ["jetson-xavier-nx-8gb"] + ["jetson-agx-orin-32gb"] * 3 + ["jetson-agx-orin-64gb"] * 4

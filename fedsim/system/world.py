@@ -128,9 +128,18 @@ class World:
         n = self.num_clients
         self._client_group = np.empty(n, dtype=np.int32)
         self._flops_per_s = np.zeros(n)
+        counts = [grp.count for grp in devices.mix]
+        fixed: list[int] | None = None
+        if all(k is not None for k in counts):
+            if sum(counts) != n:
+                raise ConfigError("devices.mix", f"the groups' counts {counts} sum to {sum(counts)}, but there are "
+                                                 f"{n} clients (data.num_clients)")
+            fixed = [g for g, k in enumerate(counts) for _ in range(int(k))]
         for c in range(n):
             rng = self.streams.numpy("device", c)
             g = int(rng.choice(len(p), p=p))
+            if fixed is not None:
+                g = fixed[c]
             self._client_group[c] = g
             speed = devices.mix[g].flops_per_s
             if speed is not None:
