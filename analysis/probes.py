@@ -237,6 +237,10 @@ class LiveProbes:
     def write(self, path: str | Path) -> None:
         self.frame().to_csv(path, index=False)
 
+    def finish(self, run_dir: str | Path) -> None:
+        """End of the run: the probes go to ``probes_live.csv`` in the run folder."""
+        self.write(Path(run_dir) / "probes_live.csv")
+
 
 # ----------------------------------------------------------------------------- a finished run
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from fedsim.algorithms.base import Update, masked_weighted_average
+from fedsim.algorithms.base import Update
+from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.train import local_sgd
 from fedsim.runner import build_global_model, prepare_data, run_variant
 from fedsim.runtime import Context

@@ -115,17 +115,6 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    from analysis.report import check_run
-
-    table = check_run(args.run_dir)
-    import pandas as pd
-
-    with pd.option_context("display.max_rows", 500, "display.width", 200, "display.max_colwidth", 60):
-        print(table.to_string(index=False))
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description="Discrete-event simulator of federated and split learning.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -148,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profiles", help="list device profiles or show one")
     p.add_argument("name", nargs="?", default=None)
     p.set_defaults(func=cmd_profiles)
-    p = sub.add_parser("check", help="theory quantities of a finished run, held against the bounds")
-    p.add_argument("run_dir")
-    p.set_defaults(func=cmd_check)
+    from fedsim.plugins import plugin_commands
+
+    for name, help_text, configure in plugin_commands():  # e.g. `check`, from the analysis package
+        configure(sub.add_parser(name, help=help_text))
     return parser
 
 

@@ -11,8 +11,8 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
     <out>/*.png             accuracy vs virtual time, per-client timeline
     <out>/checkpoints/v{version:06d}.pt   with ``output.checkpoints: N``: the global state dict at version 0,
                             every N versions and the final version (``fedsim check`` probes them)
-    <out>/probes_live.csv   with ``eval.probe_every: N``: theory probes of the live global model
-                            (``analysis.probes``), at version 0, every N versions and the final version
+    <out>/probes_live.csv   with ``eval.probe_every: N``: theory probes of the live global model (a version
+                            hook the analysis package plugs in), at version 0, every N versions and the end
 
 Data, partition and the initial model are rebuilt from ``scenario.yaml`` alone by :func:`prepare_data`
 and :func:`build_global_model`; analysis code uses exactly these to re-measure saved checkpoints.
@@ -27,7 +27,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -40,6 +40,7 @@ from fedsim.learn.costs import memory_estimate
 from fedsim.learn.data import FederatedData, load_dataset
 from fedsim.learn.models import build_model
 from fedsim.learn.partition import partition, partition_summary
+from fedsim.plugins import plugin_version_hooks
 from fedsim.runtime import Context
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
 from fedsim.sim.rng import Streams
@@ -122,10 +123,19 @@ class _Progress:
             self.bar.close()
 
 
+VersionHookFactory = Callable[[Context], Any]
+
+
 def run_variant(
-    scenario: Scenario, spec: AlgorithmSpec, out: Path, prepared: Prepared, *, progress: bool = True
+    scenario: Scenario, spec: AlgorithmSpec, out: Path, prepared: Prepared, *, progress: bool = True,
+    version_hooks: Sequence[VersionHookFactory] | None = None,
 ) -> dict[str, Any]:
-    """Run one algorithm on the scenario's world; returns the summary (also saved as summary.json)."""
+    """Run one algorithm on the scenario's world; returns the summary (also saved as summary.json).
+
+    ``version_hooks``: factories ``make(ctx) -> hook or None``; each hook is called as ``hook(ctx, final)`` at
+    every snapshot and, if it has ``finish(run_dir)``, once at the end (live theory probes write their CSV
+    there).  None: the hooks that installed plugins provide (``fedsim.plugins``), so the measurement code
+    is injected by its package and fedsim never imports it."""
     out.mkdir(parents=True, exist_ok=True)
     variant = scenario.variant(spec)
     (out / "scenario.yaml").write_text(dump_scenario(variant), encoding="utf-8")
@@ -140,19 +150,22 @@ def run_variant(
     status, message = "ok", ""
     wall0 = time.perf_counter()
     ctx: Context | None = None
-    live = None
+    hooks: list[Any] = []
     for stale in [*(out / "checkpoints").glob("v*.pt"), out / "probes.csv", out / "probes_live.csv"]:
         stale.unlink(missing_ok=True)  # outputs of an earlier run in the same directory
     try:
-        world = World(env, streams, trace, len(parts), scenario)
+        world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
         _check_memory(world, model, scenario, tuple(data.train.input_shape))
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
-        if scenario.eval.probe_every is not None:
-            from analysis.probes import LiveProbes  # measurement only; imported when asked for
-
-            live = LiveProbes(ctx, every=scenario.eval.probe_every)
-            ctx.version_hooks.append(live)
+        for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
+            hook = make(ctx)
+            if hook is not None:
+                ctx.version_hooks.append(hook)
+                hooks.append(hook)
+        if scenario.eval.probe_every is not None and not hooks:
+            raise ConfigError("eval.probe_every", "needs a probe hook (the analysis package provides one: install "
+                                                  "fedsim with its analysis package, or pass version_hooks)")
         ctx.evaluate(round_=0)
         ctx.snapshot()
         algo = registry()[spec.name](ctx, spec.params)
@@ -176,8 +189,10 @@ def run_variant(
     finally:
         bar.close()
         trace.close()
-        if live is not None:
-            live.write(out / "probes_live.csv")
+        for hook in hooks:
+            finish = getattr(hook, "finish", None)
+            if finish is not None:
+                finish(out)
         wall = time.perf_counter() - wall0
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
@@ -247,7 +262,8 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True) -> list[dict[str, Any]]:
+def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True,
+                 version_hooks: Sequence[VersionHookFactory] | None = None) -> list[dict[str, Any]]:
     """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several)."""
     out = Path(out)
     prepared = prepare_data(scenario)
@@ -255,7 +271,7 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True) 
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:
         target = out / spec.label if several else out
-        summaries.append(run_variant(scenario, spec, target, prepared, progress=progress))
+        summaries.append(run_variant(scenario, spec, target, prepared, progress=progress, version_hooks=version_hooks))
     if several:
         (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
         if scenario.output.figures:

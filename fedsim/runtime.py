@@ -11,16 +11,16 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import State, clone_state
 from fedsim.learn.costs import FlopCost, flops_per_sample, state_bytes
 from fedsim.learn.data import FederatedData
 from fedsim.learn.models import BlockModel
+from fedsim.learn.state import Mask, State, clone_state, coverage_counts
 from fedsim.learn.train import SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed
 from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor, InProcessExecutor
@@ -28,12 +28,21 @@ from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
 from fedsim.system.world import World
 
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.algorithms.base import Assignment, Update
+    from fedsim.learn.submodel import SubModel
+
 
 @dataclass
 class TrainResult:
+    """One local training: the full-shape state after it, the coverage mask (None: the whole model was
+    trained), its statistics and FLOPs, and the bytes of what the client uploads (None: the whole state)."""
+
     state: State
     stats: TrainStats
     flops: float
+    mask: Mask | None = None
+    upload_bytes: int | None = None
 
 
 class Context:
@@ -102,11 +111,18 @@ class Context:
         names = {f.name for f in dataclasses.fields(SGDConfig)}
         return SGDConfig(**{k: v for k, v in dataclasses.asdict(scenario.train).items() if k in names})
 
-    def train_client(self, client: int, base_state: State, *, task: int, **kwargs: Any) -> TrainResult:
-        """Local SGD of ``client`` from ``base_state`` with the client's stream for this task (via the executor)."""
-        return self.executor.submit(self._train, client, base_state, task, **kwargs).result()
+    def train_client(self, client: int, base_state: State, *, task: int, assignment: "Assignment | None" = None,
+                     **kwargs: Any) -> TrainResult:
+        """Local training of ``client`` from ``base_state`` with the client's stream for this task (via the
+        executor): plain local SGD of the whole model, or the assignment's sub-model and trainer."""
+        return self.executor.submit(self._train, client, base_state, task, assignment, **kwargs).result()
 
-    def _train(self, client: int, base_state: State, task: int, **kwargs: Any) -> TrainResult:
+    def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
+               **kwargs: Any) -> TrainResult:
+        if assignment is not None and (assignment.submodel is not None or assignment.trainer is not None):
+            from fedsim.learn.submodel import train_assignment
+
+            return train_assignment(self, client, base_state, task, assignment)
         if self.scenario.train.systems_only:
             n = len(self.parts[client])
             steps = num_steps(n, self.sgd)
@@ -123,17 +139,63 @@ class Context:
     def update_bytes(self, tensors: State) -> int:
         return state_bytes(tensors)
 
+    def download_bytes(self, assignment: "Assignment | None" = None) -> int:
+        """Bytes a client downloads for ``assignment``: the whole model, or the sub-model's tensors only."""
+        if assignment is None or assignment.submodel is None:
+            return self.model_bytes
+        from fedsim.learn.submodel import sub_state_bytes
+
+        return int(sub_state_bytes(self.worker, self.global_state, assignment.submodel))
+
+    def submodel_summary(self, sub: "SubModel") -> dict[str, Any]:
+        """The compact trace description of a sub-model (kept fraction per block, block states)."""
+        return sub.summary(self.worker)
+
     def aggregation_service_time(self, n_updates: int) -> float:
         """Server time to fold ``n_updates`` models: ~2 FLOPs per parameter per update, on the server."""
         return self.world.server_compute_time(2.0 * self.num_params * max(1, n_updates))
 
     # ----------------------------------------------------------------------------------- versions
-    def commit(self, state: State, *, round_: int | None = None, n_updates: int = 1, clients: list[int] | None = None) -> None:
-        """Install a new global model version; evaluate and check the stop rules."""
+    def apply(self, new_state: State, updates: Sequence["Update"], weights: Sequence[float], *,
+              round_: int | None = None, base: State | None = None,
+              round_record: dict[str, Any] | None = None) -> None:
+        """Install the result of a server rule: the one place that records applied updates.
+
+        Emits one ``apply`` event per update (its base version, staleness in versions and in seconds, its
+        weight in the aggregate as the rule reports it, and, for a partial update, its ``coverage``: the
+        covered fraction of each tensor), then commits ``new_state`` as the next version.  When any update
+        is partial, the ``aggregate`` event also carries N_q^i over the entries of ``base`` (default: the
+        current global state): ``coverage_min`` and ``coverage_mean``.  A synchronous round passes its
+        ``round_record`` (start, clients, dropped), emitted as the ``round`` event before the new version.
+        """
+        env = self.env
+        partial = any(u.mask is not None for u in updates)
+        for u, w in zip(updates, weights):
+            extra: dict[str, Any] = {}
+            if partial:
+                extra["coverage"] = _coverage_fractions(u, self.global_state)
+            self.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=self.version + 1,
+                            staleness=self.version - u.base_version, staleness_s=env.now - u.download_time,
+                            weight=float(w), round=round_, **extra)
+        agg: dict[str, Any] = {}
+        if partial:
+            lo, mean, _ = coverage_counts(updates, self.global_state if base is None else base)
+            agg = {"coverage_min": lo, "coverage_mean": mean}
+        if round_record is not None:
+            self.trace.emit(env.now, "round", round=round_, **round_record)
+        self.commit(new_state, round_=round_, n_updates=len(updates), clients=[u.client for u in updates], **agg)
+
+    def commit(self, state: State, *, round_: int | None = None, n_updates: int = 1, clients: list[int] | None = None,
+               **fields: Any) -> None:
+        """Install a new global model version; evaluate and check the stop rules.
+
+        Algorithms whose updates are not ``Update`` objects (the split-learning server side) commit
+        directly; everything else goes through :meth:`apply`."""
         self.global_state = state
         self.version += 1
         self.updates_applied += n_updates
-        self.trace.emit(self.env.now, "aggregate", version=self.version, round=round_, n_updates=n_updates, clients=clients or [])
+        self.trace.emit(self.env.now, "aggregate", version=self.version, round=round_, n_updates=n_updates,
+                        clients=clients or [], **fields)
         ev = self.scenario.eval
         due = ev.every_versions is not None and self.version % ev.every_versions == 0
         if due:
@@ -220,3 +282,17 @@ class Context:
         if not self.done.triggered:
             self.stop_reason = f"reached {limit} s of virtual time"
             self.done.succeed(self.stop_reason)
+
+
+def _coverage_fractions(update: "Update", reference: State) -> dict[str, float]:
+    """Covered fraction of each floating tensor of ``reference`` by ``update`` (0 where it sent nothing)."""
+    out: dict[str, float] = {}
+    for name, ref in reference.items():
+        if not torch.is_floating_point(ref):
+            continue
+        if name not in update.tensors:
+            out[name] = 0.0
+            continue
+        m = None if update.mask is None else update.mask.get(name)
+        out[name] = 1.0 if m is None else round(float((m != 0).sum()) / max(1, m.numel()), 6)
+    return out

@@ -177,7 +177,8 @@ def test_per_client_evaluation_matches_direct_evaluation(tiny, tmp_path):
 
 def test_masked_weighted_average_against_hand_computation():
     """Entries covered by some clients average over those clients only; uncovered entries keep the base."""
-    from fedsim.algorithms.base import Update, masked_weighted_average
+    from fedsim.algorithms.base import Update
+    from fedsim.learn.state import masked_weighted_average
 
     base = {"w": torch.tensor([10.0, 20.0, 30.0])}
     u1 = Update(client=0, tensors={"w": torch.tensor([1.0, 2.0, 3.0])}, mask={"w": torch.tensor([1.0, 1.0, 0.0])}, weight=1.0)

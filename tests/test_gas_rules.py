@@ -7,15 +7,16 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.algorithms.base import Update
+from fedsim.algorithms.fedbuff import fedbuff_rule
 from fedsim.algorithms.rules import (
-    average_states,
     ca2fl_apply,
-    fedbuff_apply,
     minibatch_sfl_batch_sizes,
     s2fl_groups,
     s2fl_objective,
 )
 from fedsim.errors import ConfigError
+from fedsim.learn.state import masked_weighted_average
 
 
 def _state(w: float, b: tuple[float, float], steps: int = 0) -> dict[str, torch.Tensor]:
@@ -28,24 +29,32 @@ def _close(state, expected: dict[str, list[float]]) -> None:
         np.testing.assert_allclose(state[k].numpy(), v, atol=1e-12)
 
 
-def test_fedbuff_mean_and_weighted():
+def _delta(client: int, state: dict, base_version: int) -> Update:
+    return Update(client=client, tensors=state, kind="delta", base_version=base_version)
+
+
+def test_fedbuff_rule_mean_staleness_and_counters():
     g = _state(1.0, (0.0, 2.0), 10)
-    deltas = [_state(2.0, (1.0, 0.0), 4), _state(-1.0, (3.0, 1.0), 2)]
-    out = fedbuff_apply(g, deltas, server_lr=0.5)
+    deltas = [_delta(0, _state(2.0, (1.0, 0.0), 4), 3), _delta(1, _state(-1.0, (3.0, 1.0), 12), 3)]
+    out, w = fedbuff_rule(deltas, g, version=3, server_lr=0.5, staleness="constant")
     _close(out, {"w": [1.0 + 0.5 * 0.5], "b": [0.0 + 0.5 * 2.0, 2.0 + 0.5 * 0.5]})
-    assert out["steps"].dtype == torch.int64 and out["steps"].item() == 12  # 10 + 0.5*3 = 11.5, rounded half to even
-    out = fedbuff_apply(g, deltas, server_lr=1.0, weights=[3.0, 1.0])
-    _close(out, {"w": [1.0 + (3 * 2.0 - 1.0) / 4]})
-    # staleness-scaled mean: p_k = s_k / Q
-    out = fedbuff_apply(g, deltas, server_lr=1.0, weights=[1.0, 0.5], normalize=False)
-    _close(out, {"w": [1.0 + (2.0 - 0.5) / 2]})
+    assert w == [0.5, 0.5]
+    # counters are never averaged: the largest value wins (fedsim.learn.state's one rule)
+    assert out["steps"].dtype == torch.int64 and out["steps"].item() == 12
+    # FedBuff's staleness scaling: w + (1/K) sum_k s(tau_k) delta_k with s = 1/sqrt(1 + tau)
+    stale = [_delta(0, _state(2.0, (1.0, 0.0)), 3), _delta(1, _state(-1.0, (3.0, 1.0)), 0)]
+    out, w = fedbuff_rule(stale, g, version=3, server_lr=1.0, staleness="fedbuff")
+    # client 0 is fresh (tau 0, s = 1), client 1 three versions stale (s = 1/2)
+    _close(out, {"w": [1.0 + (2.0 * 1.0 - 1.0 * 0.5) / 2]})
+    assert w == pytest.approx([0.5, 0.25])
     assert g["w"].item() == 1.0  # inputs untouched
 
 
-def test_average_states_weighted_by_data_size():
+def test_client_model_average_weighted_by_data_size():
+    """The SFL client-model average (GAS eq. 10) is the one masked weighted average with |D_k| weights."""
     s = [_state(1.0, (0.0, 0.0)), _state(4.0, (3.0, 6.0))]
-    _close(average_states(s, [2.0, 1.0]), {"w": [2.0], "b": [1.0, 2.0]})
-    _close(average_states(s), {"w": [2.5]})
+    out = masked_weighted_average([Update(client=0, tensors=s[0], weight=2.0), Update(client=1, tensors=s[1], weight=1.0)], s[0])
+    _close(out, {"w": [2.0], "b": [1.0, 2.0]})
 
 
 def test_ca2fl_all_arrive_once_with_empty_cache_equals_fedbuff():
@@ -54,7 +63,7 @@ def test_ca2fl_all_arrive_once_with_empty_cache_equals_fedbuff():
     g = {"w": torch.tensor(rng.normal(size=(3, 2))), "b": torch.tensor(rng.normal(size=2))}
     deltas = {i: {"w": torch.tensor(rng.normal(size=(3, 2))), "b": torch.tensor(rng.normal(size=2))} for i in range(N)}
     ca, cache = ca2fl_apply(g, {}, deltas, server_lr=0.7, num_clients=N)
-    fb = fedbuff_apply(g, list(deltas.values()), server_lr=0.7)
+    fb, _ = fedbuff_rule([_delta(i, d, 0) for i, d in deltas.items()], g, version=0, server_lr=0.7, staleness="constant")
     for k in g:
         torch.testing.assert_close(ca[k], fb[k], rtol=0, atol=1e-12)
     assert set(cache) == set(range(N)) and cache[2] is deltas[2]
@@ -96,9 +105,9 @@ def test_ca2fl_gas_code_variant_hand_worked():
 def test_rules_reject_mismatched_keys_and_bad_lr():
     g = _state(0.0, (0.0, 0.0))
     with pytest.raises(ConfigError, match="missing"):
-        fedbuff_apply(g, [{"w": torch.zeros(1)}], 1.0)
+        ca2fl_apply(g, {}, {0: {"w": torch.zeros(1)}}, 1.0, num_clients=2)
     with pytest.raises(ConfigError, match="server.lr"):
-        fedbuff_apply(g, [g], 0.0)
+        ca2fl_apply(g, {}, {0: g}, 0.0, num_clients=2)
     with pytest.raises(ConfigError, match="distinct clients"):
         ca2fl_apply(g, {0: g, 1: g}, {2: g}, 1.0, num_clients=2)
 

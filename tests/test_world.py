@@ -21,7 +21,7 @@ def _world(mapping: dict, n: int) -> tuple[simpy.Environment, World, Trace]:
     sc = scenario_from_mapping(mapping)
     env = simpy.Environment()
     trace = Trace(None)
-    return env, World(env, Streams(sc.seed), trace, n, sc), trace
+    return env, World.from_scenario(env, Streams(sc.seed), trace, n, sc), trace
 
 
 def _gas_rate(d_km: float) -> float:

@@ -1,12 +1,14 @@
-"""The shared pieces every algorithm is built from.
+"""The shared pieces every algorithm is built from: one pipeline from assignment to applied update.
 
+    Assignment (what this client trains) → client_task (download, train, upload, in virtual time)
+    → Update (tensors + coverage mask) → a pure server rule → ``Context.apply`` (records every ``apply``
+    event, staleness and coverage once, and installs the new version)
+
+- ``Assignment``: the sub-model a client trains (``fedsim.learn.submodel.SubModel``; None = the whole
+  model), the update kind, and an optional local trainer replacing plain local SGD.
 - ``Update``: what a client sends back (tensors, coverage mask, weight, base version, costs).
-- ``masked_weighted_average``: the one averaging rule.  FedAvg, FedBuff, sub-model methods (HeteroFL,
-  FjORD, FedRolex), Fed-RAA fragments, Co-S²P segments and EmbracingFL's partial layers all reduce to
-  "for every entry, average the clients that covered it, weighted; entries nobody covered keep their
-  value".
-- staleness functions (constant, polynomial, hinge) that scale an update's weight by its staleness.
-- ``Context``: the run's world, data, model and trace, handed to the algorithm.
+- The one averaging rule and the other state-dict operations live in ``fedsim.learn.state``.
+- staleness functions (constant, polynomial, hinge, fedbuff) that scale an update's weight by its staleness.
 - ``client_task``: download → local training → upload as one SimPy process, with training computed at
   the virtual moment the client starts computing, on the model it downloaded.
 """
@@ -21,11 +23,43 @@ import simpy
 import torch
 
 from fedsim.config import positive, require
+from fedsim.learn.state import Mask, State, state_sub
+from fedsim.learn.train import TrainStats
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.learn.models import BlockModel
+    from fedsim.learn.submodel import SubModel
     from fedsim.runtime import Context
 
-State = dict[str, torch.Tensor]
+
+@dataclass
+class TrainOutcome:
+    """What a custom local trainer reports: its statistics and, when it knows them better than the
+    extracted module's measured FLOPs × samples (extra heads, cached forwards), its FLOPs."""
+
+    stats: TrainStats
+    flops: float | None = None
+
+
+#: ``trainer(module, ctx, client, indices, generator) -> TrainOutcome``: trains ``module`` (the client's
+#: extracted sub-model, already holding the downloaded weights) in place.
+LocalTrainer = Callable[["BlockModel", "Context", int, np.ndarray, torch.Generator], TrainOutcome]
+
+
+@dataclass
+class Assignment:
+    """What one client does in one task.
+
+    ``submodel`` None trains the whole model; otherwise the client downloads, trains and uploads only the
+    sub-model's tensors, and its update's mask covers exactly the entries it trained.  ``trainer`` None is
+    plain local SGD (``fedsim.learn.train.local_sgd``) with the scenario's ``train`` settings.
+    """
+
+    submodel: "SubModel | None" = None
+    kind: Literal["weights", "delta"] = "weights"
+    trainer: LocalTrainer | None = None
+    round: int | None = None
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -33,15 +67,16 @@ class Update:
     """A client's contribution.
 
     ``tensors`` holds full weights (``kind='weights'``) or differences from the base model
-    (``kind='delta'``).  ``mask`` maps a tensor name to a 0/1 tensor of the same shape (entries the client
-    trained); a name absent from ``mask`` or ``mask=None`` means fully covered.  ``weight`` is a scalar or a
-    per-tensor mapping (Co-S²P scores segments separately).
+    (``kind='delta'``), in full-model shapes.  ``mask`` maps a tensor name to a 0/1 tensor of the same
+    shape (entries the client trained); a name absent from ``mask`` or ``mask=None`` means fully covered,
+    a name absent from ``tensors`` not covered at all.  ``weight`` is a scalar or a per-tensor mapping
+    (Co-S²P scores segments separately).
     """
 
     client: int
     tensors: State
     kind: Literal["weights", "delta"] = "weights"
-    mask: dict[str, torch.Tensor] | None = None
+    mask: Mask | None = None
     weight: float | dict[str, float] = 1.0
     base_version: int = 0
     download_time: float = 0.0
@@ -54,53 +89,13 @@ class Update:
             return float(self.weight.get(name, 0.0))
         return float(self.weight)
 
-
-def masked_weighted_average(
-    updates: list[Update],
-    base: State,
-    *,
-    extra_weight: Callable[[Update], float] | None = None,
-) -> State:
-    """Entry-wise weighted mean of the updates over the clients that covered each entry.
-
-    For delta updates the result is the averaged delta (entries nobody covered are 0); for weight
-    updates it is the averaged weights (entries nobody covered keep ``base``).  ``extra_weight``
-    multiplies each update's weight (e.g. a staleness factor).
-    """
-    require(len(updates) > 0, "updates", "cannot average zero updates")
-    kinds = {u.kind for u in updates}
-    require(len(kinds) == 1, "updates", f"cannot mix update kinds {sorted(kinds)}")
-    is_delta = kinds == {"delta"}
-    out: State = {}
-    for name, ref in base.items():
-        if not torch.is_floating_point(ref):
-            # integer buffers (e.g. BatchNorm's num_batches_tracked) follow the first update
-            out[name] = updates[0].tensors.get(name, ref).clone()
-            continue
-        num = torch.zeros_like(ref, dtype=torch.float64)
-        den = torch.zeros_like(ref, dtype=torch.float64)
-        for u in updates:
-            if name not in u.tensors:
-                continue
-            w = u.weight_of(name) * (extra_weight(u) if extra_weight else 1.0)
-            if w == 0.0:
-                continue
-            t = u.tensors[name].to(torch.float64)
-            m = None if u.mask is None else u.mask.get(name)
-            if m is None:
-                num.add_(t, alpha=w)
-                den.add_(w)
-            else:
-                mw = m.to(torch.float64) * w
-                num.add_(t * mw)
-                den.add_(mw)
-        covered = den > 0
-        avg = torch.where(covered, num / torch.where(covered, den, torch.ones_like(den)), torch.zeros_like(den))
-        if is_delta:
-            out[name] = avg.to(ref.dtype)
-        else:
-            out[name] = torch.where(covered, avg.to(ref.dtype), ref)
-    return out
+    def scaled(self, factor: float) -> "Update":
+        """The same update with every weight multiplied by ``factor`` (e.g. a staleness factor)."""
+        w = ({k: float(v) * factor for k, v in self.weight.items()} if isinstance(self.weight, Mapping)
+             else float(self.weight) * factor)
+        return Update(client=self.client, tensors=self.tensors, kind=self.kind, mask=self.mask, weight=w,
+                      base_version=self.base_version, download_time=self.download_time,
+                      num_samples=self.num_samples, costs=self.costs, info=self.info)
 
 
 # ------------------------------------------------------------------------------------------ staleness
@@ -133,28 +128,6 @@ def validate_staleness(kind: str, a: float, b: float, prefix: str) -> None:
     positive(b, f"{prefix}.staleness_b", allow_zero=True)
 
 
-# ------------------------------------------------------------------------------------------ state ops
-
-def clone_state(state: Mapping[str, torch.Tensor]) -> State:
-    return {k: v.detach().clone() for k, v in state.items()}
-
-
-def state_sub(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> State:
-    return {k: (a[k] - b[k]) if torch.is_floating_point(a[k]) else a[k].clone() for k in a}
-
-
-def state_axpy(base: Mapping[str, torch.Tensor], delta: Mapping[str, torch.Tensor], alpha: float) -> State:
-    """base + alpha · delta (float tensors; integer buffers taken from delta's side unchanged)."""
-    return {
-        k: (base[k] + alpha * delta[k]) if torch.is_floating_point(base[k]) else base[k].clone() for k in base
-    }
-
-
-def state_mix(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], alpha: float) -> State:
-    """(1 − α)·old + α·new, the FedAsync mixing rule."""
-    return {k: torch.lerp(old[k], new[k], alpha) if torch.is_floating_point(old[k]) else new[k].clone() for k in old}
-
-
 # ------------------------------------------------------------------------------------------ client task
 
 def client_task(
@@ -164,34 +137,37 @@ def client_task(
     base_version: int,
     *,
     task: int,
-    kind: Literal["weights", "delta"] = "weights",
-    round_: int | None = None,
+    assignment: Assignment | None = None,
 ) -> Generator[simpy.events.Event, Any, Update]:
-    """One client participation: download the model, train locally, upload the update.
+    """One client participation: download the (sub-)model, train locally, upload the update.
 
     ``base_state`` is the model the server sent at dispatch (the caller snapshots it); training runs
     on exactly that, at the virtual moment computing starts, with the client's own batch stream for
-    this task.  Returns the ``Update``; a SimPy interrupt (deadline, going offline) propagates to the
-    caller, who records the drop.
+    this task.  Bytes in both directions are those of the tensors that travel (the sub-model's only).
+    Returns the ``Update``; a SimPy interrupt (deadline, going offline) propagates to the caller, who
+    records the drop.
     """
+    a = assignment if assignment is not None else Assignment()
     world = ctx.world
     t0 = ctx.env.now
-    yield from world.download(client, ctx.model_bytes, version=base_version)
-    result = ctx.train_client(client, base_state, task=task)
+    down = ctx.download_bytes(a)
+    yield from world.download(client, down, version=base_version)
+    result = ctx.train_client(client, base_state, task=task, assignment=a)
     yield from world.compute(client, result.flops, what="train", steps=result.stats.steps, samples=result.stats.samples)
-    tensors = state_sub(result.state, base_state) if kind == "delta" else result.state
-    nbytes = ctx.update_bytes(tensors)
+    tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
+    nbytes = ctx.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
     yield from world.upload(client, nbytes)
     return Update(
         client=client,
         tensors=tensors,
-        kind=kind,
+        kind=a.kind,
+        mask=result.mask,
         weight=float(result.stats.samples if ctx.weight_by_samples else 1.0),
         base_version=base_version,
         download_time=t0,
         num_samples=int(len(ctx.parts[client])),
-        costs={"flops": result.flops, "bytes_up": nbytes, "bytes_down": ctx.model_bytes},
-        info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": round_},
+        costs={"flops": result.flops, "bytes_up": nbytes, "bytes_down": down},
+        info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a},
     )
 
 
@@ -212,15 +188,26 @@ class Algorithm:
         raise NotImplementedError
 
     # helpers shared by the families ------------------------------------------------------------
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        """What ``client`` trains in this task: the whole model by default.  Sub-model algorithms override
+        this one method (a template method: HeteroFL's fixed width, FedRolex's rolling window, ...)."""
+        return Assignment(round=round_)
+
     def dispatch(self, client: int, tasks: "TaskCounter", *, kind: Literal["weights", "delta"] = "weights",
-                 round_: int | None = None) -> simpy.Process:
+                 round_: int | None = None, assignment: Assignment | None = None) -> simpy.Process:
         """Send the current global model to ``client`` and start its task (download → train → upload).
 
-        The process's value is the ``Update``, or None if the task was dropped."""
+        ``assignment`` defaults to :meth:`assign`; ``kind`` sets its update kind.  The process's value is
+        the ``Update``, or None if the task was dropped."""
         ctx = self.ctx
+        a = assignment if assignment is not None else self.assign(client, round_)
+        a.kind = kind if assignment is None else a.kind
+        if a.round is None:
+            a.round = round_
         base, version = ctx.global_state, ctx.version
-        ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=round_)
-        body = client_task(ctx, client, base, version, task=tasks.next(client), kind=kind, round_=round_)
+        extra = {} if a.submodel is None else {"submodel": ctx.submodel_summary(a.submodel)}
+        ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=round_, **extra)
+        body = client_task(ctx, client, base, version, task=tasks.next(client), assignment=a)
         return self.launch(client, body, round_)
 
     def launch(self, client: int, body: Generator[simpy.events.Event, Any, Update], round_: int | None = None) -> simpy.Process:
@@ -229,10 +216,16 @@ class Algorithm:
         self.ctx.world.watch(client, proc)
         return proc
 
+    def eligible(self, client: int) -> bool:
+        """Whether ``client`` may be selected at all (every client by default; e.g. FedAvg restricted to the
+        devices that fit the full model overrides this)."""
+        return True
+
     def sample_clients(self, k: int, stream: tuple, exclude: set[int] | None = None) -> list[int]:
-        """``k`` distinct clients (uniform, without replacement), excluding busy ones."""
+        """``k`` distinct clients (uniform, without replacement) among the eligible ones, excluding busy ones."""
         ctx = self.ctx
-        pool = np.array([c for c in range(ctx.num_clients) if not exclude or c not in exclude], dtype=np.int64)
+        pool = np.array([c for c in range(ctx.num_clients) if (not exclude or c not in exclude) and self.eligible(c)],
+                        dtype=np.int64)
         pool = pool[[ctx.world.is_available(int(c)) for c in pool]] if len(pool) else pool
         if len(pool) == 0:
             return []

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fedsim.algorithms.base import State, Update
+from fedsim.algorithms.base import Update
 from fedsim.algorithms.fedbuff import FedBuff
 from fedsim.algorithms.rules import ca2fl_apply
+from fedsim.learn.state import State
 
 
 class CA2FL(FedBuff):
@@ -26,7 +27,7 @@ class CA2FL(FedBuff):
         variant: Literal["canonical", "gas-code"] = "canonical"
         staleness: str = "constant"
 
-    def _server_update(self, batch: list[Update]) -> tuple[State, list[float]]:
+    def server_rule(self, batch: list[Update]) -> tuple[State, list[float]]:
         ctx, cfg = self.ctx, self.cfg
         if not hasattr(self, "cache"):
             self.cache: dict[int, State] = {}

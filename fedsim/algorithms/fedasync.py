@@ -13,8 +13,19 @@ from typing import Any, Generator
 
 import simpy
 
-from fedsim.algorithms.base import SlotScheduler, staleness_weight, state_mix, validate_staleness
+from fedsim.algorithms.base import SlotScheduler, Update, staleness_weight, validate_staleness
 from fedsim.config import positive, require
+from fedsim.learn.state import State, masked_weighted_average, state_mix
+
+
+def fedasync_rule(update: Update, base: State, tau: int, alpha: float, staleness: str = "polynomial",
+                  a: float = 0.5, b: float = 4.0) -> tuple[State, float]:
+    """FedAsync's server rule: ``(1 − α_t) w + α_t w_client`` with ``α_t = α · s(τ)``; a partial update (a
+    mask) mixes only the entries it covered.  Returns the new state and α_t."""
+    mix = alpha * staleness_weight(tau, staleness, a, b)
+    client = update.tensors if update.mask is None and set(update.tensors) == set(base) else \
+        masked_weighted_average([update], base)
+    return state_mix(base, client, mix), mix
 
 
 class FedAsync(SlotScheduler):
@@ -50,9 +61,8 @@ class FedAsync(SlotScheduler):
             if cfg.max_staleness is not None and tau > cfg.max_staleness:
                 ctx.trace.emit(env.now, "drop", client=c, reason=f"staleness {tau} > {cfg.max_staleness}", round=None)
             elif not ctx.done.triggered:
-                a = cfg.alpha * staleness_weight(tau, cfg.staleness, cfg.staleness_a, cfg.staleness_b)
-                ctx.trace.emit(env.now, "apply", client=c, base_version=update.base_version, version=ctx.version + 1,
-                               staleness=tau, staleness_s=env.now - update.download_time, weight=a, round=ctx.version + 1)
-                ctx.commit(state_mix(ctx.global_state, update.tensors, a), round_=ctx.version + 1, n_updates=1, clients=[c])
+                new, a = fedasync_rule(update, ctx.global_state, tau, cfg.alpha, cfg.staleness, cfg.staleness_a,
+                                       cfg.staleness_b)
+                ctx.apply(new, [update], [a], round_=ctx.version + 1)
         self.active.discard(c)
         self._launch()

@@ -12,8 +12,18 @@ from typing import Any, Generator
 
 import simpy
 
-from fedsim.algorithms.base import Algorithm, TaskCounter, masked_weighted_average, state_axpy, state_sub
+from fedsim.algorithms.base import Algorithm, TaskCounter, Update
 from fedsim.config import positive
+from fedsim.learn.state import State, masked_weighted_average, state_axpy, state_sub
+
+
+def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> tuple[State, list[float]]:
+    """FedAvg's server rule: the masked weighted average of the updates (weights = samples processed),
+    moved by ``server_lr`` from ``base`` when it is not 1.  Returns the new state and each update's share."""
+    avg = masked_weighted_average(updates, base)
+    new = avg if server_lr == 1.0 else state_axpy(base, state_sub(avg, base), server_lr)
+    total = sum(float(u.weight) for u in updates)
+    return new, [float(u.weight) / total for u in updates]
 
 
 class FedAvg(Algorithm):
@@ -31,6 +41,10 @@ class FedAvg(Algorithm):
             positive(self.retry_s, f"{prefix}.retry_s")
             positive(self.deadline_s, f"{prefix}.deadline_s")
             positive(self.server_lr, f"{prefix}.server_lr")
+
+    def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
+        """The pure rule that turns a round's updates into the next global state (subclasses may replace it)."""
+        return fedavg_rule(updates, base, self.cfg.server_lr)
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
         ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
@@ -62,14 +76,8 @@ class FedAvg(Algorithm):
             updates = [p.value for c, p in procs.items() if c not in dropped and p.value is not None]
             if updates:
                 yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
-                avg = masked_weighted_average(updates, base)
-                new = avg if cfg.server_lr == 1.0 else state_axpy(base, state_sub(avg, base), cfg.server_lr)
-                total = sum(float(u.weight) for u in updates)
-                for u in updates:
-                    ctx.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=ctx.version + 1,
-                                   staleness=ctx.version - u.base_version, staleness_s=env.now - u.download_time,
-                                   weight=float(u.weight) / total, round=rnd)
-                ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=clients, dropped=dropped)
-                ctx.commit(new, round_=rnd, n_updates=len(updates), clients=[u.client for u in updates])
+                new, weights = self.server_rule(updates, base)
+                ctx.apply(new, updates, weights, round_=rnd, base=base,
+                          round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})
             else:
                 ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=clients, dropped=dropped)

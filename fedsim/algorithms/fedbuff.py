@@ -12,16 +12,24 @@ from typing import Any, Generator
 
 import simpy
 
-from fedsim.algorithms.base import (
-    SlotScheduler,
-    State,
-    Update,
-    masked_weighted_average,
-    staleness_weight,
-    state_axpy,
-    validate_staleness,
-)
+from fedsim.algorithms.base import SlotScheduler, Update, staleness_weight, validate_staleness
 from fedsim.config import positive
+from fedsim.learn.state import State, is_counter, masked_weighted_average, state_axpy
+
+
+def fedbuff_rule(batch: list[Update], base: State, version: int, server_lr: float, staleness: str = "fedbuff",
+                 a: float = 0.5, b: float = 4.0) -> tuple[State, list[float]]:
+    """FedBuff's server rule: ``w + η_g · (1/K) Σ s(τ_i) Δ_i`` over the buffer's K deltas (entries that an
+    update's mask leaves out are averaged over the updates that covered them).  Returns the new state and
+    each update's factor s(τ_i)/K."""
+    scales = [staleness_weight(version - u.base_version, staleness, a, b) for u in batch]
+    scaled = [
+        Update(client=u.client, tensors={k: v if is_counter(v) else v * s for k, v in u.tensors.items()}, kind="delta", mask=u.mask,
+               base_version=u.base_version, download_time=u.download_time)
+        for u, s in zip(batch, scales)
+    ]
+    delta = masked_weighted_average(scaled, base)
+    return state_axpy(base, delta, server_lr), [s / len(batch) for s in scales]
 
 
 class FedBuff(SlotScheduler):
@@ -53,7 +61,7 @@ class FedBuff(SlotScheduler):
         yield self.ctx.done
 
     def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        ctx, cfg = self.ctx, self.cfg
         update = yield self.dispatch(c, self.tasks, kind="delta")
         self.active.discard(c)
         self._launch()
@@ -66,24 +74,14 @@ class FedBuff(SlotScheduler):
         yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
         if ctx.done.triggered:
             return
-        new_state, weights = self._server_update(batch)
-        for u, w in zip(batch, weights):
-            ctx.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=ctx.version + 1,
-                           staleness=ctx.version - u.base_version, staleness_s=env.now - u.download_time,
-                           weight=w, round=ctx.version + 1)
-        ctx.commit(new_state, round_=ctx.version + 1, n_updates=len(batch), clients=[u.client for u in batch])
+        new_state, weights = self.server_rule(batch)
+        ctx.apply(new_state, batch, weights, round_=ctx.version + 1)
 
-    def _server_update(self, batch: list[Update]) -> tuple[State, list[float]]:
+    def server_rule(self, batch: list[Update]) -> tuple[State, list[float]]:
         """The new global state from a full buffer, and each update's weight in it (for the trace).
 
-        Subclasses (CA2FL) replace this rule and keep the buffering, scheduling and tracing.
+        Subclasses (CA2FL) replace this rule and keep the buffering, scheduling and recording.
         """
         ctx, cfg = self.ctx, self.cfg
-        scales = [staleness_weight(ctx.version - u.base_version, cfg.staleness, cfg.staleness_a, cfg.staleness_b) for u in batch]
-        scaled = [
-            Update(client=u.client, tensors={k: v * s for k, v in u.tensors.items()}, kind="delta", mask=u.mask,
-                   base_version=u.base_version, download_time=u.download_time)
-            for u, s in zip(batch, scales)
-        ]
-        delta = masked_weighted_average(scaled, ctx.global_state)
-        return state_axpy(ctx.global_state, delta, cfg.server_lr), [s / len(batch) for s in scales]
+        return fedbuff_rule(batch, ctx.global_state, ctx.version, cfg.server_lr, cfg.staleness, cfg.staleness_a,
+                            cfg.staleness_b)

@@ -6,7 +6,8 @@ its inputs untouched. The asynchronous algorithms call them when a buffer fills.
 
 Conventions: a delta is ``w_after_local_training - w_downloaded``, so rules *add* ``server_lr * v``.
 Floating tensors are combined in their own dtype; integer entries (e.g. BatchNorm's
-``num_batches_tracked``) are combined in float64 and rounded back.
+``num_batches_tracked``) follow ``fedsim.learn.state``'s one rule for counters (the maximum).  FedAvg's,
+FedBuff's and FedAsync's rules live beside their algorithms and use ``fedsim.learn.state``'s one average.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from fedsim.errors import ConfigError
+from fedsim.learn.state import is_counter
 
 State = Mapping[str, torch.Tensor]
 
@@ -34,8 +36,7 @@ def _check_same_keys(reference: State, other: State, field: str) -> None:
 def _apply(global_state: State, direction: Mapping[str, torch.Tensor], server_lr: float) -> dict[str, torch.Tensor]:
     out = {}
     for k, g in global_state.items():
-        new = g.to(_work_dtype(g)) + server_lr * direction[k]
-        out[k] = new if g.is_floating_point() else torch.round(new).to(g.dtype)
+        out[k] = g + server_lr * direction[k] if not is_counter(g) else torch.maximum(g, direction[k].to(g.dtype))
     return out
 
 
@@ -43,7 +44,10 @@ def _weighted_sum(global_state: State, states: Sequence[State], coeffs: Sequence
     acc = {k: torch.zeros_like(g, dtype=_work_dtype(g)) for k, g in global_state.items()}
     for s, c in zip(states, coeffs):
         for k in acc:
-            acc[k] += float(c) * s[k].to(acc[k].dtype)
+            if is_counter(global_state[k]):  # counters: the largest value (fedsim.learn.state's rule)
+                acc[k] = torch.maximum(acc[k], s[k].to(acc[k].dtype))
+            else:
+                acc[k] += float(c) * s[k].to(acc[k].dtype)
     return acc
 
 
@@ -52,66 +56,6 @@ def _check_lr(server_lr: float) -> float:
     if not np.isfinite(lr) or lr <= 0:
         raise ConfigError("server.lr", f"must be a finite number > 0, got {server_lr!r}")
     return lr
-
-
-def average_states(states: Sequence[State], weights: Sequence[float] | None = None) -> dict[str, torch.Tensor]:
-    """Weighted average ``sum_k p_k w_k`` with ``p_k = weights_k / sum(weights)`` (uniform if None).
-
-    This is the client-model aggregation of GAS eq. (10) (weights ``|D_k|``; the authors' code uses
-    uniform weights) and the GAS code's FedBuff, which averages models rather than deltas.
-    """
-    if not states:
-        raise ConfigError("aggregate.states", "need at least one state to average")
-    p = _normalised_weights(weights, len(states), "aggregate.weights")
-    for s in states[1:]:
-        _check_same_keys(states[0], s, "aggregate.states")
-    acc = _weighted_sum(states[0], states, p)
-    return {k: v if states[0][k].is_floating_point() else torch.round(v).to(states[0][k].dtype) for k, v in acc.items()}
-
-
-def _normalised_weights(weights: Sequence[float] | None, n: int, field: str) -> np.ndarray:
-    if weights is None:
-        return np.full(n, 1.0 / n)
-    w = np.asarray(weights, dtype=np.float64).reshape(-1)
-    if w.size != n:
-        raise ConfigError(field, f"need {n} weights, got {w.size}")
-    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
-        raise ConfigError(field, "weights must be finite, >= 0 and not all zero")
-    return w / w.sum()
-
-
-# ---------------------------------------------------------------------------------------------------
-# FedBuff
-# ---------------------------------------------------------------------------------------------------
-
-def fedbuff_apply(
-    global_state: State,
-    deltas: Sequence[State],
-    server_lr: float,
-    weights: Sequence[float] | None = None,
-    *,
-    normalize: bool = True,
-) -> dict[str, torch.Tensor]:
-    """FedBuff (Nguyen et al., AISTATS 2022): ``w <- w + server_lr * sum_k p_k Delta_k``.
-
-    Without weights ``p_k = 1/Q`` (the buffer mean). With weights and ``normalize=True`` (default)
-    ``p_k = weights_k / sum(weights)`` (e.g. data sizes); with ``normalize=False`` ``p_k = weights_k / Q``,
-    which is FedBuff's staleness-scaled mean when ``weights_k = s(tau_k)`` (e.g. ``1/sqrt(1+tau)``).
-    """
-    if not deltas:
-        raise ConfigError("fedbuff.deltas", "the buffer is empty")
-    lr = _check_lr(server_lr)
-    for d in deltas:
-        _check_same_keys(global_state, d, "fedbuff.deltas")
-    n = len(deltas)
-    if weights is None or normalize:
-        p = _normalised_weights(weights, n, "fedbuff.weights")
-    else:
-        w = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if w.size != n or not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise ConfigError("fedbuff.weights", f"need {n} finite weights >= 0, got {list(w)}")
-        p = w / n
-    return _apply(global_state, _weighted_sum(global_state, deltas, p), lr)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import SlotScheduler
+from fedsim.algorithms.base import SlotScheduler, Update
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive
 from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor, weight_fn
@@ -278,11 +278,9 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             if self.training:
                 self.wc = self.aggregate_clients([m.state for m in batch], clients)
             sizes = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
-            for m, w in zip(batch, sizes):
-                ctx.trace.emit(env.now, "apply", client=m.client, base_version=m.base_version, version=ctx.version + 1,
-                               staleness=ctx.version - m.base_version, staleness_s=env.now - m.download_time,
-                               weight=w / sum(sizes), round=ctx.version + 1)
-            self.commit(round_=ctx.version + 1, n_updates=len(batch), clients=clients)
+            applied = [Update(client=m.client, tensors={}, base_version=m.base_version, download_time=m.download_time)
+                       for m in batch]
+            self.commit(applied, [w / sum(sizes) for w in sizes], round_=ctx.version + 1)
             msg.ack.succeed()
 
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Algorithm
-from fedsim.algorithms.rules import average_states
+from fedsim.algorithms.base import Algorithm, Update
 from fedsim.algorithms.split_timing import SplitTiming, TimingConfig
 from fedsim.config import positive, require
 from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
+from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_cut, merge_state, split_costs, split_state
 from fedsim.learn.train import batch_schedule, num_steps
 
@@ -131,16 +131,20 @@ class SplitAlgorithm(Algorithm):
     # ---------------------------------------------------------------------------------- server
     def aggregate_clients(self, states: list[dict[str, torch.Tensor]], clients: list[int]) -> dict[str, torch.Tensor]:
         """GAS eq. (10): the models averaged with |D_k| weights (or uniformly, as GAS's code does)."""
-        w = None if self.cfg.aggregate_weights == "uniform" else [float(self.sizes[c]) for c in clients]
-        return average_states(states, w)
+        w = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
+        return masked_weighted_average([Update(client=c, tensors=s, weight=wi) for s, c, wi in zip(states, clients, w)],
+                                       states[0])
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return merge_state(self.wc, self.server.params, self.order)
 
-    def commit(self, *, round_: int | None = None, n_updates: int = 1, clients: list[int] | None = None) -> None:
+    def commit(self, applied: list[Update], weights: list[float], *, round_: int | None = None,
+               round_record: dict[str, Any] | None = None) -> None:
+        """Install the aggregated client part with the server part as it is now (through ``Context.apply``,
+        which records the applied client models)."""
         ctx = self.ctx
         state = self.full_state() if self.training else ctx.global_state
-        ctx.commit(state, round_=round_, n_updates=n_updates, clients=clients)
+        ctx.apply(state, applied, weights, round_=round_, round_record=round_record)
 
     def server_grad_vector(self, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         grads, _ = self.computer.server_grads(self.server, a, y)

@@ -30,6 +30,7 @@ import simpy
 import torch
 
 from fedsim.algorithms.rules import minibatch_sfl_batch_sizes, s2fl_groups
+from fedsim.algorithms.base import Update
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive
 from fedsim.errors import ConfigError
@@ -141,12 +142,11 @@ class MiniBatchSFL(SplitAlgorithm):
         if self.training:
             self.wc = self.aggregate_clients([o.state() for o in opts], clients)
         total = float(sum(self.sizes[c] for c in clients))
-        for c in clients:
-            w = 1.0 / len(clients) if cfg.aggregate_weights == "uniform" else float(self.sizes[c]) / total
-            ctx.trace.emit(env.now, "apply", client=c, base_version=base_version, version=ctx.version + 1,
-                           staleness=ctx.version - base_version, staleness_s=env.now - start, weight=w, round=rnd)
-        ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=clients, dropped=[])
-        self.commit(round_=rnd, n_updates=len(clients), clients=clients)
+        weights = [1.0 / len(clients) if cfg.aggregate_weights == "uniform" else float(self.sizes[c]) / total
+                   for c in clients]
+        applied = [Update(client=c, tensors={}, base_version=base_version, download_time=start) for c in clients]
+        self.commit(applied, weights, round_=rnd,
+                    round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 
     def _backward(self, i: int, c: int, idx: np.ndarray, opt, grad) -> Generator[simpy.events.Event, Any, None]:
         yield from self.timing.download(c, self.timing.gradient_bytes(len(idx)))

@@ -32,7 +32,8 @@ from fedsim.system.server import Server, ServiceRecord
 from fedsim.system.topology import Topology
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.scenario import LinkConfig, Scenario
+    from fedsim.scenario import (AvailabilityConfig, ChannelSection, DevicesConfig, LinkConfig, NetworkConfig, Scenario,
+                                 ServerConfig)
 
 __all__ = ["World", "ServiceRecord"]
 
@@ -85,16 +86,20 @@ class _Direction:
 class World:
     """Devices, links, network and the server of one run."""
 
-    def __init__(self, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int, scenario: "Scenario") -> None:
+    def __init__(self, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int, *,
+                 devices: "DevicesConfig", channel: "ChannelSection", network: "NetworkConfig",
+                 availability: "AvailabilityConfig", server: "ServerConfig") -> None:
+        """The world from its own config sections (not the whole scenario: it knows nothing of data,
+        models or algorithms).  :meth:`from_scenario` picks the sections out of a scenario."""
         self.env, self.streams, self.trace, self.num_clients = env, streams, trace, num_clients
-        self.devices_cfg = devices = scenario.devices
-        self.network_cfg = scenario.network
+        self.devices_cfg = devices
+        self.network_cfg = network
         self.model_name: str | None = None
         self.energy = EnergyMeter()
         self._init_devices(devices)
-        self._init_channel(scenario)
-        self._init_network(scenario)
-        srv = scenario.server
+        self._init_channel(channel)
+        self._init_network(network)
+        srv = server
         try:
             self.server_profile = load_profile(srv.profile)
         except ConfigError as exc:
@@ -102,7 +107,7 @@ class World:
         self.server_efficiency = srv.efficiency or self.server_profile.efficiency
         self.server_overhead_s = srv.overhead_s
         self.server = Server(env, workers=srv.workers)
-        av = scenario.availability
+        av = availability
         kwargs: dict[str, Any] = {
             "always": {}, "bernoulli": {"p": av.p, "slot_s": av.slot_s},
             "exponential": {"mean_on_s": av.mean_on_s, "mean_off_s": av.mean_off_s}, "trace": {"path": av.path},
@@ -111,6 +116,12 @@ class World:
         self.bytes_up = 0
         self.bytes_down = 0
         self.busy_s = np.zeros(num_clients)
+
+    @classmethod
+    def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
+                      scenario: "Scenario") -> "World":
+        return cls(env, streams, trace, num_clients, devices=scenario.devices, channel=scenario.channel,
+                   network=scenario.network, availability=scenario.availability, server=scenario.server)
 
     # ------------------------------------------------------------------------------ construction
     def _init_devices(self, devices: Any) -> None:
@@ -148,8 +159,7 @@ class World:
         self._device_res: dict[int, simpy.Resource] = {}
         self._tasks = np.zeros(n, dtype=np.int64)
 
-    def _init_channel(self, scenario: "Scenario") -> None:
-        ch = scenario.channel
+    def _init_channel(self, ch: "ChannelSection") -> None:
         preset = CHANNEL_PRESETS[ch.preset] if ch.preset else None
         dirs = {}
         for name, explicit, default_mbps in (("up", ch.uplink, DEFAULT_UPLINK_MBPS), ("down", ch.downlink, DEFAULT_DOWNLINK_MBPS)):
@@ -190,8 +200,7 @@ class World:
                 self.mobility = pos.RandomWaypoint(radius=r_max, streams=self.streams, speed_range=tuple(ch.mobility.speed_mps),
                                                    pause_s=ch.mobility.pause_s, start=self.positions)
 
-    def _init_network(self, scenario: "Scenario") -> None:
-        net = scenario.network
+    def _init_network(self, net: "NetworkConfig") -> None:
         self._media: dict[str, Medium | None] = {"up": None, "down": None}
         self._access = {"up": net.access, "down": net.downlink_access}
         self._scheduled = 1

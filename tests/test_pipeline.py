@@ -1,0 +1,122 @@
+"""The one pipeline: assignment → client task → Update with mask → pure server rule → Context.apply.
+
+Architecture checks read the source (what imports what, where ``apply`` records are written); the
+state-operation checks are hand-worked.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedsim.algorithms.base import Update
+from fedsim.learn.state import coverage_counts, masked_weighted_average, state_axpy, state_mix, state_sub
+
+ROOT = Path(__file__).resolve().parents[1]
+FEDSIM = ROOT / "fedsim"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _imports(path: Path, *, top_level_only: bool) -> set[str]:
+    """Modules imported by ``path``; with ``top_level_only``, only imports executed at import time (not inside
+    functions, not under ``if TYPE_CHECKING``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    pkg = _module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" else _module_name(path)
+
+    def visit(node: ast.AST, inside: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            nested = inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                nested = True
+            if isinstance(child, ast.Import) and not (top_level_only and inside):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom) and not (top_level_only and inside):
+                base = child.module or ""
+                if child.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - child.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in child.names)
+            visit(child, nested)
+
+    visit(tree, False)
+    return found
+
+
+def test_fedsim_never_imports_analysis():
+    offenders = {}
+    for path in FEDSIM.rglob("*.py"):
+        bad = sorted(m for m in _imports(path, top_level_only=False) if m == "analysis" or m.startswith("analysis."))
+        if bad:
+            offenders[str(path.relative_to(ROOT))] = bad
+    assert offenders == {}
+
+
+def test_no_import_cycle_inside_fedsim():
+    modules = {_module_name(p): p for p in FEDSIM.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        graph[name] = sorted(m for m in _imports(path, top_level_only=True) if m in modules and m != name)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                dfs(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            dfs(n)
+
+
+def test_apply_records_are_written_in_one_place():
+    """Only ``Context.apply`` emits ``apply`` events; algorithms return (state, weights) from pure rules."""
+    writers = []
+    for path in FEDSIM.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit"
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "apply"):
+                writers.append(str(path.relative_to(ROOT)))
+    assert writers == ["fedsim/runtime.py"]
+
+
+def test_masked_average_coverage_counts_hand_worked():
+    base = {"w": torch.tensor([10.0, 20.0, 30.0]), "n": torch.tensor(5)}
+    u1 = Update(client=0, tensors={"w": torch.tensor([1.0, 2.0, 3.0]), "n": torch.tensor(7)},
+                mask={"w": torch.tensor([1.0, 1.0, 0.0])}, weight=1.0)
+    u2 = Update(client=1, tensors={"w": torch.tensor([4.0, 5.0, 6.0]), "n": torch.tensor(6)},
+                mask={"w": torch.tensor([0.0, 1.0, 0.0])}, weight=3.0)
+    out = masked_weighted_average([u1, u2], base)
+    torch.testing.assert_close(out["w"], torch.tensor([1.0, 4.25, 30.0]))
+    assert out["n"].item() == 7  # counters: the largest contributor, never an average
+    lo, mean, n = coverage_counts([u1, u2], base)
+    # entry-wise N_q^i = (1, 2, 0): min 0, mean 1
+    assert (lo, mean, n) == (0.0, 1.0, 3)
+
+
+def test_integer_counters_follow_one_rule():
+    a = {"w": torch.tensor([1.0]), "n": torch.tensor(4)}
+    b = {"w": torch.tensor([3.0]), "n": torch.tensor(9)}
+    d = state_sub(b, a)
+    assert d["w"].item() == 2.0 and d["n"].item() == 9  # a delta carries a counter's new value
+    assert state_axpy(a, d, 0.5)["n"].item() == 9 and state_axpy(a, d, 0.5)["w"].item() == 2.0
+    assert state_mix(b, a, 0.25)["n"].item() == 9  # mixing never lowers a counter
+    assert state_mix(b, a, 0.25)["w"].item() == pytest.approx(2.5)
