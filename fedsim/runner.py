@@ -83,7 +83,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
     m = scenario.model
     return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       seed_generator=Streams(scenario.seed).torch("model", "init"))
+                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:

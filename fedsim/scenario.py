@@ -57,12 +57,21 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    """The global model (see ``fedsim.learn.models.build_model``).  ``depth``: resnet20's 6n+2 or the ViT's
+    number of encoder blocks; ``bn``: BatchNorm mode of resnet20 (``static``: HeteroFL's sBN, no running
+    statistics; ``global``: running statistics averaged with their channels); ``options``: the ViT's
+    ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or fragment_mlp's ``partitions``."""
+
     name: str = "mlp"
     hidden: int | list[int] | None = None
     width: float = 1.0
+    depth: int | None = None
+    bn: Literal["static", "global"] = "static"
+    options: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, prefix: str) -> None:
         positive(self.width, f"{prefix}.width")
+        positive(self.depth, f"{prefix}.depth")
 
 
 @dataclass

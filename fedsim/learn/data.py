@@ -6,7 +6,7 @@ an index array into the train tensors: client state stays data, not data loaders
 scaled to [0, 1] and then normalised with the per-channel mean and standard deviation of the *train*
 split (the test split uses the same statistics, so no test information leaks into training).
 
-Nothing is downloaded.  ``digits``, ``mnist1d``, ``synthetic`` and ``quadratic`` are generated in memory;
+Nothing is downloaded.  ``digits``, ``digits32``, ``mnist1d``, ``synthetic`` and ``quadratic`` are generated in memory;
 the other datasets are read from files the user already has under ``root``.  Every random choice
 (train/test split, subsampling, synthetic generation) comes from the ``rng`` passed in, which the caller
 takes from a named stream; when ``rng`` is omitted a generator seeded with 0 is used so that a call is
@@ -201,6 +201,29 @@ def _load_digits(rng: np.random.Generator, opts: dict) -> FederatedData:
     te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     xtr, xte = normalise_channels(x[tr], x[te])
     return FederatedData(_to_dataset(xtr, y[tr], 10, "digits"), _to_dataset(xte, y[te], 10, "digits"))
+
+
+def _load_digits32(rng: np.random.Generator, opts: dict) -> FederatedData:
+    """An offline stand-in for 32x32 colour images (CIFAR-shaped: 3x32x32, 10 classes), so conv nets and
+    ViTs run without downloads: sklearn's 8x8 digits, upscaled to 32x32 by bilinear interpolation
+    (``torch.nn.functional.interpolate``, ``align_corners=False``: deterministic) and repeated on 3 channels,
+    then split at random 80/20 and normalised per channel like ``digits``.  Same images and split as
+    ``digits`` for the same ``rng``; the three channels are identical."""
+    from sklearn.datasets import load_digits
+
+    frac = float(opts.get("test_fraction", 0.2))
+    if not 0.0 < frac < 1.0:
+        raise ConfigError("data.options.test_fraction", f"must be in (0, 1), got {frac!r}")
+    d = load_digits()
+    small = torch.from_numpy(d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    big = torch.nn.functional.interpolate(small, size=(32, 32), mode="bilinear", align_corners=False)
+    x = big.repeat(1, 3, 1, 1).numpy()
+    y = d.target.astype(np.int64)
+    perm = rng.permutation(len(y))
+    n_test = int(round(frac * len(y)))
+    te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
+    xtr, xte = normalise_channels(x[tr], x[te])
+    return FederatedData(_to_dataset(xtr, y[tr], 10, "digits32"), _to_dataset(xte, y[te], 10, "digits32"))
 
 
 def _mnist1d_opts() -> tuple[str, ...]:
@@ -631,7 +654,7 @@ def _load_cinic10(root: Path, rng: np.random.Generator, opts: dict) -> Federated
 # entry point
 
 
-DATASETS: tuple[str, ...] = ("digits", "mnist1d", "synthetic", "quadratic", "mnist", "fashion_mnist", "cifar10",
+DATASETS: tuple[str, ...] = ("digits", "digits32", "mnist1d", "synthetic", "quadratic", "mnist", "fashion_mnist", "cifar10",
                              "cifar100", "svhn", "femnist", "cinic10")
 
 _SUBSAMPLE = ("train_size", "test_size")
@@ -648,6 +671,8 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, num_client
     rng = np.random.default_rng(0) if rng is None else rng
     if name == "digits":
         return _load_digits(rng, _check_options(name, options, _DIGITS_OPTS))
+    if name == "digits32":
+        return _load_digits32(rng, _check_options(name, options, _DIGITS_OPTS))
     if name == "mnist1d":
         return _load_mnist1d(rng, _check_options(name, options, _mnist1d_opts()))
     if name == "synthetic":

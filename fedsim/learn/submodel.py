@@ -64,7 +64,9 @@ _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 class SubModel:
     """What one client trains: kept unit indices per width group and a state per block.
 
-    ``groups`` are the model's width groups the indices refer to (bound by the constructors below; not
+    Kept indices are stored sorted (a kept set, not an order): the extracted tensors hold the kept units in
+    increasing index order, so a set that is everything is the full model bit for bit.  ``groups`` are the
+    model's width groups the indices refer to (bound by the constructors below; not
     part of equality or :meth:`key`).  Construct with :func:`full_submodel`, :func:`width_submodel`,
     :func:`fragment_submodel` or ``SubModel.of(model, keep, states)``.
     """
@@ -74,7 +76,7 @@ class SubModel:
     groups: Mapping[str, WidthGroup] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        keep = {str(g): tuple(int(i) for i in idx) for g, idx in sorted(dict(self.keep).items())}
+        keep = {str(g): tuple(sorted(int(i) for i in idx)) for g, idx in sorted(dict(self.keep).items())}
         object.__setattr__(self, "keep", keep)
         object.__setattr__(self, "states", tuple(str(s) for s in self.states))
         object.__setattr__(self, "groups", dict(self.groups))
@@ -151,7 +153,7 @@ def width_submodel(model: BlockModel, width: float, scheme: str = "prefix", offs
     """Keep ``ceil(width * n)`` (at least 1) units of every width group (or of ``groups``).
 
     ``prefix`` (HeteroFL, FjORD's ordered dropout): units 0..k-1.  ``rolling`` (FedRolex): the window of k
-    consecutive units starting at ``offset mod n``, wrapping past the end (n-2, n-1, 0, 1, ...); FedRolex
+    consecutive units starting at ``offset mod n``, wrapping past the end ({n-2, n-1, 0, 1} for k = 4); FedRolex
     advances ``offset`` by one per round.  A group that keeps all its units in order is left out of
     ``keep``, so width 1.0 is exactly the full model.  ``states`` default: every block trains.
     """
@@ -165,7 +167,7 @@ def width_submodel(model: BlockModel, width: float, scheme: str = "prefix", offs
         n = all_groups[g].size
         k = scaled(n, width)
         start = 0 if scheme == "prefix" else int(offset) % n
-        idx = tuple((start + i) % n for i in range(k))
+        idx = tuple(sorted((start + i) % n for i in range(k)))
         if idx != tuple(range(n)):
             keep[g] = idx
     sub = SubModel(keep, tuple(states) if states is not None else ("train",) * model.num_blocks(), all_groups)
