@@ -169,6 +169,6 @@ def test_size_weighted_dirichlet_follows_the_weights_and_device_counts_are_exact
     from fedsim.sim.trace import Trace
     from fedsim.system.world import World
 
-    world = World(simpy.Environment(), Streams(0), Trace(None), 8, scenario_from_mapping(sc))
+    world = World.from_scenario(simpy.Environment(), Streams(0), Trace(None), 8, scenario_from_mapping(sc))
     names = [world.device(c).name for c in range(8)]
     assert names == ["jetson-xavier-nx-8gb"] + ["jetson-agx-orin-32gb"] * 3 + ["jetson-agx-orin-64gb"] * 4

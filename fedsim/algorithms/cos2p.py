@@ -34,10 +34,11 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import Algorithm, State, TaskCounter, Update, client_task
+from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, Update, client_task
 from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggregate, segment_index
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
+from fedsim.learn.state import State
 
 #: Table 7 (E1): overall kept fraction R_n per device class.
 PAPER_RATES = {
@@ -224,9 +225,6 @@ class Cos2P(Algorithm):
         res = cos2p_aggregate(ctx.global_state, batch, bases, self.segments, weighting=cfg.weighting,
                               server_lr=cfg.server_lr)
         taus = [ctx.version - u.base_version for u in batch]
-        for u, w, tau in zip(batch, res.weights, taus):
-            ctx.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=ctx.version + 1,
-                           staleness=tau, staleness_s=env.now - u.download_time, weight=w, round=rnd)
         cov = res.coverage
         trained = cov[cov > 0]
         ctx.trace.emit(env.now, "cos2p_round", round=rnd, start=start, quorum_at=opened, end=env.now,
@@ -234,11 +232,11 @@ class Cos2P(Algorithm):
                        memory=[float(u.info.get("memory_bytes", math.nan)) for u in batch],
                        n_star=int(cov.min()), n_star_trained=int(trained.min()) if len(trained) else 0,
                        n_mean=float(cov.mean()), n_segments=int(cov.numel()))
-        ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=[u.client for u in batch], dropped=[])
         for u in batch:
             self._release(u.base_version)
         self.history[ctx.version + 1] = res.state
-        ctx.commit(res.state, round_=rnd, n_updates=len(batch), clients=[u.client for u in batch])
+        ctx.apply(res.state, batch, res.weights, round_=rnd,
+                  round_record={"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []})
         self._release(ctx.version, hold=False)
 
     def _release(self, version: int, hold: bool = True) -> None:
@@ -275,7 +273,7 @@ class Cos2P(Algorithm):
         t0 = ctx.env.now
         task = self.tasks.next(client)
         if self.plain[client]:
-            update = yield from client_task(ctx, client, base, version, task=task, kind="weights")
+            update = yield from client_task(ctx, client, base, version, task=task, assignment=Assignment(kind="weights"))
         else:
             update = yield from self._pruned_job(client, base, version, task)
         update.info["busy_s"] = ctx.env.now - t0

@@ -28,7 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from fedsim.algorithms.base import State, Update, masked_weighted_average
+from fedsim.algorithms.base import Update
+from fedsim.learn.state import State, masked_weighted_average
 from fedsim.errors import ConfigError
 
 WEIGHTINGS = ("gamma", "uniform", "samples")
