@@ -160,6 +160,7 @@ class Cos2P(Algorithm):
         groups = ctx.worker.width_groups() if hasattr(ctx.worker, "width_groups") else None
         self.segments: SegmentIndex = segment_index(ctx.global_state, groups)
         self.history: dict[int, State] = {0: ctx.global_state}
+        ctx.version_hooks.append(self._final_metrics)
         self.pending: dict[int, int] = {}  # base version -> updates in flight from it
 
     def _local_split(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -278,6 +279,40 @@ class Cos2P(Algorithm):
             update = yield from self._pruned_job(client, base, version, task)
         update.info["busy_s"] = ctx.env.now - t0
         return update
+
+    # ------------------------------------------------------------------------------------ metrics
+    def _final_metrics(self, ctx: Any, final: bool) -> None:
+        """At the end of the run: server Top-1/Top-5/macro-F1 of the global model on the server test set,
+        and each client's on its local test split (its last personalised sub-model, deepest exit; a client
+        that never trained a pruned model is evaluated with the global model), size-weighted (App. D)."""
+        if not final or ctx.scenario.train.systems_only:
+            return
+        from fedsim.learn.cos2p import classification_scores
+
+        model = ctx.worker
+        model.load_state_dict(ctx.global_state)
+        server = classification_scores(model, ctx.test.x, ctx.test.y, ctx.test.num_classes)
+        rows, sizes = [], []
+        for c in range(ctx.num_clients):
+            idx = torch.as_tensor(self.local_test[c], dtype=torch.int64)
+            if len(idx) == 0:
+                continue
+            net = self.personal[c]
+            if net is None:
+                model.load_state_dict(ctx.global_state)
+                fn = model
+            else:
+                fn = (lambda x, net=net: net(x)[-1])
+            rows.append(classification_scores(fn, ctx.data.train.x[idx], ctx.data.train.y[idx], ctx.test.num_classes))
+            sizes.append(len(idx))
+        client = {}
+        if rows:
+            w = np.asarray(sizes, dtype=float) / sum(sizes)
+            client = {k: float(sum(wi * r[k] for wi, r in zip(w, rows))) for k in rows[0]}
+        ctx.trace.emit(ctx.env.now, "cos2p_eval", version=ctx.version,
+                       server_top1=server["top1"], server_top5=server["top5"], server_f1=server["f1"],
+                       client_top1=client.get("top1"), client_top5=client.get("top5"), client_f1=client.get("f1"),
+                       clients=[float(r["top1"]) for r in rows])
 
     # ------------------------------------------------------------------------------------ client side
     def _plan_clients(self) -> None:

@@ -176,3 +176,33 @@ def train_masks(body: torch.nn.Module, logits: Mapping[str, torch.Tensor], membe
         logits[g].copy_(v.detach())  # type: ignore[index]
     return {"mask_loss": sum(losses) / max(1, len(losses)), "mask_fraction": sum(fracs) / max(1, len(fracs)),
             "mask_steps": float(len(losses))}
+
+
+@torch.no_grad()
+def classification_scores(model, x: torch.Tensor, y: torch.Tensor, num_classes: int,
+                          batch_size: int = 1024) -> dict[str, float]:
+    """Top-1, Top-5 (Top-k with k = min(5, classes)) accuracy and macro F1 (mean over classes of the
+    per-class F1; a class never predicted nor present counts 0) — the paper's metrics; its F1 averaging
+    is not stated, macro is the usual choice for ImageNet subsets."""
+    was = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    preds, top5 = [], []
+    k = min(5, num_classes)
+    try:
+        for i in range(0, len(y), batch_size):
+            out = model(x[i:i + batch_size])
+            preds.append(out.argmax(1))
+            top5.append((out.topk(k, dim=1).indices == y[i:i + batch_size, None]).any(1))
+    finally:
+        if hasattr(model, "train"):
+            model.train(was)
+    p = torch.cat(preds)
+    hit5 = torch.cat(top5)
+    f1s = []
+    for c in range(num_classes):
+        tp = int(((p == c) & (y == c)).sum())
+        fp = int(((p == c) & (y != c)).sum())
+        fn = int(((p != c) & (y == c)).sum())
+        f1s.append(2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 0.0)
+    return {"top1": float((p == y).float().mean()), "top5": float(hit5.float().mean()), "f1": float(sum(f1s) / num_classes)}

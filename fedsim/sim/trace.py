@@ -55,6 +55,10 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # segments, mean, number of segments)
     "cos2p_round": ("round", "start", "quorum_at", "end", "clients", "tau", "busy", "memory", "n_star",
                     "n_star_trained", "n_mean", "n_segments"),
+    # Co-S²P at the end of a run: the global model on the server test set and the clients' personalised
+    # sub-models on their local test splits (size-weighted), Top-1 / Top-5 / macro F1
+    "cos2p_eval": ("version", "server_top1", "server_top5", "server_f1", "client_top1", "client_top5", "client_f1",
+                   "clients"),
 }
 
 
