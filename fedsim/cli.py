@@ -4,6 +4,7 @@
     fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per value, time-to-accuracy figure
     fedsim scenarios                                    list the built-in scenarios
     fedsim profiles [NAME]                              list device profiles, or show one
+    fedsim models [SCENARIO] [key=value ...]            the scenario's model: width groups, costs per width
     fedsim check RUN_DIR                                measured theory quantities of a finished run
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
@@ -115,6 +116,45 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models(args: argparse.Namespace) -> int:
+    """The scenario's model on its dataset: width groups, and per width (prefix sub-models) the parameters,
+    bytes, FLOPs per sample and training memory at ``train.batch_size``, measured on the extracted module."""
+    import pandas as pd
+
+    from fedsim.learn.submodel import submodel_costs, width_submodel
+    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.scenario import load_scenario
+
+    source, overrides = args.scenario, list(args.overrides)
+    if source is not None and "=" in source and not Path(source).exists():
+        overrides.insert(0, source)
+        source = None
+    scenario = load_scenario(source, overrides)
+    data = prepare_data(scenario).data
+    model = build_global_model(scenario, data)
+    shape = tuple(data.train.input_shape)
+    groups = model.width_groups()
+    print(f"model '{scenario.model.name}' on {data.train.name} {shape}: {model.num_blocks()} blocks, "
+          f"width groups: " + (", ".join(f"{g.name} ({g.size})" for g in groups.values()) or "none"))
+    rows = []
+    for w in args.widths:
+        sub = width_submodel(model, w, field="--widths")
+        c = submodel_costs(model, sub, shape, scenario.train.batch_size, momentum=scenario.train.momentum > 0)
+        rows.append({"width": w, "kept": sub.summary(model)["kept"], "bytes": c.download_bytes,
+                     "fwd_flops": c.flops.forward, "bwd_flops": c.flops.backward,
+                     "train_memory_bytes": c.memory.total})
+    with pd.option_context("display.width", 200):
+        print(pd.DataFrame(rows).to_string(index=False))
+    return 0
+
+
+def _widths(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description="Discrete-event simulator of federated and split learning.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -137,6 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("profiles", help="list device profiles or show one")
     p.add_argument("name", nargs="?", default=None)
     p.set_defaults(func=cmd_profiles)
+    p = sub.add_parser("models", help="the scenario's model: width groups and costs per width",
+                       description="Build the scenario's model on its dataset and measure prefix sub-models.")
+    p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.name=resnet20 data.name=digits32")
+    p.add_argument("--widths", type=_widths, default=[1.0, 0.5, 0.25], help="comma-separated widths (default 1,0.5,0.25)")
+    p.set_defaults(func=cmd_models)
     from fedsim.plugins import plugin_commands
 
     for name, help_text, configure in plugin_commands():  # e.g. `check`, from the analysis package

@@ -156,7 +156,8 @@ def run_variant(
     try:
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        _check_memory(world, model, scenario, tuple(data.train.input_shape))
+        if not registry()[spec.name].fits_submodels:
+            _check_memory(world, model, scenario, tuple(data.train.input_shape))
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
         for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
             hook = make(ctx)

@@ -21,16 +21,17 @@ from fedsim.learn.costs import FlopCost, flops_per_sample, state_bytes
 from fedsim.learn.data import FederatedData
 from fedsim.learn.models import BlockModel
 from fedsim.learn.state import Mask, State, clone_state, coverage_counts
+from fedsim.learn.submodel import SubModel, SubModelCosts, extract, full_submodel, insert, sub_state_bytes, submodel_costs
 from fedsim.learn.train import SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed
 from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor, InProcessExecutor
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
+from fedsim.system.devices import check_memory
 from fedsim.system.world import World
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.algorithms.base import Assignment, Update
-    from fedsim.learn.submodel import SubModel
 
 
 @dataclass
@@ -120,9 +121,7 @@ class Context:
     def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
                **kwargs: Any) -> TrainResult:
         if assignment is not None and (assignment.submodel is not None or assignment.trainer is not None):
-            from fedsim.learn.submodel import train_assignment
-
-            return train_assignment(self, client, base_state, task, assignment)
+            return self._train_assignment(client, base_state, task, assignment)
         if self.scenario.train.systems_only:
             n = len(self.parts[client])
             steps = num_steps(n, self.sgd)
@@ -136,6 +135,75 @@ class Context:
         flops = self.flop_cost.total * stats.samples
         return TrainResult(state=clone_state(self.worker.state_dict()), stats=stats, flops=flops)
 
+    def _train_assignment(self, client: int, base_state: State, task: int, assignment: "Assignment") -> TrainResult:
+        """Train the assignment's sub-model: extract -> local SGD (or the assignment's trainer) -> insert.
+
+        FLOPs are measured on the extracted module (per sample, cached per sub-model and architecture) ×
+        the samples processed, unless the trainer reports its own; the upload is the trainable blocks'
+        tensors only; the module must fit the client's device (:meth:`check_submodel_memory`).  The result's
+        state holds the trainable blocks' full-shape tensors and its mask their trained entries (mask None
+        only when the whole model was trained).  A systems-only run trains nothing and sends the
+        downloaded values back under the same mask, so costs and coverage are those of the real run.
+        """
+        sub = assignment.submodel if assignment.submodel is not None else full_submodel(self.worker)
+        costs = self.check_submodel_memory(client, sub)
+        idx = self.parts[client]
+        if self.scenario.train.systems_only:
+            steps = num_steps(len(idx), self.sgd)
+            stats = TrainStats(steps, samples_processed(len(idx), steps, self.sgd.batch_size), math.nan, math.nan)
+            flops: float | None = None
+            tensors, mask = insert(base_state, sub, None)
+        else:
+            module = extract(self.worker, base_state, sub)
+            gen = self.streams.torch("client", client, "task", task)
+            if assignment.trainer is not None:
+                outcome = assignment.trainer(module, self, client, idx, gen)
+                stats, flops = outcome.stats, outcome.flops
+            else:
+                stats = local_sgd(module, self.data.train.x, self.data.train.y, idx, self.sgd, gen,
+                                  task=self.data.train.task)
+                flops = None
+            tensors, mask = insert(base_state, sub, module.state_dict())
+        if flops is None:
+            flops = costs.flops.total * stats.samples
+        whole = not mask and set(tensors) == set(base_state)
+        return TrainResult(state=tensors, stats=stats, flops=float(flops), mask=None if whole else mask,
+                           upload_bytes=costs.upload_bytes)
+
+    def submodel_costs(self, sub: SubModel) -> SubModelCosts:
+        """FLOPs per sample, bytes both ways and training memory of ``sub`` at this run's batch size
+        (:func:`fedsim.learn.submodel.submodel_costs`, cached per sub-model)."""
+        return submodel_costs(self.worker, sub, self.input_shape, self.sgd.batch_size,
+                              momentum=self.sgd.momentum > 0, state=self.global_state)
+
+    def check_submodel_memory(self, client: int, sub: SubModel) -> SubModelCosts:
+        """The costs of ``sub``; refuses (one line naming the device, the model and both memory figures) when
+        its training memory exceeds the client's device and ``devices.check_memory`` is on."""
+        costs = self.submodel_costs(sub)
+        device = self.world.device(client)
+        if self.scenario.devices.check_memory and costs.memory.total > device.memory_bytes:
+            kept = sub.summary(self.worker)["kept"]
+            check_memory(device, costs.memory.total,
+                         f"training model '{self.scenario.model.name}' as a sub-model keeping {kept:.4g} of it "
+                         f"(batch {self.sgd.batch_size})")
+        return costs
+
+    def fit_submodel(self, client: int, candidates: Sequence[SubModel]) -> SubModel:
+        """The first of ``candidates`` (give them largest first) whose training memory fits the client's
+        device; when none does, refuses with the smallest candidate's need (the one that came closest).
+        With ``devices.check_memory`` off, the first candidate."""
+        if not candidates:
+            raise ValueError("fit_submodel needs at least one candidate sub-model")
+        if not self.scenario.devices.check_memory:
+            return candidates[0]
+        budget = self.world.device(client).memory_bytes
+        for sub in candidates:
+            if self.submodel_costs(sub).memory.total <= budget:
+                return sub
+        smallest = min(candidates, key=lambda s: self.submodel_costs(s).memory.total)
+        self.check_submodel_memory(client, smallest)
+        return smallest  # pragma: no cover - check_submodel_memory raised
+
     def update_bytes(self, tensors: State) -> int:
         return state_bytes(tensors)
 
@@ -143,11 +211,9 @@ class Context:
         """Bytes a client downloads for ``assignment``: the whole model, or the sub-model's tensors only."""
         if assignment is None or assignment.submodel is None:
             return self.model_bytes
-        from fedsim.learn.submodel import sub_state_bytes
+        return int(sub_state_bytes(self.worker, assignment.submodel, state=self.global_state))
 
-        return int(sub_state_bytes(self.worker, self.global_state, assignment.submodel))
-
-    def submodel_summary(self, sub: "SubModel") -> dict[str, Any]:
+    def submodel_summary(self, sub: SubModel) -> dict[str, Any]:
         """The compact trace description of a sub-model (kept fraction per block, block states)."""
         return sub.summary(self.worker)
 

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from fedsim.algorithms.base import Update, masked_weighted_average
+from fedsim.algorithms.base import Update
+from fedsim.learn.state import masked_weighted_average
 from fedsim.errors import ConfigError
 from fedsim.learn.costs import flops_per_sample, memory_estimate
 from fedsim.learn.models import build_model, residual_add
@@ -296,3 +298,127 @@ def test_digits32_is_bilinear_digits_on_three_channels():
     rows = raw[src][lo] * (1 - f)[:, None] + raw[src][hi] * f[:, None]
     hand = rows[:, lo] * (1 - f)[None, :] + rows[:, hi] * f[None, :]
     assert np.corrcoef(hand.ravel(), img.ravel())[0, 1] > 1 - 1e-9
+
+
+# ------------------------------------------------------------------------------------------ the run-time glue
+
+def _context(mapping):
+    import simpy
+
+    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.runtime import Context
+    from fedsim.scenario import scenario_from_mapping
+    from fedsim.sim.rng import Streams
+    from fedsim.sim.trace import Trace
+    from fedsim.system.world import World
+
+    sc = scenario_from_mapping(mapping)
+    prep = prepare_data(sc)
+    env, streams, trace = simpy.Environment(), Streams(sc.seed), Trace(None)
+    world = World.from_scenario(env, streams, trace, len(prep.parts), sc)
+    return Context(sc, env, streams, trace, world, prep.data, prep.parts, build_global_model(sc, prep.data))
+
+
+def _task(ctx, sub, client=0):
+    from fedsim.algorithms.base import Assignment, client_task
+
+    proc = ctx.env.process(client_task(ctx, client, ctx.global_state, 0, task=0, assignment=Assignment(submodel=sub)))
+    ctx.env.run()
+    return proc.value
+
+
+def test_a_client_task_trains_downloads_and_uploads_only_the_submodel(tiny):
+    tiny["model"] = {"name": "mlp", "hidden": [32, 16]}
+    ctx = _context(tiny)
+    model, base = ctx.worker, _clone(ctx.global_state)
+    sub = with_states(width_submodel(model, 0.5, "rolling", offset=30), {0: "frozen"})
+    up = _task(ctx, sub)
+    assert len(ctx.parts[0]) >= 48
+    samples = 3 * 16  # local_steps 3, batch 16
+    assert up.costs["bytes_down"] == 4 * ((64 * 16 + 16) + (16 * 8 + 8) + (8 * 10 + 10))
+    assert up.costs["bytes_up"] == 4 * ((16 * 8 + 8) + (8 * 10 + 10))  # the frozen block is not sent back
+    fwd = 2 * (64 * 16 + 16 * 8 + 8 * 10)
+    bwd = 2 * (16 * 8) + 4 * (8 * 10)  # layer 2 needs no input gradient: the first layer is frozen
+    assert up.costs["flops"] == (fwd + bwd) * samples
+    assert set(up.tensors) == {k for k in base if not k.startswith("blocks.0.")}
+    w = "blocks.1.0.weight"  # rows: hidden.1's window (30 mod 16 = 14: 14, 15, 0..5); columns: hidden.0's (30, 31, 0..13)
+    rows, cols = [0, 1, 2, 3, 4, 5, 14, 15], [30, 31] + list(range(14))
+    expect = torch.zeros(16, 32)
+    expect[torch.tensor(rows)[:, None], torch.tensor(cols)[None, :]] = 1
+    assert torch.equal(up.mask[w], expect)
+    assert torch.equal(up.tensors[w][expect == 0], base[w][expect == 0])
+    assert not torch.equal(up.tensors[w][expect == 1], base[w][expect == 1])
+
+
+def test_the_full_submodel_is_plain_local_sgd(tiny):
+    tiny["model"] = {"name": "mlp", "hidden": [32]}
+    a, b = _context(tiny), _context(tiny)
+    up_sub = _task(a, full_submodel(a.worker))
+    up_plain = _task(b, None)
+    assert up_sub.mask is None and up_sub.costs == up_plain.costs
+    assert all(torch.equal(up_sub.tensors[k], up_plain.tensors[k]) for k in up_plain.tensors)
+
+
+def test_memory_fit_picks_the_largest_submodel_that_fits_and_refuses_in_one_line(tiny, tmp_path):
+    tiny["model"] = {"name": "mlp", "hidden": [512]}
+    tiny["train"]["momentum"] = 0.9
+    profiles = {}
+    for name, mib in (("tiny-a", 0.3), ("tiny-b", 0.01)):
+        p = tmp_path / f"{name}.yaml"
+        src = __import__("device_profiles").PROFILE_DIR
+        body = (Path(src) / "raspberry-pi-4.yaml").read_text().replace("name: raspberry-pi-4", f"name: {name}")
+        body = body.replace("memory: {value: 4, unit: GiB", f"memory: {{value: {mib}, unit: MiB")
+        p.write_text(body)
+        profiles[name] = str(p)
+    tiny["devices"] = {"mix": [{"profile": profiles["tiny-a"]}], "jitter": 0.0}
+    ctx = _context(tiny)
+    subs = [width_submodel(ctx.worker, w) for w in (1.0, 0.5, 0.25)]
+    need = [ctx.submodel_costs(s).memory.total for s in subs]
+    assert need[0] > 0.3 * 2**20 > need[2] and need[0] > need[1] > need[2]
+    fit = ctx.fit_submodel(0, subs)
+    assert fit == subs[next(i for i, n in enumerate(need) if n <= 0.3 * 2**20)]
+    tiny["devices"] = {"mix": [{"profile": profiles["tiny-b"]}], "jitter": 0.0}
+    ctx = _context(tiny)
+    with pytest.raises(ConfigError) as e:
+        ctx.fit_submodel(0, subs)
+    msg = str(e.value)
+    assert "\n" not in msg and "'tiny-b'" in msg and "model 'mlp'" in msg
+    assert f"({need[2]:.0f} bytes)" in msg and f"({0.01 * 2**20:.0f} bytes)" in msg
+
+
+def test_resnet20_flops_by_hand():
+    """Forward multiply-adds of ResNet-20 on 32x32, layer by layer (3x3 convs, two 1x1 projections, FC)."""
+    macs = (16 * 3 * 9 * 1024 + 6 * 16 * 16 * 9 * 1024            # stem, stage 1
+            + 32 * 16 * 9 * 256 + 5 * 32 * 32 * 9 * 256 + 32 * 16 * 256   # stage 2 (+ projection)
+            + 64 * 32 * 9 * 64 + 5 * 64 * 64 * 9 * 64 + 64 * 32 * 64      # stage 3 (+ projection)
+            + 64 * 10)
+    assert macs == 40_813_184
+    model = _model("resnet20", (3, 32, 32))
+    assert flops_per_sample(model, (3, 32, 32)).forward == 2 * macs
+    half = submodel_costs(model, width_submodel(model, 0.5), (3, 32, 32), 4)
+    stem, fc = 16 * 3 * 9 * 1024, 64 * 10  # their inputs (3 colours) and outputs (10 classes) keep full width
+    assert half.flops.forward == 2 * ((macs - stem - fc) / 4 + (stem + fc) / 2)  # the other convs at w^2
+
+
+@pytest.mark.parametrize("args, field", [
+    (["model.name=resnet20", "model.bn=batch"], "model.bn"),
+    (["model.name=vit", "model.options.heads=3"], "model.options.heads"),
+    (["model.name=vit", "model.options.dropout=0.1"], "model.options.dropout"),
+    (["model.name=resnet20", "model.depth=21"], "model.depth"),
+    (["model.name=mlp", "--widths", "1.5"], "--widths"),
+])
+def test_bad_model_input_on_the_command_line(capsys, args, field):
+    from fedsim.cli import main
+
+    code = main(["models", "default", "data.name=digits32", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and field in err and "Traceback" not in err
+
+
+def test_models_command_prints_the_measured_costs(capsys):
+    from fedsim.cli import main
+
+    assert main(["models", "default", "model.name=mlp", "model.hidden=[32]", "--widths", "1,0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "hidden.0 (32)" in out
+    assert str(4 * (64 * 16 + 16 + 16 * 10 + 10)) in out  # bytes of the half-width MLP on 8x8 digits

@@ -175,6 +175,9 @@ class Algorithm:
     """Base class: an algorithm is a SimPy process over a Context, with a validated Config."""
 
     name = "base"
+    #: True for algorithms that fit a sub-model to each client's device themselves (``Context.fit_submodel``):
+    #: the runner then skips its check that the whole model fits every device.
+    fits_submodels: bool = False
 
     @dataclass
     class Config:

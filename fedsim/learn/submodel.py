@@ -400,10 +400,11 @@ def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel)
 
 
 def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
-           trained_state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+           trained_state: Mapping[str, torch.Tensor] | None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """Full-shape tensors of the trainable blocks with the trained entries written in, and their masks.
 
-    ``trained_state`` is the extracted module's state dict.  Returns ``(tensors, mask)``: ``tensors`` has
+    ``trained_state`` is the extracted module's state dict (None: nothing was trained, e.g. a systems-only
+    run; the tensors then hold ``global_state``'s values under the same mask).  Returns ``(tensors, mask)``: ``tensors`` has
     exactly the keys of trainable blocks (frozen and removed blocks are not covered); ``mask[key]`` is 1 at
     the kept entries and 0 elsewhere, for sliced tensors only (a key absent from ``mask`` is fully
     covered).  Entries outside the kept set hold ``global_state``'s values.  Integer buffers are copied.
@@ -421,6 +422,14 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
         if sub.states[j] != "train":
             continue
         lkey = _local_key(key, j, local[j])
+        if trained_state is None:
+            dims = plan.get(key)
+            tensors[key] = ref.detach().clone()
+            if dims and torch.is_floating_point(ref):
+                m = torch.zeros_like(ref)
+                m[_grid(dims, tuple(ref.shape))] = 1
+                mask[key] = m
+            continue
         if lkey not in trained_state:
             raise ValueError(f"trained state lacks {lkey!r} (global {key!r}): was it extracted with this sub-model?")
         t = trained_state[lkey].detach()
@@ -440,11 +449,12 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
     return tensors, mask
 
 
-def sub_state_bytes(model: BlockModel | Mapping[str, torch.Tensor], sub: SubModel, *,
+def sub_state_bytes(model: BlockModel, sub: SubModel, *, state: Mapping[str, torch.Tensor] | None = None,
                     trained_only: bool = False) -> int:
     """Bytes of the sub-model's tensors, from shapes alone (no module built): every non-removed block
-    (what a client downloads), or the trainable blocks only (``trained_only``: what it uploads)."""
-    shapes = _shapes(model)
+    (what a client downloads), or the trainable blocks only (``trained_only``: what it uploads).
+    ``state`` (default the model's own) gives the shapes and dtypes."""
+    shapes = _shapes(model if state is None else state)
     plan = _plan(sub._groups_for(model), sub.keep, {k: v[0] for k, v in shapes.items()})
     wanted = ("train",) if trained_only else ("train", "frozen")
     return sum(_sliced_numel(shape, plan.get(k)) * size
