@@ -22,7 +22,8 @@ from fedsim.learn.data import FederatedData
 from fedsim.learn.models import BlockModel
 from fedsim.learn.state import Mask, State, clone_state, coverage_counts
 from fedsim.learn.submodel import SubModel, SubModelCosts, extract, full_submodel, insert, sub_state_bytes, submodel_costs
-from fedsim.learn.train import SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed
+from fedsim.learn.train import (SGDConfig, TrainStats, evaluate, local_sgd, num_steps, samples_processed,
+                                static_bn_statistics)
 from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor, InProcessExecutor
 from fedsim.sim.rng import Streams
@@ -96,6 +97,13 @@ class Context:
             idx = torch.as_tensor(np.sort(idx))
             test = type(test)(x=test.x[idx], y=test.y[idx], num_classes=test.num_classes, name=test.name, task=test.task)
         self.test = test
+        self.bn_data: torch.Tensor | None = None  # static-BN statistics at evaluation (eval.bn_stats: train)
+        if ev.bn_stats == "train":
+            pool = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]) if parts else np.zeros(0, np.int64)
+            pool = np.unique(pool)
+            if ev.bn_samples is not None and ev.bn_samples < len(pool):
+                pool = np.sort(streams.numpy("eval", "bn").choice(pool, size=ev.bn_samples, replace=False))
+            self.bn_data = data.train.x[torch.as_tensor(pool)]
         self._last_eval_time = -math.inf
         self._wall0 = time.perf_counter()
         self.run_dir = None if run_dir is None else Path(run_dir)
@@ -289,11 +297,18 @@ class Context:
             hook(self, final)
 
     def evaluate(self, *, round_: int | None = None) -> dict[str, Any]:
+        per_client = self.scenario.eval.per_client and not self.scenario.train.systems_only
+        client_rows: list[tuple[int, float, float]] = []
         if self.scenario.train.systems_only:
             acc, loss = math.nan, math.nan
         else:
             self.worker.load_state_dict(self.global_state)
-            acc, loss = evaluate(self.worker, self.test, batch_size=self.scenario.eval.batch_size)
+            bs = self.scenario.eval.batch_size
+            with static_bn_statistics(self.worker, self.bn_data, bs):
+                acc, loss = evaluate(self.worker, self.test, batch_size=bs)
+                if per_client:
+                    client_rows = [(c, *evaluate(self.worker, self.data.train.subset(idx), batch_size=bs))
+                                   for c, idx in enumerate(self.parts)]
         row = {
             "t": float(self.env.now),
             "version": self.version,
@@ -306,11 +321,9 @@ class Context:
             "wall_s": time.perf_counter() - self._wall0,
         }
         self.metrics.append(row)
-        if self.scenario.eval.per_client and not self.scenario.train.systems_only:
-            for c, idx in enumerate(self.parts):
-                c_acc, c_loss = evaluate(self.worker, self.data.train.subset(idx), batch_size=self.scenario.eval.batch_size)
-                self.client_metrics.append({"t": row["t"], "version": self.version, "client": c,
-                                            "accuracy": float(c_acc), "loss": float(c_loss)})
+        for c, c_acc, c_loss in client_rows:
+            self.client_metrics.append({"t": row["t"], "version": self.version, "client": c,
+                                        "accuracy": float(c_acc), "loss": float(c_loss)})
         self._last_eval_time = self.env.now
         self.trace.emit(self.env.now, "eval", version=self.version, round=round_, accuracy=row["accuracy"], loss=row["loss"])
         return row

@@ -354,8 +354,15 @@ class EvalConfig:
     per_client: bool = False
     batch_size: int = 1024
     probe_every: int | None = None
+    #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
+    #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
+    #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
+    #: once, or all when unset; costs no virtual time, like evaluation itself).
+    bn_stats: Literal["batch", "train"] = "batch"
+    bn_samples: int | None = 1024
 
     def validate(self, prefix: str) -> None:
+        positive(self.bn_samples, f"{prefix}.bn_samples")
         positive(self.every_versions, f"{prefix}.every_versions")
         positive(self.probe_every, f"{prefix}.probe_every")
         positive(self.every_s, f"{prefix}.every_s")

@@ -422,3 +422,61 @@ def test_models_command_prints_the_measured_costs(capsys):
     out = capsys.readouterr().out
     assert "hidden.0 (32)" in out
     assert str(4 * (64 * 16 + 16 + 16 * 10 + 10)) in out  # bytes of the half-width MLP on 8x8 digits
+
+
+def test_a_submodel_of_an_extracted_module_is_the_nested_submodel():
+    """The extracted module declares its own groups: a prefix of a prefix is the global prefix, and
+    inserting through both levels writes the same entries (FjORD's per-step widths inside a client)."""
+    model = _model("cnn", (1, 8, 8))
+    base = _clone(model.state_dict())
+    outer = width_submodel(model, 0.5)
+    client = extract(model, base, outer)
+    assert {g: grp.size for g, grp in client.width_groups().items()} == {"conv1": 8, "conv2": 16, "fc": 32}
+    inner = width_submodel(client, 0.5)
+    nested = extract(client, client.state_dict(), inner)
+    direct = extract(model, base, width_submodel(model, 0.25))
+    assert nested.state_dict().keys() == direct.state_dict().keys()
+    assert all(torch.equal(nested.state_dict()[k], direct.state_dict()[k]) for k in direct.state_dict())
+    trained = {k: v + 1.0 for k, v in nested.state_dict().items()}
+    t1, _ = insert(client.state_dict(), inner, trained)
+    t2, m2 = insert(base, outer, t1)
+    t3, m3 = insert(base, width_submodel(model, 0.25), trained)
+    for k in t3:
+        assert torch.equal(t2[k] * m3.get(k, 1), t3[k] * m3.get(k, 1)), k
+    # a depth window drops the groups that lived only in removed blocks
+    win = extract(model, base, with_states(full_submodel(model), depth_window(4, 0, 2)))
+    assert set(win.width_groups()) == {"conv1", "conv2"}
+
+
+def test_static_bn_evaluation_statistics_from_training_data_by_hand():
+    from fedsim.learn.train import static_bn_statistics
+
+    g = torch.Generator().manual_seed(0)
+    bn = nn.BatchNorm1d(3, track_running_stats=False)
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.0, 2.0, 0.5]))
+        bn.bias.copy_(torch.tensor([0.0, -1.0, 3.0]))
+    model = nn.Sequential(bn)
+    keys = set(model.state_dict())
+    train_x = torch.randn(50, 3, generator=g) * 3 + 1
+    test_x = torch.randn(7, 3, generator=g)
+    with static_bn_statistics(model, train_x, batch_size=50):  # one batch: the plain mean and unbiased variance
+        out = model(test_x)
+    mean, var = train_x.mean(0), train_x.var(0, unbiased=True)
+    torch.testing.assert_close(out, (test_x - mean) / torch.sqrt(var + bn.eps) * bn.weight + bn.bias)
+    assert set(model.state_dict()) == keys and bn.running_mean is None and model.training
+    # without the block, static BN normalises with the batch's own statistics
+    plain = model.eval()(test_x)
+    torch.testing.assert_close(plain, (test_x - test_x.mean(0)) / torch.sqrt(test_x.var(0, unbiased=False) + bn.eps)
+                               * bn.weight + bn.bias)
+
+
+def test_a_resnet_run_evaluates_static_bn_with_train_statistics(tiny):
+    tiny["data"]["name"] = "digits32"
+    tiny["model"] = {"name": "resnet20", "depth": 8, "width": 0.25}
+    tiny["eval"] = {"bn_stats": "train", "bn_samples": 64, "max_samples": 64}
+    ctx = _context(tiny)
+    assert ctx.bn_data.shape == (64, 3, 32, 32)
+    keys = set(ctx.worker.state_dict())
+    row = ctx.evaluate()
+    assert 0.0 <= row["accuracy"] <= 1.0 and math.isfinite(row["loss"]) and set(ctx.worker.state_dict()) == keys

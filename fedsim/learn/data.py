@@ -186,8 +186,14 @@ def _find_dir(root: Path, subdirs: tuple[str, ...], present: Callable[[Path], li
 _DIGITS_OPTS = ("test_fraction",)
 
 
-def _load_digits(rng: np.random.Generator, opts: dict) -> FederatedData:
-    """sklearn's 8x8 handwritten digits (1797 images, pixel values 0..16), split at random 80/20."""
+def _load_digits(rng: np.random.Generator, opts: dict, *, upscale: bool = False) -> FederatedData:
+    """sklearn's 8x8 handwritten digits (1797 images, pixel values 0..16), split at random 80/20.
+
+    ``upscale`` gives ``digits32``, an offline stand-in for 32x32 colour images (CIFAR-shaped: 3x32x32,
+    10 classes), so conv nets and ViTs run without downloads: the same images, upscaled to 32x32 by
+    bilinear interpolation (``torch.nn.functional.interpolate``, ``align_corners=False``: deterministic)
+    and repeated on 3 identical channels, before the same split (for the same ``rng``) and normalisation.
+    """
     from sklearn.datasets import load_digits
 
     frac = float(opts.get("test_fraction", 0.2))
@@ -195,35 +201,16 @@ def _load_digits(rng: np.random.Generator, opts: dict) -> FederatedData:
         raise ConfigError("data.options.test_fraction", f"must be in (0, 1), got {frac!r}")
     d = load_digits()
     x = (d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    name = "digits"
+    if upscale:
+        big = torch.nn.functional.interpolate(torch.from_numpy(x), size=(32, 32), mode="bilinear", align_corners=False)
+        x, name = big.repeat(1, 3, 1, 1).numpy(), "digits32"
     y = d.target.astype(np.int64)
     perm = rng.permutation(len(y))
     n_test = int(round(frac * len(y)))
     te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     xtr, xte = normalise_channels(x[tr], x[te])
-    return FederatedData(_to_dataset(xtr, y[tr], 10, "digits"), _to_dataset(xte, y[te], 10, "digits"))
-
-
-def _load_digits32(rng: np.random.Generator, opts: dict) -> FederatedData:
-    """An offline stand-in for 32x32 colour images (CIFAR-shaped: 3x32x32, 10 classes), so conv nets and
-    ViTs run without downloads: sklearn's 8x8 digits, upscaled to 32x32 by bilinear interpolation
-    (``torch.nn.functional.interpolate``, ``align_corners=False``: deterministic) and repeated on 3 channels,
-    then split at random 80/20 and normalised per channel like ``digits``.  Same images and split as
-    ``digits`` for the same ``rng``; the three channels are identical."""
-    from sklearn.datasets import load_digits
-
-    frac = float(opts.get("test_fraction", 0.2))
-    if not 0.0 < frac < 1.0:
-        raise ConfigError("data.options.test_fraction", f"must be in (0, 1), got {frac!r}")
-    d = load_digits()
-    small = torch.from_numpy(d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
-    big = torch.nn.functional.interpolate(small, size=(32, 32), mode="bilinear", align_corners=False)
-    x = big.repeat(1, 3, 1, 1).numpy()
-    y = d.target.astype(np.int64)
-    perm = rng.permutation(len(y))
-    n_test = int(round(frac * len(y)))
-    te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
-    xtr, xte = normalise_channels(x[tr], x[te])
-    return FederatedData(_to_dataset(xtr, y[tr], 10, "digits32"), _to_dataset(xte, y[te], 10, "digits32"))
+    return FederatedData(_to_dataset(xtr, y[tr], 10, name), _to_dataset(xte, y[te], 10, name))
 
 
 def _mnist1d_opts() -> tuple[str, ...]:
@@ -672,7 +659,7 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, num_client
     if name == "digits":
         return _load_digits(rng, _check_options(name, options, _DIGITS_OPTS))
     if name == "digits32":
-        return _load_digits32(rng, _check_options(name, options, _DIGITS_OPTS))
+        return _load_digits(rng, _check_options(name, options, _DIGITS_OPTS), upscale=True)
     if name == "mnist1d":
         return _load_mnist1d(rng, _check_options(name, options, _mnist1d_opts()))
     if name == "synthetic":

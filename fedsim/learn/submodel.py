@@ -20,8 +20,10 @@ function, ``masked_weighted_average``, aggregates entry by entry.
 
 BatchNorm follows the model's ``bn`` mode (:data:`fedsim.learn.models.BN_MODES`): with ``static`` (HeteroFL's
 sBN) the layers have no running statistics, so only the affine weights are sliced, trained and averaged,
-and every forward pass, also at evaluation, normalises with the statistics of its own batch (evaluation
-batches are ``eval.batch_size`` samples, 1024 by default).  With ``global`` the running mean and variance
+and training normalises with each batch's statistics.  At evaluation they normalise with each evaluation
+batch's statistics (``eval.bn_stats: batch``, batches of ``eval.batch_size``), or with statistics of the
+evaluated model gathered from clients' training samples (``eval.bn_stats: train``,
+:func:`fedsim.learn.train.static_bn_statistics`; per width, since each width is its own model).  With ``global`` the running mean and variance
 are members of their channel's width group: sliced with it, updated by local training, written back and
 averaged per channel over the clients that kept the channel, like weights.  Integer buffers
 (``num_batches_tracked``) of a trainable block are sent back unsliced and follow the averaging function's
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
@@ -58,6 +61,7 @@ STATES: tuple[str, ...] = ("train", "frozen", "removed")
 SCHEMES: tuple[str, ...] = ("prefix", "rolling")
 
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
+_SUMMARY_CACHE: dict[tuple, dict[str, Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,10 @@ class SubModel:
     def summary(self, model: BlockModel | Mapping[str, torch.Tensor]) -> dict[str, Any]:
         """Compact description for the trace: kept fraction of the whole model's floating-point entries,
         kept fraction per block (0 for a removed block), and the block states as letters (t/f/r)."""
+        arch = getattr(model, "arch", None)
+        cached = _SUMMARY_CACHE.get((arch, self.key())) if arch is not None else None
+        if cached is not None:
+            return {**cached, "blocks": list(cached["blocks"])}
         shapes = _shapes(model)
         plan = _plan(self._groups_for(model), self.keep, {k: v[0] for k, v in shapes.items()})
         kept = [0] * self.num_blocks
@@ -120,7 +128,10 @@ class SubModel:
                 kept[j] += _sliced_numel(shape, plan.get(k))
         frac = [round(a / b, 4) if b else 0.0 for a, b in zip(kept, total)]
         whole = sum(kept) / sum(total) if sum(total) else 0.0
-        return {"kept": round(whole, 4), "blocks": frac, "states": "".join(s[0] for s in self.states)}
+        out = {"kept": round(whole, 4), "blocks": frac, "states": "".join(s[0] for s in self.states)}
+        if arch is not None:
+            _SUMMARY_CACHE[(arch, self.key())] = out
+        return {**out, "blocks": list(out["blocks"])}
 
     def _groups_for(self, model: Any) -> Mapping[str, WidthGroup]:
         if isinstance(model, BlockModel):
@@ -181,9 +192,9 @@ def with_states(sub: SubModel, states: Mapping[int, str] | Sequence[str], *, fie
     if isinstance(states, Mapping):
         new = list(sub.states)
         for j, s in states.items():
-            if not isinstance(j, int) or not 0 <= j < n:
+            if isinstance(j, bool) or not isinstance(j, numbers.Integral) or not 0 <= j < n:
                 raise ConfigError(field, f"block {j!r} does not exist (the model has {n} blocks: 0..{n - 1})")
-            new[j] = s
+            new[int(j)] = s
     else:
         new = list(states)
     out = SubModel(sub.keep, tuple(new), sub.groups)
@@ -364,12 +375,28 @@ def _local_key(key: str, j: int, k: int) -> str:
     return f"blocks.{k}." + key[len(f"blocks.{j}."):]
 
 
+def _local_groups(groups: Mapping[str, WidthGroup], sub: SubModel, kept: tuple[int, ...]) -> dict[str, WidthGroup]:
+    """The width groups of an extracted module: sizes of what was kept, keys renamed to its block indices,
+    members in removed blocks dropped (a group left with no member is dropped)."""
+    local = {j: k for k, j in enumerate(kept)}
+    out: dict[str, WidthGroup] = {}
+    for name, g in groups.items():
+        members = tuple((_local_key(key, block_of(key), local[block_of(key)]), dim)
+                        for key, dim in g.members if block_of(key) in local)
+        if members:
+            out[name] = WidthGroup(name, len(sub.keep[name]) if name in sub.keep else g.size, g.unit, members)
+    return out
+
+
 def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel) -> BlockModel:
     """The client's module: the non-removed blocks of ``model`` (in order) holding copies of the kept
     entries of ``state``; frozen blocks' parameters have ``requires_grad=False``.
 
     The result is a :class:`BlockModel` whose block k is global block ``block_ids[k]``; it runs, trains and
     is costed like any model.  ``model`` supplies the architecture and width groups, ``state`` the values.
+    The module declares its own width groups (the kept units, renumbered 0..k-1 in index order), so a
+    sub-model of it can be extracted and inserted again: FjORD trains a narrower prefix of a client's
+    module at each step, and a prefix of a prefix is the global prefix.
     """
     groups = model.width_groups()
     shapes = {k: tuple(v.shape) for k, v in state.items()}
@@ -393,7 +420,7 @@ def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel)
         _fix_sizes(blk)
         blocks.append(blk)
     arch = None if model.arch is None else (*model.arch[:-2], ("sub", sub.key()), 0, len(blocks))
-    out = BlockModel(blocks, arch=arch)
+    out = BlockModel(blocks, arch=arch, groups=_local_groups(groups, sub, kept))
     out.block_ids = kept  # type: ignore[attr-defined]
     out.train(model.training)
     return out

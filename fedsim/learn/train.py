@@ -8,8 +8,9 @@ state is local to one round of local training, as in FedAvg and its relatives.
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from fedsim.errors import ConfigError, DivergenceError
 from .data import TASKS, ArrayDataset
 
 __all__ = ["SGDConfig", "TrainStats", "TASKS", "loss_for", "half_squared_error", "num_steps", "batch_schedule",
-           "local_sgd", "evaluate"]
+           "local_sgd", "evaluate", "static_bn_statistics"]
 
 
 def half_squared_error(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -229,6 +230,44 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     mean = float(np.mean(losses)) if losses else float("nan")
     last = losses[-1] if losses else float("nan")
     return TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last)
+
+
+@contextmanager
+def static_bn_statistics(model: nn.Module, x: torch.Tensor | None, batch_size: int = 1024) -> Iterator[None]:
+    """Within the block, BatchNorm layers without running statistics (static BN) normalise with statistics
+    of ``x`` instead of each batch's own: HeteroFL's sBN evaluation, where the server queries the clients'
+    training data for the statistics of the model it evaluates (so a narrower model gets its own).
+
+    The statistics are PyTorch's cumulative average (``momentum=None``) of the batch means and unbiased
+    variances over ``x`` cut into batches of ``batch_size``, run in training mode without gradients; the
+    model is left in eval mode inside the block, and afterwards has no running statistics again (its
+    state dict is unchanged).  With ``x`` None, or no such layer, nothing changes.
+    """
+    layers = [m for m in model.modules()
+              if isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.track_running_stats]
+    if x is None or not layers:
+        yield
+        return
+    momenta = [m.momentum for m in layers]
+    was_training = model.training
+    try:
+        for m in layers:
+            ref = m.weight if m.weight is not None else x
+            m.track_running_stats, m.momentum = True, None
+            m.running_mean = torch.zeros(m.num_features, dtype=ref.dtype)
+            m.running_var = torch.ones(m.num_features, dtype=ref.dtype)
+            m.num_batches_tracked = torch.zeros((), dtype=torch.long)
+        model.train()
+        with torch.no_grad():
+            for i in range(0, len(x), batch_size):
+                model(x[i : i + batch_size])
+        model.eval()
+        yield
+    finally:
+        for m, mom in zip(layers, momenta):
+            m.track_running_stats, m.momentum = False, mom
+            m.running_mean = m.running_var = m.num_batches_tracked = None
+        model.train(was_training)
 
 
 @torch.no_grad()
