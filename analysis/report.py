@@ -235,6 +235,14 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
         rows.append(_row("mean coverage N_q^i", float(ns["n_star_mean"])))
         measured["N_star"] = int(ns["n_star"])
         measured.setdefault("Q", int(ns["n_rounds"]))
+        cov = tm.entry_coverage(trace)
+        if len(cov):
+            rows.append(_row("per-parameter coverage N_q^i: min over entries and rounds", float(cov["coverage_min"].min()),
+                             note=f"clients updating the least-covered entry; {len(cov)} rounds"))
+            rows.append(_row("per-parameter coverage N_q^i: mean of per-round minimum", float(cov["coverage_min"].mean())))
+            rows.append(_row("per-parameter coverage N_q^i: mean over entries and rounds", float(cov["coverage_mean"].mean()),
+                             note="clients per entry per round"))
+            measured["N_star_entry"] = float(cov["coverage_min"].min())
         ru = tm.utilisation(trace)
         if not math.isnan(ru):
             rows.append(_row("RU (Co-S2P Eq. 17)", ru, note="mean over rounds of mean/max busy time"))

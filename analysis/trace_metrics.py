@@ -5,7 +5,8 @@ The input is the DataFrame of :func:`fedsim.sim.trace.load_trace`: one row per e
 
 * staleness of applied updates, in model versions and in seconds (``apply`` events);
 * participation per round and the coverage count N_q^i of every parameter segment i in round q, whose
-  minimum is Co-S²P's N* (``apply`` events, optional ``coverage`` field);
+  minimum is Co-S²P's N* (``apply`` events, optional ``coverage`` field), and per single entry
+  (``aggregate`` events' ``coverage_min`` / ``coverage_mean``);
 * Co-S²P's resource utilisation RU (Eq. 17) from the busy intervals of each applied update's job;
 * update counts per client and their Jain fairness index (Fed-RAA);
 * time, bytes and energy to reach an accuracy (``eval`` events, or a metrics table with t, accuracy).
@@ -197,6 +198,22 @@ def n_star(df: pd.DataFrame, segments: Sequence[str] | None = None, min_fraction
     return pd.Series({"n_star": int(cov.values.min()), "n_star_trained": int(pos.min()) if len(pos) else 0,
                       "n_star_mean": float(cov.values.mean()), "n_rounds": int(len(cov)),
                       "n_segments": int(len(cov.columns))}, dtype=object)
+
+
+def entry_coverage(df: pd.DataFrame) -> pd.DataFrame:
+    """Per-parameter coverage N_q^i at the level of single entries, per round q: ``coverage_min`` (the
+    entry covered by the fewest clients of the round) and ``coverage_mean`` (clients per entry, averaged
+    over the model's floating entries), as ``Context.apply`` records them on each ``aggregate`` event of a
+    round with partial updates.  Rounds whose updates were all full models have N_q^i = updates applied
+    for every entry.  Empty when no aggregate carries coverage (no sub-model in the run)."""
+    ag = _kind(df, "aggregate")
+    if ag.empty or "coverage_min" not in ag.columns:
+        return pd.DataFrame(columns=["round", "coverage_min", "coverage_mean"])
+    n = ag["n_updates"].astype(float) if "n_updates" in ag.columns else pd.Series(np.nan, index=ag.index)
+    lo = pd.to_numeric(ag["coverage_min"], errors="coerce").fillna(n)
+    mean = pd.to_numeric(ag["coverage_mean"], errors="coerce").fillna(n)
+    rnd = ag["round"] if "round" in ag.columns else ag["version"]
+    return pd.DataFrame({"round": rnd.to_numpy(), "coverage_min": lo.to_numpy(), "coverage_mean": mean.to_numpy()})
 
 
 # ----------------------------------------------------------------------------- utilisation (Co-S²P RU)

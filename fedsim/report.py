@@ -171,6 +171,64 @@ def topology_figure(world: "object", path: Path) -> bool:
     return True
 
 
+def _kept_per_block(summary: object) -> list[float] | None:
+    """Kept fraction per block from a dispatch event's ``submodel`` summary (``SubModel.summary``)."""
+    if not isinstance(summary, dict):
+        return None
+    kept = summary.get("blocks", summary.get("kept"))
+    if isinstance(kept, dict):
+        kept = list(kept.values())
+    if not isinstance(kept, (list, tuple)):
+        return None
+    states = summary.get("states")
+    out = [float(k) for k in kept]
+    if isinstance(states, (str, list, tuple)) and len(states) == len(out):
+        out = [0.0 if s in ("r", "removed") else v for v, s in zip(out, states)]
+    return out
+
+
+def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
+    """Per client (rows) and block (columns): the mean kept fraction over the client's dispatches.
+
+    Reads the ``submodel`` field of ``dispatch`` events; a dispatch without one (the whole model) counts
+    as 1 for every block.  Empty when no dispatch of the run carried a sub-model."""
+    if "submodel" not in trace or "kind" not in trace:
+        return pd.DataFrame()
+    disp = trace[trace["kind"] == "dispatch"]
+    rows = [(int(c), _kept_per_block(s)) for c, s in zip(disp["client"], disp["submodel"])]
+    n_blocks = max((len(k) for _, k in rows if k), default=0)
+    if not n_blocks:
+        return pd.DataFrame()
+    table = pd.DataFrame([k if k else [1.0] * n_blocks for _, k in rows], columns=range(n_blocks))
+    table["client"] = [c for c, _ in rows]
+    out = table.groupby("client").mean().sort_index()
+    out.columns = [f"block {b}" for b in out.columns]
+    return out
+
+
+def submodel_figure(trace: pd.DataFrame, path: Path, classes: dict[int, str] | None = None) -> bool:
+    """Heat map of which part of the model each client trains: clients × blocks, colour = kept fraction
+    (mean over the client's tasks; 0 for a removed block).  ``classes`` labels clients by device class."""
+    table = submodel_table(trace)
+    if table.empty:
+        return False
+    n_clients = len(table)
+    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * table.shape[1], 1.4 + 0.22 * min(n_clients, 60)))
+    im = ax.imshow(table.to_numpy(), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_xticks(range(table.shape[1]))
+    ax.set_xticklabels(table.columns, rotation=45, ha="right", fontsize=7)
+    labels = [f"client {c}" + (f" ({classes[c]})" if classes and c in classes else "") for c in table.index]
+    step = max(1, n_clients // 40)
+    ax.set_yticks(range(0, n_clients, step))
+    ax.set_yticklabels(labels[::step], fontsize=6)
+    fig.colorbar(im, ax=ax, label="kept fraction")
+    ax.set_title("which part of the model each client trains", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def run_figures(run_dir: str | Path) -> list[Path]:
     """Write the standard figures of one run directory; returns their paths."""
     run_dir = Path(run_dir)
@@ -201,10 +259,24 @@ def run_figures(run_dir: str | Path) -> list[Path]:
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
                 if fn(df, run_dir / name):
                     written.append(run_dir / name)
+        dispatch = load_trace(trace_path, kinds=("dispatch",))
+        if submodel_figure(dispatch, run_dir / "submodel_heatmap.png", _device_classes(run_dir)):
+            written.append(run_dir / "submodel_heatmap.png")
     energy_path = run_dir / "energy.csv"
     if energy_path.exists() and energy_figure(pd.read_csv(energy_path), run_dir / "energy.png"):
         written.append(run_dir / "energy.png")
     return written
+
+
+def _device_classes(run_dir: Path) -> dict[int, str] | None:
+    """Client → device class from the run's ``energy.csv`` (written for every run), if present."""
+    path = run_dir / "energy.csv"
+    if not path.exists():
+        return None
+    e = pd.read_csv(path)
+    if "device" not in e or "device_class" not in e:
+        return None
+    return {int(c): str(d) for c, d in zip(e["device"], e["device_class"])}
 
 
 def comparison_figure(out: Path, labels: Sequence[str]) -> Path:

@@ -237,7 +237,8 @@ class Context:
 
         Emits one ``apply`` event per update (its base version, staleness in versions and in seconds, its
         weight in the aggregate as the rule reports it, and, for a partial update, its ``coverage``: the
-        covered fraction of each tensor), then commits ``new_state`` as the next version.  When any update
+        covered fraction of each tensor; for a sub-model update also its ``submodel`` summary, as on its
+        dispatch: kept fraction per block and block states), then commits ``new_state`` as the next version.  When any update
         is partial, the ``aggregate`` event also carries N_q^i over the entries of ``base`` (default: the
         current global state): ``coverage_min`` and ``coverage_mean``.  A synchronous round passes its
         ``round_record`` (start, clients, dropped), emitted as the ``round`` event before the new version.
@@ -248,6 +249,9 @@ class Context:
             extra: dict[str, Any] = {}
             if partial:
                 extra["coverage"] = _coverage_fractions(u, self.global_state)
+            sub = getattr(u.info.get("assignment"), "submodel", None)
+            if sub is not None:  # what the update trained, as its dispatch said (compact)
+                extra["submodel"] = self.submodel_summary(sub)
             self.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=self.version + 1,
                             staleness=self.version - u.base_version, staleness_s=env.now - u.download_time,
                             weight=float(w), round=round_, **extra)

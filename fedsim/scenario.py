@@ -106,7 +106,9 @@ class TrainConfig:
 @dataclass
 class DeviceGroup:
     """Clients of one device profile.  ``flops_per_s`` (a number or a [lo, hi] range drawn uniformly per
-    client) replaces the profile's peak × efficiency, for papers that give compute speeds directly."""
+    client) replaces the profile's peak × efficiency, for papers that give compute speeds directly;
+    ``memory_mb`` (MiB) replaces the profile's memory by the budget a training app may use on it, for
+    studies where memory, not the device's total RAM, decides what a client can train."""
 
     profile: str = "jetson-nano"
     weight: float = 1.0
@@ -116,9 +118,11 @@ class DeviceGroup:
     efficiency: float | None = None
     power_mode: str | None = None
     flops_per_s: float | list[float] | None = None
+    memory_mb: float | None = None
 
     def validate(self, prefix: str) -> None:
         positive(self.weight, f"{prefix}.weight")
+        positive(self.memory_mb, f"{prefix}.memory_mb")
         if self.count is not None:
             require(isinstance(self.count, int) and self.count >= 0, f"{prefix}.count",
                     f"must be an integer >= 0, got {self.count!r}")
@@ -518,7 +522,12 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
     if len(set(labels)) != len(labels):
         raise ConfigError("algorithm", f"variants need distinct labels, got {labels} (add label: ...)")
     kwargs["algorithms"] = specs
-    return Scenario(**kwargs)
+    scenario = Scenario(**kwargs)
+    for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)
+        check = getattr(spec.params, "validate_scenario", None)
+        if callable(check):
+            check(scenario, f"algorithm[{i}]" if isinstance(raw_alg, list) else "algorithm")
+    return scenario
 
 
 def builtin_scenarios() -> dict[str, str]:

@@ -13,5 +13,7 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.fedbuff import FedBuff
     from fedsim.algorithms.sfl_async import GAS, AsyncSFL
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
+    from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL
 
-    return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, Cos2P, AsyncSFL, GAS, MiniBatchSFL, S2FL)}
+    return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, Cos2P, AsyncSFL, GAS, MiniBatchSFL, S2FL,
+                                      HeteroFL, FjORD, FedRolex)}

@@ -4,16 +4,23 @@ A round dispatches the current model to C clients sampled uniformly without repl
 all return or, with ``deadline_s``, at the deadline, when the stragglers are interrupted and recorded as
 dropped.  The server then queues for an aggregation worker, averages the updates weighted by the
 samples each client processed, and installs the new version.
+
+``only_fitting: true`` is the baseline of the sub-model papers, "FedAvg with the full model on the devices
+that can hold it": only clients whose device memory fits the full model's training memory (the estimate
+of the run's memory check) are ever sampled; the others sit out.  The run is refused only when no device
+class fits.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Generator
 
+import numpy as np
 import simpy
 
 from fedsim.algorithms.base import Algorithm, TaskCounter, Update
 from fedsim.config import positive
+from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_axpy, state_sub
 
 
@@ -35,12 +42,42 @@ class FedAvg(Algorithm):
         deadline_s: float | None = None
         server_lr: float = 1.0
         retry_s: float = 10.0
+        #: sample only clients whose device fits the full model (the others never train)
+        only_fitting: bool = False
 
         def validate(self, prefix: str) -> None:
             positive(self.clients_per_round, f"{prefix}.clients_per_round")
             positive(self.retry_s, f"{prefix}.retry_s")
             positive(self.deadline_s, f"{prefix}.deadline_s")
             positive(self.server_lr, f"{prefix}.server_lr")
+
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        self._fits: np.ndarray | None = None
+        if getattr(self.cfg, "only_fitting", False):
+            self._fits = self._fitting_clients()
+
+    def _fitting_clients(self) -> np.ndarray:
+        """Per client: does its device hold the full model's training memory?  Refuses when none does."""
+        from fedsim.learn.submodel import full_submodel
+
+        ctx = self.ctx
+        if not ctx.scenario.devices.check_memory:
+            return np.ones(ctx.num_clients, dtype=bool)
+        need = ctx.submodel_costs(full_submodel(ctx.worker)).memory.total
+        have = np.array([ctx.world.device(c).memory_bytes for c in range(ctx.num_clients)], dtype=np.float64)
+        fits = have >= need
+        if not fits.any():
+            best = max(range(ctx.num_clients), key=lambda c: have[c])
+            raise ConfigError("algorithm.only_fitting",
+                              f"no device fits model {ctx.scenario.model.name!r}: it needs {need / 2**20:.2f} MiB "
+                              f"({need} bytes), the largest device {ctx.world.device_class(best)!r} has "
+                              f"{have[best] / 2**20:.2f} MiB ({have[best]:.0f} bytes)")
+        return fits
+
+    def eligible(self, client: int) -> bool:
+        """Every client, or with ``only_fitting`` those whose device holds the full model."""
+        return True if self._fits is None else bool(self._fits[client])
 
     def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
         """The pure rule that turns a round's updates into the next global state (subclasses may replace it)."""

@@ -131,6 +131,8 @@ class World:
             prof = load_profile(group.profile)
             if group.efficiency is not None:
                 prof = replace(prof, efficiency=group.efficiency)
+            if group.memory_mb is not None:
+                prof = replace(prof, memory_bytes=float(group.memory_mb) * 2**20)
             self.profiles[f"{i}:{group.profile}"] = prof
             self._power_w.append(prof.power_w(group.power_mode))
         self._group_keys = list(self.profiles)
@@ -220,6 +222,11 @@ class World:
 
     def device_name(self, client: int) -> str:
         return self.device(client).name
+
+    def device_class(self, client: int) -> str:
+        """The client's device class: the ``profile`` of its group in ``devices.mix`` (as the scenario
+        names it; per-class settings such as sub-model width tables are keyed by it)."""
+        return str(self.devices_cfg.mix[int(self._client_group[client])].profile)
 
     def distance(self, client: int, t: float | None = None) -> float | None:
         """Client's distance from the base station (metres) at time ``t`` (default: now)."""

@@ -1,0 +1,305 @@
+"""Width-reduction baselines: HeteroFL, FjORD and FedRolex over the synchronous FedAvg round.
+
+All three keep FedAvg's round (sampling, deadline, aggregation by the masked weighted average of
+``fedsim.learn.state``) and differ only in what a client trains, so each is a FedAvg subclass that writes
+the one template method ``assign(client, round_)``:
+
+- **HeteroFL** (Diao et al., ICLR 2021): a client of width w trains the *prefix* sub-model keeping the
+  first ⌈w·n⌉ units of every width group (channels, neurons, heads), fixed for the whole run.
+- **FjORD** (Horváth et al., NeurIPS 2021), ordered dropout: the client downloads the prefix sub-model at
+  its maximum width w_max and, at every local SGD step, draws a width p uniformly from its allowed set
+  {p in ``allowed_widths`` : p <= w_max} ∪ {w_max} and trains the nested prefix sub-model of width p on
+  that step's batch.  The draw comes from the client's training stream for the task, so it is
+  deterministic per seed.
+- **FedRolex** (Alam et al., NeurIPS 2022): a rolling window.  In round r (1, 2, ...) a client of width w
+  keeps, in a width group of n units, the ⌈w·n⌉ units ``(r − 1 + j) mod n``, j = 0, 1, ...: the window
+  starts one unit further each round and wraps around, so every unit is trained by weak clients in turn.
+
+**Per-client width** comes from the client's device class (the ``profile`` of its group in
+``devices.mix``): ``widths`` is either a table ``{device class: width}`` naming every class of the mix
+(width in (0, 1]), or ``auto``: per class, the largest width in ``allowed_widths`` whose training memory
+(``fedsim.learn.costs.memory_estimate`` of the extracted sub-model at the scenario's batch size) fits the
+device's memory.  A class that cannot hold even its width is refused with one line naming the device,
+the model and both memory figures.
+
+**Costs** follow the sub-model (``fedsim.learn.submodel``): bytes in both directions are the extracted
+tensors only, compute time comes from the FLOPs of the extracted module.  For FjORD the download and
+upload are the w_max prefix (the server cannot know in advance which nested widths a client will draw;
+every entry of the w_max prefix may change), compute is the sum over steps of the FLOPs of the prefix
+sub-model actually trained at that step × its batch size, and memory is checked at w_max (the largest
+sub-model a step can use).  FjORD's momentum buffer lives at the w_max shape; a step updates (and decays
+the momentum of) only the entries of the prefix it trained.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+import numpy as np
+import torch
+
+from fedsim.algorithms.base import Assignment, TrainOutcome
+from fedsim.algorithms.fedavg import FedAvg
+from fedsim.config import require
+from fedsim.errors import DivergenceError
+from fedsim.learn.costs import flops_per_sample
+from fedsim.learn.submodel import extract, insert, width_submodel
+from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.learn.models import BlockModel
+    from fedsim.learn.submodel import SubModel
+    from fedsim.runtime import Context
+    from fedsim.scenario import Scenario
+
+#: HeteroFL's and FedRolex's capacity levels β ∈ {1, 1/2, 1/4, 1/8}.
+DEFAULT_WIDTHS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)
+
+
+def check_width(value: Any, field_name: str) -> float:
+    """A width is a number in (0, 1]; anything else is one clear error naming the field."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1
+    require(ok, field_name, f"a width must be in (0, 1], got {value!r}")
+    return float(value)
+
+
+def device_classes(scenario: "Scenario") -> list[str]:
+    """The device classes of a scenario: the distinct ``profile`` names of ``devices.mix``, in order."""
+    out: list[str] = []
+    for g in scenario.devices.mix:
+        if g.profile not in out:
+            out.append(g.profile)
+    return out
+
+
+class WidthFedAvg(FedAvg):
+    """FedAvg whose clients train a sub-model of a width given by their device class (abstract: a
+    subclass writes :meth:`submodel_for`)."""
+
+    name = "width-base"
+    fits_submodels = True
+
+    @dataclass
+    class Config(FedAvg.Config):
+        #: ``auto`` or a table {device class: width in (0, 1]} naming every class of ``devices.mix``
+        widths: dict[str, float] | Literal["auto"] = "auto"
+        #: widths ``auto`` chooses from (and FjORD's per-step set)
+        allowed_widths: list[float] = field(default_factory=lambda: list(DEFAULT_WIDTHS))
+
+        def validate(self, prefix: str) -> None:
+            super().validate(prefix)
+            require(not self.only_fitting, f"{prefix}.only_fitting",
+                    "is a FedAvg option; sub-model methods let every device train the width it can hold")
+            require(len(self.allowed_widths) > 0, f"{prefix}.allowed_widths", "needs at least one width")
+            for i, w in enumerate(self.allowed_widths):
+                check_width(w, f"{prefix}.allowed_widths[{i}]")
+            if isinstance(self.widths, Mapping):
+                require(len(self.widths) > 0, f"{prefix}.widths", "an empty table; give a width per device class or 'auto'")
+                for key, w in self.widths.items():
+                    check_width(w, f"{prefix}.widths.{key}")
+
+        def validate_scenario(self, scenario: "Scenario", prefix: str) -> None:
+            """The width table names exactly the device classes of the scenario's mix."""
+            if not isinstance(self.widths, Mapping):
+                return
+            classes = device_classes(scenario)
+            for key in self.widths:
+                require(key in classes, f"{prefix}.widths.{key}",
+                        f"unknown device class {key!r} (the scenario's devices.mix has: {', '.join(classes)})")
+            missing = [c for c in classes if c not in self.widths]
+            require(not missing, f"{prefix}.widths",
+                    f"no width for device class(es) {', '.join(missing)} (give one for each of: {', '.join(classes)}, "
+                    f"or use 'auto')")
+
+    def __init__(self, ctx: "Context", config: Any) -> None:
+        super().__init__(ctx, config)
+        world = ctx.world
+        classes = [world.device_class(c) for c in range(ctx.num_clients)]
+        cfg = self.cfg
+        allowed = sorted({float(w) for w in cfg.allowed_widths}, reverse=True)
+        self.class_width: dict[str, float] = {}
+        for cls_name in dict.fromkeys(classes):
+            client = classes.index(cls_name)  # any client of the class: memory is the class's
+            if isinstance(cfg.widths, Mapping):
+                w = float(cfg.widths[cls_name])
+                ctx.check_submodel_memory(client, width_submodel(ctx.worker, w, scheme="prefix"))
+            else:
+                subs = [width_submodel(ctx.worker, w, scheme="prefix") for w in allowed]
+                w = allowed[subs.index(ctx.fit_submodel(client, subs))]
+            self.class_width[cls_name] = w
+        #: width of every client (from its device class)
+        self.client_width = np.array([self.class_width[k] for k in classes], dtype=np.float64)
+
+    def memory_at(self, width: float) -> int:
+        """Training memory of the prefix sub-model at ``width`` (bytes), as the run measures it."""
+        return int(self.ctx.submodel_costs(width_submodel(self.ctx.worker, width, scheme="prefix")).memory.total)
+
+    # --------------------------------------------------------------------------------- assignment
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        return Assignment(submodel=self.submodel_for(client, round_), round=round_)
+
+    def submodel_for(self, client: int, round_: int | None) -> "SubModel":  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class HeteroFL(WidthFedAvg):
+    """HeteroFL: a fixed prefix sub-model per device class."""
+
+    name = "heterofl"
+
+    def submodel_for(self, client: int, round_: int | None) -> "SubModel":
+        return width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="prefix")
+
+
+class FedRolex(WidthFedAvg):
+    """FedRolex: the kept units roll by one per round (offset r − 1 in round r), with wrap-around."""
+
+    name = "fedrolex"
+
+    @staticmethod
+    def offset(round_: int | None) -> int:
+        """Window start of round ``round_`` (rounds count from 1; round 1 starts at unit 0)."""
+        return max(0, int(round_ or 1) - 1)
+
+    def submodel_for(self, client: int, round_: int | None) -> "SubModel":
+        return width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="rolling",
+                              offset=self.offset(round_))
+
+
+class FjORD(WidthFedAvg):
+    """FjORD: ordered dropout, a nested prefix width drawn per local step (see the module docstring)."""
+
+    name = "fjord"
+
+    def client_widths(self, client: int) -> list[float]:
+        """The widths ``client`` may draw at a step: the allowed widths up to its maximum, and the maximum."""
+        top = float(self.client_width[client])
+        return sorted({float(w) for w in self.cfg.allowed_widths if w <= top} | {top})
+
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        top = float(self.client_width[client])
+        sub = width_submodel(self.ctx.worker, top, scheme="prefix")
+        trainer = OrderedDropoutTrainer(self.client_widths(client), sub)
+        return Assignment(submodel=sub, trainer=trainer, round=round_, info={"widths": trainer.widths})
+
+
+class OrderedDropoutTrainer:
+    """FjORD's local training: per SGD step, draw a width uniformly from ``widths`` and train the nested
+    prefix sub-model of that width on the step's batch.
+
+    Called as ``trainer(module, ctx, client, indices, generator)`` with ``module`` the client's extracted
+    w_max sub-model.  Batches follow :func:`fedsim.learn.train.batch_schedule` on ``generator`` (as plain
+    local SGD does); the widths are drawn from the same generator before the batches, so both are fixed
+    by the client's task stream.  SGD with the scenario's lr, momentum and weight decay; the momentum
+    buffer has the w_max shape and a step touches only the entries of the prefix it trained.
+    """
+
+    def __init__(self, widths: list[float], top: "SubModel") -> None:
+        self.widths = [float(w) for w in widths]
+        self.top = top
+        #: widths drawn at each step of the last call (for tests and diagnostics)
+        self.drawn: list[float] = []
+
+    def draw(self, steps: int, generator: torch.Generator) -> list[float]:
+        """``steps`` widths drawn uniformly from the allowed set with ``generator``."""
+        if steps <= 0:
+            return []
+        idx = torch.randint(len(self.widths), (steps,), generator=generator)
+        return [self.widths[int(i)] for i in idx]
+
+    def __call__(self, module: "BlockModel", ctx: "Context", client: int, indices: np.ndarray,
+                 generator: torch.Generator) -> TrainOutcome:
+        sgd = ctx.sgd
+        sgd.validate()
+        loss_fn = loss_for(ctx.data.train.task)
+        x, y = ctx.data.train.x, ctx.data.train.y
+        idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+        steps = num_steps(len(idx), sgd)
+        widths = self.draw(steps, generator)
+        schedule = batch_schedule(len(idx), steps, sgd.batch_size, generator)
+        self.drawn = list(widths)
+        full_model = ctx.worker
+        # the client's weights in full-model coordinates (entries outside its w_max prefix are never read)
+        state, _ = insert(full_model.state_dict(), self.top, module.state_dict())
+        state = {k: v.clone() for k, v in state.items()}
+        param_names = [k for k, _ in full_model.named_parameters()]
+        momentum = {k: torch.zeros_like(state[k]) for k in param_names}
+        nested: dict[float, _Nested] = {}
+        losses: list[float] = []
+        samples = 0
+        flops = 0.0
+        for step, (w, pos) in enumerate(zip(widths, schedule)):
+            net = nested.get(w)
+            if net is None:
+                net = nested[w] = _Nested(full_model, state, width_submodel(full_model, w, scheme="prefix"),
+                                          ctx.input_shape)
+            small = net.module
+            net.load(state)
+            small.train()
+            b = idx[pos]
+            loss = loss_fn(small(x[b]), y[b])
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={sgd.lr}); "
+                                      f"lower the learning rate or set clip_norm")
+            params = dict(small.named_parameters())
+            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads)]
+            if sgd.clip_norm is not None:  # as torch.nn.utils.clip_grad_norm_ does
+                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+                grads = [g * torch.clamp(sgd.clip_norm / (norm + 1e-6), max=1.0) for g in grads]
+            with torch.no_grad():
+                for (name, p), g in zip(params.items(), grads):
+                    d = g + sgd.weight_decay * p if sgd.weight_decay else g
+                    if sgd.momentum:
+                        buf = net.get(momentum, name) * sgd.momentum + d  # zero-initialised: torch's first step
+                        net.put(momentum, name, buf)
+                        d = buf
+                    p.sub_(sgd.lr * d)
+            net.store(state)
+            flops += net.flops * len(b)
+            losses.append(value)
+            samples += len(b)
+        module.load_state_dict(extract(full_model, state, self.top).state_dict())
+        mean = float(np.mean(losses)) if losses else float("nan")
+        last = losses[-1] if losses else float("nan")
+        return TrainOutcome(stats=TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last),
+                            flops=flops)
+
+
+class _Nested:
+    """One nested prefix sub-model of a FjORD client, built once per local training: its module and, per
+    tensor, the 0/1 mask of its entries in the full model (``insert``'s coverage mask).  Prefix indices are
+    sorted, so the masked entries in row-major order are exactly the sliced tensor's entries."""
+
+    def __init__(self, full_model: "BlockModel", state: Mapping[str, torch.Tensor], sub: "SubModel",
+                 input_shape: tuple[int, ...]) -> None:
+        self.module = extract(full_model, state, sub)
+        _, mask = insert(state, sub, self.module.state_dict())
+        self.mask = {k: m.bool() for k, m in mask.items()}
+        self.flops = flops_per_sample(self.module, input_shape).total
+        self._tensors = self.module.state_dict(keep_vars=True)
+
+    def get(self, full: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
+        m = self.mask.get(name)
+        t = self._tensors[name]
+        return full[name].clone() if m is None else full[name][m].view(t.shape)
+
+    def put(self, full: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None:
+        m = self.mask.get(name)
+        if m is None:
+            full[name] = value.detach().clone()
+        else:
+            full[name][m] = value.detach().reshape(-1).to(full[name].dtype)
+
+    def load(self, full: Mapping[str, torch.Tensor]) -> None:
+        """Write the current values of the full state into the module (parameters and buffers)."""
+        with torch.no_grad():
+            for name, t in self._tensors.items():
+                t.copy_(self.get(full, name))
+
+    def store(self, full: dict[str, torch.Tensor]) -> None:
+        """Write the module's values back into the full state."""
+        for name, t in self._tensors.items():
+            self.put(full, name, t)
