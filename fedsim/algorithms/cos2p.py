@@ -276,7 +276,10 @@ class Cos2P(Algorithm):
         if self.plain[client]:
             update = yield from client_task(ctx, client, base, version, task=task, assignment=Assignment(kind="weights"))
         else:
-            update = yield from self._pruned_job(client, base, version, task)
+            mask_phase = (self.cfg.mask == "learned" and task < self.cfg.mask_rounds and self.rw[client] < 1.0
+                          and self.cfg.mask_epochs > 0)
+            job = self._mask_job if mask_phase else self._pipeline_job
+            update = yield from job(client, base, version, task)
         update.info["busy_s"] = ctx.env.now - t0
         return update
 
@@ -427,86 +430,112 @@ class Cos2P(Algorithm):
             self.exits[client][depth] = ex
         return ex
 
-    def _pruned_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
-        """Algorithm 2 on the client's depth window and width masks; costs measured on the extracted module."""
+    def _plan(self, client: int, task: int) -> tuple[tuple[str, ...], int, bool, int]:
+        """(block states, window length, whether the window holds the head, batch size) of a participation."""
+        prof = self.ctx.world.device(client).name
+        batch = int(self.cfg.batch_sizes.get(prof, self.ctx.sgd.batch_size))
+        states = self.block_states(client, self.window_start(client, task))
+        return states, int(self.window[client]), states[-1] == "train", batch
+
+    def trainer(self, client: int, states: tuple[str, ...], batch: int) -> Any:
+        """The local trainer of Algorithm 2's weight phase (an ``Assignment.trainer``): the extracted
+        sub-model with the client's local exits, Eq. 3 (or plain CE with one exit), SGD on the client's
+        local training split with its device class's batch size.  The trained module is kept as the
+        client's personalised model (exits included); exits never leave the client."""
         import dataclasses
 
-        from fedsim.learn.cos2p import ExitNet, distill_loss, train_masks
+        from fedsim.algorithms.base import TrainOutcome
+        from fedsim.learn.cos2p import ExitNet, distill_loss
+        from fedsim.learn.train import local_sgd
+
+        cfg = self.cfg
+        w = int(self.window[client])
+        head_in = states[-1] == "train"
+
+        def train(module: Any, ctx: Any, c: int, indices: np.ndarray, generator: torch.Generator) -> TrainOutcome:
+            local = [k for k, j in enumerate(module.block_ids) if 1 <= j <= self.L and states[j] == "train"]
+            exits = {local[d - 1]: self._exit_module(client, d) for d in self.exit_depths[client]
+                     if not (d == w and head_in)}
+            net = ExitNet(module, exits, head_last=head_in)
+            lam2 = cfg.lambda2 if cfg.distill else 0.0
+
+            def loss_fn(outs: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+                if len(outs) == 1:
+                    return torch.nn.functional.cross_entropy(outs[0], y)
+                return distill_loss(outs, y, lambda2=lam2, temperature=cfg.temperature, direction=cfg.kl_direction,
+                                    detach_teacher=cfg.detach_teacher)
+
+            sgd = dataclasses.replace(ctx.sgd, batch_size=batch)
+            stats = local_sgd(net, ctx.data.train.x, ctx.data.train.y, self.local_train[client], sgd, generator,
+                              loss_fn=loss_fn)
+            self.personal[client] = net
+            return TrainOutcome(stats=stats)
+
+        return train
+
+    def _pipeline_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
+        """A participation after the mask phase: the sub-model is fixed at dispatch, so it goes through the
+        shared pipeline (``client_task`` with the sub-model and the Algorithm 2 trainer)."""
+        from fedsim.learn.submodel import SubModel, submodel_costs
+
+        ctx = self.ctx
+        model = ctx.worker
+        states, w, _, batch = self._plan(client, task)
+        sub = SubModel.of(model, self._keep(client, states), states)
+        a = Assignment(submodel=sub, kind="weights", trainer=self.trainer(client, states, batch))
+        update = yield from client_task(ctx, client, base, version, task=task, assignment=a)
+        mem = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0).memory.total
+        update.info.update(window_start=self.window_start(client, task), window=w, memory_bytes=float(mem),
+                           submodel=sub.summary(model))
+        return update
+
+    def _mask_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
+        """A participation in the mask phase (q < Q̂): the client downloads its window at full width, learns
+        the unit logits with the weights frozen (Eq. 2), fixes the mask (top-k), then trains the pruned
+        sub-model's weights with the same trainer as later rounds.  The sub-model is decided on the device
+        after the download, which an assignment (fixed at dispatch) cannot express, so this job calls the
+        sub-model functions itself: extract, the trainer, insert, and the measured costs."""
+        from fedsim.learn.cos2p import train_masks
         from fedsim.learn.submodel import SubModel, extract, insert, submodel_costs
-        from fedsim.learn.train import local_sgd, samples_processed
+        from fedsim.learn.train import samples_processed
 
         ctx, cfg, world = self.ctx, self.cfg, self.ctx.world
         model = ctx.worker
-        prof = world.device(client).name
-        batch = int(cfg.batch_sizes.get(prof, ctx.sgd.batch_size))
-        sgd = dataclasses.replace(ctx.sgd, batch_size=batch)
-        start = self.window_start(client, task)
-        states = self.block_states(client, start)
-        w = int(self.window[client])
-        head_in = states[-1] == "train"
-        data = ctx.data.train
+        states, w, head_in, batch = self._plan(client, task)
         idx = torch.as_tensor(self.local_train[client], dtype=torch.int64)
         gen = ctx.streams.torch("client", client, "task", task)
-        mask_phase = cfg.mask == "learned" and task < cfg.mask_rounds and self.rw[client] < 1.0 and cfg.mask_epochs > 0
         full_sub = SubModel.of(model, {}, states)
-        mask_flops, mem = 0.0, 0.0
-        info: dict[str, Any] = {"window_start": start, "window": w}
-        down_sub = full_sub if mask_phase else None
-        if mask_phase:
-            body = extract(model, base, full_sub)
-            local_of = {j: k for k, j in enumerate(body.block_ids)}
-            members = {}
-            logits = {}
-            for j, names in self.block_groups.items():
-                if states[j] != "train":
-                    continue
-                for g in names:
-                    wg = model.width_groups()[g]
-                    members[g] = [(f"blocks.{local_of[j]}." + key.split(".", 2)[2], d) for key, d in wg.members]
-                    logits[g] = self._logit(client, g, wg.size)
-            readout = None if head_in else self._exit_module(client, w)
-            steps = max(1, int(math.ceil(cfg.mask_epochs * math.ceil(len(idx) / batch))))
-            stats = train_masks(body, logits, members, data.x, data.y, idx, steps=steps, batch_size=batch,
-                                target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr, generator=gen,
-                                readout=readout)
-            info.update(stats)
-            fc = submodel_costs(model, full_sub, ctx.input_shape, batch, momentum=False)
-            mask_flops = fc.flops.total * samples_processed(len(idx), steps, batch)
-            mem = float(fc.memory.total)
-        keep = self._keep(client, states)
-        sub = SubModel.of(model, keep, states)
-        costs = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0)
-        mem = max(mem, float(costs.memory.total))
-        down = (submodel_costs(model, down_sub, ctx.input_shape, batch).download_bytes if down_sub is not None
-                else costs.download_bytes)
+        full_cost = submodel_costs(model, full_sub, ctx.input_shape, batch, momentum=False)
         t_download = ctx.env.now
-        yield from world.download(client, down, version=version)
-        # local training happens at the virtual moment computing starts, on the downloaded model
+        yield from world.download(client, full_cost.download_bytes, version=version)
+        # mask learning, then weight training, at the virtual moment computing starts
+        body = extract(model, base, full_sub)
+        local_of = {j: k for k, j in enumerate(body.block_ids)}
+        groups = model.width_groups()
+        members, logits = {}, {}
+        for j, names in self.block_groups.items():
+            if states[j] == "train":
+                for g in names:
+                    members[g] = [(f"blocks.{local_of[j]}." + key.split(".", 2)[2], d) for key, d in groups[g].members]
+                    logits[g] = self._logit(client, g, groups[g].size)
+        steps = max(1, int(math.ceil(cfg.mask_epochs * math.ceil(len(idx) / batch))))
+        mstats = train_masks(body, logits, members, ctx.data.train.x, ctx.data.train.y, idx, steps=steps,
+                             batch_size=batch, target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr,
+                             generator=gen, readout=None if head_in else self._exit_module(client, w))
+        sub = SubModel.of(model, self._keep(client, states), states)
+        costs = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0)
         module = extract(model, base, sub)
-        local_blocks = [k for k, j in enumerate(module.block_ids) if 1 <= j <= self.L and states[j] == "train"]
-        exits = {}
-        for d in self.exit_depths[client]:
-            if d == w and head_in:
-                continue
-            exits[local_blocks[d - 1]] = self._exit_module(client, d)
-        net = ExitNet(module, exits, head_last=head_in)
-        lam2 = cfg.lambda2 if cfg.distill else 0.0
-
-        def loss_fn(outs: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
-            if len(outs) == 1:
-                return torch.nn.functional.cross_entropy(outs[0], y)
-            return distill_loss(outs, y, lambda2=lam2, temperature=cfg.temperature, direction=cfg.kl_direction,
-                                detach_teacher=cfg.detach_teacher)
-
-        st = local_sgd(net, data.x, data.y, idx, sgd, gen, loss_fn=loss_fn)
-        self.personal[client] = net
-        self.last_sub[client] = sub
-        flops = mask_flops + costs.flops.total * st.samples
+        outcome = self.trainer(client, states, batch)(module, ctx, client, self.local_train[client], gen)
+        st = outcome.stats
+        flops = full_cost.flops.total * samples_processed(len(idx), steps, batch) + costs.flops.total * st.samples
         yield from world.compute(client, flops, what="train", steps=st.steps, samples=st.samples)
         tensors, mask = insert(base, sub, module.state_dict())
         yield from world.upload(client, costs.upload_bytes)
-        info.update(loss=st.mean_loss, steps=st.steps, memory_bytes=mem, submodel=sub.summary(model))
+        info = {"loss": st.mean_loss, "steps": st.steps, "window_start": self.window_start(client, task), "window": w,
+                "memory_bytes": float(max(full_cost.memory.total, costs.memory.total)), "submodel": sub.summary(model),
+                **mstats}
         return Update(client=client, tensors=tensors, kind="weights", mask=mask,
                       weight=float(st.samples if ctx.weight_by_samples else 1.0), base_version=version,
                       download_time=t_download, num_samples=len(idx),
-                      costs={"flops": flops, "bytes_up": costs.upload_bytes, "bytes_down": down}, info=info)
+                      costs={"flops": flops, "bytes_up": costs.upload_bytes, "bytes_down": full_cost.download_bytes},
+                      info=info)
