@@ -75,9 +75,20 @@ def run_all(jobs: dict[tuple, dict[str, Any]], out: Path, progress: bool) -> dic
         name = "-".join(str(k) for k in key)
         bar.set_postfix_str(name, refresh=False)
         d = out / "runs" / name
-        run_scenario(scenario_from_mapping(mapping), d, progress=False)
+        done = d / "summary.json"
+        # a finished run of the same scenario is reused (re-running the recipe only redraws)
+        if not (done.exists() and (d / "scenario.yaml").exists()
+                and _same(d / "scenario.yaml", mapping) and '"status": "ok"' in done.read_text()):
+            run_scenario(scenario_from_mapping(mapping), d, progress=False)
         dirs[key] = d
     return dirs
+
+
+def _same(path: Path, mapping: dict[str, Any]) -> bool:
+    """Whether the resolved scenario saved at ``path`` is the one ``mapping`` describes."""
+    from fedsim.scenario import dump_scenario
+
+    return path.read_text(encoding="utf-8") == dump_scenario(scenario_from_mapping(mapping))
 
 
 def _job(base: dict[str, Any], algo: dict[str, Any], seed: int, time_s: float) -> dict[str, Any]:
@@ -100,6 +111,15 @@ def summarise(d: Path) -> dict[str, float]:
     out.update({k: cs[k] for k in ("server_top5", "server_f1", "client_top1", "client_top5", "client_f1",
                                    "n_star_trained", "n_mean") if k in cs})
     return out
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    """A Markdown table (3 decimals), without optional dependencies."""
+    cols = list(df.columns)
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, (float, np.floating)) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
@@ -212,7 +232,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     rrows = [{"ratio": r, "seed": s, **summarise(d_of("ratio", r, s))} for r in ratios for s in seeds]
     rat = _mean(rrows, ["ratio"])
     rat.to_csv(out / "ratio.csv", index=False)
-    (out / "ratio.md").write_text(rat.to_markdown(index=False, floatfmt=".3f") if hasattr(rat, "to_markdown") else rat.to_string())
+    (out / "ratio.md").write_text(_markdown(rat), encoding="utf-8")
     results["ratio"] = rat
     results["efficiency"] = efficiency(base, cos, dirs, seeds, out)
     return results
