@@ -110,7 +110,30 @@ def summarise(d: Path) -> dict[str, float]:
     cs = tm.cos2p_summary(tr)
     out.update({k: cs[k] for k in ("server_top5", "server_f1", "client_top1", "client_top5", "client_f1",
                                    "n_star_trained", "n_mean") if k in cs})
+    if "server_top5" not in out:  # a baseline: score its final global model on the same server test set
+        out.update({f"server_{k}": v for k, v in _server_scores(d).items() if k != "top1"})
     return out
+
+
+_TEST: dict[str, Any] = {}
+
+
+def _server_scores(d: Path) -> dict[str, float]:
+    """Top-1/Top-5/macro F1 of a run's final model on its server test set (data rebuilt from the run's
+    scenario; the test set does not depend on the algorithm, so it is built once)."""
+    import torch
+
+    from fedsim.learn.cos2p import classification_scores
+    from fedsim.runner import build_global_model, prepare_data
+
+    sc = load_scenario(d / "scenario.yaml")
+    key = f"{sc.seed}"
+    if key not in _TEST:
+        data = prepare_data(sc).data
+        _TEST[key] = (data.test, build_global_model(sc, data))
+    test, model = _TEST[key]
+    model.load_state_dict(torch.load(d / "final_model.pt"))
+    return classification_scores(model, test.x, test.y, test.num_classes)
 
 
 def _markdown(df: pd.DataFrame) -> str:

@@ -82,10 +82,15 @@ class Cos2P(Algorithm):
 
     @dataclass
     class Config:
+        #: aggregation minimal ratio μ in (0, 1]: a round waits for ⌈μN⌉ updates
         mu: float = 0.5
+        #: waiting interval T_clk (virtual seconds) after the ⌈μN⌉-th arrival
         t_clk: float = 0.0
+        #: "semi" (Algorithm 1) or "async" (every arrival aggregated alone: Co-S²P (Async.))
         mode: Literal["semi", "async"] = "semi"
+        #: per-segment weights of Eq. 5: "gamma" (Eq. 4), "uniform" (γ ≡ 1) or "samples" (FedAvg's)
         weighting: str = "gamma"
+        #: η of Eq. 5 applied to the γ-averaged weight change (1: the average itself)
         server_lr: float = 1.0
         #: overall kept fraction R_n per device profile (default: the paper's Table 7, E1)
         rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES))
@@ -97,6 +102,7 @@ class Cos2P(Algorithm):
         #: mod (L − w + 1) ("client_round": clients staggered so the blocks are covered evenly sooner), or
         #: always at the bottom ("fixed")
         rolling: str = "client_round"
+        #: blocks the window moves per participation
         rolling_step: int = 1
         #: mask phase (rounds q < Q̂): local epochs, learning rate of the logits, λ₁
         mask_rounds: int = 2
@@ -105,13 +111,16 @@ class Cos2P(Algorithm):
         lambda1: float = 1.0
         #: mask: "learned" (STE) or "random" (Table 3's ablation)
         mask: Literal["learned", "random"] = "learned"
+        #: self-distillation between the local exits (Eq. 3); off: the exits train with plain CE each
         distill: bool = True
+        #: λ₂ in [0, 1], temperature t, KL direction and teacher stop-gradient of Eq. 3
         lambda2: float = 0.2
         temperature: float = 3.0
         kl_direction: str = "student_teacher"
         detach_teacher: bool = True
         #: fraction of each client's samples kept for local training (the rest is its local test set)
         local_train_fraction: float = 0.8
+        #: wait before re-dispatching a client whose task was dropped (went offline)
         retry_s: float = 10.0
 
         def validate(self, prefix: str) -> None:
