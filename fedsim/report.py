@@ -207,22 +207,26 @@ def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
 
 
 def submodel_figure(trace: pd.DataFrame, path: Path, classes: dict[int, str] | None = None) -> bool:
-    """Heat map of which part of the model each client trains: clients × blocks, colour = kept fraction
-    (mean over the client's tasks; 0 for a removed block).  ``classes`` labels clients by device class."""
+    """Heat map of which part of the model each client trains: blocks (rows) × clients (columns), colour =
+    kept fraction of the block's entries (mean over the client's tasks; 0 for a removed block).
+    ``classes`` labels clients by device class."""
     table = submodel_table(trace)
     if table.empty:
         return False
-    n_clients = len(table)
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * table.shape[1], 1.4 + 0.22 * min(n_clients, 60)))
-    im = ax.imshow(table.to_numpy(), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
-    ax.set_xticks(range(table.shape[1]))
-    ax.set_xticklabels(table.columns, rotation=45, ha="right", fontsize=7)
-    labels = [f"client {c}" + (f" ({classes[c]})" if classes and c in classes else "") for c in table.index]
-    step = max(1, n_clients // 40)
-    ax.set_yticks(range(0, n_clients, step))
-    ax.set_yticklabels(labels[::step], fontsize=6)
-    fig.colorbar(im, ax=ax, label="kept fraction")
-    ax.set_title("which part of the model each client trains", fontsize=9)
+    grid = table.T  # blocks × clients
+    n_blocks, n_clients = grid.shape
+    fig, ax = plt.subplots(figsize=(min(16.0, 2.5 + 0.32 * n_clients), 2.2 + 0.35 * n_blocks))
+    im = ax.imshow(grid.to_numpy(), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    step = max(1, n_clients // 60)
+    cols = list(grid.columns)
+    ax.set_xticks(range(0, n_clients, step))
+    ax.set_xticklabels([f"{c}" + (f" {classes[c]}" if classes and c in classes else "") for c in cols[::step]],
+                       rotation=90, fontsize=6)
+    ax.set_yticks(range(n_blocks))
+    ax.set_yticklabels(grid.index, fontsize=7)
+    ax.set_xlabel("client (device class)")
+    fig.colorbar(im, ax=ax, label="kept fraction", fraction=0.04, pad=0.02)
+    ax.set_title("which part of the model each client trains (kept fraction per block)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -156,9 +156,7 @@ def run_variant(
     try:
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        # sub-model algorithms fit each client's sub-model themselves; FedAvg's only_fitting samples only
-        # the devices that hold the whole model
-        if not registry()[spec.name].fits_submodels and not getattr(spec.params, "only_fitting", False):
+        if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
             _check_memory(world, model, scenario, tuple(data.train.input_shape))
         ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
         for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):

@@ -259,3 +259,14 @@ def test_check_reports_per_entry_coverage(tiny, tmp_path):
     applies = load_trace(tmp_path / "r" / "trace.jsonl", kinds=("apply",))
     kept = sorted(s["kept"] for s in applies["submodel"])
     assert kept == pytest.approx([kept_half] * (6 - n_orin) + [1.0] * n_orin, abs=1e-4)
+
+
+def test_fedavg_only_fitting_refuses_when_no_device_fits(capsys, tmp_path, tiny):
+    s = _width_scenario(tiny, {"name": "fedavg", "only_fitting": True})
+    for g in s["devices"]["mix"]:
+        g["memory_mb"] = 0.01
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(s))
+    code, err = _cli(capsys, "run", str(path), "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "algorithm.only_fitting" in err and "'cnn'" in err and f"({round(0.01 * 2**20)} bytes)" in err

@@ -183,6 +183,13 @@ class Algorithm:
     class Config:
         pass
 
+    @classmethod
+    def fits_devices(cls, config: Any) -> bool:
+        """Whether this algorithm, so configured, keeps every client within its device's memory itself (the
+        runner then skips its whole-model check): sub-model algorithms, or FedAvg sampling only the devices
+        that fit (``only_fitting``)."""
+        return cls.fits_submodels
+
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx
         self.cfg = config

@@ -51,6 +51,10 @@ class FedAvg(Algorithm):
             positive(self.deadline_s, f"{prefix}.deadline_s")
             positive(self.server_lr, f"{prefix}.server_lr")
 
+    @classmethod
+    def fits_devices(cls, config: Any) -> bool:
+        return super().fits_devices(config) or bool(getattr(config, "only_fitting", False))
+
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         self._fits: np.ndarray | None = None

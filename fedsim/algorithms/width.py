@@ -43,7 +43,6 @@ from fedsim.algorithms.base import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import DivergenceError
-from fedsim.learn.costs import flops_per_sample
 from fedsim.learn.submodel import extract, insert, width_submodel
 from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
 
@@ -118,18 +117,22 @@ class WidthFedAvg(FedAvg):
         classes = [world.device_class(c) for c in range(ctx.num_clients)]
         cfg = self.cfg
         allowed = sorted({float(w) for w in cfg.allowed_widths}, reverse=True)
+        subs = [width_submodel(ctx.worker, w, scheme="prefix") for w in allowed]
         self.class_width: dict[str, float] = {}
-        for cls_name in dict.fromkeys(classes):
-            client = classes.index(cls_name)  # any client of the class: memory is the class's
-            if isinstance(cfg.widths, Mapping):
-                w = float(cfg.widths[cls_name])
-                ctx.check_submodel_memory(client, width_submodel(ctx.worker, w, scheme="prefix"))
-            else:
-                subs = [width_submodel(ctx.worker, w, scheme="prefix") for w in allowed]
-                w = allowed[subs.index(ctx.fit_submodel(client, subs))]
-            self.class_width[cls_name] = w
-        #: width of every client (from its device class)
-        self.client_width = np.array([self.class_width[k] for k in classes], dtype=np.float64)
+        widths = np.zeros(ctx.num_clients, dtype=np.float64)
+        fitted: dict[tuple[str, float], float] = {}  # (class, memory): groups of one class may differ in memory_mb
+        for c, cls_name in enumerate(classes):
+            key = (cls_name, float(world.device(c).memory_bytes))
+            if key not in fitted:
+                if isinstance(cfg.widths, Mapping):
+                    fitted[key] = float(cfg.widths[cls_name])
+                    ctx.check_submodel_memory(c, width_submodel(ctx.worker, fitted[key], scheme="prefix"))
+                else:
+                    fitted[key] = allowed[subs.index(ctx.fit_submodel(c, subs))]
+            widths[c] = fitted[key]
+            self.class_width.setdefault(cls_name, fitted[key])
+        #: width of every client (from its device class and its group's memory)
+        self.client_width = widths
 
     def memory_at(self, width: float) -> int:
         """Training memory of the prefix sub-model at ``width`` (bytes), as the run measures it."""
@@ -232,8 +235,8 @@ class OrderedDropoutTrainer:
         for step, (w, pos) in enumerate(zip(widths, schedule)):
             net = nested.get(w)
             if net is None:
-                net = nested[w] = _Nested(full_model, state, width_submodel(full_model, w, scheme="prefix"),
-                                          ctx.input_shape)
+                sub = width_submodel(full_model, w, scheme="prefix")
+                net = nested[w] = _Nested(full_model, state, sub, ctx.submodel_costs(sub).flops.total)
             small = net.module
             net.load(state)
             small.train()
@@ -274,11 +277,11 @@ class _Nested:
     sorted, so the masked entries in row-major order are exactly the sliced tensor's entries."""
 
     def __init__(self, full_model: "BlockModel", state: Mapping[str, torch.Tensor], sub: "SubModel",
-                 input_shape: tuple[int, ...]) -> None:
+                 flops: float) -> None:
         self.module = extract(full_model, state, sub)
         _, mask = insert(state, sub, self.module.state_dict())
         self.mask = {k: m.bool() for k, m in mask.items()}
-        self.flops = flops_per_sample(self.module, input_shape).total
+        self.flops = flops
         self._tensors = self.module.state_dict(keep_vars=True)
 
     def get(self, full: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:

@@ -12,6 +12,7 @@ left untouched.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -21,7 +22,7 @@ from torch import nn
 
 from fedsim.errors import ConfigError
 
-__all__ = ["BlockModel", "WidthGroup", "MODELS", "REGRESSION_MODELS", "BN_MODES", "FRAGMENT_RATIOS", "build_model",
+__all__ = ["BlockModel", "WidthGroup", "block_of", "MODELS", "REGRESSION_MODELS", "BN_MODES", "FRAGMENT_RATIOS", "build_model",
            "split_model", "scaled", "residual_add"]
 
 #: The classifiers (one logit per class).
@@ -55,6 +56,17 @@ class WidthGroup:
     members: tuple[tuple[str, int], ...]
 #: Models for regression tasks: ``linear`` is x ↦ W x without a bias (the ``quadratic`` dataset's model).
 REGRESSION_MODELS: tuple[str, ...] = ("linear",)
+
+
+_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
+
+
+def block_of(key: str) -> int:
+    """The block a ``blocks.<i>.…`` state-dict key of a :class:`BlockModel` belongs to."""
+    m = _BLOCK_KEY.match(key)
+    if m is None:
+        raise ConfigError("state", f"key {key!r} is not inside a block (expected 'blocks.<i>.…')")
+    return int(m.group(1))
 
 
 class BlockModel(nn.Module):

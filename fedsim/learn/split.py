@@ -12,7 +12,6 @@ server's copy can coexist as plain tensors while the worker's own weights are ne
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -24,12 +23,10 @@ from fedsim.errors import ConfigError
 
 from .costs import activation_bytes, flops_per_sample, state_bytes
 from .losses import logit_adjusted_cross_entropy
-from .models import BlockModel
+from .models import BlockModel, block_of
 
 __all__ = ["SplitCosts", "split_costs", "split_state", "merge_state", "SideOptimizer", "SplitComputer",
            "check_cut"]
-
-_KEY = re.compile(r"^blocks\.(\d+)\.")
 
 State = dict[str, torch.Tensor]
 
@@ -41,17 +38,10 @@ def check_cut(model: BlockModel, cut: int, field: str = "algorithm.cut") -> int:
     return cut
 
 
-def _block_of(key: str) -> int:
-    m = _KEY.match(key)
-    if m is None:
-        raise ConfigError("split.state", f"key {key!r} is not a block parameter (expected 'blocks.<i>.…')")
-    return int(m.group(1))
-
-
 def split_state(state: Mapping[str, torch.Tensor], cut: int) -> tuple[State, State]:
     """(client half, server half) of a full state dict; keys keep their global names."""
-    client = {k: v for k, v in state.items() if _block_of(k) < cut}
-    server = {k: v for k, v in state.items() if _block_of(k) >= cut}
+    client = {k: v for k, v in state.items() if block_of(k) < cut}
+    server = {k: v for k, v in state.items() if block_of(k) >= cut}
     return client, server
 
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import copy
 import math
 import numbers
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -48,7 +47,7 @@ from torch import nn
 from fedsim.errors import ConfigError
 
 from .costs import FlopCost, MemoryEstimate, flops_per_sample, memory_estimate, tensor_bytes
-from .models import BlockModel, WidthGroup, scaled
+from .models import BlockModel, WidthGroup, block_of, scaled
 
 __all__ = ["WidthGroup", "SubModel", "STATES", "SCHEMES", "full_submodel", "width_submodel", "with_states",
            "depth_window", "fragments", "fragment_submodel", "validate_submodel", "extract", "insert",
@@ -60,7 +59,6 @@ STATES: tuple[str, ...] = ("train", "frozen", "removed")
 #: Index schemes of :func:`width_submodel`.
 SCHEMES: tuple[str, ...] = ("prefix", "rolling")
 
-_BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")
 _SUMMARY_CACHE: dict[tuple, dict[str, Any]] = {}
 
 
@@ -247,7 +245,9 @@ def fragment_submodel(model: BlockModel, index: int, ratios: Sequence[float] | N
     """Fragment ``index`` of the designated layers (``groups``; default the model's ``designated`` groups,
     else all): the ``index``-th contiguous neuron set of :func:`fragments` in every such group, with its
     input-side rows and output-side columns (the IST-style isolated sub-network), every block trainable.
-    ``ratios`` default: the model's ``fragment_ratios`` (``fragment_mlp``)."""
+    Tensors in no designated group (the output layer's bias) are trained with every fragment, so the
+    average over fragments is their plain weighted mean.  ``ratios`` default: the model's
+    ``fragment_ratios`` (``fragment_mlp``)."""
     ratios = tuple(ratios if ratios is not None else getattr(model, "fragment_ratios", ()))
     if not ratios:
         raise ConfigError(field, "no fragment ratios given and the model declares none")
@@ -299,14 +299,6 @@ def validate_submodel(model: BlockModel, sub: SubModel, field: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ slicing
-
-def block_of(key: str) -> int:
-    """The block a ``blocks.<i>.…`` state-dict key belongs to."""
-    m = _BLOCK_KEY.match(key)
-    if m is None:
-        raise ValueError(f"state key {key!r} is not inside a block (expected 'blocks.<i>.…')")
-    return int(m.group(1))
-
 
 def _shapes(model: BlockModel | Mapping[str, torch.Tensor]) -> dict[str, tuple[tuple[int, ...], bool, int]]:
     """key -> (shape, is floating point, element size)."""
@@ -398,6 +390,7 @@ def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel)
     sub-model of it can be extracted and inserted again: FjORD trains a narrower prefix of a client's
     module at each step, and a prefix of a prefix is the global prefix.
     """
+    validate_submodel(model, sub, "submodel")
     groups = model.width_groups()
     shapes = {k: tuple(v.shape) for k, v in state.items()}
     plan = _plan(groups, sub.keep, shapes)
@@ -440,6 +433,9 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
     if sub.keep and not groups:
         raise ValueError("this SubModel is not bound to a model's width groups: build it with "
                          "SubModel.of(model, ...), width_submodel or fragment_submodel")
+    n_blocks = 1 + max((block_of(k) for k in global_state), default=-1)
+    if n_blocks != sub.num_blocks:
+        raise ValueError(f"the sub-model has {sub.num_blocks} block states, the state {n_blocks} blocks")
     plan = _plan(groups, sub.keep, {k: tuple(v.shape) for k, v in global_state.items()})
     local = {j: k for k, j in enumerate(sub.blocks_in("train", "frozen"))}
     tensors: dict[str, torch.Tensor] = {}

@@ -23,6 +23,10 @@ from typing import IO, Any, Iterable
 import pandas as pd
 
 #: The fields each kind of event carries besides ``t`` and ``kind`` (documentation and test contract).
+#: Optional fields: ``dispatch`` and ``apply`` of a sub-model task carry ``submodel`` (``SubModel.summary``:
+#: kept fraction of the model and per block, block states); when a round has partial updates, ``apply``
+#: carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
+#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch": ("client", "version", "round"),
     "download": ("client", "start", "end", "bytes", "wait", "version"),
