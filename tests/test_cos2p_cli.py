@@ -19,6 +19,7 @@ from fedsim.cli import main
         ("algorithm.rates.jetson-xavier-nx-8gb=0.01", "algorithm.rates.jetson-xavier-nx-8gb", "trainable blocks"),
         ("algorithm.rates.jetson-agx-orin-32gb=0", "algorithm.rates.jetson-agx-orin-32gb", "(0, 1]"),
         ("algorithm.kl_direction=sideways", "algorithm.kl_direction", "allowed"),
+        ("algorithm.rates.jetson-xavier-nx=0.5", "algorithm.rates.jetson-xavier-nx", "allowed"),
         ("devices.mix=[{profile: jetson-nano, count: 3}]", "devices.mix", "sum to"),
     ],
 )

@@ -160,6 +160,13 @@ class Cos2P(Algorithm):
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         n = ctx.num_clients
+        from fedsim.system.devices import list_profiles
+
+        known = set(list_profiles()) | {ctx.world.device(c).name for c in range(n)}
+        for table, values in (("rates", config.rates), ("batch_sizes", config.batch_sizes)):
+            for k in values:
+                require(k in known, f"algorithm.{table}.{k}",
+                        f"unknown device profile {k!r} (allowed: {', '.join(sorted(known))})")
         self.rate = np.ones(n)
         for c in range(n):
             prof = ctx.world.device(c).name
