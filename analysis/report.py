@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis import fedraa_metrics
 from analysis import trace_metrics as tm
 from analysis.theory import MODULES, Check, checks_frame
 from fedsim.errors import ConfigError
@@ -289,6 +290,13 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
             measured["B"] = batch
             measured["Q_s"] = max(1, int(round(float(dis["n_real"].astype(float).mean()) / batch)))
 
+    # --- Fed-RAA: q(j), per-fragment staleness, realised round trips, the Theorem 1 row
+    fr_rows, fr_measured = fedraa_metrics.check_rows(trace, probes=probes)
+    rows.extend(fr_rows)
+    measured.update(fr_measured)
+    if fr_rows and "eta" in measured:
+        measured.setdefault("gamma", measured["eta"])
+
     # --- probes of the model (constants the theorems are written in)
     if probe_error:
         rows.append(_row("probes of the model", None, note=f"not measured: {probe_error}"))
@@ -315,6 +323,8 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     # --- theory
     module = importlib.import_module(MODULES[family])
     measured.update({k: v for k, v in extra.items()})
+    # Fed-RAA's K and K_hat are delays in server updates; a probe's "K" (local steps) must not replace them
+    measured.update({k: fr_measured[k] for k in ("K", "K_hat") if k in fr_measured})
     measured.update(own)
     theory_rows = module.evaluate(measured, params)
     for c in theory_rows:

@@ -135,6 +135,25 @@ class DeviceGroup:
 
 
 @dataclass
+class CapabilityConfig:
+    """Relative compute capabilities at two levels, as Fed-RAA's β study sets them: round(β·N) clients
+    (a permutation drawn from the stream ``("capability",)``) run at ``levels[0]`` × ``unit_flops_per_s``,
+    the others at ``levels[1]`` × ``unit_flops_per_s``.  Replaces the device groups' speed (their
+    profiles still give power and memory); jitter applies as for any device.  Because the fraction is
+    exact, the draw depends on the number of clients."""
+
+    levels: list[float] = field(default_factory=lambda: [1.0, 3.0])
+    beta: float = 0.3
+    unit_flops_per_s: float = 1e8
+
+    def validate(self, prefix: str) -> None:
+        require(len(self.levels) == 2 and all(v > 0 for v in self.levels), f"{prefix}.levels",
+                f"must be two positive numbers [slow, fast], got {self.levels!r}")
+        require(0.0 <= self.beta <= 1.0, f"{prefix}.beta", f"must be in [0, 1], got {self.beta!r}")
+        positive(self.unit_flops_per_s, f"{prefix}.unit_flops_per_s")
+
+
+@dataclass
 class DevicesConfig:
     """Which device profile each client gets: a weighted mix, drawn per client from its own stream."""
 
@@ -143,6 +162,7 @@ class DevicesConfig:
     )
     jitter: float = 0.1
     check_memory: bool = True
+    capability: CapabilityConfig | None = None
 
     def validate(self, prefix: str) -> None:
         require(len(self.mix) > 0, f"{prefix}.mix", "needs at least one device group")

@@ -11,9 +11,12 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.fedasync import FedAsync
     from fedsim.algorithms.fedavg import FedAvg
     from fedsim.algorithms.fedbuff import FedBuff
+    from fedsim.algorithms.fedprox import FedProx
+    from fedsim.algorithms.fedraa import FedRAA
+    from fedsim.algorithms.fedraa_baselines import PruneFLLite, RAMFedLite
     from fedsim.algorithms.sfl_async import GAS, AsyncSFL
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
     from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL
 
     return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, Cos2P, AsyncSFL, GAS, MiniBatchSFL, S2FL,
-                                      HeteroFL, FjORD, FedRolex)}
+                                      HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite)}

@@ -147,7 +147,8 @@ class TrainStats:
 def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.ndarray | torch.Tensor,
               cfg: SGDConfig, generator: torch.Generator, *, loss_fn: Callable | None = None,
               grad_mask: dict[str, torch.Tensor] | None = None,
-              params: Iterable[nn.Parameter] | None = None, task: str = "classification") -> TrainStats:
+              params: Iterable[nn.Parameter] | None = None, task: str = "classification",
+              prox_mu: float = 0.0) -> TrainStats:
     """Train ``model`` in place with SGD on the samples ``x[indices], y[indices]``.
 
     ``loss_fn(output, target)`` defaults to the loss of ``task`` (:func:`loss_for`; cross-entropy for
@@ -160,9 +161,15 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     so the result equals the textbook ``torch.optim.SGD`` loop bit for bit.  Gradient clipping (if
     ``clip_norm``) acts on the loss gradient after masking, before weight decay, as in a standard loop.
 
+    ``prox_mu > 0`` adds the proximal term (μ/2)‖w − w₀‖² to the local objective, w₀ the weights at the
+    start of the call (FedProx, Li et al. 2020; the ρ-term of FedAsync and Fed-RAA): μ(w − w₀) joins the
+    loss gradient before masking and clipping, so masked entries stay bit-identical.
+
     Raises :class:`DivergenceError` as soon as a batch loss is not finite.
     """
     cfg.validate()
+    if not (prox_mu >= 0 and math.isfinite(prox_mu)):
+        raise ConfigError("prox_mu", f"must be a finite number >= 0, got {prox_mu!r}")
     loss_fn = loss_for(task) if loss_fn is None else loss_fn
     idx = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices,
                           dtype=torch.int64)
@@ -188,6 +195,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
                 raise ConfigError("grad_mask", f"mask for '{key}' has shape {tuple(m.shape)}, parameter has "
                                                f"{tuple(p.shape)}")
             masks.append((p, m.to(dtype=p.dtype)))
+    anchor = [(p, p.detach().clone()) for p in train_params] if prox_mu > 0 else []
     manual_wd = bool(masks) and cfg.weight_decay > 0
     opt = torch.optim.SGD(train_params, lr=cfg.lr, momentum=cfg.momentum,
                           weight_decay=0.0 if manual_wd else cfg.weight_decay)
@@ -208,6 +216,9 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
                 raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={cfg.lr}); "
                                       f"lower the learning rate or set clip_norm")
             loss.backward()
+            for p, p0 in anchor:
+                if p.grad is not None:
+                    p.grad.add_(p.detach() - p0, alpha=prox_mu)
             for p, m in masks:
                 if p.grad is not None:
                     p.grad = torch.where(m == 0, torch.zeros_like(p.grad), p.grad * m)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -401,3 +401,12 @@ class Device:
         if self.meter is not None:
             self.meter.compute(self.name, dur, watts)
         return ComputeRecord(self.name, what, flops, t0, start, self.env.now, energy)
+
+
+def capability_levels(n: int, beta: float, levels: Sequence[float], rng: np.random.Generator) -> np.ndarray:
+    """Per-client capability: round(β·n) clients at ``levels[0]`` (the slow ones), the rest at
+    ``levels[1]``; which clients are slow is a permutation drawn from ``rng``."""
+    k = int(round(beta * n))
+    caps = np.full(n, float(levels[1]))
+    caps[rng.permutation(n)[:k]] = float(levels[0])
+    return caps

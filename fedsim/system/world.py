@@ -25,7 +25,7 @@ from fedsim.sim.trace import Trace
 from fedsim.system import positions as pos
 from fedsim.system.availability import AlwaysOn, make_availability
 from fedsim.system.channel import CHANNEL_PRESETS, GAS_DISTANCE_RANGE_M, ChannelConfig, LinkModel
-from fedsim.system.devices import DeviceProfile, compute_time, load_profile
+from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
 from fedsim.system.energy import EnergyMeter
 from fedsim.system.medium import Medium, make_medium
 from fedsim.system.server import Server, ServiceRecord
@@ -158,6 +158,11 @@ class World:
             if speed is not None:
                 lo, hi = (speed, speed) if not isinstance(speed, list) else (speed[0], speed[-1])
                 self._flops_per_s[c] = rng.uniform(lo, hi) if hi > lo else lo
+        cap = devices.capability
+        self.capability: np.ndarray | None = None
+        if cap is not None:
+            self.capability = capability_levels(n, cap.beta, cap.levels, self.streams.numpy("capability"))
+            self._flops_per_s = self.capability * cap.unit_flops_per_s
         self._device_res: dict[int, simpy.Resource] = {}
         self._tasks = np.zeros(n, dtype=np.int64)
 
@@ -279,6 +284,19 @@ class World:
             return base * float(np.exp(j * rng.standard_normal() - 0.5 * j * j)) if j > 0 else base
         return compute_time(self.device(client), flops, jitter=self.devices_cfg.jitter, rng=rng,
                             model=self.model_name, samples=samples)
+
+    def expected_compute_seconds(self, client: int, flops: float, *, samples: int | None = None) -> float:
+        """Mean time for ``flops`` of training on the client's device (no jitter drawn): what a scheduler
+        that knows each client's speed estimates before it assigns work."""
+        own = self._flops_per_s[client]
+        if own > 0:
+            return flops / own
+        return compute_time(self.device(client), flops, model=self.model_name, samples=samples)
+
+    def expected_transfer_seconds(self, client: int, bytes_down: int, bytes_up: int) -> float:
+        """Nominal download + upload time (full-band rates, fixed latency, no waiting for the medium)."""
+        lat = self.network_cfg.latency_s
+        return 8.0 * bytes_down / self.downlink_bps(client) + 8.0 * bytes_up / self.uplink_bps(client) + 2 * lat
 
     def server_compute_time(self, flops: float) -> float:
         prof = self.server_profile

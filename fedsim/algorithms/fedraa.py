@@ -1,0 +1,270 @@
+"""Fed-RAA (Zhang et al. 2024, "A Resource-Adaptive Approach for Federated Learning under
+Resource-Constrained Environments", arXiv 2406.13351): asynchronous training of model fragments.
+
+The hidden units of the designated layers (the model's width groups; by default all of them) are split
+into M disjoint fragments with the ratios of Table 4 (or given ones).  Fragment j is the sub-model that
+keeps units S_j of every designated group: for an MLP the rows W1[S_j, :], b1[S_j] and the columns
+W2[:, S_j], plus the non-split parameters (the output bias), which every fragment carries and mixes.
+Every client runs its own loop: idle → the scheduler picks a fragment (``fedraa_schedulers``) → download
+the fragment → local training → upload.  Arrivals queue at the server (``world.serve``) and are applied
+one at a time with FedAsync's rule restricted to the fragment's entries:
+θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(staleness).  q(j) counts the updates applied to fragment j.
+
+Choices where the paper is silent (documented in the README):
+
+- ``mode: isolated`` (default, IST-style): the client's module holds only the fragment's units, so its
+  FLOPs and bytes are the fragment's (the paper's cost ‖θʲ‖·‖Dⁿ‖/cmp_n).  ``mode: frozen``: the client
+  downloads the full model and trains only the fragment's entries (gradient mask), paying full-model
+  compute and traffic; its update still covers only the fragment.
+- ``staleness_clock``: the staleness given to s(·): ``global`` (server updates since dispatch, the
+  Updater of Alg. 1) or ``fragment`` (updates of this fragment since dispatch, the proof's τ − (q−1)).
+  Both are recorded in the trace either way.
+- ``K`` is in seconds of estimated round trip (download + compute + upload at nominal rates, no
+  jitter); unset means K_off of the offline assignment on the same cost estimates.
+- ``rho``: the proximal weight of the local objective f + ρ/2‖θ − θ_q‖² (0: plain local SGD).
+- ``aggregation: sync`` is Sync Fed-RAA: every round each available client gets a fragment (Gre-RAA,
+  counting this round's assignments as in flight so the round spreads over fragments), the server waits
+  for all, then averages the returned copies of each fragment (entries covered by several clients are
+  averaged, the rest keep their value) and counts one update for every fragment trained in the round.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Generator, Literal
+
+import numpy as np
+import simpy
+
+from fedsim.algorithms.base import (
+    Algorithm,
+    Assignment,
+    TaskCounter,
+    Update,
+    validate_staleness,
+)
+from fedsim.algorithms.fedasync import fedasync_rule
+from fedsim.algorithms.fedprox import prox_trainer
+from fedsim.algorithms.fedraa_schedulers import (
+    SCHEDULERS,
+    choose_fragment,
+    fragment_ratios,
+    k_offline,
+    offline_assignment,
+)
+from fedsim.config import positive, require
+from fedsim.errors import ConfigError
+from fedsim.learn.state import masked_weighted_average
+from fedsim.learn.submodel import extract, fragment_submodel, insert
+from fedsim.learn.train import num_steps, samples_processed
+
+
+class FedRAA(Algorithm):
+    name = "fedraa"
+
+    @dataclass
+    class Config:
+        fragments: int = 3
+        ratios: list[float] | None = None
+        layers: list[str] | None = None
+        mode: Literal["isolated", "frozen"] = "isolated"
+        scheduler: Literal["gre", "random", "mp", "offline"] = "gre"
+        K: float | None = None
+        count_inflight: bool = False
+        aggregation: Literal["async", "sync"] = "async"
+        alpha: float = 0.6
+        staleness: str = "constant"
+        staleness_a: float = 0.5
+        staleness_b: float = 4.0
+        staleness_clock: Literal["global", "fragment"] = "global"
+        rho: float = 0.0
+        retry_s: float = 10.0
+
+        def validate(self, prefix: str) -> None:
+            positive(self.fragments, f"{prefix}.fragments")
+            fragment_ratios(self.fragments, self.ratios, prefix)
+            require(self.scheduler in SCHEDULERS, f"{prefix}.scheduler",
+                    f"got {self.scheduler!r} (allowed: {', '.join(SCHEDULERS)})")
+            require(0 < self.alpha <= 1, f"{prefix}.alpha", f"must be in (0, 1], got {self.alpha!r}")
+            validate_staleness(self.staleness, self.staleness_a, self.staleness_b, prefix)
+            positive(self.K, f"{prefix}.K")
+            positive(self.rho, f"{prefix}.rho", allow_zero=True)
+            positive(self.retry_s, f"{prefix}.retry_s")
+
+    @classmethod
+    def fits_devices(cls, config: Any) -> bool:
+        """Isolated fragments are sub-models, whose memory the context checks per task; frozen-context
+        training holds the whole model, which the runner checks against every device."""
+        return config.mode == "isolated"
+
+    # ---------------------------------------------------------------------------------- setup
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        cfg = self.cfg
+        model = ctx.worker
+        groups = model.width_groups()
+        default = getattr(model, "designated", None) or list(groups)
+        names = list(default) if cfg.layers is None else list(cfg.layers)
+        for g in names:
+            if g not in groups:
+                raise ConfigError("algorithm.layers", f"unknown width group {g!r} (allowed: {', '.join(groups) or 'none'})")
+        if not names:
+            raise ConfigError("algorithm.layers", f"model {ctx.scenario.model.name!r} has no width group to split")
+        self.ratios = fragment_ratios(cfg.fragments, cfg.ratios, "algorithm")
+        M = self.M = cfg.fragments
+        for g in names:
+            if groups[g].size < M:
+                raise ConfigError("algorithm.fragments", f"{M} fragments but layer {g!r} has only {groups[g].size} units")
+        self.subs = [fragment_submodel(model, j, self.ratios, groups=names, field="algorithm.fragments") for j in range(M)]
+        # per-fragment coverage mask over the full model: insert's mask of the fragment's own weights
+        self.masks = [insert(ctx.global_state, sub, extract(model, ctx.global_state, sub).state_dict())[1]
+                      for sub in self.subs]
+        self.frag_params = np.array([sum(int(m.sum()) for m in mask.values()) for mask in self.masks])
+        if cfg.mode == "isolated":
+            costs = [ctx.submodel_costs(sub) for sub in self.subs]
+            fps = np.array([c.flops.total for c in costs])
+            down = np.array([c.download_bytes for c in costs])
+            up = np.array([c.upload_bytes for c in costs])
+        else:
+            fps = np.full(M, ctx.flop_cost.total)
+            down = up = np.full(M, ctx.model_bytes)
+        self.frag_bytes = down
+        world, N = ctx.world, ctx.num_clients
+        self.cost = np.zeros((N, M))
+        for n in range(N):
+            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.sgd), ctx.sgd.batch_size)
+            for j in range(M):
+                self.cost[n, j] = (world.expected_compute_seconds(n, fps[j] * samples, samples=samples)
+                                   + world.expected_transfer_seconds(n, int(down[j]), int(up[j])))
+        self.offline = offline_assignment(self.cost, self.frag_params)
+        self.K_off = k_offline(self.cost, self.frag_params)
+        self.K = float(cfg.K) if cfg.K is not None else self.K_off
+        self.q = np.zeros(M, dtype=np.int64)
+        self.inflight = np.zeros(M, dtype=np.int64)
+        self.turns = np.zeros(N, dtype=np.int64)
+        self.decisions = 0
+        self.tasks = TaskCounter(N)
+
+    def _assignment(self, j: int, round_: int | None = None) -> Assignment:
+        cfg = self.cfg
+        if cfg.mode == "isolated":
+            trainer = prox_trainer(cfg.rho) if cfg.rho > 0 else None
+            return Assignment(submodel=self.subs[j], trainer=trainer, round=round_, info={"fragment": j})
+        return Assignment(submodel=None, trainer=prox_trainer(cfg.rho, grad_mask=self.masks[j]), round=round_,
+                          info={"fragment": j})
+
+    def pick(self, client: int, extra: np.ndarray | None = None) -> tuple[int, bool]:
+        """One scheduling decision; the tie-break stream is ("fedraa", "schedule", k) for the k-th decision."""
+        self.decisions += 1
+        rng = self.ctx.streams.numpy("fedraa", "schedule", self.decisions)
+        q = self.q + (self.inflight if self.cfg.count_inflight else 0) + (0 if extra is None else extra)
+        j, empty = choose_fragment(self.cfg.scheduler, q=q, cost_row=self.cost[client], K=self.K, rng=rng,
+                                   cycle=self.offline[client], turn=int(self.turns[client]))
+        self.turns[client] += 1
+        return j, empty
+
+    def _emit_setup(self) -> None:
+        ctx = self.ctx
+        caps = ctx.world.capability
+        ctx.trace.emit(ctx.env.now, "fedraa", fragments=self.M, ratios=list(self.ratios), scheduler=self.cfg.scheduler,
+                       mode=self.cfg.mode, aggregation=self.cfg.aggregation, K=self.K, K_off=self.K_off,
+                       fragment_params=[int(x) for x in self.frag_params], fragment_bytes=[int(x) for x in self.frag_bytes],
+                       cost=[[round(float(x), 6) for x in row] for row in self.cost], offline=self.offline,
+                       capability=None if caps is None else [float(x) for x in caps])
+
+    def _dispatch(self, c: int, j: int, empty: bool, round_: int | None = None) -> tuple[simpy.Process, dict[str, Any]]:
+        ctx = self.ctx
+        ctx.trace.emit(ctx.env.now, "assign", client=c, fragment=j, q=int(self.q[j]), version=ctx.version,
+                       cost=float(self.cost[c, j]), K=self.K, empty=bool(empty), round=round_)
+        info = {"fragment": j, "q_dispatch": int(self.q[j]), "t_dispatch": ctx.env.now}
+        self.inflight[j] += 1
+        return self.dispatch(c, self.tasks, assignment=self._assignment(j, round_), round_=round_), info
+
+    def _record(self, update: Update, info: dict[str, Any], arrival: float, staleness_g: int, weight: float) -> None:
+        ctx, j = self.ctx, info["fragment"]
+        ctx.trace.emit(ctx.env.now, "fragment", client=update.client, fragment=j, q=int(self.q[j]) + 1,
+                       staleness=staleness_g, staleness_fragment=int(self.q[j] - info["q_dispatch"]),
+                       realised_c=arrival - info["t_dispatch"], cost=float(self.cost[update.client, j]),
+                       steps=int(update.info.get("steps", 0)), weight=float(weight))
+
+    # ---------------------------------------------------------------------------------- run
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx = self.ctx
+        self._emit_setup()
+        ctx.world.schedule(ctx.num_clients)
+        if self.cfg.aggregation == "sync":
+            yield from self._rounds()
+            return
+        for c in range(ctx.num_clients):
+            ctx.env.process(self._client(c))
+        yield ctx.done
+
+    def _client(self, c: int) -> Generator[simpy.events.Event, Any, None]:
+        """One client's loop: idle → scheduled a fragment → train → upload, until the run ends."""
+        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        while not ctx.done.triggered:
+            if not ctx.world.is_available(c):
+                yield env.timeout(cfg.retry_s)
+                continue
+            j, empty = self.pick(c)
+            proc, info = self._dispatch(c, j, empty)
+            update = yield proc
+            self.inflight[j] -= 1
+            if update is None or ctx.done.triggered:
+                continue
+            arrival = env.now
+            yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
+            if ctx.done.triggered:
+                break
+            tau_g = ctx.version - update.base_version
+            tau = tau_g if cfg.staleness_clock == "global" else int(self.q[j] - info["q_dispatch"])
+            if cfg.mode == "frozen":
+                update = dataclasses.replace(update, mask=self.masks[j])
+            new, a = fedasync_rule(update, ctx.global_state, tau, cfg.alpha, cfg.staleness, cfg.staleness_a, cfg.staleness_b)
+            self._record(update, info, arrival, tau_g, a)
+            self.q[j] += 1
+            ctx.apply(new, [update], [a], round_=ctx.version + 1)
+
+    def _rounds(self) -> Generator[simpy.events.Event, Any, None]:
+        """Sync Fed-RAA: per round every available client trains a fragment; per-fragment averaging."""
+        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        rnd = 0
+        while not ctx.done.triggered:
+            rnd += 1
+            start = env.now
+            clients = [c for c in range(ctx.num_clients) if ctx.world.is_available(c)]
+            if not clients:
+                yield env.timeout(cfg.retry_s)
+                continue
+            base = ctx.global_state
+            taken = np.zeros(self.M, dtype=np.int64)
+            procs, infos = {}, {}
+            for c in clients:
+                j, empty = self.pick(c, extra=taken)
+                taken[j] += 1
+                procs[c], infos[c] = self._dispatch(c, j, empty, round_=rnd)
+            arrivals: dict[int, float] = {}
+            for c, p in procs.items():
+                p.callbacks.append(lambda _ev, c=c: arrivals.__setitem__(c, env.now))
+            yield env.all_of(list(procs.values()))
+            updates = []
+            for c in clients:
+                self.inflight[infos[c]["fragment"]] -= 1
+                u = procs[c].value
+                if u is not None:
+                    updates.append(u if cfg.mode == "isolated" else dataclasses.replace(u, mask=self.masks[infos[c]["fragment"]]))
+            dropped = [c for c in clients if procs[c].value is None]
+            if not updates:
+                continue
+            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
+            if ctx.done.triggered:
+                break
+            new = masked_weighted_average(updates, base)
+            per_frag = {j: sum(float(u.weight) for u in updates if infos[u.client]["fragment"] == j) for j in range(self.M)}
+            weights = [float(u.weight) / per_frag[infos[u.client]["fragment"]] for u in updates]
+            for u, w in zip(updates, weights):
+                self._record(u, infos[u.client], arrivals[u.client], ctx.version - u.base_version, w)
+            for j in {infos[u.client]["fragment"] for u in updates}:
+                self.q[j] += 1
+            ctx.apply(new, updates, weights, round_=rnd,
+                      round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})

@@ -1,0 +1,150 @@
+"""Fed-RAA end to end on small runs: equivalence with FedAsync, fragment isolation, q(j) recount, K bound,
+Sync Fed-RAA, the baselines, and bad input through the CLI."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from analysis import fedraa_metrics
+from fedsim.cli import main
+from fedsim.learn.submodel import fragment_submodel
+from fedsim.learn.models import build_model
+from fedsim.runner import run_scenario
+from fedsim.scenario import scenario_from_mapping
+from fedsim.sim.trace import load_trace
+
+BASE = {
+    "name": "fedraa-test",
+    "seed": 3,
+    "data": {"name": "digits", "num_clients": 6, "partition": {"method": "iid"}},
+    "model": {"name": "mlp", "hidden": 20},
+    "train": {"lr": 0.05, "momentum": 0.5, "batch_size": 16, "local_steps": 3},
+    "devices": {"mix": [{"profile": "jetson-nano"}], "capability": {"levels": [1, 3], "beta": 0.5,
+                                                                   "unit_flops_per_s": 2.0e6}, "jitter": 0.2},
+    "channel": {"uplink": {"model": "fixed", "mbps": 2.0}, "downlink": {"model": "fixed", "mbps": 10.0}},
+    "network": {"latency_s": 0.01},
+    "stop": {"max_versions": 40},
+    "eval": {"every_versions": 20},
+    "output": {"figures": False},
+}
+
+
+def run(tmp: Path, algorithm: dict, **sections) -> Path:
+    data = copy.deepcopy(BASE)
+    for k, v in sections.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    data["algorithm"] = algorithm
+    run_scenario(scenario_from_mapping(data), tmp, progress=False)
+    return tmp
+
+
+def test_one_fragment_with_constant_staleness_is_fedasync(tmp_path):
+    """M = 1, s ≡ 1: every client loops on the whole model and the server mixes with α, which is FedAsync
+    with every client always busy (concurrency = N); same world, same streams, so the same model."""
+    a = run(tmp_path / "raa", {"name": "fedraa", "fragments": 1, "alpha": 0.5, "staleness": "constant"})
+    b = run(tmp_path / "async", {"name": "fedasync", "alpha": 0.5, "staleness": "constant", "concurrency": 6})
+    sa, sb = torch.load(a / "final_model.pt"), torch.load(b / "final_model.pt")
+    assert set(sa) == set(sb)
+    for k in sa:
+        assert torch.allclose(sa[k], sb[k], atol=1e-6, rtol=0), k
+    ta = load_trace(a / "trace.jsonl", kinds=("apply",))
+    tb = load_trace(b / "trace.jsonl", kinds=("apply",))
+    assert ta["client"].tolist() == tb["client"].tolist()
+    assert np.allclose(ta["t"].to_numpy(float), tb["t"].to_numpy(float))
+
+
+def test_fragment_updates_touch_only_their_fragment_and_q_recounts(tmp_path):
+    out = run(tmp_path, {"name": "fedraa", "fragments": 3, "scheduler": "gre"},
+              stop={"max_versions": 12}, output={"figures": False, "checkpoints": 1})
+    trace = load_trace(out / "trace.jsonl")
+    fr = trace[trace["kind"] == "fragment"].reset_index(drop=True)
+    assert len(fr) == 12
+    model = build_model("mlp", (8, 8), 10, hidden=20)
+    units = [set(fragment_submodel(model, j, (0.2, 0.3, 0.5)).keep["hidden.0"]) for j in range(3)]
+    assert [len(u) for u in units] == [4, 6, 10]
+    for v in range(1, 13):
+        before = torch.load(out / "checkpoints" / f"v{v - 1:06d}.pt")
+        after = torch.load(out / "checkpoints" / f"v{v:06d}.pt")
+        rows = torch.tensor(sorted(units[int(fr.loc[v - 1, "fragment"])]))
+        others = torch.tensor(sorted(set(range(20)) - set(rows.tolist())))
+        w1, b1, w2 = "blocks.0.1.weight", "blocks.0.1.bias", "blocks.1.0.weight"
+        assert torch.equal(after[w1][others], before[w1][others])
+        assert torch.equal(after[b1][others], before[b1][others])
+        assert torch.equal(after[w2][:, others], before[w2][:, others])
+        assert not torch.equal(after[w1][rows], before[w1][rows])
+    # q(j) recount: the fragment each apply covered, read from ctx.apply's own coverage record
+    applies = trace[trace["kind"] == "apply"]
+    cov = [c["blocks.0.1.bias"] for c in applies["coverage"]]
+    recount = [sum(abs(f - len(u) / 20) < 1e-9 for f in cov) for u in units]
+    assert recount == fedraa_metrics.fragment_counts(trace).tolist()
+    assert fr.groupby("fragment")["q"].max().tolist() == [r for r in recount if r > 0]
+
+
+def test_gre_raa_respects_k_off_and_slow_clients_get_small_fragments(tmp_path):
+    out = run(tmp_path, {"name": "fedraa", "fragments": 3, "scheduler": "gre"}, output={"figures": False, "checkpoints": 20})
+    trace = load_trace(out / "trace.jsonl")
+    setup = fedraa_metrics.setup(trace)
+    a = trace[trace["kind"] == "assign"]
+    assert setup["K"] == pytest.approx(setup["K_off"])
+    assert (a["cost"].astype(float) <= setup["K"] * (1 + 1e-9)).all() and not a["empty"].astype(bool).any()
+    caps = np.asarray(setup["capability"])
+    slow = a[a["client"].map(lambda c: caps[int(c)] == 1.0)]
+    assert len(slow) and (slow["fragment"] < 2).all()  # never the 50% fragment on a capability-1 client
+    # fedsim check: per-fragment rows, q(j) balance and the Theorem 1 row, from the same records
+    from analysis.report import check_run
+
+    table = check_run(out, figures=False, progress=False).set_index("quantity")
+    q = fedraa_metrics.fragment_counts(trace)
+    for j in range(3):
+        assert table.loc[f"fragment {j}: q(j), staleness mean/max", "measured"] == q[j]
+    assert f"q = {q.tolist()}" in table.loc["q(j) balance: min/max", "note"]
+    assert table.loc["Gre-RAA: assignments with estimated c > K", "holds"]
+    row = table.loc["Theorem 1 (Corollary 1 shape) at T, K_hat, delta"]
+    assert row["measured"] > 0 and f"T = {int(q.sum())}" in row["note"]
+    assert table.loc["[fedraa] bounded delay t - tau <= K", "holds"] in (True, False)
+
+
+def test_sync_fed_raa_counts_one_update_per_fragment_per_round(tmp_path):
+    out = run(tmp_path, {"name": "fedraa", "fragments": 3, "aggregation": "sync"}, stop={"max_versions": 4})
+    trace = load_trace(out / "trace.jsonl")
+    fr = trace[trace["kind"] == "fragment"]
+    rounds = trace[trace["kind"] == "round"]
+    assert len(rounds) == 4 and len(fr) == 4 * 6
+    per_round = fr.groupby(["t", "fragment"]).size().reset_index()
+    assert fedraa_metrics.fragment_counts(trace).sum() == len(per_round)
+
+
+@pytest.mark.parametrize("alg", [
+    {"name": "fedprox", "mu": 0.1, "clients_per_round": 6},
+    {"name": "ramfed-lite", "clients_per_round": 6},
+    {"name": "prunefl-lite", "clients_per_round": 6, "density": 0.3, "reconfigure_every": 2},
+    {"name": "fedraa", "fragments": 4, "scheduler": "offline", "mode": "frozen", "rho": 0.01},
+    {"name": "fedraa", "fragments": 2, "scheduler": "random", "staleness_clock": "fragment"},
+    {"name": "fedraa", "fragments": 5, "scheduler": "mp"},
+])
+def test_variants_and_baselines_run_and_learn(tmp_path, alg):
+    out = run(tmp_path, alg, stop={"max_versions": 6}, eval={"every_versions": 6})
+    m = pd.read_csv(out / "metrics.csv")
+    assert m["accuracy"].iloc[-1] > m["accuracy"].iloc[0]
+    if alg["name"] == "prunefl-lite":
+        final = torch.load(out / "final_model.pt")
+        w = final["blocks.0.1.weight"]
+        assert abs(float((w != 0).float().mean()) - 0.3) < 0.02
+
+
+@pytest.mark.parametrize("overrides, field, says", [
+    (["model.hidden=2", "algorithm.fragments=3"], "algorithm.fragments", "only 2 units"),
+    (["algorithm.fragments=2", "algorithm.ratios=[0.5,0.6]"], "algorithm.ratios", "sum to 1"),
+    (["devices.capability.beta=1.5"], "devices.capability.beta", "[0, 1]"),
+    (["algorithm.scheduler=fifo"], "algorithm.scheduler", "allowed"),
+])
+def test_bad_input_one_line_exit_2(capsys, tmp_path, overrides, field, says):
+    code = main(["run", "fedraa", *overrides, "--out", str(tmp_path), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and field in err and says in err and "Traceback" not in err, err
