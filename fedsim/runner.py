@@ -4,7 +4,8 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
 
     <out>/scenario.yaml     the resolved scenario (every default filled in)
     <out>/partition.csv     samples and label histogram per client
-    <out>/trace.jsonl       the event trace, written while the run goes
+    <out>/trace.jsonl       the event trace, written while the run goes (``trace.compact.gz`` with
+                            ``output.trace_format: compact``)
     <out>/metrics.csv       one row per evaluation (virtual time, version, accuracy, loss, bytes)
     <out>/summary.json      final numbers and why the run stopped
     <out>/final_model.pt    the final global state dict
@@ -43,8 +44,9 @@ from fedsim.learn.partition import partition, partition_summary
 from fedsim.plugins import plugin_version_hooks
 from fedsim.runtime import Context
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
+from fedsim.sim.executor import Executor, make_executor
 from fedsim.sim.rng import Streams
-from fedsim.sim.trace import Trace, load_trace
+from fedsim.sim.trace import TRACE_FILES, Trace, load_trace, trace_path
 from fedsim.system.devices import check_memory
 from fedsim.system.world import World
 
@@ -145,11 +147,15 @@ def run_variant(
     torch.set_num_threads(1)
     env = simpy.Environment()
     streams = Streams(scenario.seed)
-    trace = Trace(out / "trace.jsonl", flush_every=scenario.output.flush_every)
+    for name in TRACE_FILES.values():
+        (out / name).unlink(missing_ok=True)  # a trace of an earlier run in another format
+    fmt = scenario.output.trace_format
+    trace = Trace(out / TRACE_FILES[fmt], flush_every=scenario.output.flush_every, fmt=fmt)
     bar = _Progress(scenario, spec.label, progress)
     status, message = "ok", ""
     wall0 = time.perf_counter()
     ctx: Context | None = None
+    executor: Executor | None = None
     hooks: list[Any] = []
     for stale in [*(out / "checkpoints").glob("v*.pt"), out / "probes.csv", out / "probes_live.csv"]:
         stale.unlink(missing_ok=True)  # outputs of an earlier run in the same directory
@@ -158,7 +164,10 @@ def run_variant(
         model = build_global_model(scenario, data)
         if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
             _check_memory(world, model, scenario, tuple(data.train.input_shape))
-        ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out)
+        tr = scenario.train
+        executor = make_executor(tr.executor, tr.workers, tr.ray_address)
+        ctx = Context(scenario, env, streams, trace, world, data, parts, model, progress=bar, run_dir=out,
+                      executor=executor)
         for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
             hook = make(ctx)
             if hook is not None:
@@ -190,6 +199,8 @@ def run_variant(
     finally:
         bar.close()
         trace.close()
+        if executor is not None:
+            executor.close()
         for hook in hooks:
             finish = getattr(hook, "finish", None)
             if finish is not None:
@@ -219,7 +230,7 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
     torch.save(ctx.global_state, out / "final_model.pt")
     if ctx.client_metrics:
         pd.DataFrame(ctx.client_metrics).to_csv(out / "client_metrics.csv", index=False)
-    df = load_trace(out / "trace.jsonl", kinds=("apply", "drop"))
+    df = load_trace(trace_path(out), kinds=("apply", "drop"), columns=("staleness",))
     applied = df[df["kind"] == "apply"] if len(df) else df
     acc = metrics["accuracy"] if len(metrics) else pd.Series(dtype=float)
     world = ctx.world

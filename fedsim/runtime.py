@@ -47,6 +47,51 @@ class TrainResult:
     upload_bytes: int | None = None
 
 
+class PendingTraining:
+    """A training task that has started: what it costs is known now, its weights when ``result()`` is called.
+
+    For plain local SGD the steps, samples and FLOPs follow from the client's sample count alone, so the
+    client's virtual compute time can run while the task is computed elsewhere (a remote executor);
+    ``result()`` is called where the update is needed.  Otherwise (in-process, custom trainers) the task
+    has already finished and ``result()`` just returns it.
+    """
+
+    def __init__(self, *, done: TrainResult | None = None, handle: Any = None, steps: int = 0, samples: int = 0,
+                 flops: float = 0.0, finish: Callable[[Any], TrainResult] | None = None) -> None:
+        self._done, self._handle, self._finish = done, handle, finish
+        self.steps = done.stats.steps if done is not None else steps
+        self.samples = done.stats.samples if done is not None else samples
+        self.flops = done.flops if done is not None else flops
+
+    def result(self) -> TrainResult:
+        if self._done is None:
+            assert self._finish is not None
+            self._done = self._finish(self._handle.result())
+            self._handle = None
+        return self._done
+
+
+_TASK_MODELS: dict[tuple, BlockModel] = {}
+
+
+def train_task(model_spec: tuple, x: torch.Tensor, y: torch.Tensor, base_state: State, indices: torch.Tensor,
+               sgd: SGDConfig, seed: int, task: str) -> tuple[State, TrainStats]:
+    """Plain local SGD as a self-contained task (what a remote executor runs): build (once per process) the
+    model ``model_spec`` = (name, input shape, outputs, hidden, width), load ``base_state``, train with the
+    batch stream seeded ``seed``.  Same inputs, same numbers as :meth:`Context._train`."""
+    from fedsim.learn.models import build_model
+
+    model = _TASK_MODELS.get(model_spec)
+    if model is None:
+        name, shape, outputs, hidden, width = model_spec
+        model = _TASK_MODELS[model_spec] = build_model(name, shape, outputs, hidden=hidden, width=width)
+    model.load_state_dict(base_state)
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    stats = local_sgd(model, x, y, indices, sgd, gen, task=task)
+    return clone_state(model.state_dict()), stats
+
+
 class Context:
     """Everything one algorithm run needs; the algorithm owns the global model's evolution."""
 
@@ -74,6 +119,18 @@ class Context:
         self.parts = parts
         self.num_clients = len(parts)
         self.worker = model
+        #: the worker's live parameter and buffer tensors by state-dict name: loading a state is one copy
+        #: per tensor (what ``load_state_dict`` does, without its per-call module walk)
+        self._slots: dict[str, torch.Tensor] = dict(model.state_dict(keep_vars=True))
+        self._part_tensors: dict[int, torch.Tensor] = {}
+        self._shared_state: tuple[State, Any] | None = None  # the last base state shipped to remote workers
+        from fedsim.learn.batched import can_batch
+
+        #: train.batched: plain-SGD tasks dispatched from the same base state train together (vmap)
+        self.batched = bool(scenario.train.batched and not scenario.train.systems_only
+                            and can_batch(model, data.train.task))
+        self._batch_notes: dict[int, tuple[State, list[tuple[int, int]]]] = {}
+        self._batch_results: dict[tuple[int, int], TrainResult] = {}
         self.global_state: State = clone_state(model.state_dict())
         self.version = 0
         self.updates_applied = 0
@@ -124,7 +181,39 @@ class Context:
                      **kwargs: Any) -> TrainResult:
         """Local training of ``client`` from ``base_state`` with the client's stream for this task (via the
         executor): plain local SGD of the whole model, or the assignment's sub-model and trainer."""
-        return self.executor.submit(self._train, client, base_state, task, assignment, **kwargs).result()
+        return self.start_training(client, base_state, task=task, assignment=assignment, **kwargs).result()
+
+    def start_training(self, client: int, base_state: State, *, task: int, assignment: "Assignment | None" = None,
+                       **kwargs: Any) -> PendingTraining:
+        """Start ``client``'s local training; see :class:`PendingTraining`.
+
+        In-process (and for sub-models, custom trainers and systems-only runs) the task runs now.  With a
+        remote executor, plain local SGD is shipped to a worker and collected by ``result()``."""
+        custom = assignment is not None and (assignment.submodel is not None or assignment.trainer is not None)
+        if self.batched and not custom and not kwargs:
+            return PendingTraining(done=self._batched_result(client, task, base_state))
+        if not self.executor.remote or custom or kwargs or self.scenario.train.systems_only:
+            return PendingTraining(done=self.executor.submit(self._train, client, base_state, task, assignment,
+                                                             **kwargs).result())
+        ex = self.executor
+        m = self.scenario.model
+        hidden = m.hidden if m.hidden is None or isinstance(m.hidden, int) else tuple(m.hidden)
+        spec = (m.name, self.input_shape, self.data.train.num_outputs, hidden, m.width)
+        if self._shared_state is None or self._shared_state[0] is not base_state:
+            self._shared_state = (base_state, ex.put(base_state))
+        handle = ex.submit(train_task, spec, ex.share("x", self.data.train.x), ex.share("y", self.data.train.y),
+                           self._shared_state[1], self.part_tensor(client), self.sgd,
+                           self.streams.int_seed("client", client, "task", task), self.data.train.task)
+        n = len(self.parts[client])
+        steps = num_steps(n, self.sgd)
+        samples = samples_processed(n, steps, self.sgd.batch_size)
+        flops = self.flop_cost.total * samples
+
+        def finish(out: tuple[State, TrainStats]) -> TrainResult:
+            state, stats = out
+            return TrainResult(state=state, stats=stats, flops=self.flop_cost.total * stats.samples)
+
+        return PendingTraining(handle=handle, steps=steps, samples=samples, flops=flops, finish=finish)
 
     def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
                **kwargs: Any) -> TrainResult:
@@ -136,12 +225,58 @@ class Context:
             samples = samples_processed(n, steps, self.sgd.batch_size)
             return TrainResult(state=base_state, stats=TrainStats(steps, samples, math.nan, math.nan),
                                flops=self.flop_cost.total * samples)
-        self.worker.load_state_dict(base_state)
+        self.load_worker(base_state)
         gen = self.streams.torch("client", client, "task", task)
         kwargs.setdefault("task", self.data.train.task)
-        stats = local_sgd(self.worker, self.data.train.x, self.data.train.y, self.parts[client], self.sgd, gen, **kwargs)
+        stats = local_sgd(self.worker, self.data.train.x, self.data.train.y, self.part_tensor(client), self.sgd, gen,
+                          **kwargs)
         flops = self.flop_cost.total * stats.samples
-        return TrainResult(state=clone_state(self.worker.state_dict()), stats=stats, flops=flops)
+        return TrainResult(state=clone_state(self._slots), stats=stats, flops=flops)
+
+    def note_dispatch(self, client: int, task: int, base_state: State, assignment: "Assignment | None" = None) -> None:
+        """Tell the context that ``client``'s task ``task`` will train from ``base_state`` (the algorithm's
+        dispatch calls this).  With ``train.batched``, the tasks noted for one base state train together when
+        the first of them starts computing; otherwise this does nothing."""
+        if not self.batched or (assignment is not None and (assignment.submodel is not None
+                                                            or assignment.trainer is not None)):
+            return
+        entry = self._batch_notes.get(id(base_state))
+        if entry is None or entry[0] is not base_state:
+            entry = self._batch_notes[id(base_state)] = (base_state, [])
+            while len(self._batch_notes) > 8:  # groups whose clients all dropped before computing
+                del self._batch_notes[next(iter(self._batch_notes))]
+        entry[1].append((client, task))
+
+    def _batched_result(self, client: int, task: int, base_state: State) -> TrainResult:
+        from fedsim.learn.batched import batched_local_sgd
+
+        done = self._batch_results.pop((client, task), None)
+        if done is not None:
+            return done
+        entry = self._batch_notes.get(id(base_state))
+        group = [(client, task)]
+        if entry is not None and entry[0] is base_state and (client, task) in entry[1]:
+            group = [ct for ct in entry[1] if ct not in self._batch_results]
+            del self._batch_notes[id(base_state)]
+        outs = batched_local_sgd(self.worker, base_state, self.data.train.x, self.data.train.y,
+                                 [self.part_tensor(c) for c, _ in group], self.sgd,
+                                 [self.streams.torch("client", c, "task", k) for c, k in group])
+        for (c, k), (state, stats) in zip(group, outs):
+            self._batch_results[(c, k)] = TrainResult(state=state, stats=stats, flops=self.flop_cost.total * stats.samples)
+        return self._batch_results.pop((client, task))
+
+    def load_worker(self, state: State) -> None:
+        """Copy ``state`` into the worker model (same tensors, same values as ``load_state_dict``)."""
+        with torch.no_grad():
+            for name, live in self._slots.items():
+                live.copy_(state[name])
+
+    def part_tensor(self, client: int) -> torch.Tensor:
+        """``client``'s sample indices as an int64 tensor (converted once per client, on first use)."""
+        t = self._part_tensors.get(client)
+        if t is None:
+            t = self._part_tensors[client] = torch.as_tensor(np.asarray(self.parts[client], dtype=np.int64))
+        return t
 
     def _train_assignment(self, client: int, base_state: State, task: int, assignment: "Assignment") -> TrainResult:
         """Train the assignment's sub-model: extract -> local SGD (or the assignment's trainer) -> insert.
@@ -306,7 +441,7 @@ class Context:
         if self.scenario.train.systems_only:
             acc, loss = math.nan, math.nan
         else:
-            self.worker.load_state_dict(self.global_state)
+            self.load_worker(self.global_state)
             bs = self.scenario.eval.batch_size
             with static_bn_statistics(self.worker, self.bn_data, bs):
                 acc, loss = evaluate(self.worker, self.test, batch_size=bs)

@@ -77,7 +77,13 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     """Local training.  ``systems_only``: no training at all; every task is costed from the real model's
-    FLOPs and bytes (for timing studies and 10^5+ devices) and the model never changes."""
+    FLOPs and bytes (for timing studies and 10^5+ devices) and the model never changes.
+
+    ``batched``: the clients of one synchronous round train together, vectorised over clients
+    (``fedsim.learn.batched``); same results as one after another within float tolerance.
+    ``executor``: where training runs: ``inprocess``, or ``ray`` (``pip install fedsim[ray]``) with
+    ``workers`` Ray workers (None: the machine's cores) on the cluster at ``ray_address`` (None: a local
+    Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster)."""
 
     lr: float = 0.05
     momentum: float = 0.0
@@ -87,8 +93,13 @@ class TrainConfig:
     local_epochs: float | None = 1.0
     clip_norm: float | None = None
     systems_only: bool = False
+    batched: bool = False
+    executor: Literal["inprocess", "ray"] = "inprocess"
+    workers: int | None = None
+    ray_address: str | None = None
 
     def validate(self, prefix: str) -> None:
+        positive(self.workers, f"{prefix}.workers")
         positive(self.lr, f"{prefix}.lr")
         positive(self.momentum, f"{prefix}.momentum", allow_zero=True)
         positive(self.weight_decay, f"{prefix}.weight_decay", allow_zero=True)
@@ -396,12 +407,14 @@ class EvalConfig:
 
 @dataclass
 class OutputConfig:
-    """``checkpoints``: save the global state every N model versions (plus version 0 and the final one)
+    """``trace_format``: ``jsonl`` (trace.jsonl) or ``compact`` (trace.compact.gz, values only, gzip; for
+    millions of events, see ``fedsim.sim.trace``).  ``checkpoints``: save the global state every N model versions (plus version 0 and the final one)
     to ``checkpoints/v{version:06d}.pt``, so probes can be measured after the run (``fedsim check``)."""
 
     dir: str = "runs"
     figures: bool = True
     flush_every: int = 256
+    trace_format: Literal["jsonl", "compact"] = "jsonl"
     checkpoints: int | None = None
 
     def validate(self, prefix: str) -> None:

@@ -25,6 +25,7 @@ import torch
 from fedsim.config import positive, require
 from fedsim.learn.state import Mask, State, state_sub
 from fedsim.learn.train import TrainStats
+from fedsim.system.availability import AlwaysOn
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.models import BlockModel
@@ -152,8 +153,9 @@ def client_task(
     t0 = ctx.env.now
     down = ctx.download_bytes(a)
     yield from world.download(client, down, version=base_version)
-    result = ctx.train_client(client, base_state, task=task, assignment=a)
-    yield from world.compute(client, result.flops, what="train", steps=result.stats.steps, samples=result.stats.samples)
+    pending = ctx.start_training(client, base_state, task=task, assignment=a)
+    yield from world.compute(client, pending.flops, what="train", steps=pending.steps, samples=pending.samples)
+    result = pending.result()  # a remote executor computed it meanwhile; in-process it is already done
     tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
     nbytes = ctx.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
     yield from world.upload(client, nbytes)
@@ -217,7 +219,9 @@ class Algorithm:
         base, version = ctx.global_state, ctx.version
         extra = {} if a.submodel is None else {"submodel": ctx.submodel_summary(a.submodel)}
         ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=round_, **extra)
-        body = client_task(ctx, client, base, version, task=tasks.next(client), assignment=a)
+        k = tasks.next(client)
+        ctx.note_dispatch(client, k, base, a)
+        body = client_task(ctx, client, base, version, task=k, assignment=a)
         return self.launch(client, body, round_)
 
     def launch(self, client: int, body: Generator[simpy.events.Event, Any, Update], round_: int | None = None) -> simpy.Process:
@@ -232,8 +236,22 @@ class Algorithm:
         return True
 
     def sample_clients(self, k: int, stream: tuple, exclude: set[int] | None = None) -> list[int]:
-        """``k`` distinct clients (uniform, without replacement) among the eligible ones, excluding busy ones."""
+        """``k`` distinct clients (uniform, without replacement) among the eligible ones, excluding busy ones.
+
+        When every client is eligible and always online (the common case, and every systems-only study of
+        10^5+ devices), the draw is made on positions among the non-excluded clients without listing them
+        all: the same positions ``rng.choice`` picks from the listed pool, so the same clients, in
+        O(k · |exclude|) instead of O(number of clients) per call.
+        """
         ctx = self.ctx
+        if type(self).eligible is Algorithm.eligible and isinstance(ctx.world.availability, AlwaysOn):
+            skip = sorted(exclude) if exclude else []
+            size = ctx.num_clients - len(skip)
+            if size <= 0:
+                return []
+            rng = ctx.streams.numpy(*stream)
+            picks = rng.choice(size, size=min(k, size), replace=False)
+            return sorted(_nth_not_excluded(int(i), skip) for i in picks)
         pool = np.array([c for c in range(ctx.num_clients) if (not exclude or c not in exclude) and self.eligible(c)],
                         dtype=np.int64)
         pool = pool[[ctx.world.is_available(int(c)) for c in pool]] if len(pool) else pool
@@ -242,6 +260,17 @@ class Algorithm:
         rng = ctx.streams.numpy(*stream)
         k = min(k, len(pool))
         return sorted(int(c) for c in rng.choice(pool, size=k, replace=False))
+
+
+def _nth_not_excluded(i: int, skip: list[int]) -> int:
+    """The ``i``-th (from 0) of 0, 1, 2, ... once the sorted values ``skip`` are left out."""
+    c = i
+    for e in skip:
+        if e <= c:
+            c += 1
+        else:
+            break
+    return c
 
 
 def guarded(

@@ -24,6 +24,7 @@ from fedsim.errors import ConfigError
 from .costs import activation_bytes, flops_per_sample, state_bytes
 from .losses import logit_adjusted_cross_entropy
 from .models import BlockModel, block_of
+from .train import PlainSGD
 
 __all__ = ["SplitCosts", "split_costs", "split_state", "merge_state", "SideOptimizer", "SplitComputer",
            "check_cut"]
@@ -106,7 +107,8 @@ class SideOptimizer:
     """SGD (momentum, weight decay, gradient-norm clipping) over one side's parameter dictionary.
 
     The tensors are leaves that require grad; ``step(grads)`` clips the gradients jointly to ``clip_norm``,
-    then applies ``torch.optim.SGD`` (weight decay and momentum as PyTorch defines them).
+    then applies SGD with ``torch.optim.SGD``'s arithmetic (``fedsim.learn.train.PlainSGD``: weight decay and
+    momentum as PyTorch defines them).
     """
 
     def __init__(self, params: Mapping[str, torch.Tensor], lr: float, momentum: float = 0.0,
@@ -114,7 +116,7 @@ class SideOptimizer:
         self.params: State = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in params.items()}
         self.trainable = [v for v in self.params.values() if v.requires_grad]
         self.clip_norm = clip_norm
-        self.opt = torch.optim.SGD(self.trainable, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.opt = PlainSGD(self.trainable, lr=lr, momentum=momentum, weight_decay=weight_decay)
 
     def step(self, grads: list[torch.Tensor]) -> None:
         for p, g in zip(self.trainable, grads):

@@ -103,6 +103,9 @@ def masked_weighted_average(
                     top = torch.maximum(top, v)
                 out[name] = top.clone() if is_delta else torch.maximum(ref, top)
             continue
+        if all(u.mask is None or name not in u.mask for u in updates):
+            out[name] = _dense_average(updates, name, ref, is_delta, extra_weight)
+            continue
         num = torch.zeros_like(ref, dtype=torch.float64)
         den = torch.zeros_like(ref, dtype=torch.float64)
         for u in updates:
@@ -127,6 +130,27 @@ def masked_weighted_average(
         else:
             out[name] = torch.where(covered, avg.to(ref.dtype), ref)
     return out
+
+
+def _dense_average(updates: Sequence[Contribution], name: str, ref: torch.Tensor, is_delta: bool,
+                   extra_weight: Callable[[Contribution], float] | None) -> torch.Tensor:
+    """``masked_weighted_average`` for one tensor that no update masks: the same float64 sums, with the
+    weight total kept as one number instead of a tensor of equal entries (bit-identical, less work)."""
+    num: torch.Tensor | None = None
+    den = 0.0
+    for u in updates:
+        if name not in u.tensors:
+            continue
+        w = u.weight_of(name) * (extra_weight(u) if extra_weight else 1.0)
+        if w == 0.0:
+            continue
+        if num is None:
+            num = torch.zeros_like(ref, dtype=torch.float64)
+        num.add_(u.tensors[name].to(torch.float64), alpha=w)
+        den += w
+    if num is None or not den > 0:
+        return torch.zeros_like(ref) if is_delta else ref.clone()
+    return (num / den).to(ref.dtype)
 
 
 def coverage_counts(updates: Sequence[Contribution], base: Mapping[str, torch.Tensor]) -> tuple[float, float, int]:

@@ -1,6 +1,7 @@
 """Local training (minibatch SGD on a client's index set) and evaluation.
 
-Training is plain ``torch.optim.SGD`` on in-memory tensors; the batches come from
+Training is SGD on in-memory tensors, with exactly the arithmetic of ``torch.optim.SGD`` (its
+single-tensor path, the one it takes on CPU; :class:`PlainSGD`, tested bit for bit against it); the batches come from
 :func:`batch_schedule`, which depends only on the sample count and a torch generator (a named stream),
 so the same inputs always give the same weights.  A fresh optimizer is built per call: momentum
 state is local to one round of local training, as in FedAvg and its relatives.
@@ -21,8 +22,8 @@ from fedsim.errors import ConfigError, DivergenceError
 
 from .data import TASKS, ArrayDataset
 
-__all__ = ["SGDConfig", "TrainStats", "TASKS", "loss_for", "half_squared_error", "num_steps", "batch_schedule",
-           "local_sgd", "evaluate", "static_bn_statistics"]
+__all__ = ["SGDConfig", "PlainSGD", "TrainStats", "TASKS", "loss_for", "half_squared_error", "num_steps",
+           "batch_schedule", "local_sgd", "evaluate", "static_bn_statistics"]
 
 
 def half_squared_error(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -134,6 +135,44 @@ def batch_schedule(n_samples: int, steps: int, batch_size: int, generator: torch
     return out
 
 
+class PlainSGD:
+    """``torch.optim.SGD``'s update (weight decay, momentum with dampening 0, no Nesterov), step for step.
+
+    Why not ``torch.optim.SGD`` itself: constructing any ``torch.optim`` optimizer imports torch's compiler
+    stack (``torch._dynamo``, about 2 s) on first use, a fixed cost of every run that never compiles
+    anything.  The arithmetic below is the optimizer's single-tensor path operation for operation, so the
+    weights are bit-identical (``tests/test_perf_train.py`` checks it against ``torch.optim.SGD``).
+    """
+
+    def __init__(self, params: Iterable[nn.Parameter], *, lr: float, momentum: float = 0.0,
+                 weight_decay: float = 0.0) -> None:
+        self.params = list(params)
+        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for i, p in enumerate(self.params):
+            grad = p.grad
+            if grad is None:
+                continue
+            if self.weight_decay != 0:
+                grad = grad.add(p, alpha=self.weight_decay)
+            if self.momentum != 0:
+                buf = self.buffers[i]
+                if buf is None:
+                    buf = grad.detach().clone()
+                    self.buffers[i] = buf
+                else:
+                    buf.mul_(self.momentum).add_(grad, alpha=1.0)
+                grad = buf
+            p.add_(grad, alpha=-self.lr)
+
+
 @dataclass
 class TrainStats:
     """What one call of :func:`local_sgd` did: steps, samples processed, mean and final batch loss."""
@@ -158,7 +197,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     bit-identical.  To guarantee that, weight decay is then added to the gradient *before* masking (instead
     of inside the optimizer, which would decay masked entries), and the momentum buffer of a masked entry
     stays exactly zero because its every input is zero.  Without a mask, weight decay is the optimizer's,
-    so the result equals the textbook ``torch.optim.SGD`` loop bit for bit.  Gradient clipping (if
+    so the result equals the textbook ``torch.optim.SGD`` loop bit for bit (:class:`PlainSGD`).  Gradient clipping (if
     ``clip_norm``) acts on the loss gradient after masking, before weight decay, as in a standard loop.
 
     ``prox_mu > 0`` adds the proximal term (μ/2)‖w − w₀‖² to the local objective, w₀ the weights at the
@@ -197,11 +236,12 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
             masks.append((p, m.to(dtype=p.dtype)))
     anchor = [(p, p.detach().clone()) for p in train_params] if prox_mu > 0 else []
     manual_wd = bool(masks) and cfg.weight_decay > 0
-    opt = torch.optim.SGD(train_params, lr=cfg.lr, momentum=cfg.momentum,
-                          weight_decay=0.0 if manual_wd else cfg.weight_decay)
+    opt = PlainSGD(train_params, lr=cfg.lr, momentum=cfg.momentum,
+                   weight_decay=0.0 if manual_wd else cfg.weight_decay)
 
     was_training = model.training
-    model.train()
+    if not was_training:  # a module in training mode is left alone (train() walks every submodule)
+        model.train()
     for p in frozen:
         p.requires_grad_(False)
     losses: list[float] = []
@@ -237,7 +277,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     finally:
         for p in frozen:
             p.requires_grad_(True)
-        model.train(was_training)
+        if not was_training:
+            model.train(False)
     mean = float(np.mean(losses)) if losses else float("nan")
     last = losses[-1] if losses else float("nan")
     return TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last)

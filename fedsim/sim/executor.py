@@ -1,27 +1,52 @@
 """Executors: where training work runs.
 
 The simulator asks an executor for the result of a training task with frozen inputs (a base model
-snapshot, a client's indices, a named stream).  Because the inputs are frozen, the result does not
+snapshot, a client's indices, a named stream's seed).  Because the inputs are frozen, the result does not
 depend on when or where the work is computed: the in-process executor computes it at once, inside the
-SimPy step where the client starts computing; a pool or cluster executor may compute it elsewhere and
-hand it back later, with the same numbers.
+SimPy step where the client starts computing; :class:`RayExecutor` starts it in a Ray worker at that same
+moment and the simulation collects it only when the update is needed (when the client's virtual compute
+time has passed), so the tasks of clients computing at overlapping virtual times run in parallel, with
+the same numbers.
+
+Same numbers needs the same arithmetic: every worker runs torch with one thread, as the driver does
+(``fedsim.runner`` sets ``torch.set_num_threads(1)``), so reductions are summed in the same order and a
+run on Ray writes a trace byte-identical to the in-process one (``tests/test_perf_ray.py``).
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import Future
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Hashable, Protocol, TypeVar
+
+from fedsim.errors import ConfigError
 
 T = TypeVar("T")
 
 
 class Executor(Protocol):
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> "Future[T]":
-        """Start ``fn(*args, **kwargs)``; the future's result is the task's output."""
+    #: False: tasks finish inside ``submit`` (the caller may rely on it); True: they run elsewhere.
+    remote: bool
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Any:
+        """Start ``fn(*args, **kwargs)``; the returned handle's ``result()`` is the task's output."""
+        ...
+
+    def share(self, key: Hashable, value: Any) -> Any:
+        """``value`` as an argument handle that is shipped to workers once (large constant inputs)."""
+        ...
+
+    def put(self, value: Any) -> Any:
+        """``value`` as an argument handle for the tasks submitted next (shipped once, freed with them)."""
+        ...
+
+    def close(self) -> None:
         ...
 
 
 class InProcessExecutor:
     """Runs each task immediately in the calling thread (deterministic, no copies)."""
+
+    remote = False
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> "Future[T]":
         fut: Future[T] = Future()
@@ -30,3 +55,96 @@ class InProcessExecutor:
         except BaseException as exc:  # re-raised by .result(), where the caller handles it
             fut.set_exception(exc)
         return fut
+
+    def share(self, key: Hashable, value: Any) -> Any:
+        return value
+
+    def put(self, value: Any) -> Any:
+        return value
+
+    def close(self) -> None:
+        pass
+
+
+class _RayResult:
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self) -> Any:
+        import ray
+
+        return ray.get(self.ref)
+
+
+def _in_worker(fn: Callable[..., T], threads: int, *args: Any, **kwargs: Any) -> T:
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return fn(*args, **kwargs)
+
+
+class RayExecutor:
+    """Training tasks in Ray workers; the SimPy clock and everything else stay in the driver.
+
+    ``address`` None starts a local Ray with ``workers`` CPUs (default: the machine's cores); ``"auto"``
+    or ``"ray://head:10001"`` joins an existing cluster, whose nodes need fedsim and its dependencies
+    installed (``pip install fedsim[ray]``).  Workers run torch with ``threads`` threads (the driver's
+    count, so results are bit-identical).  Large constant inputs (the training data) go to the object
+    store once (:meth:`share`).
+    """
+
+    remote = True
+
+    def __init__(self, workers: int | None = None, address: str | None = None, *, threads: int = 1) -> None:
+        try:
+            import ray
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ConfigError("train.executor", "'ray' needs Ray installed (pip install 'fedsim[ray]')") from exc
+        self._started = False
+        if not ray.is_initialized():
+            here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}}
+            kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
+            if address is None:
+                kwargs.update(num_cpus=workers or os.cpu_count() or 1, runtime_env=env)
+            ray.init(address=address, **kwargs)
+            self._started = True
+        self.threads = int(threads)
+        self._task = ray.remote(num_cpus=1)(_in_worker)
+        self._shared: dict[Hashable, Any] = {}
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> _RayResult:
+        return _RayResult(self._task.remote(fn, self.threads, *args, **kwargs))
+
+    def share(self, key: Hashable, value: Any) -> Any:
+        import ray
+
+        ref = self._shared.get(key)
+        if ref is None:
+            ref = self._shared[key] = ray.put(value)
+        return ref
+
+    def put(self, value: Any) -> Any:
+        import ray
+
+        return ray.put(value)
+
+    def close(self) -> None:
+        import ray
+
+        self._shared.clear()
+        if self._started and ray.is_initialized():
+            ray.shutdown()
+        self._started = False
+
+
+def make_executor(kind: str, workers: int | None = None, address: str | None = None) -> Executor:
+    """The executor of ``train.executor``."""
+    if kind == "inprocess":
+        return InProcessExecutor()
+    if kind == "ray":
+        import torch
+
+        return RayExecutor(workers, address, threads=torch.get_num_threads())
+    raise ConfigError("train.executor", f"unknown executor {kind!r} (allowed: inprocess, ray)")

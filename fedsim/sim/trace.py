@@ -12,13 +12,26 @@ Interval events (``download``, ``compute``, ``upload``, ``server``) carry ``star
 equals ``end``.  Waiting is never folded into service: a ``server`` record has ``wait`` (queueing
 before service began) and ``service`` separately, and transfers carry their own ``wait`` for a shared
 medium.
+
+Two formats (``output.trace_format``):
+
+* ``jsonl`` (default): ``trace.jsonl``, one JSON object per line, as above.
+* ``compact``: ``trace.compact.gz``, for runs of millions of events: gzip-compressed lines where a record is
+  a JSON array of its values only, ``[schema, t, v1, v2, ...]``; a schema line
+  ``{"schema": id, "kind": ..., "fields": [...]}`` precedes the first record of each (kind, field names)
+  combination.  The same events and values, no keys repeated, compressed: about 15x smaller than jsonl
+  and cheaper to write.  A run killed midway leaves a readable prefix (each flush ends a gzip member).
+
+:func:`load_trace` reads either format (selected kinds and columns only) and :func:`iter_trace` streams
+records one at a time, so readers need not hold a whole trace in memory.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import IO, Any, Iterable, Iterator, Literal
 
 import pandas as pd
 
@@ -66,6 +79,21 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: File name of each trace format inside a run directory.
+TRACE_FILES: dict[str, str] = {"jsonl": "trace.jsonl", "compact": "trace.compact.gz"}
+TraceFormat = Literal["jsonl", "compact"]
+_PLAIN = (int, str, bool, type(None))
+
+
+def trace_path(run_dir: str | Path) -> Path:
+    """The trace file of a run directory (either format; ``trace.jsonl`` when there is none yet)."""
+    run_dir = Path(run_dir)
+    for name in TRACE_FILES.values():
+        if (run_dir / name).exists():
+            return run_dir / name
+    return run_dir / TRACE_FILES["jsonl"]
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
@@ -81,36 +109,58 @@ def _clean(value: Any) -> Any:
 
 
 class Trace:
-    """Append-only event log; ``emit`` is cheap, the file is flushed in batches."""
+    """Append-only event log; ``emit`` is cheap, the file is flushed in batches.
 
-    def __init__(self, path: str | Path | None, flush_every: int = 256) -> None:
+    ``path`` None keeps the records in memory (tests); ``fmt`` picks the file format (module docstring).
+    """
+
+    def __init__(self, path: str | Path | None, flush_every: int = 256, fmt: TraceFormat = "jsonl") -> None:
+        if fmt not in TRACE_FILES:
+            raise ValueError(f"unknown trace format {fmt!r} (allowed: {', '.join(TRACE_FILES)})")
         self.path = Path(path) if path is not None else None
+        self.fmt = fmt
         self.flush_every = max(1, int(flush_every))
         self._buffer: list[str] = []
-        self._fh: IO[str] | None = None
+        self._fh: IO[Any] | None = None
+        self._schemas: dict[tuple[str, tuple[str, ...]], int] = {}
         self.count = 0
         self.records: list[dict[str, Any]] | None = None  # kept in memory only when there is no file
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "w", encoding="utf-8")
+            self._fh = open(self.path, "wb" if fmt == "compact" else "w", **({} if fmt == "compact" else {"encoding": "utf-8"}))
         else:
             self.records = []
 
     def emit(self, t: float, kind: str, **fields: Any) -> None:
         """Record one event at virtual time ``t``."""
         record = {"t": float(t), "kind": kind}
-        record.update({k: _clean(v) for k, v in fields.items()})
+        for k, v in fields.items():
+            record[k] = v if type(v) in _PLAIN else _clean(v)
         self.count += 1
         if self.records is not None:
             self.records.append(record)
             return
-        self._buffer.append(json.dumps(record, separators=(",", ":")))
+        if self.fmt == "compact":
+            key = (kind, tuple(fields))
+            sid = self._schemas.get(key)
+            if sid is None:
+                sid = self._schemas[key] = len(self._schemas)
+                self._buffer.append(json.dumps({"schema": sid, "kind": kind, "fields": list(fields)},
+                                               separators=(",", ":")))
+            del record["kind"]
+            self._buffer.append(json.dumps([sid, *record.values()], separators=(",", ":")))
+        else:
+            self._buffer.append(json.dumps(record, separators=(",", ":")))
         if len(self._buffer) >= self.flush_every:
             self.flush()
 
     def flush(self) -> None:
         if self._fh is not None and self._buffer:
-            self._fh.write("\n".join(self._buffer) + "\n")
+            text = "\n".join(self._buffer) + "\n"
+            if self.fmt == "compact":
+                self._fh.write(gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0))
+            else:
+                self._fh.write(text)
             self._fh.flush()
             self._buffer.clear()
 
@@ -129,25 +179,68 @@ class Trace:
         return load_trace(self.path)
 
 
-def load_trace(path: str | Path, kinds: Iterable[str] | None = None) -> pd.DataFrame:
-    """Load a trace file (or a run directory holding ``trace.jsonl``) as a DataFrame.
+def _compact_lines(path: Path) -> Iterator[str]:
+    """Lines of a compact trace; a gzip member cut off by a killed run ends the stream quietly."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        try:
+            for line in fh:
+                yield line
+        except (EOFError, gzip.BadGzipFile, OSError):
+            return
 
-    ``kinds`` keeps only those event kinds (selected on the raw text before parsing, which makes
-    reading a few kinds out of a million-event trace fast).  A last line cut off by a killed run is
-    ignored, so a partial trace always loads.
+
+def iter_trace(path: str | Path, kinds: Iterable[str] | None = None) -> Iterator[dict[str, Any]]:
+    """Stream a trace's records (either format) as dicts, oldest first, keeping only ``kinds``.
+
+    Memory stays constant however long the trace is.  A last record cut off by a killed run is skipped.
     """
     path = Path(path)
     if path.is_dir():
-        path = path / "trace.jsonl"
-    marks = None if kinds is None else tuple(f'"kind":{json.dumps(k)}' for k in kinds)
-    rows = []
+        path = trace_path(path)
+    wanted = None if kinds is None else set(kinds)
+    if path.name.endswith(".gz"):
+        schemas: dict[int, tuple[str, list[str]]] = {}
+        for line in _compact_lines(path):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                return
+            if isinstance(row, dict):
+                schemas[row["schema"]] = (row["kind"], row["fields"])
+                continue
+            kind, names = schemas[row[0]]
+            if wanted is not None and kind not in wanted:
+                continue
+            rec = {"t": row[1], "kind": kind}
+            rec.update(zip(names, row[2:]))
+            yield rec
+        return
+    marks = None if wanted is None else tuple(f'"kind":{json.dumps(k)}' for k in wanted)
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.strip()
             if not line or (marks is not None and not any(m in line for m in marks)):
                 continue
             try:
-                rows.append(json.loads(line))
+                yield json.loads(line)
             except json.JSONDecodeError:
-                break
-    return pd.DataFrame.from_records(rows)
+                return
+
+
+def load_trace(path: str | Path, kinds: Iterable[str] | None = None,
+               columns: Iterable[str] | None = None) -> pd.DataFrame:
+    """Load a trace file (or a run directory holding one, either format) as a DataFrame.
+
+    ``kinds`` keeps only those event kinds (for jsonl selected on the raw text before parsing, which makes
+    reading a few kinds out of a million-event trace fast); ``columns`` keeps only those fields (``t`` and
+    ``kind`` always), so the frame holds what the reader needs and not every event's every field.  A last
+    line cut off by a killed run is ignored, so a partial trace always loads.
+    """
+    keep = None if columns is None else ["t", "kind", *[c for c in columns if c not in ("t", "kind")]]
+    if keep is None:
+        return pd.DataFrame.from_records(list(iter_trace(path, kinds)))
+    cols: dict[str, list[Any]] = {c: [] for c in keep}
+    for rec in iter_trace(path, kinds):
+        for c in keep:
+            cols[c].append(rec.get(c))
+    return pd.DataFrame(cols)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
-from scipy.special import exp1
 
 from fedsim.errors import ConfigError
 from fedsim.sim.rng import Streams
@@ -187,6 +186,8 @@ def ergodic_rayleigh_rate(bandwidth_hz: float, mean_snr: float) -> float:
     to avoid overflow.
     """
     _positive("mean_snr", mean_snr)
+    from scipy.special import exp1  # imported when a Rayleigh rate is first needed (start-up)
+
     x = 1.0 / mean_snr
     val = math.exp(x) * float(exp1(x)) if x < 700 else (1 / x) * (1 - 1 / x + 2 / x**2 - 6 / x**3)
     return bandwidth_hz * math.log2(math.e) * val

@@ -10,7 +10,7 @@ Networks", IEEE TWC 2021; Tran et al., FEDL, INFOCOM 2019) is available as ``cpu
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -102,5 +102,9 @@ class EnergyMeter:
 
     def table(self) -> pd.DataFrame:
         """One row per device with joules and seconds per state."""
-        rows = [{"device": d, **asdict(a), "total_j": a.total_j} for d, a in self.accounts.items()]
-        return pd.DataFrame(rows, columns=["device", *EnergyAccount.__dataclass_fields__, "total_j"])
+        accounts = list(self.accounts.values())
+        cols: dict[str, list[Any]] = {"device": list(self.accounts)}
+        for name in EnergyAccount.__dataclass_fields__:
+            cols[name] = [getattr(a, name) for a in accounts]
+        cols["total_j"] = [a.total_j for a in accounts]
+        return pd.DataFrame(cols)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Generator, Union
 
@@ -74,7 +75,9 @@ class Medium:
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
-        self.records: list[TransferRecord] = []
+        #: the last transfers, for inspection (bounded, so memory does not grow with the run; the trace
+        #: has every transfer)
+        self.records: deque[TransferRecord] = deque(maxlen=10_000)
 
     def transfer(self, client: Any, bits: float, rate: Rate) -> Generator[simpy.Event, Any, TransferRecord]:
         raise NotImplementedError

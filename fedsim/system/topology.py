@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Generator, Mapping
+from typing import TYPE_CHECKING, Any, Generator, Mapping
 
-import networkx as nx
 import simpy
 
 from fedsim.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import networkx as nx
+
+
+def _nx():  # type: ignore[no-untyped-def]
+    """networkx, imported on first use (only hierarchical networks need it; ~0.4 s of start-up otherwise)."""
+    import networkx
+
+    return networkx
 
 
 @dataclass(frozen=True)
@@ -56,13 +65,13 @@ class Topology:
     def __init__(self, graph: nx.Graph, root: Any = "server") -> None:
         if root not in graph:
             raise ConfigError("network.root", f"root {root!r} is not a node of the topology")
-        if not nx.is_tree(graph):
+        if not _nx().is_tree(graph):
             raise ConfigError("network", "the topology must be a tree (one path from each client to the server)")
         self.graph, self.root = graph, root
 
     @classmethod
     def star(cls, clients, access_rate_bps: float | None = None, access_latency_s: float = 0.0, root: Any = "server") -> "Topology":
-        g = nx.Graph()
+        g = _nx().Graph()
         g.add_node(root, role="server")
         for c in clients:
             g.add_node(c, role="client")
@@ -82,7 +91,7 @@ class Topology:
         """``assignment`` maps each client to its access point / edge server name."""
         if backhaul_rate_bps is None or backhaul_rate_bps <= 0 or backhaul_latency_s < 0:
             raise ConfigError("network.backhaul", f"rate must be > 0 and latency >= 0, got {backhaul_rate_bps}, {backhaul_latency_s}")
-        g = nx.Graph()
+        g = _nx().Graph()
         g.add_node(root, role="server")
         for ap in sorted(set(assignment.values()), key=str):
             g.add_node(ap, role="edge")
@@ -96,7 +105,7 @@ class Topology:
         """The hops from ``client`` to the server (``up``) or back (``down``)."""
         if client not in self.graph:
             raise ConfigError("network.client", f"client {client!r} is not in the topology")
-        nodes = nx.shortest_path(self.graph, client, self.root)
+        nodes = _nx().shortest_path(self.graph, client, self.root)
         if direction == "down":
             nodes = nodes[::-1]
         elif direction != "up":
@@ -149,6 +158,8 @@ class Topology:
 def draw_topology(topology: Topology | nx.Graph, path: list[Hop] | None = None, ax=None, root: Any = None):
     """Figure of the topology with link rates (Mbit/s) and, if given, a path highlighted."""
     import matplotlib.pyplot as plt
+
+    nx = _nx()
 
     if isinstance(topology, Topology):
         g, root = topology.graph, topology.root

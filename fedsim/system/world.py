@@ -148,7 +148,17 @@ class World:
                 raise ConfigError("devices.mix", f"the groups' counts {counts} sum to {sum(counts)}, but there are "
                                                  f"{n} clients (data.num_clients)")
             fixed = [g for g, k in enumerate(counts) for _ in range(int(k))]
-        for c in range(n):
+        only = devices.mix[0].flops_per_s if len(p) == 1 else None
+        if len(p) == 1 and (only is None or not isinstance(only, list) or only[0] >= only[-1]):
+            # one group and no per-client speed range: every client's draw is known without its stream
+            # (group 0; the fixed speed), so 10^6 clients need no 10^6 streams
+            self._client_group[:] = 0
+            if only is not None:
+                self._flops_per_s[:] = only if not isinstance(only, list) else only[0]
+            c_range: range = range(0)
+        else:
+            c_range = range(n)
+        for c in c_range:
             rng = self.streams.numpy("device", c)
             g = int(rng.choice(len(p), p=p))
             if fixed is not None:
@@ -410,5 +420,6 @@ class World:
         """Joules per client with its device class."""
         df = self.energy.table()
         if len(df):
-            df["device_class"] = [self.device_name(int(c)) for c in df["device"]]
+            names = np.array([self.profiles[k].name for k in self._group_keys], dtype=object)
+            df["device_class"] = names[self._client_group[df["device"].to_numpy(dtype=np.int64)]]
         return df

@@ -1,0 +1,126 @@
+"""Batched local training: the clients of one round that share an architecture train together.
+
+Each client's parameters become one slice of stacked tensors (client × parameter shape);
+``torch.func.functional_call`` runs the shared module with one client's slice, and ``torch.func.vmap``
+maps it over the clients, so one vectorised forward/backward per step replaces one per client.  Small
+models on small batches (the usual federated workload) are dominated by per-call overhead, which this
+removes.
+
+Semantics are those of :func:`fedsim.learn.train.local_sgd`, client by client: the same batch schedule
+from the same stream, the same SGD arithmetic (weight decay, momentum, clipping of the client's own
+gradient norm).  Clients differ in sample count, so batches are padded to ``batch_size`` with rows of
+weight 0 (the loss is the mean over the real rows), and a client that has finished its steps stops
+moving (its update is masked out).  Results equal sequential training within float tolerance (batched
+kernels sum in another order), and are deterministic (``tests/test_perf_batched.py``).
+
+Where this does not apply, callers train sequentially: models with buffers (BatchNorm statistics),
+regression tasks (the per-sample loss is defined for classification here), gradient masks and frozen
+parameters (sub-models and custom trainers go through their own path).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from fedsim.errors import DivergenceError
+
+from .train import SGDConfig, TrainStats, batch_schedule, num_steps
+
+__all__ = ["can_batch", "batched_local_sgd"]
+
+
+def can_batch(model: nn.Module, task: str) -> bool:
+    """Whether :func:`batched_local_sgd` handles this model and task (else train one client at a time)."""
+    return task == "classification" and not any(True for _ in model.buffers()) and all(
+        p.requires_grad for p in model.parameters())
+
+
+def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                      indices: Sequence[torch.Tensor], cfg: SGDConfig, generators: Sequence[torch.Generator]
+                      ) -> list[tuple[dict[str, torch.Tensor], TrainStats]]:
+    """Local SGD of every client (``indices[i]`` with batch stream ``generators[i]``) from ``base_state``.
+
+    Returns, per client, its trained state and statistics, as :func:`~fedsim.learn.train.local_sgd`
+    would.  ``model`` provides the architecture only (its weights are not touched).
+    """
+    cfg.validate()
+    n_clients = len(indices)
+    bs = cfg.batch_size
+    sizes = [len(ix) for ix in indices]
+    steps = [num_steps(n, cfg) for n in sizes]
+    schedules = [batch_schedule(n, s, bs, g) for n, s, g in zip(sizes, steps, generators)]
+    total_steps = max(steps, default=0)
+    names = [n for n, _ in model.named_parameters()]
+    params = {n: base_state[n].detach().unsqueeze(0).repeat(n_clients, *([1] * base_state[n].dim())).clone()
+              for n in names}
+    bufs: dict[str, torch.Tensor] | None = None
+
+    def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
+        out = functional_call(model, p, (xb,))
+        per = F.cross_entropy(out, yb, reduction="none")
+        return (per * wb).sum() / wb.sum().clamp_min(1.0)
+
+    step_fn = vmap(grad_and_value(loss_one))
+    losses: list[list[float]] = [[] for _ in range(n_clients)]
+    samples = [0] * n_clients
+    was_training = model.training
+    model.train()
+    try:
+        for step in range(total_steps):
+            rows = torch.zeros(n_clients, bs, dtype=torch.int64)
+            weight = torch.zeros(n_clients, bs)
+            active = torch.zeros(n_clients, dtype=torch.bool)
+            for c in range(n_clients):
+                if step < steps[c]:
+                    b = indices[c][schedules[c][step]]
+                    rows[c, : len(b)] = b
+                    weight[c, : len(b)] = 1.0
+                    active[c] = True
+                    samples[c] += len(b)
+            grads, values = step_fn(params, x[rows], y[rows], weight)
+            vals = values.tolist()
+            for c in range(n_clients):
+                if step < steps[c]:
+                    if not math.isfinite(vals[c]):
+                        raise DivergenceError(f"training loss became {vals[c]} at step {step} of {steps[c]} "
+                                              f"(lr={cfg.lr}); lower the learning rate or set clip_norm")
+                    losses[c].append(vals[c])
+            with torch.no_grad():
+                if cfg.clip_norm is not None:  # clip_grad_norm_ per client: its own total norm
+                    norms = torch.stack([g.reshape(n_clients, -1).norm(dim=1) for g in grads.values()], dim=1)
+                    total = norms.norm(dim=1)
+                    coef = torch.clamp(cfg.clip_norm / (total + 1e-6), max=1.0)
+                    grads = {n: g * coef.view(-1, *([1] * (g.dim() - 1))) for n, g in grads.items()}
+                mask = active.view(-1, *([1] * 1))
+                new_bufs: dict[str, torch.Tensor] = {}
+                for n in names:
+                    p, d = params[n], grads[n]
+                    shape = (-1,) + (1,) * (p.dim() - 1)
+                    act = mask.view(shape)
+                    if cfg.weight_decay != 0:
+                        d = d.add(p, alpha=cfg.weight_decay)
+                    if cfg.momentum != 0:
+                        if bufs is None:
+                            buf = d.clone()
+                        else:
+                            buf = torch.where(act, bufs[n] * cfg.momentum + d, bufs[n])
+                        new_bufs[n] = buf
+                        d = buf
+                    params[n] = torch.where(act, p - cfg.lr * d, p)
+                if cfg.momentum != 0:
+                    bufs = new_bufs
+    finally:
+        model.train(was_training)
+    out = []
+    for c in range(n_clients):
+        state = {k: (params[k][c].clone() if k in params else v.clone()) for k, v in base_state.items()}
+        ls = losses[c]
+        mean = float(sum(ls) / len(ls)) if ls else float("nan")
+        out.append((state, TrainStats(steps=len(ls), samples=samples[c], mean_loss=mean,
+                                      last_loss=ls[-1] if ls else float("nan"))))
+    return out

@@ -1,0 +1,53 @@
+"""The compact trace holds the same events as jsonl, is smaller, streams, and survives a cut-off end."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from fedsim.runner import run_scenario
+from fedsim.scenario import scenario_from_mapping
+from fedsim.sim.trace import Trace, iter_trace, load_trace, trace_path
+
+BASE = {"data": {"num_clients": 6}, "train": {"local_steps": 2},
+        "algorithm": {"name": "fedbuff", "buffer_size": 2, "concurrency": 3},
+        "stop": {"max_versions": 4}, "output": {"figures": False}}
+
+
+def _run(tmp_path, fmt):
+    sc = scenario_from_mapping({**BASE, "output": {"figures": False, "trace_format": fmt}})
+    [summary] = run_scenario(sc, tmp_path / fmt, progress=False)
+    return summary, trace_path(tmp_path / fmt)
+
+
+def test_compact_and_jsonl_hold_the_same_events(tmp_path):
+    s_json, p_json = _run(tmp_path, "jsonl")
+    s_comp, p_comp = _run(tmp_path, "compact")
+    assert p_json.name == "trace.jsonl" and p_comp.name == "trace.compact.gz"
+    a, b = load_trace(p_json), load_trace(p_comp)
+    assert len(a) == s_json["trace_events"] > 50
+    pd.testing.assert_frame_equal(a, b)
+    lines = [json.loads(x) for x in p_json.read_text().splitlines()]
+    assert list(iter_trace(p_comp)) == lines  # same records, same field order
+    assert p_comp.stat().st_size * 4 < p_json.stat().st_size
+    for k in ("mean_staleness", "updates_applied", "bytes_up", "final_accuracy"):
+        assert s_json[k] == s_comp[k]
+    only = load_trace(p_comp, kinds=("apply",), columns=("staleness", "client"))
+    assert list(only.columns) == ["t", "kind", "staleness", "client"]
+    assert (only["kind"] == "apply").all() and len(only) == s_json["updates_applied"]
+
+
+def test_cut_off_compact_trace_still_loads_a_prefix(tmp_path):
+    path = tmp_path / "t.compact.gz"
+    tr = Trace(path, flush_every=10, fmt="compact")
+    for i in range(30):
+        tr.emit(float(i), "drop", client=i, reason="offline", round=None)
+    size = path.stat().st_size  # three flushed members
+    for i in range(30, 35):
+        tr.emit(float(i), "drop", client=i, reason="offline", round=None)
+    tr.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: size + (len(data) - size) // 2])  # the last member is cut in the middle
+    df = load_trace(path)
+    assert 30 <= len(df) < 35
+    assert df["client"].tolist() == list(range(len(df)))

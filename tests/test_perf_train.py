@@ -1,0 +1,50 @@
+"""PlainSGD is torch.optim.SGD bit for bit, and a training run never loads torch's compiler stack."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedsim.learn.models import build_model
+from fedsim.learn.train import PlainSGD
+
+torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.0, 5e-4), (0.9, 1e-3)])
+def test_plain_sgd_is_torch_sgd_bit_for_bit(momentum, weight_decay):
+    gen = torch.Generator().manual_seed(3)
+    a = build_model("cnn", (1, 8, 8), 10, seed_generator=torch.Generator().manual_seed(0))
+    b = build_model("cnn", (1, 8, 8), 10, seed_generator=torch.Generator().manual_seed(0))
+    ours = PlainSGD(a.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
+    ref = torch.optim.SGD(b.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
+    for _ in range(6):
+        x = torch.randn(8, 1, 8, 8, generator=gen)
+        y = torch.randint(0, 10, (8,), generator=gen)
+        for model, opt in ((a, ours), (b, ref)):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(pa, pb), name
+    assert not torch.equal(a.blocks[0][0].weight, build_model("cnn", (1, 8, 8), 10, seed_generator=torch.Generator().manual_seed(0)).blocks[0][0].weight)
+
+
+def test_a_run_does_not_import_the_compiler_stack(tmp_path):
+    code = ("import sys\n"
+            "from fedsim.runner import run_scenario\n"
+            "from fedsim.scenario import scenario_from_mapping\n"
+            "sc = scenario_from_mapping({'data': {'num_clients': 4}, 'train': {'local_steps': 2, 'momentum': 0.9},\n"
+            "    'algorithm': {'name': 'fedavg', 'clients_per_round': 2}, 'stop': {'max_versions': 2},\n"
+            "    'output': {'figures': False}})\n"
+            f"[s] = run_scenario(sc, {str(tmp_path)!r}, progress=False)\n"
+            "assert s['status'] == 'ok' and s['versions'] == 2, s\n"
+            "print(sorted(m for m in ('torch._dynamo', 'sympy', 'matplotlib') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
