@@ -273,11 +273,11 @@ def _local_steps(scenario: Any, parts: Sequence[np.ndarray] | None) -> tuple[flo
 def _clients_per_version(run_dir: Path, scenario: Any) -> tuple[float, str]:
     """m of the theorem: the fewest updates any aggregation averaged (from the trace), else the algorithm's
     clients_per_round / buffer_size, else 1."""
-    from fedsim.sim.trace import load_trace
+    from fedsim.sim.trace import load_trace, trace_path
 
-    trace_path = run_dir / "trace.jsonl"
-    if trace_path.exists():
-        tr = load_trace(trace_path)
+    trace_file = trace_path(run_dir)
+    if trace_file.exists():
+        tr = load_trace(trace_file, kinds=("aggregate",), columns=("n_updates",))
         if len(tr) and "n_updates" in tr.columns:
             agg = tr[tr["kind"] == "aggregate"]["n_updates"].dropna()
             if len(agg):

@@ -28,10 +28,11 @@ from analysis import fedraa_metrics
 from analysis import trace_metrics as tm
 from analysis.theory import MODULES, Check, checks_frame
 from fedsim.errors import ConfigError
-from fedsim.sim.trace import load_trace
+from fedsim.sim.trace import load_trace, trace_path
 
 #: Substrings of a normalised algorithm name -> theory module key; anything else uses local_sgd.
 _FAMILIES = (("cos2p", "cos2p"), ("fedraa", "fedraa"), ("greraa", "fedraa"), ("semisfl", "semisfl"),
+             ("fedswitchsl", "semisfl"), ("supervisedonly", "semisfl"),
              ("embracing", "embracingfl"), ("gas", "gas"))
 
 
@@ -72,6 +73,93 @@ def _row(quantity: str, measured: Any, expectation: Any = None, holds: bool | No
     return Check(quantity, measured, expectation, holds, note)
 
 
+def _finite(values: Any) -> list[float]:
+    out = []
+    for v in values:
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            out.append(f)
+    return out
+
+
+def semisfl_rows(trace: pd.DataFrame) -> tuple[list[Check], dict[str, Any]]:
+    """SemiSFL's per-round records (K_s, R_h, f_s, f_u, mask rate, impurity, traffic) and probes (G_s², G_u²,
+    ‖∇F‖², F, secant L, client drift) as check rows and the measured inputs of Theorem 1 / Lemmas 3–4."""
+    rows: list[Check] = []
+    measured: dict[str, Any] = {}
+    if "kind" not in trace:
+        return rows, measured
+    rnd = trace[trace["kind"] == "semisfl_round"]
+    if not len(rnd):
+        return rows, measured
+    ks = [int(v) for v in rnd["k_s"]]
+    changes = [f"{a}->{b}@{int(r)}" for a, b, r in zip(ks[:-1], ks[1:], rnd["round"].iloc[1:]) if a != b]
+    rows.append(_row("SemiSFL: K_s trace (first, last, min)", float(ks[-1]), f"first {ks[0]}, min {min(ks)}",
+                     None, "changes: " + (", ".join(changes) if changes else "none")))
+    mono = all(b <= a for a, b in zip(ks[:-1], ks[1:]))
+    rows.append(_row("SemiSFL: K_s non-increasing", int(mono), 1, mono, "Eq. 10 only lowers K_s"))
+    rh = _finite(rnd["r_h"])
+    rows.append(_row("SemiSFL: R_h (last)", rh[-1] if rh else None, ">= 0.5 lowers K_s", None,
+                     f"first {rh[0]:.3g}, mean {np.mean(rh):.3g} over {len(rh)} evaluations" if rh else "not evaluated yet"))
+    for key, label in (("f_s", "f_s (supervised loss, last round)"), ("f_u", "f_u (semi-supervised loss, last round)"),
+                       ("mask_rate", "mask rate (last round; share of unlabeled samples below tau)"),
+                       ("impurity", "impurity (last round; wrong confident pseudo-labels)")):
+        if key in rnd:
+            vals = _finite(rnd[key])
+            if vals:
+                rows.append(_row(f"SemiSFL: {label}", vals[-1], None, None, f"first {vals[0]:.4g}"))
+    if "bytes_up" in rnd:
+        up, down = rnd["bytes_up"].astype(float), rnd["bytes_down"].astype(float)
+        rows.append(_row("SemiSFL: traffic per round, up (MB, mean)", float(up.mean()) / 1e6))
+        rows.append(_row("SemiSFL: traffic per round, down (MB, mean)", float(down.mean()) / 1e6))
+    measured["H"] = int(len(rnd))
+    measured["K_s"] = float(np.mean(ks))
+    measured["K_u"] = int(rnd["k_u"].iloc[0])
+    measured["eta1"] = float(rnd["lr"].iloc[0])
+    if "drift" in rnd:
+        drift = [(int(k), float(d)) for v in rnd["drift"] if isinstance(v, list) for k, d in v]
+        if drift:
+            measured["drift"] = drift
+            measured["G_max_sq"] = max(_finite(rnd["G_max_sq"]))
+            measured["eta"] = max(_finite(rnd["eta_eff"]))
+    pr = trace[trace["kind"] == "semisfl_probe"]
+    if len(pr):
+        gs, gu = _finite(pr["Gs2_max"]), _finite(pr["Gu2_max"])
+        if gs:
+            measured["Gs2"] = max(gs)
+        if gu:
+            measured["Gu2"] = max(gu)
+        lips = _finite(pr["L_secant"])
+        if lips:
+            measured["L"] = max(lips)
+        init = pr[pr["tag"] == "init"]
+        if len(init):
+            measured["F0"] = float(init["F"].iloc[0])
+        g2 = _finite(pr["grad_norm_sq"])
+        if g2:
+            measured["min_grad_norm_sq"] = min(g2)
+        for g in ("Gs2", "Gu2"):
+            for tag in ("sup", "semi"):
+                vals = _finite(pr[pr["tag"] == f"after_{tag}"][f"{g}_mean"])
+                if vals:
+                    measured[f"{g}_after_{tag}"] = vals
+        mb = pr[["minibatch_s_sq", "Gs2_max"]].astype(float).dropna() if "minibatch_s_sq" in pr else None
+        if mb is not None and len(mb):
+            worst = (mb["minibatch_s_sq"] / mb["Gs2_max"]).idxmax()
+            measured["minibatch_sq_norm"] = float(mb.loc[worst, "minibatch_s_sq"])
+            measured["max_per_sample_sq_norm"] = float(mb.loc[worst, "Gs2_max"])
+        for key, label in (("Gs2", "probe: G_s^2 (max per-sample ||grad l_s||^2)"),
+                           ("Gu2", "probe: G_u^2 (max per-sample ||grad l_u||^2)"),
+                           ("L", "probe: L (max secant between probe points)"),
+                           ("min_grad_norm_sq", "probe: min ||grad F||^2 over probe points")):
+            if key in measured:
+                rows.append(_row(label, float(measured[key])))
+    return rows, measured
+
+
 def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> list[str]:
     import matplotlib
     matplotlib.use("Agg")
@@ -84,6 +172,11 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     if len(st):
         s = st["staleness"].astype(int)
         ax.hist(s, bins=np.arange(s.min(), s.max() + 2) - 0.5, color="tab:blue", edgecolor="white")
+        # integer staleness on integer ticks; a single value (all zero) still gets a readable range
+        ax.set_xlim(min(s.min(), 0) - 0.6, max(s.max(), 1) + 0.6)
+        from matplotlib.ticker import MaxNLocator as _Int
+
+        ax.xaxis.set_major_locator(_Int(integer=True))
     ax.set(xlabel="staleness (model versions)", ylabel="updates", title="Staleness of applied updates")
     fig.tight_layout()
     fig.savefig(out / "staleness_hist.png", dpi=110)
@@ -98,7 +191,12 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     ax.set(xlabel="round", ylabel="min clients covering a segment", title="N* per round")
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if len(per):  # counts from 0, so a constant N* = 10 is not drawn on ticks 9.45-10.50
+        from fedsim.report import count_axis
+
+        count_axis(ax, pd.concat([per["n_star"], per["n_star_trained"]]))
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(out / "n_star_per_round.png", dpi=110)
     plt.close(fig)
@@ -180,9 +278,9 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     run = Path(run_dir)
     if not run.is_dir():
         raise ConfigError("run_dir", f"{str(run)!r} is not a directory")
-    trace_path = run / "trace.jsonl"
-    if not trace_path.exists():
-        raise ConfigError("run_dir", f"no trace.jsonl in {str(run)!r}")
+    trace_file = trace_path(run)
+    if not trace_file.exists():
+        raise ConfigError("run_dir", f"no trace (trace.jsonl or trace.compact.gz) in {str(run)!r}")
     from analysis.probes import ensure_probes, probe_figures
 
     probe_error = ""
@@ -190,7 +288,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
         probes = ensure_probes(run, progress=progress)
     except (ConfigError, RuntimeError, KeyError) as exc:  # e.g. checkpoints of a model the probes cannot rebuild
         probes, probe_error = None, f"{type(exc).__name__}: {exc}"
-    trace = load_trace(trace_path)
+    trace = load_trace(trace_file)
     metrics = pd.read_csv(run / "metrics.csv") if (run / "metrics.csv").exists() else None
     scenario: dict[str, Any] = {}
     if (run / "scenario.yaml").exists():
@@ -201,6 +299,16 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     alg, params = _algorithm(scenario)
     params = params | dict(scenario.get("theory", {}) or {}) | dict(extra.pop("params", {}) or {})
     rows: list[Check] = []
+    partition_rows: list[Check] = []
+    if theory_family(alg) == "embracingfl" and probes is not None:   # y/z partitions (EmbracingFL §4.9)
+        from analysis.embracingfl import ensure_partition_probes, partition_rows as _partition_rows
+
+        try:
+            emb_df, emb = ensure_partition_probes(str(run), progress=progress)
+            extra.update(emb)
+            partition_rows = _partition_rows(emb_df, emb)
+        except (ConfigError, RuntimeError, KeyError) as exc:
+            partition_rows = [_row("EmbracingFL partition probes", None, note=f"not measured: {type(exc).__name__}: {exc}")]
 
     # --- the trace's own consistency
     if not trace.empty and "t" in trace.columns:
@@ -290,6 +398,11 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
             measured["B"] = batch
             measured["Q_s"] = max(1, int(round(float(dis["n_real"].astype(float).mean()) / batch)))
 
+    # --- SemiSFL: K_s controller, pseudo-labels, traffic and the probes of Theorem 1
+    semi_rows, semi_measured = semisfl_rows(trace)
+    rows.extend(semi_rows)
+    measured.update(semi_measured)
+
     # --- Fed-RAA: q(j), per-fragment staleness, realised round trips, the Theorem 1 row
     fr_rows, fr_measured = fedraa_metrics.check_rows(trace, probes=probes)
     rows.extend(fr_rows)
@@ -311,6 +424,8 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
                 rows.append(_row(label, float(extra[key])))
         if extra.get("G2") is not None:
             rows.append(_row("probe: (G, B) envelope fit, G^2", float(extra["G2"]), note=f"B = {float(extra['B']):.4g}"))
+
+    rows.extend(partition_rows)
 
     # --- Co-S²P: exact segment coverage, |K|, RU and the final Top-1/Top-5/F1 it recorded
     family = theory_family(alg)

@@ -18,7 +18,9 @@ Definitions
   or enough to explain a variance fraction), then average the canonical correlations of the reduced
   matrices.
 * PWCCA (Morcos et al. 2018): canonical correlations averaged with weights equal to how much of the
-  original neurons each canonical variate accounts for.
+  original neurons each canonical direction accounts for; implemented exactly as the authors' code
+  (google/svcca ``compute_pwcca``), whose directions and weights differ from the paper's prose (see
+  :func:`pwcca`).
 * CKA (Kornblith et al. 2019): HSIC(K, L)/sqrt(HSIC(K, K)·HSIC(L, L)) for Gram matrices K, L of the two
   representations; the debiased variant uses the U-statistic HSIC estimator (Song et al. 2012,
   Székely & Rizzo 2014).
@@ -174,29 +176,66 @@ def svcca(x: np.ndarray, y: np.ndarray, *, keep: int | float = 0.99, epsilon: fl
 
 def pwcca(x: np.ndarray, y: np.ndarray, *, epsilon: float = 0.0,
           orientation: str = "examples_first") -> float:
-    """Projection-weighted CCA (Morcos et al. 2018).
+    """Projection-weighted CCA (Morcos et al. 2018), exactly as google/svcca's ``compute_pwcca`` defines it.
 
-    Canonical variates h_i (unit-norm, in example space) are computed for the representation with fewer
-    features (X on a tie), the side whose canonical variates span its whole column space.  The weight of
-    ρ_i is α_i ∝ Σ_j |⟨h_i, x_j⟩| over that representation's centred neurons x_j, normalised to sum to 1;
-    PWCCA = Σ_i α_i ρ_i.  Neurons are centred (the definition uses centred activations).
+    With features-first matrices A (p × n) and B (q × n) and the side with fewer neurons (A on a tie):
+
+    1. covariances from ``np.cov``; Σxx, Σyy scaled by their largest absolute entry, Σxy by the root of
+       both; ``epsilon`` added to the diagonals; whitening by the square root of the pseudo-inverse;
+       ``U S Vᵀ = svd(Σxx^-½ Σxy Σyy^-½)``; ρ = S (``min(p, q)`` values, descending).
+    2. directions: ``D = Uᵀ (A − mean_A) + mean_A`` (the rotation Uᵀ is applied to the centred *raw*
+       activations, not to the whitened ones, and each row gets the neuron mean of the same index back);
+       for B's side, ``D = V (B − mean_B) + mean_B``.
+    3. ``P = qr(Dᵀ)``: orthonormalised directions, in the order of ρ.
+    4. weights ``α_i ∝ Σ_j |⟨P_i, a_j⟩|`` over the *uncentred* neurons a_j of that side, normalised to 1;
+       PWCCA = Σ_i α_i ρ_i.
+
+    Where the reference cannot run: its second branch (A has more neurons than B) indexes A with B's
+    neuron mask and fails for p ≠ q; here the inputs are then swapped, so the value is the reference's
+    ``compute_pwcca(B, A)`` and ``pwcca(x, y) == pwcca(y, x)``.  (Swapping matters: adding the means back
+    in step 2 makes the result depend on the signs the SVD gives the directions, so the computation is
+    done in the reference's order.)  Neurons with variance below ``epsilon`` are dropped as the
+    reference does; negative eigenvalues from round-off are clipped to 0 before the square root.
     """
     x, y = _pair(x, y, orientation)
-    xc = x - x.mean(axis=0)
-    yc = y - y.mean(axis=0)
-    if yc.shape[1] < xc.shape[1]:
-        xc, yc = yc, xc
-    qx, qy = _orth_basis(xc), _orth_basis(yc)
-    if qx.shape[1] == 0 or qy.shape[1] == 0:
+    if epsilon < 0:
+        raise ConfigError("epsilon", f"must be >= 0, got {epsilon}")
+    a, b = x.T, y.T                                        # features first, as the reference
+    if b.shape[0] < a.shape[0]:  # the reference's working branch: the side with fewer neurons first
+        a, b = b, a
+    p = a.shape[0]
+    cov = np.cov(a, b)
+    sxx, sxy, syy = cov[:p, :p].copy(), cov[:p, p:].copy(), cov[p:, p:].copy()
+    xmax, ymax = np.abs(sxx).max(), np.abs(syy).max()
+    if xmax == 0.0 or ymax == 0.0:
         return 0.0
-    u, rho, _ = np.linalg.svd(qx.T @ qy, full_matrices=False)
-    rho = np.clip(rho, 0.0, 1.0)
-    h = qx @ u[:, : rho.size]                      # canonical variates of the reference side, orthonormal
-    weights = np.abs(h.T @ xc).sum(axis=1)
+    sxx, syy, sxy = sxx / xmax, syy / ymax, sxy / np.sqrt(xmax * ymax)
+    xi, yi = np.abs(np.diag(sxx)) >= epsilon, np.abs(np.diag(syy)) >= epsilon
+    if not xi.any() or not yi.any():
+        return 0.0
+    sxx, syy, sxy = sxx[xi][:, xi], syy[yi][:, yi], sxy[xi][:, yi]
+    sxx = sxx + epsilon * np.eye(sxx.shape[0])
+    syy = syy + epsilon * np.eye(syy.shape[0])
+
+    def invsqrt(m: np.ndarray) -> np.ndarray:
+        w, v = np.linalg.eigh(np.linalg.pinv(m))
+        return (v * np.sqrt(np.clip(w, 0.0, None))) @ v.T
+
+    u, rho, vt = np.linalg.svd(invsqrt(sxx) @ sxy @ invsqrt(syy))
+    rho = np.abs(rho)
+    if xi.sum() <= yi.sum():
+        side, idx, rot = a, xi, u.T
+    else:
+        side, idx, rot = b, yi, vt
+    acts = side[idx]
+    mean = acts.mean(axis=1, keepdims=True)
+    dirns = rot @ (acts - mean) + mean
+    q, _ = np.linalg.qr(dirns.T)
+    weights = np.abs(q.T @ acts.T).sum(axis=1)
     if weights.sum() == 0:
         return 0.0
     weights = weights / weights.sum()
-    return float(np.sum(weights * rho))
+    return float(np.sum(weights * rho[: weights.size]))
 
 
 def expected_random_cca(p: int, q: int, n: int, *, squared: bool = False) -> float:

@@ -1,2 +1,98 @@
-"""fedsim: discrete-event simulation of federated and split learning on heterogeneous devices."""
+"""fedsim: discrete-event simulation of federated and split learning on heterogeneous devices.
+
+The Python API (the same validation and run folders as the ``fedsim`` command)::
+
+    import fedsim
+    sc = fedsim.load_scenario("default", ["stop.max_time_s=5"])      # validated Scenario
+    res = fedsim.run("default", stop__max_time_s=5, out="runs/demo")  # or fedsim.run(sc)
+    res.summary            # summary.json of the (first) algorithm; res.summaries: one per algorithm
+    res.metrics            # pandas DataFrame: one row per evaluation, column ``label`` per algorithm
+    res.trace              # pandas DataFrame of the event trace (docs/trace-format.md)
+
+Keyword overrides use ``__`` for the dots of a field path (``stop__max_time_s=5`` is
+``stop.max_time_s=5``); ``overrides=[...]`` takes ``key=value`` strings as the command line does.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from fedsim.scenario import Scenario
+
+__all__ = ["__version__", "load_scenario", "run", "RunResult"]
+
+
+def load_scenario(source: "str | Path | Scenario | None" = None, overrides: list[str] | None = None) -> "Scenario":
+    """A validated scenario from a built-in name, a YAML path or a Scenario, with ``key=value`` overrides."""
+    from fedsim import scenario as _sc
+
+    if isinstance(source, _sc.Scenario):
+        return _sc.scenario_from_mapping(_sc.apply_overrides(source.as_mapping(), overrides or []))
+    return _sc.load_scenario(source, overrides)
+
+
+@dataclass
+class RunResult:
+    """What a run left in its folder, loaded: summaries, metrics and trace (one ``label`` per algorithm)."""
+
+    out: Path
+    summaries: list[dict[str, Any]]
+    _metrics: Any = field(default=None, repr=False)
+    _trace: Any = field(default=None, repr=False)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The summary of the first (often the only) algorithm."""
+        return self.summaries[0]
+
+    def _folders(self) -> list[tuple[str, Path]]:
+        if len(self.summaries) == 1:
+            return [(self.summaries[0]["label"], self.out)]
+        return [(s["label"], self.out / s["label"]) for s in self.summaries]
+
+    @property
+    def metrics(self) -> "pd.DataFrame":
+        """Every evaluation (virtual time ``t``, version, accuracy, loss, bytes), per algorithm ``label``."""
+        import pandas as pd
+
+        if self._metrics is None:
+            frames = [pd.read_csv(d / "metrics.csv").assign(label=label) for label, d in self._folders()
+                      if (d / "metrics.csv").exists()]
+            self._metrics = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return self._metrics
+
+    @property
+    def trace(self) -> "pd.DataFrame":
+        """The event trace of every algorithm (``label`` column); see docs/trace-format.md."""
+        import pandas as pd
+
+        from fedsim.sim.trace import TRACE_FILES, load_trace
+
+        if self._trace is None:
+            frames = [load_trace(d).assign(label=label) for label, d in self._folders()
+                      if any((d / name).exists() for name in TRACE_FILES.values())]
+            self._trace = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return self._trace
+
+
+def run(scenario: "str | Path | Scenario | None" = None, *, out: str | Path | None = None,
+        overrides: list[str] | None = None, progress: bool = False, force: bool = False,
+        allow_large: bool = False, **fields: Any) -> RunResult:
+    """Validate and run a scenario (built-in name, YAML path or Scenario) into ``out`` (default: a new
+    temporary folder); ``fields`` are overrides with ``__`` for dots.  Bad input raises
+    ``fedsim.errors.ConfigError`` naming the field, before anything is written."""
+    from fedsim.runner import run_scenario
+
+    items = list(overrides or []) + [f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in fields.items()]
+    sc = load_scenario(scenario, items)
+    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="fedsim-"))
+    summaries = run_scenario(sc, folder, progress=progress, force=force, allow_large=allow_large)
+    return RunResult(folder, summaries)

@@ -2,25 +2,34 @@
 
     fedsim run [SCENARIO] [key=value ...] [--out DIR]   run a built-in scenario or a YAML file
     fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per value, time-to-accuracy figure
+    fedsim show [SCENARIO] [key=value ...]              print the resolved scenario without running it
+    fedsim reference                                    the scenario-field reference (docs/scenario-reference.md)
     fedsim scenarios                                    list the built-in scenarios
     fedsim profiles [NAME]                              list device profiles, or show one
     fedsim models [SCENARIO] [key=value ...]            the scenario's model: width groups, costs per width
     fedsim check RUN_DIR                                measured theory quantities of a finished run
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
+An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
+the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.
+SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C).
 """
 from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedsim.errors import FedsimError
+from fedsim.errors import FedsimError, Terminated
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+EXIT_INTERNAL = 3
 
 
 def _fmt_bytes(n: float) -> str:
@@ -56,6 +65,27 @@ def _safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
+def _fresh_folder(base: Path) -> Path:
+    """``base`` if new or empty, else ``base-2``, ``base-3``, ...: a run without --out never overwrites one."""
+    candidate, n = base, 1
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def _parse_seeds(text: str) -> list[int]:
+    from fedsim.errors import ConfigError
+
+    try:
+        seeds = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError("--seeds", f"got {text!r} (allowed: comma-separated integers >= 0, e.g. 0,1,2)") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise ConfigError("--seeds", f"got {text!r} (allowed: comma-separated integers >= 0, e.g. 0,1,2)")
+    return seeds
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fedsim.runner import run_scenario
     from fedsim.scenario import load_scenario
@@ -65,9 +95,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
-    out = Path(args.out) if args.out else Path(scenario.output.dir) / _safe_name(scenario.name)
+    out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
     print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
-    summaries = run_scenario(scenario, out, progress=not args.quiet)
+    if args.seeds:
+        from fedsim.sweep import run_seeds
+
+        seeds = _parse_seeds(args.seeds)
+        table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
+                          allow_large=args.allow_large)
+        import pandas as pd
+
+        with pd.option_context("display.width", 200):
+            print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
+        print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
+        return EXIT_FAILED if (table["status"] != "ok").any() else 0
+    if args.target is not None:
+        raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
+    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
@@ -92,6 +136,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(table[[c for c in cols if c in table]].to_string(index=False))
     print(f"sweep directory: {out} (sweep.csv, sweep.png)")
     return EXIT_FAILED if (table["status"] != "ok").any() else 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
+    from fedsim.scenario import dump_scenario, load_scenario
+
+    source, overrides = args.scenario, list(args.overrides)
+    if source is not None and "=" in source and not Path(source).exists():
+        overrides.insert(0, source)
+        source = None
+    print(dump_scenario(load_scenario(source, overrides)), end="")
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from fedsim.scenario import field_reference
+
+    print(field_reference(), end="")
+    return 0
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -156,12 +219,20 @@ def _widths(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fedsim import __version__
+
     parser = argparse.ArgumentParser(prog="fedsim", description="Discrete-event simulator of federated and split learning.")
+    parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
+    parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     p = sub.add_parser("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or path to a YAML file (default: 'default')")
-    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. algorithm.buffer_size=5 stop.max_versions=10")
-    p.add_argument("--out", default=None, help="run directory (default: output.dir/<scenario name>)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. stop.max_time_s=30 train.lr=0.1; with several algorithms address one by label: algorithm.fedbuff.buffer_size=5")
+    p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>, or -2, -3, ... if that one is taken)")
+    p.add_argument("--force", action="store_true", help="clear a non-empty run directory first")
+    p.add_argument("--allow-large", action="store_true", help="run even when the work estimate is absurd")
+    p.add_argument("--seeds", default=None, help="run once per seed (e.g. 0,1,2) and compare the algorithms across seeds")
+    p.add_argument("--target", type=float, default=None, help="with --seeds: accuracy for the time-to-target column")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("sweep", help="one run per value of a field; time-to-accuracy against it",
@@ -172,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="sweep directory (default: runs/sweep-<scenario>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("show", help="print the resolved scenario without running it")
+    p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
+    p.add_argument("overrides", nargs="*", help="key=value overrides")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("reference", help="print the scenario-field reference (every field, type, default, allowed values)")
+    p.set_defaults(func=cmd_reference)
     p = sub.add_parser("scenarios", help="list built-in scenarios")
     p.set_defaults(func=cmd_scenarios)
     p = sub.add_parser("profiles", help="list device profiles or show one")
@@ -202,14 +279,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    debug = bool(getattr(args, "debug", False))
+    previous = _on_sigterm()
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            if not debug:  # numeric warnings are noise on a user's terminal; results carry NaN/None instead
+                warnings.simplefilter("ignore", RuntimeWarning)
+            import numpy as np
+
+            with np.errstate(all="ignore" if not debug else "warn"):
+                return int(args.func(args) or 0)
     except FedsimError as exc:
         print(f"fedsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated:
+        print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("fedsim: interrupted; outputs written so far are kept", file=sys.stderr)
         return 130
+    except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
+        if debug:
+            traceback.print_exc()
+        text = " ".join(str(exc).split()) or "(no message)"
+        print(f"fedsim: internal error: {type(exc).__name__}: {text[:300]} (run with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        _restore_sigterm(previous)
+
+
+def _on_sigterm() -> object:
+    """SIGTERM raises Terminated (an interrupt), so a run writes its summary like after Ctrl-C."""
+    def handler(signum: int, frame: object) -> None:
+        raise Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. called from a worker): leave signals alone
+        return None
+
+
+def _restore_sigterm(previous: object) -> None:
+    if previous is not None:
+        try:
+            signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+        except ValueError:
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover

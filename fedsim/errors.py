@@ -23,3 +23,7 @@ class ConfigError(FedsimError, ValueError):
 
 class DivergenceError(FedsimError, RuntimeError):
     """Training produced a non-finite loss; the run stops but keeps what it wrote."""
+
+
+class Terminated(KeyboardInterrupt):
+    """The process got SIGTERM: handled like an interrupt (summary written, ``status: interrupted``)."""

@@ -6,7 +6,7 @@ compute, upload and server work, gaps where a client waits for the others.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib
 
@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.sim.trace import load_trace  # noqa: E402
+from fedsim.sim.trace import load_trace, trace_path  # noqa: E402
 
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
 TIMELINE_MAX_EVENTS = 3000
@@ -48,36 +48,53 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
     plt.close(fig)
 
 
-def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, until: float | None = None) -> None:
-    """Per-client Gantt chart of download / compute / upload, plus server service and queue wait."""
+def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, until: float | None = None,
+                    since: float = 0.0, max_bars: int = 3000) -> None:
+    """Per-client Gantt chart of download / compute / upload, plus server service and queue wait.
+
+    The window is ``[since, until]`` (default: the whole run).  When it holds more than ``max_bars`` bars,
+    each client's bars of one phase closer than a pixel-width apart are merged (so every phase stays
+    visible at the scale of the whole run); the title says the window, the clients shown and whether
+    bars were merged."""
     fig, ax = plt.subplots(figsize=(9, 0.25 * min(max_clients, 30) + 2))
+    note = ""
     if len(trace) and "client" in trace:
         spans = trace[trace["kind"].isin(["download", "compute", "upload", "offline"])].copy()
-        clients = sorted(int(c) for c in spans["client"].dropna().unique())[:max_clients]
+        all_clients = sorted(int(c) for c in spans["client"].dropna().unique())
+        clients = all_clients[:max_clients]
         row = {c: i + 1 for i, c in enumerate(clients)}
-        if until is not None:
-            spans = spans[spans["start"] <= until]
+        end = float(trace["t"].max()) if until is None else until
+        spans = spans[(spans["end"] >= since) & (spans["start"] <= end) & spans["client"].isin(clients)]
+        merged = len(spans) > max_bars
+        gap = (end - since) / 900.0 if merged else 0.0
         for kind, group in spans.groupby("kind"):
-            group = group[group["client"].isin(clients)]
-            bars = [(float(s), float(e - s)) for s, e in zip(group["start"], group["end"])]
-            ys = [row[int(c)] for c in group["client"]]
-            for (s, w), y in zip(bars, ys):
-                ax.broken_barh([(s, w)], (y - 0.4, 0.8), facecolors=PHASE_COLOURS[kind])
-        server = trace[trace["kind"] == "server"]
-        if until is not None:
-            server = server[server["start"] <= until]
-        for s, e, w, c in zip(server["start"], server["end"], server["wait"], server.get("client", [None] * len(server))):
+            for c, g in group.groupby("client"):
+                bars: list[list[float]] = []
+                for s0, e0 in sorted(zip(g["start"].astype(float), g["end"].astype(float))):
+                    if bars and s0 - bars[-1][1] <= gap:
+                        bars[-1][1] = max(bars[-1][1], e0)
+                    else:
+                        bars.append([s0, e0])
+                # a bar narrower than a pixel is widened to one, so short compute phases remain visible
+                ax.broken_barh([(b0, max(b1 - b0, gap)) for b0, b1 in bars], (row[int(c)] - 0.4, 0.8),
+                               facecolors=PHASE_COLOURS[kind])
+        server = trace[(trace["kind"] == "server") & (trace["end"] >= since) & (trace["start"] <= end)]
+        for s0, e0, w, c in zip(server["start"], server["end"], server["wait"], server.get("client", [None] * len(server))):
             # a request's queueing is drawn on the row of the client whose update waits
             if w > 0 and c is not None and not pd.isna(c) and int(c) in row:
-                ax.broken_barh([(s - w, w)], (row[int(c)] - 0.4, 0.8), facecolors=PHASE_COLOURS["wait"])
-            ax.broken_barh([(s, e - s)], (-0.4, 0.8), facecolors=PHASE_COLOURS["server"])
+                ax.broken_barh([(s0 - w, w)], (row[int(c)] - 0.4, 0.8), facecolors=PHASE_COLOURS["wait"])
+            ax.broken_barh([(s0, max(e0 - s0, gap))], (-0.4, 0.8), facecolors=PHASE_COLOURS["server"])
         ax.set_yticks([0] + [row[c] for c in clients])
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
+        ax.set_xlim(since, end)
+        shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
+            f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
+        note = f"\n{shown}, virtual time {since:.4g}–{end:.4g} s" + (", nearby bars merged" if merged else "")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     ax.legend(handles, ["download", "compute", "upload", "queue wait", "server", "offline"], loc="upper center",
               bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
     ax.set_xlabel("virtual time (s)")
-    ax.set_title("who computes, transmits and waits")
+    ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -107,6 +124,17 @@ def link_rate_figure(trace: pd.DataFrame, path: Path) -> bool:
     return True
 
 
+def count_axis(ax: Any, values: Any) -> None:
+    """A y axis for counts: integer ticks from 0, and a readable range when the series is constant
+    (a flat zero queue is drawn on 0..1, not on ±0.04)."""
+    from matplotlib.ticker import MaxNLocator
+
+    vals = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
+    top = float(vals.max()) if len(vals) else 0.0
+    ax.set_ylim(-0.05 * max(top, 1.0), max(top, 1.0) * 1.1)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def queue_length(server: pd.DataFrame) -> pd.DataFrame:
     """Server queue length (requests waiting, not in service) as a step function of time."""
     arrivals = server["start"] - server["wait"]
@@ -125,6 +153,7 @@ def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
     ax.step(q["t"], q["queue"], where="post", color=PHASE_COLOURS["server"])
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("requests waiting")
+    count_axis(ax, q["queue"])
     ax.set_title(f"server queue (mean wait {server['wait'].mean():.3g} s, max {server['wait'].max():.3g} s)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -137,14 +166,16 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     if energy.empty or "device_class" not in energy:
         return False
     cols = [c for c in ("compute_j", "tx_j", "rx_j", "idle_j") if c in energy]
-    per = energy.groupby("device_class")[cols].mean()
+    per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
+    counts = energy.groupby("device_class").size()
     fig, ax = plt.subplots(figsize=(6, 4))
     bottom = np.zeros(len(per))
     for c, colour in zip(cols, ("#f28e2b", "#59a14f", "#4c9be8", "#d3d3d3")):
         ax.bar(per.index, per[c], bottom=bottom, label=c.replace("_j", ""), color=colour)
         bottom += per[c].to_numpy()
-    ax.set_ylabel("energy per device (J)")
-    ax.set_title("energy per device class")
+    ax.set_ylabel("energy, all devices of the class (J)")
+    ax.set_title("energy per device class (totals)")
+    ax.set_xticks(range(len(per)), [f"{c}\n({int(counts[c])} devices)" for c in per.index])
     ax.legend()
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     fig.tight_layout()
@@ -248,22 +279,17 @@ def run_figures(run_dir: str | Path) -> list[Path]:
             p = run_dir / "loss_vs_time.png"
             accuracy_figure({run_dir.name: m}, p, column="loss")
             written.append(p)  # (systems-only runs have neither)
-    trace_path = run_dir / "trace.jsonl"
-    if trace_path.exists():
-        df = load_trace(trace_path, kinds=("download", "compute", "upload", "offline", "server"))
+    trace_file = trace_path(run_dir)
+    if trace_file.exists():
+        df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server"))
         if len(df):
-            horizon = float(df["t"].max())
             p = run_dir / "timeline.png"
-            # the first quarter of the run (at most ~3000 bars) is readable; the whole run is a blur
-            until = max(horizon * 0.25, 1e-9)
-            if len(df) > TIMELINE_MAX_EVENTS:
-                until = min(until, float(df["t"].iloc[TIMELINE_MAX_EVENTS]))
-            timeline_figure(df, p, until=until)
+            timeline_figure(df, p, max_bars=TIMELINE_MAX_EVENTS)  # the whole run, merged bars when dense
             written.append(p)
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
                 if fn(df, run_dir / name):
                     written.append(run_dir / name)
-        dispatch = load_trace(trace_path, kinds=("dispatch",))
+        dispatch = load_trace(trace_file, kinds=("dispatch",))
         if submodel_figure(dispatch, run_dir / "submodel_heatmap.png", _device_classes(run_dir)):
             written.append(run_dir / "submodel_heatmap.png")
     energy_path = run_dir / "energy.csv"
@@ -293,3 +319,59 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
     p = out / "accuracy_vs_time.png"
     accuracy_figure(metrics, p, title="same world, different algorithms")
     return p
+
+
+def html_report(run_dir: str | Path) -> Path:
+    """``report.html``: one self-contained page (summary, the check/probe tables when present, every figure
+    embedded as PNG data) that opens in any browser without the run folder's other files."""
+    import base64
+    import html
+    import json
+
+    run_dir = Path(run_dir)
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
+             "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}</style></head><body>",
+             f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
+    summary_path = run_dir / "summary.json"
+    if summary_path.exists():
+        data = json.loads(summary_path.read_text(encoding="utf-8"))
+        runs = data if isinstance(data, list) else [data]
+        keys = ["label", "status", "stop_reason", "final_accuracy", "best_accuracy", "final_loss", "virtual_time_s",
+                "wall_time_s", "versions", "updates_applied", "mean_staleness", "max_staleness", "bytes_up",
+                "bytes_down", "energy_j", "num_clients"]
+        parts.append("<h2>Summary</h2><table><tr><th>field</th>" +
+                     "".join(f"<th>{html.escape(str(r.get('label', '')))}</th>" for r in runs) + "</tr>")
+        for k in keys:
+            if any(k in r for r in runs):
+                cells = "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for r in runs)
+                parts.append(f"<tr><th>{k}</th>{cells}</tr>")
+        parts.append("</table>")
+    for name, title in (("check.csv", "Theory check (fedsim check)"), ("probes.csv", "Probes"),
+                        ("probes_live.csv", "Live probes"), ("seeds_summary.csv", "Across seeds")):
+        path = run_dir / name
+        if path.exists():
+            table = pd.read_csv(path)
+            parts.append(f"<h2>{title}</h2>" + table.head(200).to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+    scenario = run_dir / "scenario.yaml"
+    if scenario.exists():
+        parts.append("<h2>Scenario</h2><details><summary>resolved scenario.yaml</summary><pre>" +
+                     html.escape(scenario.read_text(encoding="utf-8")) + "</pre></details>")
+    figures = sorted(run_dir.glob("*.png"))
+    if figures:
+        parts.append("<h2>Figures</h2>")
+    for fig in figures:
+        data64 = base64.b64encode(fig.read_bytes()).decode("ascii")
+        parts.append(f"<h3>{html.escape(fig.stem.replace('_', ' '))}</h3><img alt='{html.escape(fig.name)}' "
+                     f"src='data:image/png;base64,{data64}'>")
+    parts.append("</body></html>")
+    out = run_dir / "report.html"
+    out.write_text("\n".join(parts), encoding="utf-8")
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "" if value is None else str(value)

@@ -18,13 +18,19 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
 Data, partition and the initial model are rebuilt from ``scenario.yaml`` alone by :func:`prepare_data`
 and :func:`build_global_model`; analysis code uses exactly these to re-measure saved checkpoints.
 
-A run that fails midway (diverged training, interrupt) still writes metrics, summary and figures for
-what it did, with ``status`` saying what happened.
+A run that fails midway (diverged training, interrupt, SIGTERM, an unexpected error) still writes metrics,
+summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
+``interrupted``, ``error``).
+
+Before anything is written, :func:`preflight` runs every check that can fail (dataset, partition, model,
+device and server profiles, memory, the work estimate), and :func:`prepare_run_dir` refuses a non-empty
+run folder unless ``force`` (which clears it): a folder never mixes two runs.
 """
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +42,12 @@ import simpy
 import torch
 
 from fedsim.algorithms import registry
-from fedsim.errors import ConfigError, DivergenceError
+from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
 from fedsim.learn.costs import memory_estimate
 from fedsim.learn.data import FederatedData, load_dataset
 from fedsim.learn.models import build_model
 from fedsim.learn.partition import partition, partition_summary
+from fedsim.learn.train import num_steps
 from fedsim.plugins import plugin_version_hooks
 from fedsim.runtime import Context
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
@@ -63,15 +70,23 @@ def prepare_data(scenario: Scenario) -> Prepared:
     d = scenario.data
     data = load_dataset(d.name, root=d.root, num_clients=d.num_clients, rng=streams.numpy("data", "load"), options=d.options)
     p = d.partition
-    if data.train.task != "classification" and p.method in ("dirichlet", "shards"):
+    if data.train.task != "classification" and p.method in ("dirichlet", "dirichlet_client", "shards"):
         raise ConfigError("data.partition.method", f"'{p.method}' splits by class label, but dataset '{d.name}' is a "
                                                    f"{data.train.task} task without classes (allowed: iid, quantity, "
                                                    f"natural)")
-    parts = partition(
-        data.train.y.numpy(), d.num_clients, p.method, streams.numpy("data", "partition"), alpha=p.alpha,
-        labels_per_client=p.labels_per_client, sigma=p.sigma, min_size=p.min_size, natural=data.natural_partition,
-        size_weights=p.size_weights,
-    )
+    try:
+        parts = partition(
+            data.train.y.numpy(), d.num_clients, p.method, streams.numpy("data", "partition"), alpha=p.alpha,
+            labels_per_client=p.labels_per_client, sigma=p.sigma, min_size=p.min_size, natural=data.natural_partition,
+            size_weights=p.size_weights,
+        )
+    except ConfigError as exc:  # the partition module names its own arguments; say the scenario's path
+        field = exc.field
+        if field == "partition.num_clients":
+            field = "data.num_clients"
+        elif field.startswith("partition."):
+            field = "data." + field
+        raise ConfigError(field, exc.message) from None
     empty = [i for i, ix in enumerate(parts) if len(ix) == 0]
     if empty:
         raise ConfigError(
@@ -153,6 +168,7 @@ def run_variant(
     trace = Trace(out / TRACE_FILES[fmt], flush_every=scenario.output.flush_every, fmt=fmt)
     bar = _Progress(scenario, spec.label, progress)
     status, message = "ok", ""
+    failure: BaseException | None = None
     wall0 = time.perf_counter()
     ctx: Context | None = None
     executor: Executor | None = None
@@ -194,8 +210,12 @@ def run_variant(
         message = ctx.stop_reason
     except DivergenceError as exc:
         status, message = "diverged", str(exc)
-    except KeyboardInterrupt:
-        status, message = "interrupted", "interrupted by the user"
+    except KeyboardInterrupt as exc:
+        status, message = "interrupted", ("terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted by the user")
+        failure = exc
+    except BaseException as exc:  # recorded, then re-raised: the CLI turns it into one line
+        status, message = "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FedsimError) else str(exc)
+        failure = exc
     finally:
         bar.close()
         trace.close()
@@ -211,11 +231,16 @@ def run_variant(
         if scenario.output.figures:
             from fedsim import report
 
-            report.run_figures(out)
-            if ctx is not None:
-                report.topology_figure(ctx.world, out / "topology.png")
-    if status == "interrupted":
-        raise KeyboardInterrupt
+            try:
+                report.run_figures(out)
+                if ctx is not None:
+                    report.topology_figure(ctx.world, out / "topology.png")
+                report.html_report(out)
+            except Exception:  # figures of a failed run must not hide why it failed
+                if failure is None:
+                    raise
+    if failure is not None:
+        raise failure
     return summary
 
 
@@ -274,11 +299,189 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True,
-                 version_hooks: Sequence[VersionHookFactory] | None = None) -> list[dict[str, Any]]:
-    """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several)."""
-    out = Path(out)
+#: Work beyond these needs ``allow_large`` (``--allow-large``): real SGD steps, simulated events, slots.
+LARGE_SGD_STEPS = 10**8
+LARGE_EVENTS = 10**7
+LARGE_SLOTS = 10**5
+#: Evaluations a run may do before ``eval.every_s`` is refused as dominating the run.
+MAX_EVALUATIONS = 10**5
+
+
+@dataclass
+class Estimate:
+    """What a run will cost, known before it starts (upper bounds where the stop rules allow)."""
+
+    steps_per_task: int
+    tasks: float
+    sgd_steps: float
+    events: float
+    slots: int
+    fastest_task_s: float
+    bound: str = "stop"
+
+
+def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, prepared: Prepared, steps: list[int]) -> float:
+    """Jitter-free lower estimate of one task: download + compute + upload of the fastest client."""
+    from fedsim.learn.costs import flops_per_sample, state_bytes
+    from fedsim.learn.train import samples_processed
+    from fedsim.system.devices import compute_time
+
+    cost = flops_per_sample(model, tuple(prepared.data.train.input_shape)).total
+    nbytes = state_bytes(model.state_dict()) * 8.0
+    lat = scenario.network.latency_s
+    best = math.inf
+    for c, idx in enumerate(prepared.parts):
+        samples = samples_processed(len(idx), steps[c], scenario.train.batch_size)
+        own = world._flops_per_s[c]
+        comp = cost * samples / own if own > 0 else compute_time(world.device(c), cost * samples,
+                                                                 model=scenario.model.name, samples=samples)
+        up, down = world.uplink_bps(c), world.downlink_bps(c)
+        best = min(best, comp + nbytes / down + nbytes / up + 2 * lat)
+    return float(best)
+
+
+def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: torch.nn.Module,
+                  prepared: Prepared) -> Estimate:
+    """Tasks, SGD steps and events the stop rules allow, from the algorithm's knobs and the fastest task."""
+    from fedsim.runtime import Context
+
+    params = spec.params
+    sgd = Context.sgd_config(scenario)
+    fixed = getattr(params, "local_iterations", None)
+    steps = [int(fixed) if fixed is not None else num_steps(len(ix), sgd) for ix in prepared.parts]
+    slots = max([int(getattr(params, k)) for k in ("concurrency", "clients_per_round") if isinstance(getattr(params, k, None), int)]
+                or [1])
+    # updates one model version needs: a round's clients, or a buffer of updates / client models
+    per_version = max([1] + [int(v) for k in ("clients_per_round", "buffer_size", "model_buffer")
+                             if isinstance(v := getattr(params, k, None), int)])
+    fastest = _fastest_task_s(scenario, world, model, prepared, steps)
+    st = scenario.stop
+    bounds = []
+    if st.max_versions is not None:
+        bounds.append((float(st.max_versions) * per_version, "stop.max_versions"))
+    if st.max_updates is not None:
+        bounds.append((float(st.max_updates) + slots, "stop.max_updates"))
+    if st.max_time_s is not None and fastest > 0:
+        bounds.append((st.max_time_s / fastest * min(slots, len(prepared.parts)) + slots, "stop.max_time_s"))
+    tasks, bound = min(bounds) if bounds else (math.inf, "stop")
+    tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
+    per_task = max(steps)
+    sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task
+    split = hasattr(params, "local_iterations")
+    events = tasks * (per_task if split else 1) * 4 + slots
+    return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound)
+
+
+def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allow_large: bool) -> list[str]:
+    """Refuse runaway runs (unless ``allow_large``), eval intervals that dominate a run, hopeless deadlines."""
+    alg = "algorithm" if len(scenario.algorithms) == 1 else f"algorithm.{spec.label}"
+    notes = []
+    if not allow_large:
+        if est.slots > LARGE_SLOTS:
+            raise ConfigError(f"{alg}.concurrency", f"{est.slots} parallel slots is absurd for "
+                              f"{scenario.data.num_clients} clients (allowed: at most {LARGE_SLOTS:,}; --allow-large to run anyway)")
+        if est.sgd_steps > LARGE_SGD_STEPS:
+            steps_field = (f"{alg}.local_iterations" if getattr(spec.params, "local_iterations", None) is not None
+                           else "train.local_steps")
+            field = steps_field if est.steps_per_task > LARGE_SGD_STEPS / 100 else est.bound
+            raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
+                              f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks; allowed without --allow-large: "
+                              f"{LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
+        if est.events > LARGE_EVENTS:
+            raise ConfigError(est.bound, f"the run would simulate about {est.events:.3g} events (allowed without "
+                              f"--allow-large: {LARGE_EVENTS:.0e}); lower the stop rules or pass --allow-large")
+    horizon = scenario.stop.max_time_s
+    if horizon is None and math.isfinite(est.tasks):
+        horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
+    retry = getattr(spec.params, "retry_s", None)
+    idle_possible = est.slots > scenario.data.num_clients or scenario.availability.model != "always"
+    if retry is not None and idle_possible and horizon is not None and not allow_large:
+        # a slot (or round) that finds nobody reachable waits retry_s and tries again
+        retries = horizon / retry * max(1, est.slots)
+        if retries > LARGE_EVENTS:
+            raise ConfigError(f"{alg}.retry_s", f"got {retry!r}: idle slots would retry about {retries:.3g} times in "
+                              f"{horizon:.3g} s of virtual time (allowed without --allow-large: {LARGE_EVENTS:.0e}; "
+                              f"i.e. retry_s >= {horizon * max(1, est.slots) / LARGE_EVENTS:.3g})")
+    every = scenario.eval.every_s
+    if every is not None:
+        if horizon is not None and horizon / every > MAX_EVALUATIONS:
+            raise ConfigError("eval.every_s", f"got {every!r}: about {horizon / every:.3g} evaluations in "
+                              f"{horizon:.3g} s of virtual time would dominate the run (allowed: at most "
+                              f"{MAX_EVALUATIONS:,} evaluations, i.e. every_s >= {horizon / MAX_EVALUATIONS:.3g})")
+    deadline = getattr(spec.params, "deadline_s", None)
+    # sub-model algorithms train smaller models than the full one the estimate costs: no lower bound there
+    if deadline is not None and not registry()[spec.name].fits_devices(spec.params) and deadline < est.fastest_task_s:
+        raise ConfigError(f"{alg}.deadline_s", f"got {deadline!r}: shorter than the fastest client's task "
+                          f"({est.fastest_task_s:.4g} s of download, compute and upload without jitter), so "
+                          f"every round would drop every client (allowed: >= {est.fastest_task_s:.4g})")
+    return notes
+
+
+def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
+    """Every check that can fail, before anything is written: data, partition, model, profiles, memory,
+    settings with no effect, the work estimate.  Returns the prepared data for the run."""
+    from fedsim.sim.trace import Trace as _Trace
+
+    if scenario.train.systems_only and scenario.stop.target_accuracy is not None:
+        raise ConfigError("stop.target_accuracy", f"got {scenario.stop.target_accuracy!r}, but a systems-only run "
+                          "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
     prepared = prepare_data(scenario)
+    world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
+    model = build_global_model(scenario, prepared.data)
+    for spec in scenario.algorithms:
+        if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
+            _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
+        _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
+        # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
+        variant = scenario.variant(spec)
+        env = simpy.Environment()
+        streams = Streams(scenario.seed)
+        trial = _Trace(None)
+        w = World.from_scenario(env, streams, trial, len(prepared.parts), variant)
+        ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
+        registry()[spec.name](ctx, spec.params)
+    return prepared
+
+
+def _looks_like_run(folder: Path) -> bool:
+    """A folder fedsim wrote: a run (scenario.yaml/summary.json) or a comparison of runs."""
+    if (folder / "summary.json").exists() or (folder / "scenario.yaml").exists():
+        return True
+    return any((sub / "scenario.yaml").exists() or (sub / "summary.json").exists() for sub in folder.iterdir() if sub.is_dir())
+
+
+def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
+    """A fresh run folder: created if missing, refused if it is a file or a non-empty folder (unless
+    ``force``, which clears a folder that holds fedsim output; other folders are never cleared)."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", f"'{out}' is a file, not a folder (give a new or empty folder)")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise ConfigError("--out", f"'{parent}' is a file, so '{out}' cannot be a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise ConfigError("--out", f"'{out}' is not empty (an earlier run?); pass --force to clear it first, "
+                              "or give a new folder")
+        if not _looks_like_run(out):
+            raise ConfigError("--out", f"'{out}' is not empty and holds no fedsim run; --force clears only run folders")
+        for entry in out.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, force: bool = False,
+                 allow_large: bool = False,
+                 version_hooks: Sequence[VersionHookFactory] | None = None) -> list[dict[str, Any]]:
+    """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several).
+
+    All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared)."""
+    prepared = preflight(scenario, allow_large=allow_large)
+    out = prepare_run_dir(out, force=force)
     summaries = []
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:
@@ -290,4 +493,5 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True,
             from fedsim import report
 
             report.comparison_figure(out, [s["label"] for s in summaries])
+            report.html_report(out)
     return summaries

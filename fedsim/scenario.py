@@ -1,7 +1,8 @@
 """Scenarios: what to simulate, as validated dataclasses loaded from YAML.
 
 A scenario has one section per layer (data, model, train, devices, channel, network, availability,
-server, algorithm, stop, eval, output).  Every field has a default, so ``{}`` is a valid scenario; the built-in scenarios live in
+server, algorithm, stop, eval, output).  Every field has a default except the stop rules (a scenario says
+when its run ends, so ``{stop: {max_versions: 30}}`` is the smallest scenario); the built-in scenarios live in
 ``fedsim/scenarios/*.yaml``.  ``key=value`` overrides address fields with dotted paths
 (``algorithm.buffer_size=5``, ``data.partition.alpha=0.1``).  ``algorithm`` may also be a list of
 algorithm mappings: the scenario then runs each variant on the same world and data.
@@ -17,17 +18,17 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
-from fedsim.config import coerce, from_mapping, positive, require, to_mapping
+from fedsim.config import check_domain, coerce, from_mapping, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
 
 
 @dataclass
 class PartitionConfig:
-    method: Literal["iid", "dirichlet", "shards", "quantity", "natural"] = "dirichlet"
-    alpha: float = 0.5
-    labels_per_client: int = 2
-    sigma: float = 1.0
-    min_size: int = 1
+    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = "dirichlet"
+    alpha: float = num(0.5, gt=0, le=1e6, doc="Dirichlet concentration (smaller: more skew)")
+    labels_per_client: int = num(2, ge=1, le=10**6, doc="shards: classes per client")
+    sigma: float = num(1.0, ge=0, le=100, doc="quantity: log-normal spread of client sizes")
+    min_size: int = num(1, ge=0, le=10**9, unit="samples", doc="smallest client dataset")
     #: ``dirichlet`` only: relative expected data size per client (one number per client); class c's shares
     #: are p_c ∝ size_weights ⊙ Dir(α), so label skew and unequal sizes combine (Co-S²P Table 7)
     size_weights: list[float] | None = None
@@ -47,7 +48,7 @@ class PartitionConfig:
 class DataConfig:
     name: str = "digits"
     root: str | None = None
-    num_clients: int = 20
+    num_clients: int = num(20, ge=1, le=10**7, unit="clients")
     partition: PartitionConfig = field(default_factory=PartitionConfig)
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -63,9 +64,9 @@ class ModelConfig:
     ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or fragment_mlp's ``partitions``."""
 
     name: str = "mlp"
-    hidden: int | list[int] | None = None
-    width: float = 1.0
-    depth: int | None = None
+    hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units", doc="hidden widths (model default when null)")
+    width: float = num(1.0, gt=0, le=64, doc="width multiplier")
+    depth: int | None = num(None, ge=1, le=10**4, doc="resnet20's 6n+2 or the ViT's encoder blocks")
     bn: Literal["static", "global"] = "static"
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -85,17 +86,17 @@ class TrainConfig:
     ``workers`` Ray workers (None: the machine's cores) on the cluster at ``ray_address`` (None: a local
     Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster)."""
 
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    batch_size: int = 32
-    local_steps: int | None = None
-    local_epochs: float | None = 1.0
-    clip_norm: float | None = None
+    lr: float = num(0.05, gt=0, le=1e12, doc="local SGD step size")
+    momentum: float = num(0.0, ge=0, lt=1)
+    weight_decay: float = num(0.0, ge=0, le=1e3)
+    batch_size: int = num(32, ge=1, le=10**7, unit="samples")
+    local_steps: int | None = num(None, ge=1, unit="steps", doc="SGD steps per task (wins over local_epochs)")
+    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs")
+    clip_norm: float | None = num(None, gt=0)
     systems_only: bool = False
     batched: bool = False
     executor: Literal["inprocess", "ray"] = "inprocess"
-    workers: int | None = None
+    workers: int | None = num(None, ge=1, le=4096, doc="Ray workers (null: the machine's cores)")
     ray_address: str | None = None
 
     def validate(self, prefix: str) -> None:
@@ -122,14 +123,14 @@ class DeviceGroup:
     studies where memory, not the device's total RAM, decides what a client can train."""
 
     profile: str = "jetson-nano"
-    weight: float = 1.0
+    weight: float = num(1.0, gt=0, le=1e12, doc="relative share of clients")
     #: exact number of clients of this profile (all groups set it, summing to data.num_clients): the first
     #: ``count`` clients get the first group, the next ones the second, ... (no random draw)
     count: int | None = None
-    efficiency: float | None = None
+    efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of peak FLOP/s (profile's when null)")
     power_mode: str | None = None
-    flops_per_s: float | list[float] | None = None
-    memory_mb: float | None = None
+    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s")
+    memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
         positive(self.weight, f"{prefix}.weight")
@@ -153,9 +154,9 @@ class CapabilityConfig:
     profiles still give power and memory); jitter applies as for any device.  Because the fraction is
     exact, the draw depends on the number of clients."""
 
-    levels: list[float] = field(default_factory=lambda: [1.0, 3.0])
-    beta: float = 0.3
-    unit_flops_per_s: float = 1e8
+    levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6, doc="[slow, fast] multiples of the unit")
+    beta: float = num(0.3, ge=0, le=1, doc="fraction of clients at the first level")
+    unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s")
 
     def validate(self, prefix: str) -> None:
         require(len(self.levels) == 2 and all(v > 0 for v in self.levels), f"{prefix}.levels",
@@ -171,7 +172,7 @@ class DevicesConfig:
     mix: list[DeviceGroup] = field(
         default_factory=lambda: [DeviceGroup("jetson-nano"), DeviceGroup("jetson-xavier-nx-8gb"), DeviceGroup("jetson-agx-orin-32gb")]
     )
-    jitter: float = 0.1
+    jitter: float = num(0.1, ge=0, le=5, doc="log-normal spread of each task's compute time")
     check_memory: bool = True
     capability: CapabilityConfig | None = None
 
@@ -194,22 +195,22 @@ class LinkConfig:
     """
 
     model: str = "fixed"
-    mbps: float | list[float] | None = None
+    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s")
     redraw: Literal["per_transmission", "per_client"] = "per_transmission"
-    frequency_hz: float = 2.0e9
-    bandwidth_hz: float = 10e6
-    tx_power_w: float = 0.2
-    noise_psd_w_hz: float = 3.981e-21
-    noise_figure_db: float = 0.0
-    shadowing_db: float | None = 0.0
+    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz")
+    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz")
+    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W")
+    noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz")
+    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB")
+    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB")
     fading: str = "none"
-    rician_k_db: float = 9.0
+    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB")
     los: Literal["auto", "los", "nlos"] = "auto"
-    exponent: float = 3.0
-    pl0_db: float = 40.0
-    d0_m: float = 1.0
-    h_bs: float | None = None
-    h_ut: float = 1.5
+    exponent: float = num(3.0, gt=0, le=10, doc="path-loss exponent (log_distance)")
+    pl0_db: float = num(40.0, ge=0, le=300, unit="dB")
+    d0_m: float = num(1.0, gt=0, le=1e6, unit="m")
+    h_bs: float | None = num(None, gt=0, le=1e4, unit="m")
+    h_ut: float = num(1.5, gt=0, le=1e4, unit="m")
 
     def validate(self, prefix: str) -> None:
         from fedsim.system.channel import FADING_MODELS, PATHLOSS_MODELS
@@ -228,14 +229,62 @@ class LinkConfig:
             positive(getattr(self, name), f"{prefix}.{name}")
         positive(self.shadowing_db, f"{prefix}.shadowing_db", allow_zero=True)
 
+    def mapping_fields(self) -> list[str]:
+        """Only the fields this link model reads go into the resolved scenario."""
+        return link_fields_in_effect(self.model, self.fading)
+
+
+PATHLOSS_MODELS_ALL = ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma", "fixed", "uniform_rate", "ideal")
+#: Link fields each kind of link model uses; a field given under a model that ignores it is an error.
+RATE_ONLY_MODELS = ("fixed", "uniform_rate", "ideal")
+PHYSICAL_FIELDS = ("frequency_hz", "bandwidth_hz", "tx_power_w", "noise_psd_w_hz", "noise_figure_db", "shadowing_db",
+                   "fading", "rician_k_db", "los", "exponent", "pl0_db", "d0_m", "h_bs", "h_ut")
+FIELD_MODELS: dict[str, tuple[str, ...]] = {
+    "mbps": ("fixed", "uniform_rate"),
+    "redraw": ("uniform_rate",),
+    **{f: tuple(m for m in ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma")) for f in PHYSICAL_FIELDS},
+    "tx_power_w": tuple(PATHLOSS_MODELS_ALL),  # SNR under path loss; transmit energy under every model
+    "exponent": ("log_distance",), "pl0_db": ("log_distance",), "d0_m": ("log_distance",),
+    "h_bs": ("tr38901_umi", "tr38901_uma"), "h_ut": ("tr38901_umi", "tr38901_uma"), "los": ("tr38901_umi", "tr38901_uma"),
+}
+
+
+def link_fields_in_effect(model: str, fading: str = "none") -> list[str]:
+    """The LinkConfig fields that ``model`` reads (``model`` and ``fading`` always shown for path-loss models)."""
+    out = ["model"]
+    for f in (fl.name for fl in dataclasses.fields(LinkConfig)):
+        if f == "model":
+            continue
+        if f == "rician_k_db" and fading != "rician":
+            continue
+        if model in FIELD_MODELS.get(f, ()):
+            out.append(f)
+    return out
+
+
+def check_link_effect(raw_link: Any, model: str, field: str) -> None:
+    """A link field the chosen model never reads is an error naming the models that would use it."""
+    if not isinstance(raw_link, Mapping):
+        return
+    fading = raw_link.get("fading", "none")
+    for key in raw_link:
+        if key == "model" or key not in FIELD_MODELS:
+            continue
+        users = FIELD_MODELS[key]
+        if model not in users:
+            raise ConfigError(f"{field}.{key}", f"has no effect under link model '{model}' (only {', '.join(users)} "
+                              f"use it); set {field}.model to one of them or drop {key}")
+        if key == "rician_k_db" and fading != "rician":
+            raise ConfigError(f"{field}.rician_k_db", f"has no effect with fading '{fading}' (only fading 'rician' uses it)")
+
 
 @dataclass
 class PositionsConfig:
     """Where clients are (base station at the origin).  ``auto``: the preset's placement, else an annulus."""
 
     kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = "auto"
-    r_min_m: float = 10.0
-    r_max_m: float = 500.0
+    r_min_m: float = num(10.0, ge=0, le=1e7, unit="m")
+    r_max_m: float = num(500.0, gt=0, le=1e7, unit="m")
     points: list[list[float]] | None = None
     path: str | None = None
 
@@ -252,8 +301,8 @@ class MobilityConfig:
     """``random_waypoint`` moves clients in the disc of radius positions.r_max_m, so distance changes."""
 
     kind: Literal["none", "random_waypoint"] = "none"
-    speed_mps: list[float] = field(default_factory=lambda: [0.5, 1.5])
-    pause_s: float = 0.0
+    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s")
+    pause_s: float = num(0.0, ge=0, le=1e9, unit="s")
 
     def validate(self, prefix: str) -> None:
         require(len(self.speed_mps) == 2 and 0 < self.speed_mps[0] <= self.speed_mps[1], f"{prefix}.speed_mps",
@@ -276,11 +325,29 @@ class ChannelSection:
     mobility: MobilityConfig = field(default_factory=MobilityConfig)
 
     def validate(self, prefix: str) -> None:
-        if self.preset is not None:
-            from fedsim.system.channel import CHANNEL_PRESETS
+        from fedsim.system.channel import CHANNEL_PRESETS
 
+        if self.preset is not None:
             require(self.preset in CHANNEL_PRESETS, f"{prefix}.preset",
                     f"unknown preset {self.preset!r} (allowed: {', '.join(CHANNEL_PRESETS)})")
+        models = []
+        for direction in ("uplink", "downlink"):
+            link = getattr(self, direction)
+            if link is not None:
+                models.append(link.model)
+            elif self.preset is not None:
+                models.append(getattr(CHANNEL_PRESETS[self.preset], direction).model)
+            else:
+                models.append("fixed")
+        if all(m in RATE_ONLY_MODELS for m in models):
+            # distance matters only to path-loss links: positions and mobility would silently do nothing
+            if self.mobility.kind != "none":
+                raise ConfigError(f"{prefix}.mobility.kind", f"got {self.mobility.kind!r}, but both links are rate-only "
+                                  f"({models[0]}/{models[1]}); movement changes only the distance, which the path-loss "
+                                  "link models use (set channel.uplink.model, e.g. log_distance, or a preset such as gas-cell)")
+            if self.positions.kind != "auto":
+                raise ConfigError(f"{prefix}.positions.kind", f"got {self.positions.kind!r}, but both links are rate-only "
+                                  f"({models[0]}/{models[1]}); positions matter only to path-loss link models")
 
 
 @dataclass
@@ -289,9 +356,9 @@ class TopologyConfig:
     uniformly at random per client) → cloud over a FIFO backhaul link with its own rate and latency."""
 
     kind: Literal["star", "hierarchical"] = "star"
-    edge_servers: int = 2
-    backhaul_mbps: float = 1000.0
-    backhaul_latency_s: float = 0.005
+    edge_servers: int = num(2, ge=1, le=10**6)
+    backhaul_mbps: float = num(1000.0, gt=0, le=1e9, unit="Mbit/s")
+    backhaul_latency_s: float = num(0.005, ge=0, le=1e6, unit="s")
 
     def validate(self, prefix: str) -> None:
         positive(self.edge_servers, f"{prefix}.edge_servers")
@@ -310,7 +377,7 @@ class NetworkConfig:
 
     access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = "dedicated"
     downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = "dedicated"
-    latency_s: float = 0.01
+    latency_s: float = num(0.01, ge=0, le=1e6, unit="s", doc="one-way latency of every transfer")
     topology: TopologyConfig = field(default_factory=TopologyConfig)
 
     def validate(self, prefix: str) -> None:
@@ -324,10 +391,10 @@ class AvailabilityConfig:
     intervals).  A client that goes offline mid-task loses that task (recorded as a drop)."""
 
     model: Literal["always", "bernoulli", "exponential", "trace"] = "always"
-    p: float = 0.8
-    slot_s: float | None = None
-    mean_on_s: float = 600.0
-    mean_off_s: float = 60.0
+    p: float = num(0.8, gt=0, le=1, doc="bernoulli: probability of being online")
+    slot_s: float | None = num(None, gt=0, le=1e12, unit="s")
+    mean_on_s: float = num(600.0, gt=0, le=1e12, unit="s")
+    mean_off_s: float = num(60.0, gt=0, le=1e12, unit="s")
     path: str | None = None
 
     def validate(self, prefix: str) -> None:
@@ -343,9 +410,9 @@ class ServerConfig:
     """The server: ``workers`` parallel SimPy slots; aggregation costs FLOPs on ``profile``."""
 
     profile: str = "rtx-3090"
-    workers: int = 1
-    overhead_s: float = 0.002
-    efficiency: float | None = None
+    workers: int = num(1, ge=1, le=4096, doc="parallel server slots")
+    overhead_s: float = num(0.002, ge=0, le=1e6, unit="s", doc="fixed time per server job")
+    efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of the profile's peak")
 
     def validate(self, prefix: str) -> None:
         positive(self.workers, f"{prefix}.workers")
@@ -354,19 +421,22 @@ class ServerConfig:
 
 @dataclass
 class StopConfig:
-    """The run stops at the first condition reached (at least one must be set)."""
+    """The run stops at the first condition reached.  There is no hidden default: a scenario names its stop
+    rules, and at least one of max_versions, max_time_s, max_updates must be set (target_accuracy alone
+    may never be reached)."""
 
-    max_versions: int | None = 30
-    max_time_s: float | None = None
-    target_accuracy: float | None = None
-    max_updates: int | None = None
+    max_versions: int | None = num(None, ge=1, unit="versions")
+    max_time_s: float | None = num(None, gt=0, unit="s", doc="virtual time")
+    target_accuracy: float | None = num(None, gt=0, le=1)
+    max_updates: int | None = num(None, ge=1, unit="updates")
 
     def validate(self, prefix: str) -> None:
         positive(self.max_versions, f"{prefix}.max_versions")
         positive(self.max_time_s, f"{prefix}.max_time_s")
         positive(self.max_updates, f"{prefix}.max_updates")
         if self.target_accuracy is not None:
-            require(0 < self.target_accuracy <= 1, f"{prefix}.target_accuracy", "must be in (0, 1]")
+            require(0 < self.target_accuracy <= 1, f"{prefix}.target_accuracy",
+                    f"got {self.target_accuracy!r} (allowed: in (0, 1])")
         require(
             any(v is not None for v in (self.max_versions, self.max_time_s, self.max_updates)),
             prefix or "stop",
@@ -383,18 +453,18 @@ class EvalConfig:
     final version, into ``probes_live.csv``.  Probes cost no virtual time and change nothing in the run.
     """
 
-    every_versions: int | None = 1
-    every_s: float | None = None
-    max_samples: int | None = None
+    every_versions: int | None = num(1, ge=1, unit="versions")
+    every_s: float | None = num(None, gt=0, unit="s", doc="virtual time")
+    max_samples: int | None = num(None, ge=1, unit="samples")
     per_client: bool = False
-    batch_size: int = 1024
-    probe_every: int | None = None
+    batch_size: int = num(1024, ge=1, le=10**7, unit="samples")
+    probe_every: int | None = num(None, ge=1, unit="versions")
     #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
     #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
     #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
     #: once, or all when unset; costs no virtual time, like evaluation itself).
     bn_stats: Literal["batch", "train"] = "batch"
-    bn_samples: int | None = 1024
+    bn_samples: int | None = num(1024, ge=1, unit="samples")
 
     def validate(self, prefix: str) -> None:
         positive(self.bn_samples, f"{prefix}.bn_samples")
@@ -413,9 +483,9 @@ class OutputConfig:
 
     dir: str = "runs"
     figures: bool = True
-    flush_every: int = 256
+    flush_every: int = num(256, ge=1, le=10**9, unit="events")
     trace_format: Literal["jsonl", "compact"] = "jsonl"
-    checkpoints: int | None = None
+    checkpoints: int | None = num(None, ge=1, unit="versions")
 
     def validate(self, prefix: str) -> None:
         positive(self.flush_every, f"{prefix}.flush_every")
@@ -494,6 +564,8 @@ def _algorithm_spec(data: Any, field_name: str) -> AlgorithmSpec:
     data = dict(data)
     name = data.pop("name", "fedavg")
     label = data.pop("label", name)
+    if field_name != "algorithm" and isinstance(label, str) and label:  # typeable: algorithm.<label>.field=...
+        field_name = f"algorithm.{label}"
     algos = registry()
     if name not in algos:
         raise ConfigError(f"{field_name}.name", f"unknown algorithm {name!r} (allowed: {', '.join(sorted(algos))})")
@@ -526,11 +598,28 @@ def _with_preset(channel: Any) -> Any:
     return out
 
 
+def _check_channel_effect(channel: Mapping[str, Any]) -> None:
+    """Link fields the user gave that the direction's model (given, the preset's, or ``fixed``) ignores."""
+    from fedsim.system.channel import CHANNEL_PRESETS
+
+    preset = CHANNEL_PRESETS.get(channel.get("preset")) if isinstance(channel.get("preset"), str) else None
+    for direction in ("uplink", "downlink"):
+        given = channel.get(direction)
+        if not isinstance(given, Mapping):
+            continue
+        model = given.get("model")
+        if model is None:
+            model = getattr(getattr(preset, direction), "model", "fixed") if preset is not None else "fixed"
+        if isinstance(model, str):
+            check_link_effect(given, model, f"channel.{direction}")
+
+
 def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
     """Validate a plain mapping into a Scenario (one clear ConfigError for the first problem)."""
     if not isinstance(data, Mapping):
         raise ConfigError("scenario", f"must be a mapping of sections, got {type(data).__name__}")
-    if "channel" in data:
+    if isinstance(data.get("channel"), Mapping):
+        _check_channel_effect(data["channel"])
         data = {**data, "channel": _with_preset(data["channel"])}
     for key in data:
         if key not in TOP_LEVEL:
@@ -540,10 +629,13 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
         kwargs["name"] = coerce(data["name"], str, "name")
     if "seed" in data:
         kwargs["seed"] = coerce(data["seed"], int, "seed")
+        check_domain(kwargs["seed"], None, "seed")
         positive(kwargs["seed"], "seed", allow_zero=True)
     for key, cls in SECTIONS.items():
         if key in data and data[key] is not None:
             kwargs[key] = coerce(data[key], cls, key)
+    if "stop" not in kwargs:  # no hidden stop default: the scenario says when the run ends
+        raise ConfigError("stop", "missing: set stop.max_versions, stop.max_time_s or stop.max_updates so the run ends")
     raw_alg = data.get("algorithm", "fedavg")
     if isinstance(raw_alg, list):
         if not raw_alg:
@@ -589,18 +681,54 @@ def load_raw(source: str | Path | None) -> dict[str, Any]:
             raise ConfigError("scenario", f"unknown scenario '{source}' (built-in: {', '.join(names)}; or a path to a .yaml file)")
         text = resources.files("fedsim.scenarios").joinpath(f"{source}.yaml").read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError("scenario", f"'{source}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        raise ConfigError("scenario", f"'{source}' is empty (a scenario needs at least a stop rule; see "
+                          "`fedsim show default` for a complete one)")
     if not isinstance(data, dict):
         raise ConfigError("scenario", f"'{source}' must hold a mapping of sections")
     return data
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a raw scenario mapping."""
+def _algorithm_entry(data: dict[str, Any], parts: list[str], key: str, source: str | Path | None) -> dict[str, Any]:
+    """The mapping of one variant of a list-valued ``algorithm``, addressed by label/name or index."""
+    entries = data["algorithm"]
+    labels = []
+    for e in entries:
+        if isinstance(e, Mapping):
+            labels.append(str(e.get("label", e.get("name", "fedavg"))))
+        else:
+            labels.append(str(e))
+    which = parts[1]
+    if which.isdigit() and int(which) < len(entries):
+        i = int(which)
+    elif which in labels:
+        i = labels.index(which)
+    else:
+        where = f" (defined in {_source_text(source)})" if source is not None else ""
+        raise ConfigError(key, f"this scenario has several algorithms ({', '.join(labels)}){where}; address one by "
+                          f"label or index, e.g. algorithm.{labels[-1]}.{parts[-1]}=...")
+    if not isinstance(entries[i], dict):
+        entries[i] = {"name": str(entries[i])}
+    return entries[i]
+
+
+def _source_text(source: str | Path | None) -> str:
+    name = "default" if source is None else str(source)
+    if name in builtin_scenarios():
+        return f"the built-in scenario '{name}', fedsim/scenarios/{name}.yaml; `fedsim show {name}` prints it"
+    return f"'{name}'"
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Path | None = None) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a raw scenario mapping.
+
+    With several algorithms, ``algorithm.<label>.field=v`` (or ``algorithm.<index>.field=v``) sets one
+    variant's field; ``algorithm=a,b`` replaces the variants."""
     data = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:
@@ -615,9 +743,16 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = raw
         parts = key.split(".")
         node: Any = data
+        if parts == ["algorithm"] and isinstance(value, str) and "," in value:  # algorithm=a,b: one variant each
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if parts[0] == "algorithm" and len(parts) > 1 and isinstance(data.get("algorithm"), list):
+            node, parts = _algorithm_entry(data, parts, key, source), parts[2:]
+            if not parts:
+                raise ConfigError(key, "names an algorithm; set one of its fields (e.g. "
+                                  f"{key}.concurrency=5) or replace all with algorithm=a,b")
+            parts = ["_"] + parts
+            node = {"_": node}
         for i, part in enumerate(parts[:-1]):
-            if part == "algorithm" and i == 0 and isinstance(node.get("algorithm"), list):
-                raise ConfigError(key, "this scenario has several algorithms; edit its YAML instead")
             if part == "algorithm" and i == 0 and isinstance(node.get("algorithm"), str):
                 node["algorithm"] = {"name": node["algorithm"]}
             nxt = node.get(part)
@@ -635,9 +770,53 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
 def load_scenario(source: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
     """Load, override and validate a scenario (built-in name, YAML path, or None for the default)."""
-    return scenario_from_mapping(apply_overrides(load_raw(source), overrides or []))
+    return scenario_from_mapping(apply_overrides(load_raw(source), overrides or [], source))
 
 
 def dump_scenario(scenario: Scenario) -> str:
     """The resolved scenario as YAML (saved with every run)."""
     return yaml.safe_dump(scenario.as_mapping(), sort_keys=False)
+
+
+def _reference_default(value: Any) -> str:
+    if value is None:
+        return "null"
+    if dataclasses.is_dataclass(value):
+        return "(section)"
+    text = yaml.safe_dump(to_mapping(value), default_flow_style=True).strip()
+    return text[:-4].strip() if text.endswith("...") else text
+
+
+def field_reference() -> str:
+    """The scenario-field reference (Markdown), generated from the config dataclasses: every field with its
+    type, default, allowed values and unit.  ``fedsim reference`` prints it; docs/scenario-reference.md is
+    this text (a test keeps it current)."""
+    from fedsim.algorithms import registry
+    from fedsim.config import type_text, walk_fields
+
+    def table(rows: list[Any]) -> list[str]:
+        out = ["| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+        for f in rows:
+            allowed = f.domain.describe(type_text(f.type).startswith("an integer")) if f.domain else ""
+            out.append(f"| `{f.path}` | {type_text(f.type)} | `{_reference_default(f.default)}` | {allowed} | {f.doc} |")
+        return out
+
+    lines = ["# Scenario field reference", "",
+             "Generated from the config dataclasses by `fedsim reference` (do not edit by hand). Every field",
+             "can be set in a scenario YAML or overridden as `section.field=value`. Numbers outside `allowed`,",
+             "NaN and ±inf are refused with one line naming the field. With several algorithms, address one by",
+             "label: `algorithm.<label>.field=value`.", "",
+             "Top level: `name` (a string), `seed` (an integer >= 0), `algorithm` (a name, a mapping with `name`,",
+             "optional `label` and the algorithm's fields below, or a list of them; `algorithm=a,b` on the command",
+             "line), and the sections below. `stop` must name at least one of `max_versions`, `max_time_s`,",
+             "`max_updates`.", ""]
+    for key, cls in SECTIONS.items():
+        lines += [f"## `{key}`", ""]
+        doc = (cls.__doc__ or "").strip()
+        if doc and not doc.startswith(cls.__name__ + "("):
+            lines += [" ".join(doc.split()), ""]
+        lines += table(walk_fields(cls, key)) + [""]
+    lines += ["## `algorithm`", ""]
+    for name, alg in sorted(registry().items()):
+        lines += [f"### `{name}`", ""] + table(walk_fields(alg.Config, "algorithm")) + [""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -113,7 +113,7 @@ def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tupl
 
 def _trace(res: dict[str, Any]) -> pd.DataFrame:
     if "trace" not in res:
-        res["trace"] = load_trace(res["dir"] / "trace.jsonl")
+        res["trace"] = load_trace(res["dir"])
     return res["trace"]
 
 

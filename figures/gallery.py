@@ -1,8 +1,10 @@
 """Regenerate the README gallery (``figures/gallery/*.png``) from built-in scenarios.
 
-    python -m figures.gallery [--out figures/gallery]
+    python -m figures.gallery [--out figures/gallery] [--quick]
 
 Each picture comes from a real run; nothing is drawn by hand.  Takes about 100 s of CPU time.
+``--quick`` (the test that keeps this recipe working): every run cut to a few versions or seconds and
+the GAS figures left out; the pictures are then only smoke output, never the gallery.
 """
 from __future__ import annotations
 
@@ -41,13 +43,15 @@ RUNS: list[tuple[str, list[str], dict[str, str]]] = [
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "gallery"))
+    ap.add_argument("--quick", action="store_true", help="short runs, no GAS figures (a smoke test of the recipe)")
     args = ap.parse_args(argv)
+    quick = ["stop={max_versions: 4}", "output.flush_every=64"] if args.quick else []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, overrides, keep) in enumerate(RUNS):
             run_dir = Path(tmp) / f"{i}-{name}"
-            run_scenario(load_scenario(name, overrides), run_dir, progress=True)
+            run_scenario(load_scenario(name, overrides + quick), run_dir, progress=not args.quick)
             for src, dst in keep.items():
                 shutil.copyfile(run_dir / src, out / dst)
                 print(f"wrote {out / dst}")
@@ -56,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("grad_norm_vs_bound.png", "svcca_by_layer.png", "dissimilarity_over_versions.png"):
                     shutil.copyfile(run_dir / "check" / name, out / f"check_{name}")
                     print(f"wrote {out / f'check_{name}'}")
+        if args.quick:
+            return 0
         gas_dir = Path(tmp) / "gas"
         gas_main(["--quick", "--out", str(gas_dir)])
         for name in ("fig2_dissimilarity_accuracy.png", "fig3_sfl_time.png", "fig4_local_iterations_time.png"):

@@ -15,8 +15,8 @@ split learning uses the ``real`` timing convention (FLOPs × batch, labels uploa
 
 * Fig. 2: GAS vs the same asynchronous SFL without generated activations: (a) server-gradient
   dissimilarity ‖g_buffer − g_population‖² per global iteration, (b) test accuracy.
-* Fig. 3: GAS vs MiniBatch-SFL and S2FL, test accuracy against simulated time.
-* Fig. 4: GAS vs FedBuff, CA2FL and FedAvg against simulated time at two numbers of local iterations E.
+* Fig. 3: GAS vs MiniBatch-SFL and S2FL, test accuracy against virtual time.
+* Fig. 4: GAS vs FedBuff, CA2FL and FedAvg against virtual time at two numbers of local iterations E.
 * Table 1: accuracy after T global iterations, FedAvg / FedBuff / CA2FL / GAS, shard-2 and Dir(0.1).
 * Table 2: accuracy against E for FedBuff, CA2FL and GAS.
 """
@@ -188,7 +188,7 @@ def _plot_time(ax: plt.Axes, table: pd.DataFrame, title: str) -> None:
     for method, g in table.groupby("method", sort=False):
         ys = [np.interp(grid, gs["time_s"], gs["accuracy"]) for _, gs in g.groupby("seed")]
         ax.plot(grid, np.mean(ys, 0), label=method)
-    ax.set(xlabel="simulated time (s)", ylabel="test accuracy", title=title)
+    ax.set(xlabel="virtual time (s)", ylabel="test accuracy", title=title)
     ax.grid(alpha=0.3)
     ax.legend()
 
@@ -316,7 +316,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.gas", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, short runs (under two minutes)")
+    p.add_argument("--quick", action="store_true", help="one seed, short runs (about 35 s of CPU time)")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
     p.add_argument("--cifar-root", default=None, help="folder holding cifar-10-batches-py (adds a CIFAR-10 column)")
     args = p.parse_args(argv)

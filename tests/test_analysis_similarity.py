@@ -177,3 +177,21 @@ def test_layer_similarity_matrix_shape_and_diagonal():
     assert list(df.index) == ["a", "b"] and list(df.columns) == ["a", "b"]
     np.testing.assert_allclose(np.diag(df.values), 1.0)
     assert df.loc["a", "b"] == pytest.approx(df.loc["b", "a"])
+
+
+def test_pwcca_equals_reference_compute_pwcca_on_unequal_neuron_counts():
+    """Golden numbers from google/svcca's compute_pwcca (run outside this project on the stored matrices,
+    features-first, the side with fewer neurons as its first argument): equal to 1e-6 for p != q."""
+    import json
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    arrays = np.load(data / "pwcca_cases.npz")
+    golden = json.loads((data / "pwcca_golden.json").read_text())
+    assert len(golden) >= 4 and all(g["p"] != g["q"] for g in golden)
+    for g in golden:
+        x, y = arrays[f"x{g['case']}"], arrays[f"y{g['case']}"]
+        got = sim.pwcca(x, y, epsilon=g["epsilon"], orientation="features_first")
+        assert got == pytest.approx(g["pwcca"], abs=1e-6), g
+        # the larger side second or first gives the same number (the reference's working branch)
+        assert sim.pwcca(y, x, epsilon=g["epsilon"], orientation="features_first") == pytest.approx(g["pwcca"], abs=1e-6)

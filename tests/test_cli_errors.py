@@ -24,7 +24,7 @@ def _run_cli(capsys, *args: str) -> tuple[int, str]:
         ("colour=blue", "colour", "allowed"),                          # unknown top-level key
         ("train.speed=3", "train.speed", "allowed"),                   # unknown nested key
         ("train.batch_size=abc", "train.batch_size", "integer"),       # wrong type
-        ("data.num_clients=-4", "data.num_clients", "> 0"),            # negative count
+        ("data.num_clients=-4", "data.num_clients", "allowed: an integer in [1, 10^7]"),            # negative count
         ("data.name=imagenet-1m", "data.name", "allowed"),             # unknown dataset
         ("algorithm.name=fedmagic", "algorithm.name", "allowed"),      # unknown algorithm
         ("data.partition.method=zipf", "data.partition.method", "allowed"),

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _start(out: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmd = [sys.executable, "-m", "fedsim.cli", "run", "fedasync", "stop.max_time_s=100000", "output.flush_every=16",
-           "--out", str(out), "--quiet"]
+           "--out", str(out), "--quiet", "--allow-large"]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

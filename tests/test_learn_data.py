@@ -330,3 +330,33 @@ def test_cinic10_png_folders_and_npz(tmp_path):
 def test_cinic10_missing(tmp_path):
     with pytest.raises(ConfigError, match="dataset 'cinic10' needs cinic10.npz"):
         load_dataset("cinic10", root=str(tmp_path))
+
+
+class _Payload:
+    """A pickle that would run a command when loaded with plain pickle.load."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def test_crafted_cifar_pickle_is_refused_with_one_line(tmp_path, capsys):
+    """A batch whose pickle names any global besides numpy's array reconstruction is refused before it runs."""
+    from fedsim.cli import main
+
+    base = tmp_path / "cifar-10-batches-py"
+    base.mkdir()
+    rng = np.random.default_rng(2)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        x, y = _cifar_arrays(rng, 2)
+        payload = {b"data": x.reshape(2, -1), b"labels": [int(v) for v in y]}
+        if name == "data_batch_3":
+            payload[b"extra"] = _Payload()
+        with open(base / name, "wb") as f:
+            pickle.dump(payload, f, protocol=2)
+    code = main(["run", "default", "data.name=cifar10", f"data.root={tmp_path}", "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("fedsim: error: data.root: ") and "data_batch_3" in err[0] and "system" in err[0]
+    assert not (tmp_path / "out").exists()

@@ -108,5 +108,5 @@ def test_deterministic_init_and_no_global_rng_side_effect():
 def test_unknown_model():
     with pytest.raises(ConfigError, match=r"model.name: unknown model 'resnet' \(allowed: logreg, mlp, cnn"):
         build_model("resnet", (1, 8, 8), 10)
-    assert MODELS == ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp")
+    assert MODELS == ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp", "femnist_cnn")
     assert isinstance(build_model("logreg", (4,), 2), BlockModel)

@@ -136,7 +136,7 @@ def test_bad_inputs():
         partition(_labels(), 3, "dirichlet", np.random.default_rng(0), alpha=0)
     with pytest.raises(ConfigError, match="partition.num_clients"):
         partition(_labels(10), 11, "iid", np.random.default_rng(0))
-    assert PARTITIONS == ("iid", "dirichlet", "shards", "quantity", "natural")
+    assert PARTITIONS == ("iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural")
 
 
 def test_summary_counts():

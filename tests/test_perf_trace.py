@@ -51,3 +51,17 @@ def test_cut_off_compact_trace_still_loads_a_prefix(tmp_path):
     df = load_trace(path)
     assert 30 <= len(df) < 35
     assert df["client"].tolist() == list(range(len(df)))
+
+
+def test_figures_and_check_read_a_compact_trace(tmp_path):
+    """Every reader finds the trace through ``trace_path``: a compact run gets its timeline and `fedsim check`."""
+    from analysis.report import check_run
+    from fedsim.report import run_figures
+
+    _run(tmp_path, "compact")
+    run_dir = tmp_path / "compact"
+    written = {p.name for p in run_figures(run_dir)}
+    assert {"timeline.png", "link_rates.png"} <= written
+    table = check_run(run_dir, progress=False)
+    row = table[table["quantity"] == "trace: staleness >= 0"]
+    assert len(row) == 1 and bool(row["holds"].iloc[0])

@@ -115,6 +115,7 @@ def test_bad_cut_and_options_are_config_errors(tmp_path):
     sc = scenario_from_mapping(_scenario({"name": "gas", "cut": 3}))
     with pytest.raises(ConfigError, match=r"algorithm\.cut.*1\.\.2"):
         run_scenario(sc, tmp_path, progress=False)
+    assert not any(tmp_path.iterdir())  # the algorithm's own checks run before anything is written
     with pytest.raises(ConfigError, match="cost_input_shape.*systems_only"):
         run_scenario(scenario_from_mapping(_scenario({"name": "gas", "cost_input_shape": [3, 32, 32]})), tmp_path,
                      progress=False)

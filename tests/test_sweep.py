@@ -41,3 +41,43 @@ def test_uplink_sweep_slower_links_take_longer(tmp_path, capsys):
     assert (tmp_path / "sweep.png").exists()
     for v in ("0.25", "1", "4"):
         assert (tmp_path / f"channel.uplink.mbps={v}" / "metrics.csv").exists()
+
+
+def test_sweep_target_is_validated_before_any_run(tmp_path, capsys):
+    code = main(["sweep", "fedasync", "channel.uplink.mbps=1,4", "--target", "2", "--out", str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "fedsim: error: --target: got 2.0 (allowed: an accuracy in (0, 1], e.g. 0.9)"
+    assert not (tmp_path / "s").exists()
+
+
+def test_unreached_target_is_marked_not_dropped(tmp_path):
+    from fedsim.sweep import run_sweep
+
+    table = run_sweep("fedasync", ["channel.uplink.mbps=1,4", "data.num_clients=4", "algorithm=fedavg",
+                                   "algorithm.clients_per_round=4", "stop.max_versions=2", "model.name=logreg",
+                                   "train.local_steps=2", "output.figures=false"],
+                      tmp_path / "s", target=0.999, progress=False)
+    assert list(table["reached_target"]) == [False, False]
+    assert (table["time_to_target_s"] == math.inf).all()
+    csv = pd.read_csv(tmp_path / "s" / "sweep.csv")
+    assert list(csv["reached_target"]) == [False, False]
+
+
+def test_seeds_run_each_seed_and_compare_across_seeds(tmp_path, capsys):
+    out = tmp_path / "s"
+    code = main(["run", "default", "data.num_clients=4", "data.partition={method: iid}", "model.name=logreg",
+                 "train.local_steps=2", "algorithm.fedavg.clients_per_round=4", "stop={max_versions: 3}",
+                 "output.figures=false", "--seeds", "0,1,2", "--target", "0.3", "--out", str(out), "--quiet"])
+    assert code == 0
+    table = pd.read_csv(out / "seeds.csv")
+    assert len(table) == 6 and set(table["algorithm"]) == {"fedavg", "fedbuff"} and set(table["seed"]) == {0, 1, 2}
+    for _, r in table.iterrows():  # each row is that seed's own run
+        s = pd.read_json(out / f"seed-{r['seed']}" / r["algorithm"] / "summary.json", typ="series")
+        assert s["seed"] == r["seed"] and s["final_accuracy"] == pytest.approx(r["final_accuracy"])
+    summary = pd.read_csv(out / "seeds_summary.csv").set_index("algorithm")
+    for alg, g in table.groupby("algorithm"):
+        assert summary.loc[alg, "final_accuracy_mean"] == pytest.approx(g["final_accuracy"].mean())
+        assert summary.loc[alg, "final_accuracy_std"] == pytest.approx(g["final_accuracy"].std())
+    assert (out / "seeds.png").exists()
+    assert main(["run", "default", "--seeds", "0,x", "--out", str(tmp_path / "t")]) == 2
+    assert "--seeds" in capsys.readouterr().err

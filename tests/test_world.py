@@ -18,7 +18,7 @@ N0 = 3.981e-21  # W/Hz, -174 dBm/Hz
 
 
 def _world(mapping: dict, n: int) -> tuple[simpy.Environment, World, Trace]:
-    sc = scenario_from_mapping(mapping)
+    sc = scenario_from_mapping({"stop": {"max_versions": 1}, **mapping})
     env = simpy.Environment()
     trace = Trace(None)
     return env, World.from_scenario(env, Streams(sc.seed), trace, n, sc), trace

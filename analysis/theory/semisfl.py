@@ -60,7 +60,8 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
             worst = max(drift, key=lambda p: p[1] / max((p[0] * float(v["eta"])) ** 2 * float(v["G_max_sq"]), 1e-300))
             k, d = worst
             checks.append(le("Lemma 4: ||w^k - w^0||^2 <= (k eta G_max)^2 (worst k)", float(d),
-                             float((k * float(v["eta"])) ** 2 * float(v["G_max_sq"])), "holds deterministically for plain SGD"))
+                             float((k * float(v["eta"])) ** 2 * float(v["G_max_sq"])),
+                             "holds deterministically for SGD (eta = lr / (1 - momentum) for heavy-ball SGD)"))
     for g, phase_low, phase_high in (("Gs2", "sup", "semi"), ("Gu2", "semi", "sup")):
         lo, hi = measured.get(f"{g}_after_{phase_low}"), measured.get(f"{g}_after_{phase_high}")
         if lo is not None and hi is not None and len(lo) and len(hi):

@@ -14,7 +14,7 @@ from typing import Any, Generator
 import simpy
 
 from fedsim.algorithms.base import SlotScheduler, Update, staleness_weight, validate_staleness
-from fedsim.config import positive, require
+from fedsim.config import num, positive, require
 from fedsim.learn.state import State, masked_weighted_average, state_mix
 
 
@@ -33,13 +33,13 @@ class FedAsync(SlotScheduler):
 
     @dataclass
     class Config:
-        alpha: float = 0.6
+        alpha: float = num(0.6, gt=0, le=1, doc="mixing weight of a fresh update")
         staleness: str = "polynomial"
-        staleness_a: float = 0.5
-        staleness_b: float = 4.0
-        concurrency: int = 10
-        max_staleness: int | None = None
-        retry_s: float = 10.0
+        staleness_a: float = num(0.5, ge=0, le=1e3)
+        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions")
+        concurrency: int = num(10, ge=1, unit="clients")
+        max_staleness: int | None = num(None, ge=0, le=10**9, unit="versions", doc="staler updates are dropped")
+        retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
 
         def validate(self, prefix: str) -> None:
             require(0 < self.alpha <= 1, f"{prefix}.alpha", f"must be in (0, 1], got {self.alpha!r}")

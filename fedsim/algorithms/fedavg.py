@@ -19,7 +19,7 @@ import numpy as np
 import simpy
 
 from fedsim.algorithms.base import Algorithm, TaskCounter, Update
-from fedsim.config import positive
+from fedsim.config import num, positive
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_axpy, state_sub
 
@@ -38,10 +38,10 @@ class FedAvg(Algorithm):
 
     @dataclass
     class Config:
-        clients_per_round: int = 10
-        deadline_s: float | None = None
-        server_lr: float = 1.0
-        retry_s: float = 10.0
+        clients_per_round: int = num(10, ge=1, unit="clients")
+        deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
+        server_lr: float = num(1.0, gt=0, le=1e6)
+        retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
         #: sample only clients whose device fits the full model (the others never train)
         only_fitting: bool = False
 

@@ -13,7 +13,7 @@ from typing import Any, Generator
 import simpy
 
 from fedsim.algorithms.base import SlotScheduler, Update, staleness_weight, validate_staleness
-from fedsim.config import positive
+from fedsim.config import num, positive
 from fedsim.learn.state import State, is_counter, masked_weighted_average, state_axpy
 
 
@@ -40,13 +40,13 @@ class FedBuff(SlotScheduler):
 
     @dataclass
     class Config:
-        buffer_size: int = 5
-        concurrency: int = 10
-        server_lr: float = 1.0
+        buffer_size: int = num(5, ge=1, le=10**6, unit="updates")
+        concurrency: int = num(10, ge=1, unit="clients")
+        server_lr: float = num(1.0, gt=0, le=1e6)
         staleness: str = "fedbuff"
-        staleness_a: float = 0.5
-        staleness_b: float = 4.0
-        retry_s: float = 10.0
+        staleness_a: float = num(0.5, ge=0, le=1e3)
+        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions")
+        retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
 
         def validate(self, prefix: str) -> None:
             positive(self.buffer_size, f"{prefix}.buffer_size")

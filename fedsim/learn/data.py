@@ -458,9 +458,44 @@ def _load_idx_images(name: str, root: Path, subdirs: tuple[str, ...], rng: np.ra
     return _image_data(name, 10, xtr[:, None], ytr.astype(np.int64), xte[:, None], yte.astype(np.int64), rng, opts)
 
 
+#: The only globals a CIFAR python batch needs: numpy arrays (both numpy 1.x and 2.x module paths).
+_PICKLE_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+    ("_codecs", "encode"),  # protocol-2 pickles written by Python 3 spell bytes as encode(str, 'latin1')
+}
+
+
+class _BatchUnpickler(pickle.Unpickler):
+    """Admits only numpy arrays, dtypes and plain containers (lists, dicts, bytes, str, numbers).
+
+    A pickle can run any callable it names; a dataset file must never do that, so every other global is
+    refused (the CIFAR batches hold a dict of bytes keys, a uint8 array and lists of ints)."""
+
+    def __init__(self, fh: Any, path: Path) -> None:
+        super().__init__(fh, encoding="bytes")
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _PICKLE_ALLOWED:
+            return super().find_class(module, name)
+        raise ConfigError("data.root", f"'{self.path}' is not a plain CIFAR batch: its pickle asks for "
+                                       f"{module}.{name} (allowed: numpy arrays, lists, dicts, bytes); refusing to load it")
+
+
 def _unpickle(path: Path) -> dict:
+    """Read a CIFAR python batch with a restricted unpickler (see :class:`_BatchUnpickler`)."""
     with open(path, "rb") as f:
-        return pickle.load(f, encoding="bytes")
+        try:
+            out = _BatchUnpickler(f, path).load()
+        except ConfigError:
+            raise
+        except Exception as exc:  # truncated or not a pickle at all
+            raise ConfigError("data.root", f"'{path}' is not a readable CIFAR batch ({type(exc).__name__}: {exc})") from None
+    if not isinstance(out, dict):
+        raise ConfigError("data.root", f"'{path}' holds a {type(out).__name__}, not the dict of a CIFAR batch")
+    return out
 
 
 def _get(d: dict, key: str) -> Any:

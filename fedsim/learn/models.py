@@ -26,7 +26,7 @@ __all__ = ["BlockModel", "WidthGroup", "block_of", "MODELS", "REGRESSION_MODELS"
            "split_model", "scaled", "residual_add"]
 
 #: The classifiers (one logit per class).
-MODELS: tuple[str, ...] = ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp")
+MODELS: tuple[str, ...] = ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp", "femnist_cnn")
 #: BatchNorm modes of the models that have BatchNorm (``resnet20``): ``static`` is HeteroFL's static BN
 #: (sBN: no running statistics at all, every forward normalises with the statistics of its own batch, in
 #: training and at evaluation); ``global`` keeps running statistics that are sliced and averaged with the
@@ -191,6 +191,31 @@ def _alexnet_cifar(input_shape: tuple[int, ...], num_classes: int, width: float)
     ]
     flat = _flat_size(blocks, input_shape)
     blocks += [nn.Sequential(nn.Flatten(), nn.Linear(flat, f1)), nn.Linear(f1, f2), nn.Linear(f2, num_classes)]
+    return blocks
+
+
+def _femnist_cnn(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...], width: float) -> list[nn.Module]:
+    """The LEAF FEMNIST CNN (EmbracingFL's FEMNIST model) as four blocks: conv1 | conv2 | dense | output.
+
+    conv 5x5 'same' (32 channels) + ReLU + max-pool 2, conv 5x5 'same' (64) + ReLU + max-pool 2,
+    Flatten + Linear(->2048) + ReLU, Linear(2048->classes).  On 1x28x28 with 62 classes it has exactly the
+    paper's 6,603,710 parameters.  Channels and the dense size scale with ``width``; ``hidden`` replaces
+    the 2048.  The blocks are EmbracingFL's layer partition: moderate clients freeze blocks 0-1, weak 0-2.
+    """
+    if len(input_shape) != 3:
+        raise ConfigError("model.name", f"'femnist_cnn' needs an image input (C, H, W), got {input_shape}")
+    c1, c2, fc = scaled(32, width), scaled(64, width), scaled(hidden[0], width)
+    blocks: list[nn.Module] = []
+    spatial = min(input_shape[1:])
+    for cin, cout in ((input_shape[0], c1), (c1, c2)):
+        layers: list[nn.Module] = [nn.Conv2d(cin, cout, 5, padding=2), nn.ReLU()]
+        if spatial >= 2:
+            layers.append(nn.MaxPool2d(2))
+            spatial //= 2
+        blocks.append(nn.Sequential(*layers))
+    flat = _flat_size(blocks, input_shape)
+    blocks.append(nn.Sequential(nn.Flatten(), nn.Linear(flat, fc), nn.ReLU()))
+    blocks.append(nn.Linear(fc, num_classes))
     return blocks
 
 
@@ -514,6 +539,10 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
         elif name == "cnn":
             hid = _as_tuple(hidden, (64,))
             blocks = _cnn(input_shape, num_classes, hid, width)
+            groups = _chain_groups(blocks, ["blocks.0.0", "blocks.1.0", "blocks.2.1", "blocks.3"], ["conv1", "conv2", "fc"])
+        elif name == "femnist_cnn":
+            hid = _as_tuple(hidden, (2048,))
+            blocks = _femnist_cnn(input_shape, num_classes, hid, width)
             groups = _chain_groups(blocks, ["blocks.0.0", "blocks.1.0", "blocks.2.1", "blocks.3"], ["conv1", "conv2", "fc"])
         elif name == "alexnet_cifar":
             hid = ()

@@ -13,7 +13,7 @@ from fedsim.errors import ConfigError
 
 __all__ = ["PARTITIONS", "partition", "partition_summary"]
 
-PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "shards", "quantity", "natural")
+PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural")
 
 #: Dirichlet draws are repeated until every client has ``min_size`` samples; give up after this many.
 MAX_DIRICHLET_TRIES = 1000
@@ -64,6 +64,32 @@ def _dirichlet(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: floa
     raise ConfigError("partition.min_size", f"no Dirichlet(alpha={alpha}) draw in {MAX_DIRICHLET_TRIES} tries gave "
                                             f"every one of {k} clients at least {min_size} samples; raise alpha or "
                                             f"lower min_size")
+
+
+def _dirichlet_client(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: float,
+                      min_size: int) -> list[np.ndarray]:
+    """Label skew as the SemiSFL code draws it: one p_i ~ Dir(alpha * 1_M) *per client*.
+
+    The k x M matrix P of the draws is normalised per class column (P[:, c] /= sum_i P[i, c]); class c's
+    shuffled samples are cut among the clients at the cumulative shares P[:, c] (rounded down).  Unlike
+    :func:`_dirichlet` (one draw per class over the clients), every client has its own class mix.  The
+    draw is repeated until every client holds at least ``min_size`` samples.
+    """
+    classes = np.unique(labels)
+    for _ in range(MAX_DIRICHLET_TRIES):
+        p = rng.dirichlet(np.full(len(classes), alpha), size=k)  # (k, M)
+        p = p / np.where(p.sum(0, keepdims=True) > 0, p.sum(0, keepdims=True), 1.0)
+        buckets: list[list[np.ndarray]] = [[] for _ in range(k)]
+        for j, c in enumerate(classes):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            cuts = (np.cumsum(p[:, j]) * len(idx)).astype(np.int64)[:-1]
+            for i, piece in enumerate(np.split(idx, cuts)):
+                buckets[i].append(piece)
+        sizes = np.array([sum(len(b) for b in bs) for bs in buckets])
+        if sizes.min() >= min_size:
+            return _finish([np.concatenate(b) for b in buckets])
+    raise ConfigError("partition.min_size", f"no per-client Dirichlet(alpha={alpha}) draw in {MAX_DIRICHLET_TRIES} "
+                                            f"tries gave every one of {k} clients at least {min_size} samples")
 
 
 def _shards(labels: np.ndarray, k: int, rng: np.random.Generator, per_client: int) -> list[np.ndarray]:
@@ -133,7 +159,8 @@ def partition(labels: np.ndarray, num_clients: int, method: str, rng: np.random.
     """Split sample indices ``0..len(labels)-1`` among ``num_clients`` clients with ``method``.
 
     Methods: ``iid`` (equal random split), ``dirichlet`` (label skew, concentration ``alpha``, every
-    client >= ``min_size``, optional ``balance`` cap), ``shards`` (``labels_per_client`` single-label shards
+    client >= ``min_size``, optional ``balance`` cap), ``dirichlet_client`` (one Dirichlet draw per client,
+normalised per class: the SemiSFL code's scheme), ``shards`` (``labels_per_client`` single-label shards
     per client), ``quantity`` (lognormal(0, ``sigma``) sizes, iid labels, every client >= ``min_size``),
     ``natural`` (the dataset's own clients, ``natural``; its first ``num_clients`` entries are used).
     """
@@ -166,6 +193,10 @@ def partition(labels: np.ndarray, num_clients: int, method: str, rng: np.random.
                 raise ConfigError("data.partition.size_weights", f"need {k} positive numbers (one per client), got "
                                                             f"{list(np.asarray(size_weights).reshape(-1))}")
         return _dirichlet(labels, k, rng, float(alpha), int(min_size), balance, sw)
+    if method == "dirichlet_client":
+        if not alpha > 0:
+            raise ConfigError("partition.alpha", f"must be > 0, got {alpha!r}")
+        return _dirichlet_client(labels, k, rng, float(alpha), int(min_size))
     if method == "shards":
         if labels_per_client < 1:
             raise ConfigError("partition.labels_per_client", f"must be >= 1, got {labels_per_client!r}")

@@ -1,0 +1,379 @@
+"""Full-model semi-supervised FL baselines of the SemiSFL paper: SemiFL and FedSwitch (simplified).
+
+Both share SemiSFL's data (``semi_data``: the same labeled server set, unlabeled clients) and its round
+shape: the server first trains the whole model for ``k_s`` steps of cross-entropy on labeled batches
+(weak views), then N_h clients download the model, train on their unlabeled data and upload it, and
+the server averages the uploads (``fedavg_rule``, weights = samples processed).  Each client task is an
+``Assignment`` with its own local trainer.
+
+SemiFL (Diao et al., NeurIPS 2022), as the SemiSFL paper summarises it: the downloaded global model
+pseudo-labels the weak views (confidence ≥ ``tau``); the loss is the FixMatch CE of the strong views
+against those labels plus a Mixup loss among the confident samples (λ ~ Beta(``mixup_alpha``,
+``mixup_alpha``), the mixed weak views against both pseudo-labels).  Static BatchNorm is not modelled
+(the fedsim CNN has none).
+
+FedSwitch (Zhao et al. 2023), simplified: every client also downloads the global EMA teacher (2|w|
+down, 2|w| up); per batch, pseudo-labels come from whichever of teacher and student is more confident
+on average on the weak views (a stand-in for FedSwitch's adaptive teacher/student switching, whose
+IIDness hyper-parameter the SemiSFL paper does not give); after every local step the client's teacher
+is EMA-updated (decay ``ema``).  The server averages students and teachers separately, EMA-updates the
+teacher during its labeled phase, and the *teacher* is the evaluated model (as the paper tests it).
+"""
+from __future__ import annotations
+
+__all__ = ["SemiFL", "FedSwitch", "FedMatch"]
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Generator
+
+import numpy as np
+import simpy
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutcome, Update, client_task
+from fedsim.algorithms.fedavg import fedavg_rule
+from fedsim.algorithms.semisfl import semi_data
+from fedsim.config import positive, require
+from fedsim.learn.augment import STRONG, WEAK, check_augmentation, strong_view, weak_view
+from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
+from fedsim.learn.train import TrainStats, batch_schedule
+
+
+class SemiFL(Algorithm):
+    name = "semifl"
+    family = "semisfl"  # the same client-selection stream as SemiSFL: same clients per round
+
+    @dataclass
+    class Config:
+        clients_per_round: int = 10
+        labeled: int = 100
+        client_labeled_fraction: float = 0.0
+        k_s: int = 20
+        server_batch: int | None = None
+        tau: float = 0.95
+        weak: str = "flip_crop"
+        strong: str = "randaugment"
+        rand_n: int = 2
+        rand_m: int = 10
+        mixup_alpha: float = 0.75
+        ema: float = 0.99
+
+        def validate(self, prefix: str) -> None:
+            positive(self.clients_per_round, f"{prefix}.clients_per_round")
+            positive(self.labeled, f"{prefix}.labeled", allow_zero=True)
+            require(0.0 <= self.client_labeled_fraction <= 1.0, f"{prefix}.client_labeled_fraction",
+                    f"must be in [0, 1], got {self.client_labeled_fraction!r}")
+            positive(self.k_s, f"{prefix}.k_s", allow_zero=True)
+            positive(self.server_batch, f"{prefix}.server_batch")
+            require(0.0 < self.tau < 1.0, f"{prefix}.tau", f"confidence threshold must be in (0, 1), got {self.tau!r}")
+            check_augmentation(self.weak, WEAK, f"{prefix}.weak")
+            check_augmentation(self.strong, STRONG, f"{prefix}.strong")
+            positive(self.rand_n, f"{prefix}.rand_n")
+            require(1 <= self.rand_m <= 10, f"{prefix}.rand_m", f"magnitude must be in 1..10, got {self.rand_m!r}")
+            positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
+            require(0.0 < self.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {self.ema!r}")
+
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        require(not ctx.scenario.train.systems_only, "train.systems_only",
+                f"{self.name} trains pseudo-labels from the model itself; systems-only runs are not supported")
+        self.labeled_idx, self.visible_y = semi_data(ctx, config.labeled, config.client_labeled_fraction)
+        require(config.k_s == 0 or len(self.labeled_idx) > 0, "algorithm.labeled",
+                f"the server's labeled phase (k_s = {config.k_s}) needs labeled >= 1")
+        self.server_batch = int(config.server_batch or ctx.sgd.batch_size)
+        self.teacher: State | None = None
+        self.ema_steps = 0
+
+    # ---------------------------------------------------------------------------------- server
+    def supervised_phase(self, state: State, rnd: int) -> State:
+        """K_s SGD steps of CE on labeled weak views from ``state`` (teacher EMA after each, when kept)."""
+        ctx, cfg = self.ctx, self.cfg
+        if cfg.k_s == 0:
+            return state
+        model = ctx.worker
+        model.load_state_dict(state)
+        sgd = ctx.sgd
+        opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        gen = ctx.streams.torch("semi-data", "labeled-batches", rnd)
+        for pos in batch_schedule(len(self.labeled_idx), cfg.k_s, self.server_batch, gen):
+            idx = torch.as_tensor(self.labeled_idx[pos.numpy()])
+            x = weak_view(ctx.data.train.x[idx], cfg.weak, gen)
+            loss = F.cross_entropy(model(x), self.visible_y[idx])
+            opt.zero_grad()
+            loss.backward()
+            if sgd.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), sgd.clip_norm)
+            opt.step()
+            if self.teacher is not None:
+                self.ema_steps += 1
+                decay = min(1.0 - 1.0 / (self.ema_steps + 1), cfg.ema)
+                self.teacher = state_mix(self.teacher, clone_state(model.state_dict()), 1.0 - decay)
+        return clone_state(model.state_dict())
+
+    # ---------------------------------------------------------------------------------- clients
+    def _pseudo(self, logits: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        conf, pl = torch.softmax(logits, dim=1).max(dim=1)
+        vis = self.visible_y[idx]
+        has = vis >= 0
+        return torch.where(has, vis, pl), (conf >= self.cfg.tau) | has
+
+    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+                      gen: torch.Generator) -> TrainOutcome:
+        """FixMatch CE on strong views + Mixup among confident samples, labels from the downloaded model."""
+        cfg, sgd = self.cfg, ctx.sgd
+        teacher = copy.deepcopy(module).eval()
+        opt = torch.optim.SGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        steps = int(sgd.local_steps or 1)
+        lam_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        losses, samples = [], 0
+        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()])
+            x = ctx.data.train.x[idx]
+            weak = weak_view(x, cfg.weak, gen)
+            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+            with torch.no_grad():
+                pl, mask = self._pseudo(teacher(weak), idx)
+            loss = (F.cross_entropy(module(strong), pl, reduction="none") * mask.to(x.dtype)).mean()
+            conf = torch.nonzero(mask).flatten()
+            if len(conf) >= 2:
+                lam = float(lam_rng.beta(cfg.mixup_alpha, cfg.mixup_alpha))
+                perm = conf[torch.randperm(len(conf), generator=gen)]
+                mixed = lam * weak[conf] + (1.0 - lam) * weak[perm]
+                out = module(mixed)
+                loss = loss + lam * F.cross_entropy(out, pl[conf]) + (1.0 - lam) * F.cross_entropy(out, pl[perm])
+            opt.zero_grad()
+            loss.backward()
+            if sgd.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(module.parameters(), sgd.clip_norm)
+            opt.step()
+            losses.append(float(loss.detach()))
+            samples += len(idx)
+        fc = ctx.flop_cost  # teacher forward + strong fwd/bwd + mixup fwd/bwd
+        flops = samples * (fc.forward + 2.0 * fc.total)
+        return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
+
+    # ---------------------------------------------------------------------------------- rounds
+    def evaluated_state(self, student: State) -> State:
+        return student
+
+    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
+                    ) -> Generator[simpy.events.Event, Any, Update]:
+        return (yield from client_task(self.ctx, client, base, version, task=task,
+                                       assignment=Assignment(trainer=self.local_trainer, round=rnd)))
+
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        tasks = TaskCounter(ctx.num_clients)
+        self.student = clone_state(ctx.global_state)
+        rnd = 0
+        while not ctx.done.triggered:
+            rnd += 1
+            start = env.now
+            self.student = self.supervised_phase(self.student, rnd)
+            if cfg.k_s:
+                yield from ctx.world.serve(None, ctx.world.server_compute_time(
+                    ctx.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
+            clients = self.sample_clients(cfg.clients_per_round, (self.family, "select", rnd))
+            if not clients:
+                yield env.timeout(1.0)
+                continue
+            ctx.world.schedule(len(clients))
+            base, version = self.student, ctx.version
+            procs = []
+            for c in clients:
+                ctx.trace.emit(env.now, "dispatch", client=c, version=version, round=rnd)
+                procs.append(self.launch(c, self.client_body(c, base, version, tasks.next(c), rnd), rnd))
+            yield env.all_of(procs)
+            updates = [p.value for p in procs if p.value is not None]
+            if not updates:
+                continue
+            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
+            self.student, weights = fedavg_rule(updates, base)
+            self.after_aggregation(updates)
+            ctx.apply(self.evaluated_state(self.student), updates, weights, round_=rnd,
+                      round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
+
+    def after_aggregation(self, updates: list[Update]) -> None:
+        """Hook for methods that aggregate more than the model (FedSwitch's teachers)."""
+
+
+class FedSwitch(SemiFL):
+    name = "fedswitch"
+
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        self.teacher = clone_state(ctx.global_state)
+        self.client_teachers: dict[int, State] = {}
+
+    def evaluated_state(self, student: State) -> State:
+        return clone_state(self.teacher)
+
+    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
+                    ) -> Generator[simpy.events.Event, Any, Update]:
+        world = self.ctx.world
+        yield from world.download(client, self.ctx.model_bytes, version=version)  # the global teacher
+        upd = yield from client_task(self.ctx, client, base, version, task=task,
+                                     assignment=Assignment(trainer=self.local_trainer, round=rnd))
+        yield from world.upload(client, self.ctx.model_bytes, what="teacher")
+        upd.info["teacher"] = self.client_teachers.pop(client)
+        return upd
+
+    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+                      gen: torch.Generator) -> TrainOutcome:
+        """Masked CE on strong views; labels from the more confident of teacher and student; client EMA."""
+        cfg, sgd = self.cfg, ctx.sgd
+        teacher = copy.deepcopy(module)
+        teacher.load_state_dict(self.teacher)
+        teacher.eval()
+        opt = torch.optim.SGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        steps = int(sgd.local_steps or 1)
+        losses, samples, switched = [], 0, 0
+        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()])
+            x = ctx.data.train.x[idx]
+            weak = weak_view(x, cfg.weak, gen)
+            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+            with torch.no_grad():
+                lt, ls = teacher(weak), module(weak)
+                use_student = bool(torch.softmax(ls, 1).max(1).values.mean() > torch.softmax(lt, 1).max(1).values.mean())
+                pl, mask = self._pseudo(ls if use_student else lt, idx)
+            switched += int(use_student)
+            loss = (F.cross_entropy(module(strong), pl, reduction="none") * mask.to(x.dtype)).mean()
+            opt.zero_grad()
+            loss.backward()
+            if sgd.clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(module.parameters(), sgd.clip_norm)
+            opt.step()
+            teacher.load_state_dict(state_mix(clone_state(teacher.state_dict()), clone_state(module.state_dict()),
+                                              1.0 - cfg.ema))
+            losses.append(float(loss.detach()))
+            samples += len(idx)
+        self.client_teachers[client] = clone_state(teacher.state_dict())
+        fc = ctx.flop_cost  # teacher and student forward on the weak view + strong fwd/bwd
+        flops = samples * (2.0 * fc.forward + fc.total)
+        return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
+
+    def after_aggregation(self, updates: list[Update]) -> None:
+        teachers = [Update(client=u.client, tensors=u.info["teacher"], weight=u.weight) for u in updates]
+        self.teacher = masked_weighted_average(teachers, self.teacher)
+
+
+
+
+class FedMatch(SemiFL):
+    """FedMatch (Jeong et al., ICLR 2021), simplified as the spec allows.
+
+    Parameter decomposition: the model is w = σ + ψ.  The server's labeled phase trains w, i.e. σ (ψ held
+    fixed); clients freeze σ and train only ψ on unlabeled data with an L1 penalty ``l1`` on ψ ("disjoint
+    learning").  Inter-client consistency: the server keeps each client's last ψ and sends a client the
+    ``helpers`` ψ's closest to its own (cosine similarity of the flattened ψ; FedMatch compares model
+    outputs on a random input), each as a model σ + ψ_h (``helpers``·|w| extra download).  Pseudo-labels:
+    the agreement (summed one-hot votes) of the client's model and the helpers on the weak view, kept when
+    the client's own confidence is ≥ ``tau``; the loss is the masked CE of the strong view plus the KL
+    divergence from each helper's softmax to the client's (consistency); ψ has no weight decay (the L1
+    penalty takes its place).  Uploads count the whole ψ
+    (FedMatch's sparse ψ is not compressed here).  The server averages the uploaded models (σ is shared,
+    so this averages ψ).
+    """
+
+    name = "fedmatch"
+
+    @dataclass
+    class Config(SemiFL.Config):
+        helpers: int = 2
+        l1: float = 1.0e-4
+
+        def validate(self, prefix: str) -> None:
+            SemiFL.Config.validate(self, prefix)
+            positive(self.helpers, f"{prefix}.helpers", allow_zero=True)
+            positive(self.l1, f"{prefix}.l1", allow_zero=True)
+
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        zero = {k: torch.zeros_like(v) if v.is_floating_point() else v.clone() for k, v in ctx.global_state.items()}
+        self.psi_global = zero
+        self.client_psi: dict[int, State] = {}
+        self._helpers: dict[int, list[int]] = {}
+
+    def _sigma(self, w: State) -> State:
+        return {k: (w[k] - self.psi_global[k]) if w[k].is_floating_point() else w[k].clone() for k in w}
+
+    def _helpers_of(self, client: int) -> list[int]:
+        own = self.client_psi.get(client, self.psi_global)
+        v0 = torch.cat([t.reshape(-1) for t in own.values() if t.is_floating_point()])
+        scores = []
+        for c, psi in self.client_psi.items():
+            if c == client:
+                continue
+            v = torch.cat([t.reshape(-1) for t in psi.values() if t.is_floating_point()])
+            scores.append((float(F.cosine_similarity(v0, v, dim=0)), c))
+        return [c for _, c in sorted(scores, reverse=True)[: self.cfg.helpers]]
+
+    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
+                    ) -> Generator[simpy.events.Event, Any, Update]:
+        helpers = self._helpers_of(client)
+        if helpers:
+            yield from self.ctx.world.download(client, len(helpers) * self.ctx.model_bytes, version=version)
+        self._helpers[client] = helpers
+        return (yield from client_task(self.ctx, client, base, version, task=task,
+                                       assignment=Assignment(trainer=self.local_trainer, round=rnd)))
+
+    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+                      gen: torch.Generator) -> TrainOutcome:
+        """ψ-only training: masked CE on strong views with agreement pseudo-labels + helper KL + L1(ψ)."""
+        cfg, sgd = self.cfg, ctx.sgd
+        w0 = clone_state(module.state_dict())
+        sigma = self._sigma(w0)
+        psi = {k: (w0[k] - sigma[k]).clone().requires_grad_(True) for k in w0 if w0[k].is_floating_point()}
+        helper_models = []
+        for h in self._helpers.get(client, []):
+            m = copy.deepcopy(module)
+            m.load_state_dict({k: (sigma[k] + self.client_psi[h][k]) if k in psi else sigma[k] for k in sigma})
+            helper_models.append(m.eval())
+        opt = torch.optim.SGD(list(psi.values()), lr=sgd.lr, momentum=sgd.momentum)
+        steps = int(sgd.local_steps or 1)
+        losses, samples = [], 0
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            params = {k: sigma[k] + psi[k] if k in psi else sigma[k] for k in sigma}
+            return functional_call(module, params, (x,))
+
+        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()])
+            x = ctx.data.train.x[idx]
+            weak = weak_view(x, cfg.weak, gen)
+            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+            with torch.no_grad():
+                own = torch.softmax(forward(weak), 1)
+                helper_probs = [torch.softmax(h(weak), 1) for h in helper_models]
+                votes = F.one_hot(own.argmax(1), own.shape[1]).float()
+                for hp in helper_probs:
+                    votes += F.one_hot(hp.argmax(1), own.shape[1]).float()
+                vis = self.visible_y[idx]
+                has = vis >= 0
+                pl = torch.where(has, vis, votes.argmax(1))  # the agreed label (ties: the lowest class)
+                mask = (own.max(1).values >= cfg.tau) | has  # the client's own confidence decides the mask
+            logits = forward(strong)
+            loss = (F.cross_entropy(logits, pl, reduction="none") * mask.to(x.dtype)).mean()
+            if helper_probs:
+                logp = F.log_softmax(forward(weak), 1)
+                loss = loss + sum(F.kl_div(logp, hp, reduction="batchmean") for hp in helper_probs) / len(helper_probs)
+            loss = loss + cfg.l1 * sum(p.abs().sum() for p in psi.values())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            samples += len(idx)
+        new_psi = {k: v.detach().clone() for k, v in psi.items()}
+        self.client_psi[client] = new_psi
+        module.load_state_dict({k: (sigma[k] + new_psi[k]) if k in new_psi else sigma[k] for k in sigma})
+        fc = ctx.flop_cost  # own weak forward, strong fwd/bwd, weak fwd/bwd (consistency), helpers' forwards
+        flops = samples * ((2 + len(helper_models)) * fc.forward + 2.0 * fc.total)
+        return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
+
+    def after_aggregation(self, updates: list[Update]) -> None:
+        """ψ_global = mean of the uploaded ψ (the aggregated model minus the shared σ)."""
+        psis = [Update(client=u.client, tensors=self.client_psi[u.client], weight=u.weight) for u in updates]
+        self.psi_global = masked_weighted_average(psis, self.psi_global)
