@@ -264,8 +264,13 @@ def submodel_figure(trace: pd.DataFrame, path: Path, classes: dict[int, str] | N
     return True
 
 
-def run_figures(run_dir: str | Path) -> list[Path]:
-    """Write the standard figures of one run directory; returns their paths."""
+def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
+                timeline_clients: int = 30) -> list[Path]:
+    """Write the standard figures of one run directory; returns their paths.
+
+    ``timeline_window`` zooms the timeline on ``[start, end]`` seconds of virtual time (default: the whole
+    run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
+    ``output.timeline_clients`` of the scenario)."""
     run_dir = Path(run_dir)
     written = []
     metrics_path = run_dir / "metrics.csv"
@@ -284,7 +289,11 @@ def run_figures(run_dir: str | Path) -> list[Path]:
         df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server"))
         if len(df):
             p = run_dir / "timeline.png"
-            timeline_figure(df, p, max_bars=TIMELINE_MAX_EVENTS)  # the whole run, merged bars when dense
+            since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
+                                                                        float(timeline_window[1]))
+            # the whole run by default, merged bars when dense
+            timeline_figure(df, p, max_bars=TIMELINE_MAX_EVENTS, since=since, until=until,
+                            max_clients=timeline_clients)
             written.append(p)
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
                 if fn(df, run_dir / name):

@@ -232,7 +232,8 @@ def run_variant(
             from fedsim import report
 
             try:
-                report.run_figures(out)
+                report.run_figures(out, timeline_window=scenario.output.timeline_window,
+                                   timeline_clients=scenario.output.timeline_clients)
                 if ctx is not None:
                     report.topology_figure(ctx.world, out / "topology.png")
                 report.html_report(out)

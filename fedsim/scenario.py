@@ -486,10 +486,18 @@ class OutputConfig:
     flush_every: int = num(256, ge=1, le=10**9, unit="events")
     trace_format: Literal["jsonl", "compact"] = "jsonl"
     checkpoints: int | None = num(None, ge=1, unit="versions")
+    timeline_window: list[float] | None = num(None, ge=0, unit="s",
+                                              doc="[start, end] of virtual time the timeline figure shows "
+                                                  "(default: the whole run)")
+    timeline_clients: int = num(30, ge=1, le=1000, unit="clients", doc="clients (rows) the timeline shows")
 
     def validate(self, prefix: str) -> None:
         positive(self.flush_every, f"{prefix}.flush_every")
         positive(self.checkpoints, f"{prefix}.checkpoints")
+        if self.timeline_window is not None:
+            w = self.timeline_window
+            require(len(w) == 2 and w[0] < w[1], f"{prefix}.timeline_window",
+                    f"got {w!r} (allowed: [start, end] in seconds of virtual time with start < end)")
 
 
 SECTIONS: dict[str, type] = {
