@@ -218,6 +218,55 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     return written
 
 
+def _cos2p_rows(trace: pd.DataFrame, scenario: Mapping[str, Any], extra: Mapping[str, Any], rows: list[Check],
+                measured: dict[str, Any], probes: pd.DataFrame | None = None) -> None:
+    """Rows and Theorem 1 inputs of a Co-S²P run (its ``cos2p_round``/``cos2p_eval`` events and probes).
+
+    Choices: N* for Theorem 1 is the minimum over the segments trained in each round (the strict minimum
+    is 0 as soon as a depth window leaves a segment untrained in some round, which makes the bound
+    vacuous; both are reported); E = the largest number of local SGD steps of one participation (the
+    theorem counts steps); F1 = the probed training loss at version 0; δ² = the probes' ζ²; G = max over
+    probes of σ²_max + mean_n ‖∇F_n‖², a value of E‖∇F_n(w; ξ)‖² along the run's iterates (a lower estimate
+    of the theorem's uniform bound)."""
+    cs = tm.cos2p_summary(trace)
+    if not cs:
+        return
+    labels = (("n_star", "N* strict (Co-S2P segments: neurons, heads, channels)"),
+              ("n_star_trained", "N* over the segments trained in each round"),
+              ("n_mean", "mean N_q^i over segments and rounds"), ("K", "|K| segments"), ("Q", "aggregation rounds Q"),
+              ("tau_bar", "tau_bar = mean_q tau_q^2 (recorded per round)"),
+              ("ru", "RU from the recorded busy times (Eq. 17)"), ("busy_mean", "busy time per update, mean (s)"),
+              ("memory_mean", "memory estimate per client round, mean (bytes)"),
+              ("memory_max", "memory estimate per client round, max (bytes)"),
+              ("server_top1", "server Top-1"), ("server_top5", "server Top-5"), ("server_f1", "server macro F1"),
+              ("client_top1", "client Top-1 (size-weighted)"), ("client_top5", "client Top-5 (size-weighted)"),
+              ("client_f1", "client macro F1 (size-weighted)"))
+    for key, label in labels:
+        if key in cs and not math.isnan(cs[key]):
+            rows.append(_row(label, cs[key]))
+    measured["N_star"] = cs["n_star_trained"]
+    measured["K"] = cs["K"]
+    measured["Q"] = cs["Q"]
+    measured["tau"] = cs["tau_bar"]
+    data = scenario.get("data", {}) if isinstance(scenario, Mapping) else {}
+    if isinstance(data, Mapping) and data.get("num_clients"):
+        measured["N"] = int(data["num_clients"])
+    comp = trace[trace["kind"] == "compute"] if "kind" in trace else trace.iloc[0:0]
+    if len(comp) and "steps" in comp:
+        steps = pd.to_numeric(comp["steps"], errors="coerce").dropna()
+        if len(steps):
+            measured["E"] = int(steps.max())
+    if extra.get("F0") is not None:
+        measured["F1"] = float(extra["F0"])
+    if extra.get("zeta2") is not None:
+        measured["delta2"] = float(extra["zeta2"])
+    if probes is not None and len(probes) and {"sigma2_max", "client_grad_sq_mean"} <= set(probes.columns):
+        g = (probes["sigma2_max"].astype(float) + probes["client_grad_sq_mean"].astype(float)).max()
+        if math.isfinite(g):
+            measured["G"] = float(g)
+            rows.append(_row("G = max over probes of sigma^2_max + mean_n ||grad F_n||^2", float(g)))
+
+
 def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = True) -> pd.DataFrame:
     """Measure a run and hold it against its algorithm's theorem; returns the table (also written to
     ``run_dir/check/checks.csv``) with columns quantity, measured, bound_or_expectation, holds, note.
@@ -378,12 +427,20 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
 
     rows.extend(partition_rows)
 
-    # --- theory
+    # --- Co-S²P: exact segment coverage, |K|, RU and the final Top-1/Top-5/F1 it recorded
     family = theory_family(alg)
+    own: dict[str, Any] = {}
+    if family == "cos2p":
+        _cos2p_rows(trace, scenario, extra, rows, own, probes)
+        if measured.get("eta") is not None:
+            own["eta"] = measured["eta"]  # the local SGD step (the probes' "eta" is the server's)
+
+    # --- theory
     module = importlib.import_module(MODULES[family])
     measured.update({k: v for k, v in extra.items()})
     # Fed-RAA's K and K_hat are delays in server updates; a probe's "K" (local steps) must not replace them
     measured.update({k: fr_measured[k] for k in ("K", "K_hat") if k in fr_measured})
+    measured.update(own)
     theory_rows = module.evaluate(measured, params)
     for c in theory_rows:
         c.quantity = f"[{family}] {c.quantity}"

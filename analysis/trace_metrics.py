@@ -398,3 +398,34 @@ def energy_per_accuracy_point(df: pd.DataFrame, target: float | None = None, *, 
     else:
         raise ConfigError("power_w", "trace has no energy field; pass watts per interval kind")
     return energy / gain if gain > 0 else float("inf")
+
+
+# ----------------------------------------------------------------------------- Co-S²P rounds
+
+def cos2p_summary(df: pd.DataFrame) -> dict[str, float]:
+    """What a Co-S²P run recorded per aggregation round (``cos2p_round`` events) and at its end
+    (``cos2p_eval``): N* (strict, and over the segments trained in each round: the one that keeps
+    Theorem 1 meaningful), mean N_q^i, the number of segments |K|, rounds Q, τ̄ = mean_q τ_q², RU from the
+    recorded busy times (Eq. 17), mean busy time and memory estimate, and the final Top-1/Top-5/F1.
+    Empty when the trace has no such events."""
+    rd = _kind(df, "cos2p_round")
+    out: dict[str, float] = {}
+    if not rd.empty:
+        taus = [max(t) for t in rd["tau"] if isinstance(t, list) and t]
+        rus = [sum(b) / (len(b) * max(b)) for b in rd["busy"] if isinstance(b, list) and b and max(b) > 0]
+        busy = [x for b in rd["busy"] if isinstance(b, list) for x in b]
+        mem = [float(x) for m in rd["memory"] if isinstance(m, list) for x in m if not _is_missing(x) and x != "nan"]
+        out.update(n_star=float(rd["n_star"].min()), n_star_trained=float(rd["n_star_trained"].min()),
+                   n_mean=float(rd["n_mean"].mean()), K=float(rd["n_segments"].max()), Q=float(len(rd)),
+                   tau_bar=float(np.mean(np.square(taus))) if taus else float("nan"),
+                   ru=float(np.mean(rus)) if rus else float("nan"),
+                   busy_mean=float(np.mean(busy)) if busy else float("nan"),
+                   memory_mean=float(np.mean(mem)) if mem else float("nan"),
+                   memory_max=float(np.max(mem)) if mem else float("nan"))
+    ev = _kind(df, "cos2p_eval")
+    if not ev.empty:
+        last = ev.iloc[-1]
+        for k in ("server_top1", "server_top5", "server_f1", "client_top1", "client_top5", "client_f1"):
+            if k in last.index and not _is_missing(last[k]):
+                out[k] = float(last[k])
+    return out

@@ -78,6 +78,7 @@ def prepare_data(scenario: Scenario) -> Prepared:
         parts = partition(
             data.train.y.numpy(), d.num_clients, p.method, streams.numpy("data", "partition"), alpha=p.alpha,
             labels_per_client=p.labels_per_client, sigma=p.sigma, min_size=p.min_size, natural=data.natural_partition,
+            size_weights=p.size_weights,
         )
     except ConfigError as exc:  # the partition module names its own arguments; say the scenario's path
         field = exc.field

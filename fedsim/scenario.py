@@ -29,12 +29,19 @@ class PartitionConfig:
     labels_per_client: int = num(2, ge=1, le=10**6, doc="shards: classes per client")
     sigma: float = num(1.0, ge=0, le=100, doc="quantity: log-normal spread of client sizes")
     min_size: int = num(1, ge=0, le=10**9, unit="samples", doc="smallest client dataset")
+    #: ``dirichlet`` only: relative expected data size per client (one number per client); class c's shares
+    #: are p_c ∝ size_weights ⊙ Dir(α), so label skew and unequal sizes combine (Co-S²P Table 7)
+    size_weights: list[float] | None = None
 
     def validate(self, prefix: str) -> None:
         positive(self.alpha, f"{prefix}.alpha")
         positive(self.labels_per_client, f"{prefix}.labels_per_client")
         positive(self.sigma, f"{prefix}.sigma", allow_zero=True)
         positive(self.min_size, f"{prefix}.min_size", allow_zero=True)
+        if self.size_weights is not None:
+            require(self.method == "dirichlet", f"{prefix}.size_weights", f"only for method dirichlet, not {self.method!r}")
+            require(len(self.size_weights) > 0 and all(w > 0 for w in self.size_weights), f"{prefix}.size_weights",
+                    f"must be positive numbers, got {self.size_weights!r}")
 
 
 @dataclass
@@ -117,6 +124,9 @@ class DeviceGroup:
 
     profile: str = "jetson-nano"
     weight: float = num(1.0, gt=0, le=1e12, doc="relative share of clients")
+    #: exact number of clients of this profile (all groups set it, summing to data.num_clients): the first
+    #: ``count`` clients get the first group, the next ones the second, ... (no random draw)
+    count: int | None = None
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of peak FLOP/s (profile's when null)")
     power_mode: str | None = None
     flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s")
@@ -125,6 +135,9 @@ class DeviceGroup:
     def validate(self, prefix: str) -> None:
         positive(self.weight, f"{prefix}.weight")
         positive(self.memory_mb, f"{prefix}.memory_mb")
+        if self.count is not None:
+            require(isinstance(self.count, int) and self.count >= 0, f"{prefix}.count",
+                    f"must be an integer >= 0, got {self.count!r}")
         if self.flops_per_s is not None:
             vals = self.flops_per_s if isinstance(self.flops_per_s, list) else [self.flops_per_s]
             require(len(vals) in (1, 2) and all(v > 0 for v in vals), f"{prefix}.flops_per_s",
@@ -165,6 +178,9 @@ class DevicesConfig:
 
     def validate(self, prefix: str) -> None:
         require(len(self.mix) > 0, f"{prefix}.mix", "needs at least one device group")
+        counted = [g.count is not None for g in self.mix]
+        require(all(counted) or not any(counted), f"{prefix}.mix",
+                "set count on every device group or on none")
         positive(self.jitter, f"{prefix}.jitter", allow_zero=True)
 
 

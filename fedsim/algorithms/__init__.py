@@ -7,6 +7,7 @@ from fedsim.algorithms.base import Algorithm
 def registry() -> dict[str, type[Algorithm]]:
     """Algorithm name → class, for scenarios and the CLI."""
     from fedsim.algorithms.ca2fl import CA2FL
+    from fedsim.algorithms.cos2p import Cos2P
     from fedsim.algorithms.embracingfl import EmbracingFL
     from fedsim.algorithms.fedasync import FedAsync
     from fedsim.algorithms.fedavg import FedAvg
@@ -20,7 +21,7 @@ def registry() -> dict[str, type[Algorithm]]:
     from fedsim.algorithms.sfl_sync import S2FL, MiniBatchSFL
     from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL
 
-    return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, AsyncSFL, GAS, MiniBatchSFL, S2FL,
-                                         SemiSFL, FedSwitchSL, SupervisedOnly, SemiFL, FedSwitch, FedMatch,
-                                         HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite,
-                                         EmbracingFL)}
+    return {cls.name: cls for cls in (FedAvg, FedAsync, FedBuff, CA2FL, Cos2P, AsyncSFL, GAS, MiniBatchSFL, S2FL,
+                                      SemiSFL, FedSwitchSL, SupervisedOnly, SemiFL, FedSwitch, FedMatch,
+                                      HeteroFL, FjORD, FedRolex, FedProx, FedRAA, RAMFedLite, PruneFLLite,
+                                      EmbracingFL)}

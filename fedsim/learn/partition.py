@@ -29,7 +29,7 @@ def _iid(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
 
 
 def _dirichlet(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: float, min_size: int,
-               balance: bool) -> list[np.ndarray]:
+               balance: bool, size_weights: np.ndarray | None = None) -> list[np.ndarray]:
     """Label skew: for each class c, the share of c's samples going to each client is p_c ~ Dir(alpha * 1_k).
 
     Class c's samples are shuffled and cut at the cumulative shares (rounded down), the usual construction
@@ -37,6 +37,8 @@ def _dirichlet(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: floa
     The whole draw is repeated until every client holds at least ``min_size`` samples.  With
     ``balance=True`` (as in the GAS and FedLab reference code) a client that already holds >= n/k samples
     gets zero share of the classes drawn after that point, which keeps client sizes closer to equal.
+    With ``size_weights`` s, class c's shares are p_c ∝ s ⊙ Dir(alpha · 1_k): client sizes follow s roughly
+    (not exactly: the normalisation is not linear; Co-S²P's per-device-class data sizes) while labels stay Dirichlet-skewed.
     """
     n = len(labels)
     classes = np.unique(labels)
@@ -46,6 +48,9 @@ def _dirichlet(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: floa
         for c in classes:
             idx = rng.permutation(np.flatnonzero(labels == c))
             p = rng.dirichlet(np.full(k, alpha))
+            if size_weights is not None:
+                p = p * size_weights
+                p = p / p.sum()
             if balance:
                 p = p * (sizes < n / k)
                 s = p.sum()
@@ -149,7 +154,8 @@ def _quantity(n: int, k: int, rng: np.random.Generator, sigma: float, min_size: 
 
 def partition(labels: np.ndarray, num_clients: int, method: str, rng: np.random.Generator, *,
               alpha: float = 0.5, labels_per_client: int = 2, sigma: float = 1.0, min_size: int = 1,
-              natural: list[np.ndarray] | None = None, balance: bool = False) -> list[np.ndarray]:
+              natural: list[np.ndarray] | None = None, balance: bool = False,
+              size_weights: "list[float] | np.ndarray | None" = None) -> list[np.ndarray]:
     """Split sample indices ``0..len(labels)-1`` among ``num_clients`` clients with ``method``.
 
     Methods: ``iid`` (equal random split), ``dirichlet`` (label skew, concentration ``alpha``, every
@@ -180,7 +186,13 @@ normalised per class: the SemiSFL code's scheme), ``shards`` (``labels_per_clien
     if method == "dirichlet":
         if not alpha > 0:
             raise ConfigError("partition.alpha", f"must be > 0, got {alpha!r}")
-        return _dirichlet(labels, k, rng, float(alpha), int(min_size), balance)
+        sw = None
+        if size_weights is not None:
+            sw = np.asarray(size_weights, dtype=np.float64).reshape(-1)
+            if sw.size != k or not np.all(np.isfinite(sw)) or np.any(sw <= 0):
+                raise ConfigError("data.partition.size_weights", f"need {k} positive numbers (one per client), got "
+                                                            f"{list(np.asarray(size_weights).reshape(-1))}")
+        return _dirichlet(labels, k, rng, float(alpha), int(min_size), balance, sw)
     if method == "dirichlet_client":
         if not alpha > 0:
             raise ConfigError("partition.alpha", f"must be > 0, got {alpha!r}")

@@ -66,6 +66,16 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     # real buffer and on the buffer plus generated rows (``used``: whether the step used them)
     "dissimilarity": ("step", "version", "without_generation", "with_generation", "n_real", "n_generated",
                       "shrink_factor", "used"),
+    # Co-S²P (fedsim.algorithms.cos2p): one aggregation round q: when it started, when the ⌈μN⌉-th update
+    # arrived, the aggregated clients with their staleness τ_{q,n}, busy time (download → upload end) and
+    # memory estimate, and the coverage counts N_q^i over all segments (strict min, min over trained
+    # segments, mean, number of segments)
+    "cos2p_round": ("round", "start", "quorum_at", "end", "clients", "tau", "busy", "memory", "n_star",
+                    "n_star_trained", "n_mean", "n_segments"),
+    # Co-S²P at the end of a run: the global model on the server test set and the clients' personalised
+    # sub-models on their local test splits (size-weighted), Top-1 / Top-5 / macro F1
+    "cos2p_eval": ("version", "server_top1", "server_top5", "server_f1", "client_top1", "client_top5", "client_f1",
+                   "clients"),
 }
 
 

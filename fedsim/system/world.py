@@ -141,6 +141,13 @@ class World:
         n = self.num_clients
         self._client_group = np.empty(n, dtype=np.int32)
         self._flops_per_s = np.zeros(n)
+        counts = [grp.count for grp in devices.mix]
+        fixed: list[int] | None = None
+        if all(k is not None for k in counts):
+            if sum(counts) != n:
+                raise ConfigError("devices.mix", f"the groups' counts {counts} sum to {sum(counts)}, but there are "
+                                                 f"{n} clients (data.num_clients)")
+            fixed = [g for g, k in enumerate(counts) for _ in range(int(k))]
         only = devices.mix[0].flops_per_s if len(p) == 1 else None
         if len(p) == 1 and (only is None or not isinstance(only, list) or only[0] >= only[-1]):
             # one group and no per-client speed range: every client's draw is known without its stream
@@ -154,6 +161,8 @@ class World:
         for c in c_range:
             rng = self.streams.numpy("device", c)
             g = int(rng.choice(len(p), p=p))
+            if fixed is not None:
+                g = fixed[c]
             self._client_group[c] = g
             speed = devices.mix[g].flops_per_s
             if speed is not None:

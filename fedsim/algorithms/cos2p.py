@@ -1,0 +1,557 @@
+"""Co-S²P (Li et al., "Unity is Power: Semi-Asynchronous Collaborative Training of Large-Scale Models with
+Structured Pruning in Resource-Limited Clients"): semi-asynchronous aggregation (Algorithm 1) of
+structurally pruned sub-models trained with learned width masks and self-distillation (Algorithm 2).
+
+Server (Algorithm 1), in virtual time:
+
+* Every client starts training at time 0 ("available clients" = the idle ones).  Round q collects
+  updates until ⌈μN⌉ have arrived (the paper's loop ``while cnt < μN`` stops at the first cnt ≥ μN, which
+  is ⌈μN⌉; ⌊μN⌋ would aggregate one update fewer whenever μN is not an integer), then keeps the window
+  open T_clk more seconds.  Every update that arrived by the close, including ones queued while the
+  server was busy, is aggregated.
+* Late arrivals: an update that arrives after the window closed (while the server aggregates) is
+  buffered for round q+1 and counts towards its ⌈μN⌉.  Nothing is dropped for being late; its
+  staleness τ_{q,n} = (global version at aggregation) − (version it started from) is recorded and
+  lowers its γ through Eq. 4's drift term.
+* After aggregating, the new model goes only to the clients whose updates were consumed; the others
+  keep training on their stale version.
+* Variants from the same code: sync (μ = 1, T_clk = 0: wait for everyone, a FedAvg-like barrier) and
+  ``mode: async`` (each arrival is aggregated alone, N_q = 1, RU = 1 by Eq. 17).
+
+The server rule (γ of Eq. 4, segment-wise Eq. 5) is :func:`fedsim.algorithms.cos2p_rules.cos2p_aggregate`,
+a pure function.
+
+Client (Algorithm 2): R_n from the client's device profile (Table 7 by default), R^w·R^d = R_n with
+R^w/R^d = ``width_depth_ratio``; see :mod:`fedsim.learn.cos2p` for the masks, exits and losses.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Generator, Literal
+
+import numpy as np
+import simpy
+import torch
+
+from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, Update, client_task
+from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggregate, segment_index
+from fedsim.config import positive, require
+from fedsim.errors import ConfigError
+from fedsim.learn.state import State
+
+#: Table 7 (E1): overall kept fraction R_n per device class.
+PAPER_RATES = {
+    "jetson-xavier-nx-8gb": 0.0625,
+    "jetson-xavier-nx-16gb": 0.0625,
+    "jetson-agx-orin-32gb": 0.5625,
+    "jetson-agx-orin-64gb": 0.5625,
+}
+#: Table 7: batch size per device class.
+PAPER_BATCH = {
+    "jetson-xavier-nx-8gb": 8,
+    "jetson-xavier-nx-16gb": 32,
+    "jetson-agx-orin-32gb": 64,
+    "jetson-agx-orin-64gb": 128,
+}
+ROLLING_RULES = ("round", "client_round", "fixed")
+#: initial importance logit of every unit (P = sigmoid(2) ≈ 0.88: masks start nearly full and the sparsity
+#: term pulls them down to R^w while CE decides which units stay)
+MASK_INIT_LOGIT = 2.0
+KL_DIRECTIONS = ("student_teacher", "teacher_student")
+
+
+def split_rates(rate: float, ratio: float) -> tuple[float, float]:
+    """(R^w, R^d) with R^w·R^d = R and R^w/R^d = ratio (the paper: ratio 1, both √R); a factor above 1 is
+    capped at 1 and the other takes the rest."""
+    rw, rd = math.sqrt(rate * ratio), math.sqrt(rate / ratio)
+    if rw > 1.0:
+        rw, rd = 1.0, rate
+    if rd > 1.0:
+        rw, rd = rate, 1.0
+    return rw, rd
+
+
+def quorum(mu: float, n: int) -> int:
+    """⌈μN⌉ (at least 1), the number of arrivals that opens the T_clk window."""
+    return max(1, min(n, math.ceil(mu * n - 1e-9)))
+
+
+class Cos2P(Algorithm):
+    name = "cos2p"
+
+    @dataclass
+    class Config:
+        #: aggregation minimal ratio μ in (0, 1]: a round waits for ⌈μN⌉ updates
+        mu: float = 0.5
+        #: waiting interval T_clk (virtual seconds) after the ⌈μN⌉-th arrival
+        t_clk: float = 0.0
+        #: "semi" (Algorithm 1) or "async" (every arrival aggregated alone: Co-S²P (Async.))
+        mode: Literal["semi", "async"] = "semi"
+        #: per-segment weights of Eq. 5: "gamma" (Eq. 4), "uniform" (γ ≡ 1) or "samples" (FedAvg's)
+        weighting: str = "gamma"
+        #: η of Eq. 5 applied to the γ-averaged weight change (1: the average itself)
+        server_lr: float = 1.0
+        #: overall kept fraction R_n per device profile (default: the paper's Table 7, E1)
+        rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES))
+        #: local batch size per device profile (default: the train section's batch size for all)
+        batch_sizes: dict[str, int] = field(default_factory=dict)
+        width_depth_ratio: float = 1.0
+        #: depth-window rolling rule (the paper only says "in a rolling fashion"): the window of a client's
+        #: k-th participation starts at encoder block (k·step) mod (L − w + 1) ("round"), at ((k + client)·step)
+        #: mod (L − w + 1) ("client_round": clients staggered so the blocks are covered evenly sooner), or
+        #: always at the bottom ("fixed")
+        rolling: str = "client_round"
+        #: blocks the window moves per participation
+        rolling_step: int = 1
+        #: mask phase (rounds q < Q̂): local epochs, learning rate of the logits, λ₁
+        mask_rounds: int = 2
+        mask_epochs: float = 1.0
+        mask_lr: float = 0.1
+        lambda1: float = 1.0
+        #: mask: "learned" (STE) or "random" (Table 3's ablation)
+        mask: Literal["learned", "random"] = "learned"
+        #: self-distillation between the local exits (Eq. 3); off: the exits train with plain CE each
+        distill: bool = True
+        #: λ₂ in [0, 1], temperature t, KL direction and teacher stop-gradient of Eq. 3
+        lambda2: float = 0.2
+        temperature: float = 3.0
+        kl_direction: str = "student_teacher"
+        detach_teacher: bool = True
+        #: fraction of each client's samples kept for local training (the rest is its local test set)
+        local_train_fraction: float = 0.8
+        #: wait before re-dispatching a client whose task was dropped (went offline)
+        retry_s: float = 10.0
+
+        def validate(self, prefix: str) -> None:
+            require(0 < self.mu <= 1, f"{prefix}.mu", f"must be in (0, 1], got {self.mu!r}")
+            require(self.t_clk >= 0 and math.isfinite(self.t_clk), f"{prefix}.t_clk",
+                    f"must be a finite number of seconds >= 0, got {self.t_clk!r}")
+            require(self.mode in ("semi", "async"), f"{prefix}.mode", f"got {self.mode!r} (allowed: semi, async)")
+            require(self.weighting in WEIGHTINGS, f"{prefix}.weighting",
+                    f"got {self.weighting!r} (allowed: {', '.join(WEIGHTINGS)})")
+            positive(self.server_lr, f"{prefix}.server_lr")
+            for k, r in self.rates.items():
+                require(isinstance(r, (int, float)) and 0 < r <= 1, f"{prefix}.rates.{k}", f"must be in (0, 1], got {r!r}")
+            for k, b in self.batch_sizes.items():
+                require(isinstance(b, int) and b >= 1, f"{prefix}.batch_sizes.{k}", f"must be an integer >= 1, got {b!r}")
+            require(self.width_depth_ratio > 0 and math.isfinite(self.width_depth_ratio), f"{prefix}.width_depth_ratio",
+                    f"must be > 0, got {self.width_depth_ratio!r}")
+            require(self.rolling in ROLLING_RULES, f"{prefix}.rolling",
+                    f"got {self.rolling!r} (allowed: {', '.join(ROLLING_RULES)})")
+            require(isinstance(self.rolling_step, int) and self.rolling_step >= 0, f"{prefix}.rolling_step",
+                    f"must be an integer >= 0, got {self.rolling_step!r}")
+            require(isinstance(self.mask_rounds, int) and self.mask_rounds >= 0, f"{prefix}.mask_rounds",
+                    f"must be an integer >= 0, got {self.mask_rounds!r}")
+            positive(self.mask_epochs, f"{prefix}.mask_epochs", allow_zero=True)
+            positive(self.mask_lr, f"{prefix}.mask_lr")
+            require(self.lambda1 >= 0 and math.isfinite(self.lambda1), f"{prefix}.lambda1",
+                    f"must be a finite number >= 0, got {self.lambda1!r}")
+            require(self.mask in ("learned", "random"), f"{prefix}.mask", f"got {self.mask!r} (allowed: learned, random)")
+            require(0 <= self.lambda2 <= 1, f"{prefix}.lambda2", f"must be in [0, 1], got {self.lambda2!r}")
+            positive(self.temperature, f"{prefix}.temperature")
+            require(self.kl_direction in KL_DIRECTIONS, f"{prefix}.kl_direction",
+                    f"got {self.kl_direction!r} (allowed: {', '.join(KL_DIRECTIONS)})")
+            require(0 < self.local_train_fraction <= 1, f"{prefix}.local_train_fraction",
+                    f"must be in (0, 1], got {self.local_train_fraction!r}")
+            positive(self.retry_s, f"{prefix}.retry_s")
+
+    # ------------------------------------------------------------------------------------ setup
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        n = ctx.num_clients
+        from fedsim.system.devices import list_profiles
+
+        known = set(list_profiles()) | {ctx.world.device(c).name for c in range(n)}
+        for table, values in (("rates", config.rates), ("batch_sizes", config.batch_sizes)):
+            for k in values:
+                require(k in known, f"algorithm.{table}.{k}",
+                        f"unknown device profile {k!r} (allowed: {', '.join(sorted(known))})")
+        self.rate = np.ones(n)
+        for c in range(n):
+            prof = ctx.world.device(c).name
+            self.rate[c] = float(config.rates.get(prof, 1.0))
+        self.local_train, self.local_test = self._local_split()
+        self._plan_clients()
+        groups = ctx.worker.width_groups() if hasattr(ctx.worker, "width_groups") else None
+        self.segments: SegmentIndex = segment_index(ctx.global_state, groups)
+        self.history: dict[int, State] = {0: ctx.global_state}
+        ctx.version_hooks.append(self._final_metrics)
+        self.pending: dict[int, int] = {}  # base version -> updates in flight from it
+
+    def _local_split(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Each client's samples split once at random, ``local_train_fraction`` : rest (the paper's 8:2)."""
+        frac = self.cfg.local_train_fraction
+        train, test = [], []
+        for c, idx in enumerate(self.ctx.parts):
+            if frac >= 1.0:
+                train.append(np.asarray(idx))
+                test.append(np.asarray(idx)[:0])
+                continue
+            perm = self.ctx.streams.numpy("cos2p", "local_split", c).permutation(len(idx))
+            k = max(1, int(round(frac * len(idx))))
+            train.append(np.sort(np.asarray(idx)[perm[:k]]))
+            test.append(np.sort(np.asarray(idx)[perm[k:]]))
+        return train, test
+
+    # ------------------------------------------------------------------------------------ server
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        n = ctx.num_clients
+        self.tasks = TaskCounter(n)
+        self.inbox: simpy.Store = simpy.Store(env)
+        need = 1 if cfg.mode == "async" else quorum(cfg.mu, n)
+        ctx.world.schedule(n)
+        for c in range(n):
+            self._dispatch(c)
+        rnd = 0
+        while not ctx.done.triggered:
+            rnd += 1
+            start = env.now
+            batch: list[Update] = []
+            while len(batch) < need:
+                batch.append((yield self.inbox.get()))
+            opened = env.now
+            if cfg.mode == "semi":
+                close = env.now + cfg.t_clk
+                while True:
+                    if self.inbox.items:
+                        batch.append((yield self.inbox.get()))
+                        continue
+                    if env.now >= close:
+                        break
+                    get = self.inbox.get()
+                    got = yield get | env.timeout(close - env.now)
+                    if get in got:
+                        batch.append(got[get])
+                    else:
+                        get.cancel()
+                        break
+            if ctx.done.triggered:
+                return
+            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
+            if ctx.done.triggered:
+                return
+            self._aggregate(batch, rnd, start, opened)
+            for u in batch:
+                self._dispatch(u.client)
+
+    def _aggregate(self, batch: list[Update], rnd: int, start: float, opened: float) -> None:
+        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        bases = [self.history[u.base_version] for u in batch]
+        res = cos2p_aggregate(ctx.global_state, batch, bases, self.segments, weighting=cfg.weighting,
+                              server_lr=cfg.server_lr)
+        taus = [ctx.version - u.base_version for u in batch]
+        cov = res.coverage
+        trained = cov[cov > 0]
+        ctx.trace.emit(env.now, "cos2p_round", round=rnd, start=start, quorum_at=opened, end=env.now,
+                       clients=[u.client for u in batch], tau=taus, busy=[float(u.info.get("busy_s", math.nan)) for u in batch],
+                       memory=[float(u.info.get("memory_bytes", math.nan)) for u in batch],
+                       n_star=int(cov.min()), n_star_trained=int(trained.min()) if len(trained) else 0,
+                       n_mean=float(cov.mean()), n_segments=int(cov.numel()))
+        for u in batch:
+            self._release(u.base_version)
+        self.history[ctx.version + 1] = res.state
+        ctx.apply(res.state, batch, res.weights, round_=rnd,
+                  round_record={"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []})
+        self._release(ctx.version, hold=False)
+
+    def _release(self, version: int, hold: bool = True) -> None:
+        """Forget global states nobody in flight started from (the current one is always kept)."""
+        if hold:
+            self.pending[version] = self.pending.get(version, 1) - 1
+        for v in [v for v in self.history if v != self.ctx.version and self.pending.get(v, 0) <= 0]:
+            del self.history[v]
+            self.pending.pop(v, None)
+
+    # ------------------------------------------------------------------------------------ clients
+    def _dispatch(self, client: int) -> None:
+        ctx = self.ctx
+        version = ctx.version
+        self.history.setdefault(version, ctx.global_state)
+        self.pending[version] = self.pending.get(version, 0) + 1
+        ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=None)
+        proc = self.launch(client, self._job(client, ctx.global_state, version))
+        ctx.env.process(self._deliver(client, proc, version))
+
+    def _deliver(self, client: int, proc: simpy.Process, version: int) -> Generator[simpy.events.Event, Any, None]:
+        update = yield proc
+        if update is None:  # dropped (went offline): try again later from the then-current model
+            self._release(version)
+            yield self.ctx.env.timeout(self.cfg.retry_s)
+            if not self.ctx.done.triggered:
+                self._dispatch(client)
+            return
+        yield self.inbox.put(update)
+
+    def _job(self, client: int, base: State, version: int) -> Generator[simpy.events.Event, Any, Update]:
+        """One participation of ``client`` on the global model ``base`` (version ``version``)."""
+        ctx = self.ctx
+        t0 = ctx.env.now
+        task = self.tasks.next(client)
+        if self.plain[client]:
+            update = yield from client_task(ctx, client, base, version, task=task, assignment=Assignment(kind="weights"))
+        else:
+            mask_phase = (self.cfg.mask == "learned" and task < self.cfg.mask_rounds and self.rw[client] < 1.0
+                          and self.cfg.mask_epochs > 0)
+            job = self._mask_job if mask_phase else self._pipeline_job
+            update = yield from job(client, base, version, task)
+        update.info["busy_s"] = ctx.env.now - t0
+        return update
+
+    # ------------------------------------------------------------------------------------ metrics
+    def _final_metrics(self, ctx: Any, final: bool) -> None:
+        """At the end of the run: server Top-1/Top-5/macro-F1 of the global model on the server test set,
+        and each client's on its local test split (its last personalised sub-model, deepest exit; a client
+        that never trained a pruned model is evaluated with the global model), size-weighted (App. D)."""
+        if not final or ctx.scenario.train.systems_only:
+            return
+        from fedsim.learn.cos2p import classification_scores
+
+        model = ctx.worker
+        model.load_state_dict(ctx.global_state)
+        server = classification_scores(model, ctx.test.x, ctx.test.y, ctx.test.num_classes)
+        rows, sizes = [], []
+        for c in range(ctx.num_clients):
+            idx = torch.as_tensor(self.local_test[c], dtype=torch.int64)
+            if len(idx) == 0:
+                continue
+            net = self.personal[c]
+            if net is None:
+                model.load_state_dict(ctx.global_state)
+                fn = model
+            else:
+                fn = (lambda x, net=net: net(x)[-1])
+            rows.append(classification_scores(fn, ctx.data.train.x[idx], ctx.data.train.y[idx], ctx.test.num_classes))
+            sizes.append(len(idx))
+        client = {}
+        if rows:
+            w = np.asarray(sizes, dtype=float) / sum(sizes)
+            client = {k: float(sum(wi * r[k] for wi, r in zip(w, rows))) for k in rows[0]}
+        ctx.trace.emit(ctx.env.now, "cos2p_eval", version=ctx.version,
+                       server_top1=server["top1"], server_top5=server["top5"], server_f1=server["f1"],
+                       client_top1=client.get("top1"), client_top5=client.get("top5"), client_f1=client.get("f1"),
+                       clients=[float(r["top1"]) for r in rows])
+
+    # ------------------------------------------------------------------------------------ client side
+    def _plan_clients(self) -> None:
+        """R_n, (R^w, R^d), window length and exit depths per client (spec §2.2–2.4)."""
+        ctx, cfg = self.ctx, self.cfg
+        model = ctx.worker
+        n_blocks = model.num_blocks()
+        self.L = n_blocks - 2  # block 0 is the stem (patch embedding), the last block the classifier
+        n = ctx.num_clients
+        self.rw = np.ones(n)
+        self.rd = np.ones(n)
+        self.window = np.zeros(n, dtype=np.int64)
+        for c in range(n):
+            prof = ctx.world.device(c).name
+            rate = self.rate[c]
+            if rate >= 1.0:
+                self.window[c] = max(self.L, 0)
+                continue
+            if self.L < 1:
+                raise ConfigError(f"algorithm.rates.{prof}", f"rate {rate} prunes depth, but model "
+                                  f"'{ctx.scenario.model.name}' has no blocks between its stem and its head "
+                                  f"(use a model with depth, e.g. vit, or rate 1)")
+            rw, rd = split_rates(rate, cfg.width_depth_ratio)
+            w = int(math.floor(self.L * rd + 1e-9))
+            if w < 1:
+                raise ConfigError(f"algorithm.rates.{prof}", f"rate {rate} gives depth rate {rd:.4g} and "
+                                  f"floor({self.L} x {rd:.4g}) = 0 trainable blocks (allowed: a rate whose depth "
+                                  f"rate is >= 1/{self.L})")
+            self.rw[c], self.rd[c], self.window[c] = rw, rd, w
+        depths = sorted({int(w) for w in self.window})
+        #: exits of client c: window depths of every client whose depth rate is <= c's own
+        self.exit_depths = [[d for d in depths if d <= self.window[c]] for c in range(n)]
+        self.plain = [bool(self.rate[c] >= 1.0 and self.exit_depths[c] == [self.L]) for c in range(n)]
+        groups = model.width_groups() if hasattr(model, "width_groups") else {}
+        from fedsim.learn.submodel import block_of
+
+        #: width groups that live inside one encoder block (MLP neurons, heads): the maskable ones
+        self.block_groups: dict[int, list[str]] = {}
+        for g, wg in groups.items():
+            blocks = {block_of(k) for k, _ in wg.members}
+            if len(blocks) == 1:
+                j = blocks.pop()
+                if 1 <= j <= self.L:
+                    self.block_groups.setdefault(j, []).append(g)
+        self.logits: list[dict[str, torch.Tensor]] = [{} for _ in range(n)]
+        self.exits: list[dict[int, torch.nn.Module]] = [{} for _ in range(n)]
+        self.personal: list[Any] = [None] * n
+        self.last_sub: list[Any] = [None] * n
+
+    def window_start(self, client: int, task: int) -> int:
+        """First trainable encoder block (0-based among the L) of ``client``'s ``task``-th participation."""
+        span = self.L - int(self.window[client]) + 1
+        cfg = self.cfg
+        if cfg.rolling == "fixed" or span <= 1:
+            return 0
+        k = task + (client if cfg.rolling == "client_round" else 0)
+        return int((k * cfg.rolling_step) % span)
+
+    def block_states(self, client: int, start: int) -> tuple[str, ...]:
+        """Stem, encoder blocks 1..L, head: frozen below the window, trained in it, removed above.  The stem
+        trains with a window that starts at the bottom, the head with one that reaches the top."""
+        w, L = int(self.window[client]), self.L
+        states = ["train" if start == 0 else "frozen"]
+        for j in range(1, L + 1):
+            states.append("frozen" if j <= start else "train" if j <= start + w else "removed")
+        states.append("train" if start + w == L else "removed")
+        return tuple(states)
+
+    def _keep(self, client: int, states: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+        """Kept units of the maskable groups of the trainable blocks (frozen blocks stay whole)."""
+        from fedsim.learn.cos2p import final_keep
+
+        cfg, model = self.cfg, self.ctx.worker
+        rw = float(self.rw[client])
+        if rw >= 1.0:
+            return {}
+        keep: dict[str, tuple[int, ...]] = {}
+        groups = model.width_groups()
+        for j, names in self.block_groups.items():
+            if states[j] != "train":
+                continue
+            for g in names:
+                lg = self._logit(client, g, groups[g].size)
+                keep.update(final_keep({g: lg}, rw))
+        return keep
+
+    def _logit(self, client: int, group: str, size: int) -> torch.Tensor:
+        """Client ``client``'s importance logits of ``group`` (persist across rounds; the random-mask
+        ablation draws them once from the client's stream, so its mask is random but fixed)."""
+        lg = self.logits[client].get(group)
+        if lg is None:
+            if self.cfg.mask == "random":
+                gen = self.ctx.streams.torch("cos2p", "random_mask", client, group)
+                lg = torch.rand(size, generator=gen)
+            else:
+                lg = torch.full((size,), MASK_INIT_LOGIT)
+            self.logits[client][group] = lg
+        return lg
+
+    def _exit_module(self, client: int, depth: int) -> torch.nn.Module:
+        """The client's local classifier after window depth ``depth``: the head's architecture, started from
+        the global head's weights when first needed, then only ever trained locally."""
+        ex = self.exits[client].get(depth)
+        if ex is None:
+            import copy
+
+            model = self.ctx.worker
+            model.load_state_dict(self.ctx.global_state)
+            ex = copy.deepcopy(model.blocks[-1])
+            for p in ex.parameters():
+                p.requires_grad_(True)
+            self.exits[client][depth] = ex
+        return ex
+
+    def _plan(self, client: int, task: int) -> tuple[tuple[str, ...], int, bool, int]:
+        """(block states, window length, whether the window holds the head, batch size) of a participation."""
+        prof = self.ctx.world.device(client).name
+        batch = int(self.cfg.batch_sizes.get(prof, self.ctx.sgd.batch_size))
+        states = self.block_states(client, self.window_start(client, task))
+        return states, int(self.window[client]), states[-1] == "train", batch
+
+    def trainer(self, client: int, states: tuple[str, ...], batch: int) -> Any:
+        """The local trainer of Algorithm 2's weight phase (an ``Assignment.trainer``): the extracted
+        sub-model with the client's local exits, Eq. 3 (or plain CE with one exit), SGD on the client's
+        local training split with its device class's batch size.  The trained module is kept as the
+        client's personalised model (exits included); exits never leave the client."""
+        import dataclasses
+
+        from fedsim.algorithms.base import TrainOutcome
+        from fedsim.learn.cos2p import ExitNet, distill_loss
+        from fedsim.learn.train import local_sgd
+
+        cfg = self.cfg
+        w = int(self.window[client])
+        head_in = states[-1] == "train"
+
+        def train(module: Any, ctx: Any, c: int, indices: np.ndarray, generator: torch.Generator) -> TrainOutcome:
+            local = [k for k, j in enumerate(module.block_ids) if 1 <= j <= self.L and states[j] == "train"]
+            exits = {local[d - 1]: self._exit_module(client, d) for d in self.exit_depths[client]
+                     if not (d == w and head_in)}
+            net = ExitNet(module, exits, head_last=head_in)
+            lam2 = cfg.lambda2 if cfg.distill else 0.0
+
+            def loss_fn(outs: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+                if len(outs) == 1:
+                    return torch.nn.functional.cross_entropy(outs[0], y)
+                return distill_loss(outs, y, lambda2=lam2, temperature=cfg.temperature, direction=cfg.kl_direction,
+                                    detach_teacher=cfg.detach_teacher)
+
+            sgd = dataclasses.replace(ctx.sgd, batch_size=batch)
+            stats = local_sgd(net, ctx.data.train.x, ctx.data.train.y, self.local_train[client], sgd, generator,
+                              loss_fn=loss_fn)
+            self.personal[client] = net
+            return TrainOutcome(stats=stats)
+
+        return train
+
+    def _pipeline_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
+        """A participation after the mask phase: the sub-model is fixed at dispatch, so it goes through the
+        shared pipeline (``client_task`` with the sub-model and the Algorithm 2 trainer)."""
+        from fedsim.learn.submodel import SubModel, submodel_costs
+
+        ctx = self.ctx
+        model = ctx.worker
+        states, w, _, batch = self._plan(client, task)
+        sub = SubModel.of(model, self._keep(client, states), states)
+        a = Assignment(submodel=sub, kind="weights", trainer=self.trainer(client, states, batch))
+        update = yield from client_task(ctx, client, base, version, task=task, assignment=a)
+        mem = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0).memory.total
+        update.info.update(window_start=self.window_start(client, task), window=w, memory_bytes=float(mem),
+                           submodel=sub.summary(model))
+        return update
+
+    def _mask_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
+        """A participation in the mask phase (q < Q̂): the client downloads its window at full width, learns
+        the unit logits with the weights frozen (Eq. 2), fixes the mask (top-k), then trains the pruned
+        sub-model's weights with the same trainer as later rounds.  The sub-model is decided on the device
+        after the download, which an assignment (fixed at dispatch) cannot express, so this job calls the
+        sub-model functions itself: extract, the trainer, insert, and the measured costs."""
+        from fedsim.learn.cos2p import train_masks
+        from fedsim.learn.submodel import SubModel, extract, insert, submodel_costs
+        from fedsim.learn.train import samples_processed
+
+        ctx, cfg, world = self.ctx, self.cfg, self.ctx.world
+        model = ctx.worker
+        states, w, head_in, batch = self._plan(client, task)
+        idx = torch.as_tensor(self.local_train[client], dtype=torch.int64)
+        gen = ctx.streams.torch("client", client, "task", task)
+        full_sub = SubModel.of(model, {}, states)
+        full_cost = submodel_costs(model, full_sub, ctx.input_shape, batch, momentum=False)
+        t_download = ctx.env.now
+        yield from world.download(client, full_cost.download_bytes, version=version)
+        # mask learning, then weight training, at the virtual moment computing starts
+        body = extract(model, base, full_sub)
+        local_of = {j: k for k, j in enumerate(body.block_ids)}
+        groups = model.width_groups()
+        members, logits = {}, {}
+        for j, names in self.block_groups.items():
+            if states[j] == "train":
+                for g in names:
+                    members[g] = [(f"blocks.{local_of[j]}." + key.split(".", 2)[2], d) for key, d in groups[g].members]
+                    logits[g] = self._logit(client, g, groups[g].size)
+        steps = max(1, int(math.ceil(cfg.mask_epochs * math.ceil(len(idx) / batch))))
+        mstats = train_masks(body, logits, members, ctx.data.train.x, ctx.data.train.y, idx, steps=steps,
+                             batch_size=batch, target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr,
+                             generator=gen, readout=None if head_in else self._exit_module(client, w))
+        sub = SubModel.of(model, self._keep(client, states), states)
+        costs = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0)
+        module = extract(model, base, sub)
+        outcome = self.trainer(client, states, batch)(module, ctx, client, self.local_train[client], gen)
+        st = outcome.stats
+        flops = full_cost.flops.total * samples_processed(len(idx), steps, batch) + costs.flops.total * st.samples
+        yield from world.compute(client, flops, what="train", steps=st.steps, samples=st.samples)
+        tensors, mask = insert(base, sub, module.state_dict())
+        yield from world.upload(client, costs.upload_bytes)
+        info = {"loss": st.mean_loss, "steps": st.steps, "window_start": self.window_start(client, task), "window": w,
+                "memory_bytes": float(max(full_cost.memory.total, costs.memory.total)), "submodel": sub.summary(model),
+                **mstats}
+        return Update(client=client, tensors=tensors, kind="weights", mask=mask,
+                      weight=float(st.samples if ctx.weight_by_samples else 1.0), base_version=version,
+                      download_time=t_download, num_samples=len(idx),
+                      costs={"flops": flops, "bytes_up": costs.upload_bytes, "bytes_down": full_cost.download_bytes},
+                      info=info)

@@ -1,0 +1,335 @@
+"""Co-S²P (Li et al., "Unity is Power"): its figures and tables at a scale that runs on two CPU cores.
+
+    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2]
+
+Every figure is a PNG next to the CSV of exactly what it plots; the runs (trace, metrics, summary) are
+kept under ``DIR/runs``.  The world is the built-in ``cos2p`` scenario (E1 at small scale: 8 Jetsons in
+the mix 1/0/3/4, a tiny 8-block ViT on digits32, Dirichlet(1.5) with Table 7's per-class data sizes);
+every method runs the same virtual-time budget.
+
+* ``accuracy_vs_time``: server Top-1 against virtual time, FedAvg (full model, sync), FedRolex (sync,
+  width √R_n per class, so its kept parameters match R_n), Co-S²P sync (μ = 1, T_clk = 0), Co-S²P
+  (semi-async, μ = 0.5) and Co-S²P fully async.
+* ``methods``: final server/client Top-1, Top-5, F1 and RU (Eq. 17) per method (Tables 1–2's columns).
+* ``sweep_mu`` / ``sweep_tclk``: server and client Top-1, RU, τ̄ and N* (over trained segments) against μ
+  and T_clk (Fig. 6, and spec §4.5 T5).
+* ``efficiency``: training memory and round time per device class for Co-S²P's structured sub-model,
+  FedRolex-style width-only extraction and unstructured zero masking (the full model: masking saves
+  neither memory nor FLOPs), Figs. 1, 9, 10.  Memory from the extracted modules' estimates, round time
+  from the runs' traces (zero masking: the FedAvg run, which trains the dense model).
+* ``distillation``: server vs client Top-1 with and without self-distillation (Table 3, last rows).
+* ``ratio``: R^w/R^d ∈ {0.5, 1, 2} (Table 8).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analysis import trace_metrics as tm  # noqa: E402
+from fedsim.runner import run_scenario  # noqa: E402
+from fedsim.scenario import load_scenario, scenario_from_mapping  # noqa: E402
+from fedsim.sim.trace import load_trace  # noqa: E402
+
+LABELS = {"fedavg": "FedAvg (full)", "fedrolex": "FedRolex", "cos2p-sync": "Co-S²P sync", "cos2p": "Co-S²P",
+          "cos2p-async": "Co-S²P async"}
+CLASSES = ("jetson-xavier-nx-8gb", "jetson-agx-orin-32gb", "jetson-agx-orin-64gb")
+
+
+def base_mapping() -> dict[str, Any]:
+    m = load_scenario("cos2p").as_mapping()
+    m["output"] = {**m.get("output", {}), "figures": False, "checkpoints": None, "flush_every": 4096}
+    return m
+
+
+def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
+    """Algorithm mapping of a method; Co-S²P variants start from the scenario's own settings."""
+    if name == "fedavg":
+        return {"name": "fedavg", "clients_per_round": 8}
+    if name == "fedrolex":
+        widths = {c: round(math.sqrt(cos2p["rates"][c]), 6) for c in CLASSES}
+        return {"name": "fedrolex", "clients_per_round": 8, "widths": widths}
+    a = copy.deepcopy(cos2p)
+    if name == "cos2p-sync":
+        a.update(mu=1.0, t_clk=0.0)
+    elif name == "cos2p-async":
+        a.update(mode="async")
+    return a
+
+
+def run_all(jobs: dict[tuple, dict[str, Any]], out: Path, progress: bool) -> dict[tuple, Path]:
+    from tqdm import tqdm
+
+    dirs = {}
+    bar = tqdm(list(jobs.items()), desc="Co-S²P figures", unit="run", disable=not progress, dynamic_ncols=True)
+    for key, mapping in bar:
+        name = "-".join(str(k) for k in key)
+        bar.set_postfix_str(name, refresh=False)
+        d = out / "runs" / name
+        done = d / "summary.json"
+        # a finished run of the same scenario is reused (re-running the recipe only redraws)
+        if not (done.exists() and (d / "scenario.yaml").exists()
+                and _same(d / "scenario.yaml", mapping) and '"status": "ok"' in done.read_text()):
+            run_scenario(scenario_from_mapping(mapping), d, progress=False)
+        dirs[key] = d
+    return dirs
+
+
+def _same(path: Path, mapping: dict[str, Any]) -> bool:
+    """Whether the resolved scenario saved at ``path`` is the one ``mapping`` describes."""
+    from fedsim.scenario import dump_scenario
+
+    return path.read_text(encoding="utf-8") == dump_scenario(scenario_from_mapping(mapping))
+
+
+def _job(base: dict[str, Any], algo: dict[str, Any], seed: int, time_s: float) -> dict[str, Any]:
+    m = copy.deepcopy(base)
+    m["seed"] = seed
+    m["algorithm"] = algo
+    m["stop"] = {"max_time_s": time_s, "max_versions": None}
+    m["eval"] = {**m.get("eval", {}), "every_versions": None, "every_s": time_s / 10}
+    return m
+
+
+def summarise(d: Path) -> dict[str, float]:
+    """Final metrics of one run: server Top-1 (metrics.csv), Co-S²P's recorded Top-1/5/F1, RU, τ̄, N*."""
+    tr = load_trace(d / "trace.jsonl")
+    met = pd.read_csv(d / "metrics.csv")
+    out = {"server_top1": float(met["accuracy"].iloc[-1]), "ru": tm.utilisation(tr)}
+    st = tm.staleness_summary(tr)
+    out["tau_bar"] = float(st.get("tau_bar", float("nan")))
+    cs = tm.cos2p_summary(tr)
+    out.update({k: cs[k] for k in ("server_top5", "server_f1", "client_top1", "client_top5", "client_f1",
+                                   "n_star_trained", "n_mean") if k in cs})
+    if "server_top5" not in out:  # a baseline: score its final global model on the same server test set
+        out.update({f"server_{k}": v for k, v in _server_scores(d).items() if k != "top1"})
+    return out
+
+
+_TEST: dict[str, Any] = {}
+
+
+def _server_scores(d: Path) -> dict[str, float]:
+    """Top-1/Top-5/macro F1 of a run's final model on its server test set (data rebuilt from the run's
+    scenario; the test set does not depend on the algorithm, so it is built once)."""
+    import torch
+
+    from fedsim.learn.cos2p import classification_scores
+    from fedsim.runner import build_global_model, prepare_data
+
+    sc = load_scenario(d / "scenario.yaml")
+    key = f"{sc.seed}"
+    if key not in _TEST:
+        data = prepare_data(sc).data
+        _TEST[key] = (data.test, build_global_model(sc, data))
+    test, model = _TEST[key]
+    model.load_state_dict(torch.load(d / "final_model.pt"))
+    return classification_scores(model, test.x, test.y, test.num_classes)
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    """A Markdown table (3 decimals), without optional dependencies."""
+    cols = list(df.columns)
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, (float, np.floating)) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def _mean(rows: list[dict[str, Any]], by: list[str]) -> pd.DataFrame:
+    df = pd.DataFrame(rows)
+    num = [c for c in df.columns if c not in by and c != "seed"]
+    return df.groupby(by, as_index=False)[num].mean()
+
+
+def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
+             progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Run every recipe and write the figures and their CSVs into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
+    base = base_mapping()
+    cos = dict(base["algorithm"])
+    time_s = 2.5 if quick else 8.0
+    mus = (0.25, 0.5, 1.0) if quick else (0.25, 0.5, 0.75, 1.0)
+    tclks = (0.0, 0.02, 0.1) if quick else (0.0, 0.02, 0.05, 0.1, 0.2)
+    ratios = (1.0, 2.0) if quick else (0.5, 1.0, 2.0)
+    jobs: dict[tuple, dict[str, Any]] = {}
+    for s in seeds:
+        for name in LABELS:
+            jobs[("method", name, s)] = _job(base, method(name, cos), s, time_s)
+        for mu in mus:
+            if mu not in (0.5,):
+                jobs[("mu", mu, s)] = _job(base, {**cos, "mu": mu}, s, time_s)
+        for t in tclks:
+            if t != cos["t_clk"]:
+                jobs[("tclk", t, s)] = _job(base, {**cos, "t_clk": t}, s, time_s)
+        jobs[("distill", False, s)] = _job(base, {**cos, "distill": False}, s, time_s)
+        for r in ratios:
+            if r != 1.0:
+                jobs[("ratio", r, s)] = _job(base, {**cos, "width_depth_ratio": r}, s, time_s)
+    dirs = run_all(jobs, out, progress)
+    same = {("mu", cos["mu"]): "cos2p", ("tclk", cos["t_clk"]): "cos2p", ("distill", True): "cos2p",
+            ("ratio", 1.0): "cos2p"}
+
+    def d_of(kind: str, value: Any, s: int) -> Path:
+        if (kind, value) in same:
+            return dirs[("method", same[(kind, value)], s)]
+        return dirs[(kind, value, s)]
+
+    results: dict[str, pd.DataFrame] = {}
+    # accuracy vs virtual time and the per-method table
+    curves, rows = [], []
+    for s in seeds:
+        for name in LABELS:
+            d = dirs[("method", name, s)]
+            met = pd.read_csv(d / "metrics.csv")
+            curves += [{"method": LABELS[name], "seed": s, "t": float(t), "accuracy": float(a)}
+                       for t, a in zip(met["t"], met["accuracy"])]
+            rows.append({"method": LABELS[name], "seed": s, **summarise(d)})
+    cur = pd.DataFrame(curves)
+    cur.to_csv(out / "accuracy_vs_time.csv", index=False)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for m, g in cur.groupby("method", sort=False):
+        mean = g.groupby("t", as_index=False)["accuracy"].mean()
+        ax.plot(mean["t"], mean["accuracy"], marker=".", label=m)
+    ax.set_xlabel("virtual time (s)")
+    ax.set_ylabel("server Top-1")
+    ax.legend()
+    ax.set_title(f"Co-S²P E1 at small scale ({len(seeds)} seed(s))")
+    _save(fig, out / "accuracy_vs_time.png")
+    tab = _mean(rows, ["method"])
+    tab.to_csv(out / "methods.csv", index=False)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(tab["method"], tab["ru"])
+    ax.set_ylabel("RU (Eq. 17)")
+    ax.set_ylim(0, 1.05)
+    ax.tick_params(axis="x", rotation=20)
+    _save(fig, out / "ru_per_method.png")
+    results["methods"] = tab
+    # sweeps
+    for kind, values, xlabel in (("mu", mus, "μ"), ("tclk", tclks, "T_clk (s)")):
+        srows = [{kind: v, "seed": s, **summarise(d_of(kind, v, s))} for v in values for s in seeds]
+        sw = _mean(srows, [kind])
+        sw.to_csv(out / f"sweep_{kind}.csv", index=False)
+        fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+        for ax, (col, lab) in zip(axes, (("server_top1", "server Top-1"), ("ru", "RU"), ("tau_bar", "τ̄"),
+                                          ("n_star_trained", "N* (trained segments)"))):
+            if col in sw:
+                ax.plot(sw[kind], sw[col], marker="o")
+            if col == "server_top1" and "client_top1" in sw:
+                ax.plot(sw[kind], sw["client_top1"], marker="s", label="client Top-1")
+                ax.legend()
+            ax.set_xlabel(xlabel)
+            ax.set_title(lab)
+        _save(fig, out / f"sweep_{kind}.png")
+        results[f"sweep_{kind}"] = sw
+    # distillation ablation and R^w/R^d
+    drows = [{"distill": v, "seed": s, **summarise(d_of("distill", v, s))} for v in (True, False) for s in seeds]
+    dist = _mean(drows, ["distill"])
+    dist.to_csv(out / "distillation.csv", index=False)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    x = np.arange(2)
+    for i, col in enumerate(("server_top1", "client_top1")):
+        if col in dist:
+            ax.bar(x + 0.35 * i, dist[col], width=0.35, label=col.replace("_", " "))
+    ax.set_xticks(x + 0.175, ["with self-distillation" if v else "without" for v in dist["distill"]])
+    ax.legend()
+    _save(fig, out / "distillation.png")
+    results["distillation"] = dist
+    rrows = [{"ratio": r, "seed": s, **summarise(d_of("ratio", r, s))} for r in ratios for s in seeds]
+    rat = _mean(rrows, ["ratio"])
+    rat.to_csv(out / "ratio.csv", index=False)
+    (out / "ratio.md").write_text(_markdown(rat), encoding="utf-8")
+    results["ratio"] = rat
+    results["efficiency"] = efficiency(base, cos, dirs, seeds, out)
+    return results
+
+
+def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path], seeds: Sequence[int],
+               out: Path) -> pd.DataFrame:
+    """Memory (extracted-module estimate) and round time (mean busy time in the runs) per device class."""
+    from fedsim.algorithms.cos2p import split_rates
+    from fedsim.learn.costs import memory_estimate
+    from fedsim.learn.submodel import SubModel, submodel_costs, width_submodel
+    from fedsim.runner import build_global_model, prepare_data
+
+    sc = scenario_from_mapping({**base, "algorithm": cos})
+    data = prepare_data(sc).data
+    model = build_global_model(sc, data)
+    shape = tuple(data.train.input_shape)
+    L = model.num_blocks() - 2
+    rows = []
+    for cls in CLASSES:
+        rate = float(cos["rates"][cls])
+        batch = int(cos.get("batch_sizes", {}).get(cls, sc.train.batch_size))
+        rw, rd = split_rates(rate, float(cos.get("width_depth_ratio", 1.0)))
+        w = int(math.floor(L * rd + 1e-9))
+        states = ("train",) + ("train",) * w + ("removed",) * (L - w) + ("removed",)
+        keep = {g: tuple(range(max(1, round(rw * wg.size)))) for g, wg in model.width_groups().items() if g != "embed"}
+        structured = submodel_costs(model, SubModel.of(model, keep, states), shape, batch).memory.total
+        rolex = submodel_costs(model, width_submodel(model, math.sqrt(rate)), shape, batch).memory.total
+        dense = memory_estimate(model, shape, batch).total
+        busy = {}
+        for name in ("cos2p", "fedrolex", "fedavg"):
+            vals = []
+            for s in seeds:
+                tr = load_trace(dirs[("method", name, s)] / "trace.jsonl")
+                bt = tm.update_busy_times(tr)
+                clients = [c for c in range(8) if _class_of(base, c) == cls]
+                vals += bt[bt["client"].isin(clients)]["busy"].tolist()
+            busy[name] = float(np.mean(vals)) if vals else float("nan")
+        rows.append({"device_class": cls, "R_n": rate, "batch": batch, "memory_structured_MB": structured / 2**20,
+                     "memory_fedrolex_MB": rolex / 2**20, "memory_zero_mask_MB": dense / 2**20,
+                     "round_s_structured": busy["cos2p"], "round_s_fedrolex": busy["fedrolex"],
+                     "round_s_zero_mask": busy["fedavg"]})
+    eff = pd.DataFrame(rows)
+    eff.to_csv(out / "efficiency.csv", index=False)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    x = np.arange(len(eff))
+    for ax, pre, lab in ((axes[0], "memory_", "training memory (MiB)"), (axes[1], "round_s_", "round busy time (s)")):
+        for i, (suffix, name) in enumerate((("structured", "Co-S²P structured"), ("fedrolex", "FedRolex-style"),
+                                            ("zero_mask", "unstructured zero mask"))):
+            col = f"{pre}{suffix}_MB" if pre == "memory_" else f"{pre}{suffix}"
+            ax.bar(x + 0.27 * i, eff[col], width=0.27, label=name)
+        ax.set_xticks(x + 0.27, [c.replace("jetson-", "") for c in eff["device_class"]], rotation=10)
+        ax.set_ylabel(lab)
+    axes[0].legend(fontsize=8)
+    _save(fig, out / "efficiency.png")
+    return eff
+
+
+def _class_of(base: dict[str, Any], client: int) -> str:
+    """Device class of ``client`` under the scenario's fixed counts (first count clients per group)."""
+    order = [g["profile"] for g in base["devices"]["mix"] for _ in range(int(g["count"]))]
+    return order[client]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m figures.cos2p", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--quick", action="store_true", help="one seed, short runs, fewer sweep points")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    args = p.parse_args(argv)
+    make_all(args.out, quick=args.quick, seeds=args.seeds)
+    print(f"Co-S²P figures written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
