@@ -679,12 +679,19 @@ def load_raw(source: str | Path | None) -> dict[str, Any]:
     if source is None:
         source = "default"
     path = Path(source)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    names = builtin_scenarios()
+    # a built-in name wins over a folder of the same name in the working directory (a run's output)
+    if path.suffix in (".yaml", ".yml") or path.is_file() or (path.exists() and str(source) not in names):
         if not path.exists():
             raise ConfigError("scenario", f"file '{source}' not found")
-        text = path.read_text(encoding="utf-8")
+        if path.is_dir():
+            raise ConfigError("scenario", f"'{source}' is a folder, not a scenario file (built-in: {', '.join(names)}; "
+                              "or a path to a .yaml file)")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError("scenario", f"cannot read '{source}': {exc.strerror if isinstance(exc, OSError) else 'not UTF-8 text'}") from None
     else:
-        names = builtin_scenarios()
         if str(source) not in names:
             raise ConfigError("scenario", f"unknown scenario '{source}' (built-in: {', '.join(names)}; or a path to a .yaml file)")
         text = resources.files("fedsim.scenarios").joinpath(f"{source}.yaml").read_text(encoding="utf-8")

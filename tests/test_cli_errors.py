@@ -60,6 +60,22 @@ def test_unknown_scenario_and_bad_yaml(capsys, tmp_path):
     assert code == 2 and "YAML" in err and len(err.splitlines()) == 1
 
 
+def test_folder_named_like_a_builtin_scenario_and_unreadable_files(capsys, tmp_path, monkeypatch):
+    """A run folder called ``default`` in the working directory does not shadow the built-in scenario; any
+    other folder or a non-UTF-8 file is one clear line, not an internal error."""
+    from fedsim.scenario import load_raw
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "default").mkdir()
+    assert load_raw("default")["name"] == "default"
+    (tmp_path / "runs").mkdir()
+    code, err = _run_cli(capsys, "run", "runs", "--quiet")
+    assert code == 2 and len(err.splitlines()) == 1 and "'runs' is a folder" in err
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00junk")
+    code, err = _run_cli(capsys, "run", "bin.yaml", "--quiet")
+    assert code == 2 and len(err.splitlines()) == 1 and "not UTF-8" in err
+
+
 def test_console_entry_point_exit_code_and_no_traceback(tmp_path):
     """Through a real process: the exit code and stderr a shell user sees."""
     root = Path(__file__).resolve().parents[1]
