@@ -11,8 +11,11 @@ every method runs the same virtual-time budget.
   width √R_n per class, so its kept parameters match R_n), Co-S²P sync (μ = 1, T_clk = 0), Co-S²P
   (semi-async, μ = 0.5) and Co-S²P fully async.
 * ``methods``: final server/client Top-1, Top-5, F1 and RU (Eq. 17) per method (Tables 1–2's columns).
-* ``sweep_mu`` / ``sweep_tclk``: server and client Top-1, RU, τ̄ and N* (over trained segments) against μ
-  and T_clk (Fig. 6, and spec §4.5 T5).
+* ``sweep_mu`` / ``sweep_tclk``: server and client Top-1, RU, τ̄, N* (over trained segments), mean N_q^i
+  and (1/Q) Σ ‖∇F(w_q)‖² against μ and T_clk (Fig. 6, and spec §4.5 T5).  The gradient norm is probed at
+  about five checkpoints of each sweep run (full-batch client gradients, F the clients' mean loss);
+  ``theorem1_trends``: Theorem 1's trends over each sweep as Spearman correlations (‖∇F‖² should fall as
+  N_q^i rises and rise with τ̄).
 * ``efficiency``: training memory and round time per device class for Co-S²P's structured sub-model,
   FedRolex-style width-only extraction and unstructured zero masking (the full model: masking saves
   neither memory nor FLOPs), Figs. 1, 9, 10.  Memory from the extracted modules' estimates, round time
@@ -91,13 +94,46 @@ def _same(path: Path, mapping: dict[str, Any]) -> bool:
     return path.read_text(encoding="utf-8") == dump_scenario(scenario_from_mapping(mapping))
 
 
-def _job(base: dict[str, Any], algo: dict[str, Any], seed: int, time_s: float) -> dict[str, Any]:
+def _job(base: dict[str, Any], algo: dict[str, Any], seed: int, time_s: float,
+         checkpoints: int | None = None) -> dict[str, Any]:
     m = copy.deepcopy(base)
     m["seed"] = seed
     m["algorithm"] = algo
     m["stop"] = {"max_time_s": time_s, "max_versions": None}
     m["eval"] = {**m.get("eval", {}), "every_versions": None, "every_s": time_s / 10}
+    m["output"] = {**m["output"], "checkpoints": checkpoints}
     return m
+
+
+#: probes for Theorem 1's left side only: full-batch client gradients at each checkpoint (no σ², no Hessian)
+GRAD_PROBE = {"sigma_samples": 0, "hessian_samples": 0}
+
+
+def grad_norm_sq(d: Path) -> float:
+    """(1/Q) Σ_q ‖∇F(w_q)‖² over the run's checkpoints (Theorem 1's left side, F the clients' mean local
+    loss), from ``probes.csv`` when the run was probed already; nan for a run without checkpoints."""
+    from analysis.probes import ProbeSettings, checkpoints, probe_run
+
+    if not checkpoints(d):
+        return float("nan")
+    path = d / "probes.csv"
+    df = pd.read_csv(path) if path.exists() else probe_run(d, settings=ProbeSettings(**GRAD_PROBE))
+    return float(df["grad_norm_sq"].mean())
+
+
+def trend_checks(sweeps: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Theorem 1's trends across a sweep: the average ‖∇F‖² should fall as participation N_q^i rises and
+    rise with τ̄.  Spearman rank correlation over the sweep's points; the expected sign is the check."""
+    from scipy.stats import spearmanr
+
+    rows = []
+    for kind, sw in sweeps.items():
+        for col, expect, what in (("n_mean", -1, "mean N_q^i"), ("tau_bar", 1, "τ̄")):
+            ok = sw[["grad_norm_sq", col]].dropna()
+            rho = float(spearmanr(ok["grad_norm_sq"], ok[col]).statistic) if len(ok) >= 3 else float("nan")
+            rows.append({"sweep": kind, "against": what, "points": len(ok), "spearman": rho,
+                         "expected_sign": expect, "holds": bool(np.sign(rho) == expect) if math.isfinite(rho) else None})
+    return pd.DataFrame(rows)
 
 
 def summarise(d: Path) -> dict[str, float]:
@@ -158,27 +194,30 @@ def _mean(rows: list[dict[str, Any]], by: list[str]) -> pd.DataFrame:
 
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True) -> dict[str, pd.DataFrame]:
-    """Run every recipe and write the figures and their CSVs into ``out``."""
+             progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
+    """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
+    budget of every run; default 2.5 s quick, 8 s full)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
     base = base_mapping()
     cos = dict(base["algorithm"])
-    time_s = 2.5 if quick else 8.0
+    time_s = time_s if time_s is not None else (2.5 if quick else 8.0)
+    # the sweeps' Co-S²P runs keep about five checkpoints (≈ 8 versions per virtual second) for ‖∇F(w_q)‖²
+    every = max(1, round(8 * time_s / 5))
     mus = (0.25, 0.5, 1.0) if quick else (0.25, 0.5, 0.75, 1.0)
     tclks = (0.0, 0.02, 0.1) if quick else (0.0, 0.02, 0.05, 0.1, 0.2)
     ratios = (1.0, 2.0) if quick else (0.5, 1.0, 2.0)
     jobs: dict[tuple, dict[str, Any]] = {}
     for s in seeds:
         for name in LABELS:
-            jobs[("method", name, s)] = _job(base, method(name, cos), s, time_s)
+            jobs[("method", name, s)] = _job(base, method(name, cos), s, time_s, every if name == "cos2p" else None)
         for mu in mus:
-            if mu not in (0.5,):
-                jobs[("mu", mu, s)] = _job(base, {**cos, "mu": mu}, s, time_s)
+            if mu != cos["mu"]:
+                jobs[("mu", mu, s)] = _job(base, {**cos, "mu": mu}, s, time_s, every)
         for t in tclks:
             if t != cos["t_clk"]:
-                jobs[("tclk", t, s)] = _job(base, {**cos, "t_clk": t}, s, time_s)
+                jobs[("tclk", t, s)] = _job(base, {**cos, "t_clk": t}, s, time_s, every)
         jobs[("distill", False, s)] = _job(base, {**cos, "distill": False}, s, time_s)
         for r in ratios:
             if r != 1.0:
@@ -223,13 +262,15 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     _save(fig, out / "ru_per_method.png")
     results["methods"] = tab
     # sweeps
+    sweeps = {}
     for kind, values, xlabel in (("mu", mus, "μ"), ("tclk", tclks, "T_clk (s)")):
-        srows = [{kind: v, "seed": s, **summarise(d_of(kind, v, s))} for v in values for s in seeds]
-        sw = _mean(srows, [kind])
+        srows = [{kind: v, "seed": s, **summarise(d_of(kind, v, s)), "grad_norm_sq": grad_norm_sq(d_of(kind, v, s))}
+                 for v in values for s in seeds]
+        sw = sweeps[kind] = _mean(srows, [kind])
         sw.to_csv(out / f"sweep_{kind}.csv", index=False)
-        fig, axes = plt.subplots(1, 4, figsize=(13, 3.2))
+        fig, axes = plt.subplots(1, 5, figsize=(16, 3.2))
         for ax, (col, lab) in zip(axes, (("server_top1", "server Top-1"), ("ru", "RU"), ("tau_bar", "τ̄"),
-                                          ("n_star_trained", "N* (trained segments)"))):
+                                          ("n_mean", "mean N_q^i"), ("grad_norm_sq", "(1/Q) Σ ‖∇F(w_q)‖²"))):
             if col in sw:
                 ax.plot(sw[kind], sw[col], marker="o")
             if col == "server_top1" and "client_top1" in sw:
@@ -239,6 +280,9 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
             ax.set_title(lab)
         _save(fig, out / f"sweep_{kind}.png")
         results[f"sweep_{kind}"] = sw
+    trends = trend_checks(sweeps)
+    trends.to_csv(out / "theorem1_trends.csv", index=False)
+    results["theorem1_trends"] = trends
     # distillation ablation and R^w/R^d
     drows = [{"distill": v, "seed": s, **summarise(d_of("distill", v, s))} for v in (True, False) for s in seeds]
     dist = _mean(drows, ["distill"])

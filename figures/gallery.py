@@ -3,8 +3,9 @@
     python -m figures.gallery [--out figures/gallery] [--quick]
 
 Each picture comes from a real run; nothing is drawn by hand.  Takes about 100 s of CPU time.
-``--quick`` (the test that keeps this recipe working): every run cut to a few versions or seconds and
-the GAS figures left out; the pictures are then only smoke output, never the gallery.
+After the scenario runs, the papers' figure recipes run with their own ``--quick`` (one seed) and two
+or three pictures of each are kept.  ``--quick`` (the test that keeps this recipe working): every run
+cut to a few versions or seconds and the paper recipes left out; the pictures are then only smoke output, never the gallery.
 """
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from analysis.report import check_run
 from fedsim.runner import run_scenario
-from figures.gas import main as gas_main
 from fedsim.scenario import load_scenario
+from figures import cos2p, embracingfl, fedraa, gas, semisfl
 
 #: (scenario, overrides, files to keep as {file in the run directory: name in the gallery})
 RUNS: list[tuple[str, list[str], dict[str, str]]] = [
@@ -39,11 +41,20 @@ RUNS: list[tuple[str, list[str], dict[str, str]]] = [
                   "network.topology.backhaul_mbps=20", "stop.max_time_s=5"], {"topology.png": "topology.png"}),
 ]
 
+#: the papers' figure recipes, each run with ``--quick`` (one seed): (prefix, recipe's main, pictures kept)
+RECIPES: list[tuple[str, Any, tuple[str, ...]]] = [
+    ("gas", gas.main, ("fig2_dissimilarity_accuracy.png", "fig3_sfl_time.png", "fig4_local_iterations_time.png")),
+    ("cos2p", cos2p.main, ("accuracy_vs_time.png", "sweep_mu.png")),
+    ("fedraa", fedraa.main, ("accuracy_vs_time.png", "assignments.png")),
+    ("embracingfl", embracingfl.main, ("fig1_svcca.png", "table2.png")),
+    ("semisfl", semisfl.main, ("time_traffic.png", "crossover.png")),
+]
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "gallery"))
-    ap.add_argument("--quick", action="store_true", help="short runs, no GAS figures (a smoke test of the recipe)")
+    ap.add_argument("--quick", action="store_true", help="short runs, no paper recipes (a smoke test of the recipe)")
     args = ap.parse_args(argv)
     quick = ["stop={max_versions: 4}", "output.flush_every=64"] if args.quick else []
     out = Path(args.out)
@@ -62,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"wrote {out / f'check_{name}'}")
         if args.quick:
             return 0
-        gas_dir = Path(tmp) / "gas"
-        gas_main(["--quick", "--out", str(gas_dir)])
-        for name in ("fig2_dissimilarity_accuracy.png", "fig3_sfl_time.png", "fig4_local_iterations_time.png"):
-            shutil.copyfile(gas_dir / name, out / f"gas_{name}")
-            print(f"wrote {out / f'gas_{name}'}")
+        for prefix, recipe, names in RECIPES:
+            recipe_dir = Path(tmp) / prefix
+            recipe(["--quick", "--out", str(recipe_dir)])
+            for name in names:
+                shutil.copyfile(recipe_dir / name, out / f"{prefix}_{name}")
+                print(f"wrote {out / f'{prefix}_{name}'}")
     return 0
 
 
