@@ -94,6 +94,10 @@ def trace_path(run_dir: str | Path) -> Path:
     return run_dir / TRACE_FILES["jsonl"]
 
 
+#: one compact encoder (``json.dumps`` builds a new one per call when given separators)
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float):
         if math.isnan(value) or math.isinf(value):
@@ -135,7 +139,8 @@ class Trace:
         """Record one event at virtual time ``t``."""
         record = {"t": float(t), "kind": kind}
         for k, v in fields.items():
-            record[k] = v if type(v) in _PLAIN else _clean(v)
+            # plain values and finite floats (v - v == 0 fails for nan and ±inf) as they are
+            record[k] = v if type(v) in _PLAIN or (type(v) is float and v - v == 0.0) else _clean(v)
         self.count += 1
         if self.records is not None:
             self.records.append(record)
@@ -148,9 +153,9 @@ class Trace:
                 self._buffer.append(json.dumps({"schema": sid, "kind": kind, "fields": list(fields)},
                                                separators=(",", ":")))
             del record["kind"]
-            self._buffer.append(json.dumps([sid, *record.values()], separators=(",", ":")))
+            self._buffer.append(_encode([sid, *record.values()]))
         else:
-            self._buffer.append(json.dumps(record, separators=(",", ":")))
+            self._buffer.append(_encode(record))
         if len(self._buffer) >= self.flush_every:
             self.flush()
 
