@@ -20,3 +20,24 @@ def test_positions_map_to_the_listed_pool(n, k, seed, data):
     fast = sorted(_nth_not_excluded(int(i), sorted(exclude)) for i in picks)
     assert fast == listed
     assert not set(fast) & exclude
+
+
+def test_fedavg_takes_the_fast_path_and_draws_the_clients_of_the_listed_pool(tmp_path, monkeypatch):
+    """FedAvg (every client eligible) samples by position; forcing the listing path gives the same trace."""
+    from fedsim.algorithms.fedavg import FedAvg
+    from fedsim.runner import run_scenario
+    from fedsim.scenario import load_scenario
+
+    sc = load_scenario("default", ["algorithm=fedavg", "algorithm.clients_per_round=5", "train.systems_only=true",
+                                   "stop.max_versions=6", "stop.max_time_s=null", "output.figures=false"])
+    calls = []
+    fast = FedAvg.everyone_eligible
+    monkeypatch.setattr(FedAvg, "everyone_eligible", lambda self: calls.append(fast(self)) or calls[-1])
+    run_scenario(sc, tmp_path / "fast", progress=False)
+    assert calls and all(calls)
+    monkeypatch.setattr(FedAvg, "everyone_eligible", lambda self: False)
+    run_scenario(sc, tmp_path / "listed", progress=False)
+    runs = [p for p in (tmp_path / "fast").iterdir() if p.is_dir()] or [tmp_path / "fast"]
+    for run in runs:
+        other = tmp_path / "listed" / run.relative_to(tmp_path / "fast")
+        assert (run / "trace.jsonl").read_bytes() == (other / "trace.jsonl").read_bytes()

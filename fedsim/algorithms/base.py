@@ -244,6 +244,10 @@ class Algorithm:
         devices that fit the full model overrides this)."""
         return True
 
+    def everyone_eligible(self) -> bool:
+        """Whether :meth:`eligible` is true for every client (lets sampling skip listing them)."""
+        return type(self).eligible is Algorithm.eligible
+
     def sample_clients(self, k: int, stream: tuple, exclude: set[int] | None = None) -> list[int]:
         """``k`` distinct clients (uniform, without replacement) among the eligible ones, excluding busy ones.
 
@@ -253,7 +257,7 @@ class Algorithm:
         O(k · |exclude|) instead of O(number of clients) per call.
         """
         ctx = self.ctx
-        if type(self).eligible is Algorithm.eligible and isinstance(ctx.world.availability, AlwaysOn):
+        if self.everyone_eligible() and isinstance(ctx.world.availability, AlwaysOn):
             skip = sorted(exclude) if exclude else []
             size = ctx.num_clients - len(skip)
             if size <= 0:

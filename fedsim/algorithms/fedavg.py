@@ -83,6 +83,9 @@ class FedAvg(Algorithm):
         """Every client, or with ``only_fitting`` those whose device holds the full model."""
         return True if self._fits is None else bool(self._fits[client])
 
+    def everyone_eligible(self) -> bool:
+        return type(self).eligible is FedAvg.eligible and self._fits is None
+
     def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
         """The pure rule that turns a round's updates into the next global state (subclasses may replace it)."""
         return fedavg_rule(updates, base, self.cfg.server_lr)
