@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         work = dict(WORKLOAD, output={"figures": bool(args.figures)})
         scenario = tmp / "overhead.yaml"
         scenario.write_text(yaml.safe_dump(work), encoding="utf-8")
-        fedsim_cmd = [py, "-m", "fedsim.cli", "run", str(scenario), "--out", str(tmp / "run"), "--quiet"]
+        fedsim_cmd = [py, "-m", "fedsim.cli", "run", str(scenario), "--out", str(tmp / "run"), "--quiet", "--force"]  # each repeat replaces the last run
         run_measured(fedsim_cmd)  # warm the file cache; also the run the plan is read from
         plan = tmp / "plan.pt"
         make_plan(scenario, tmp / "run", plan)
