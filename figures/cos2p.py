@@ -39,9 +39,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis import trace_metrics as tm  # noqa: E402
-from fedsim.runner import run_scenario  # noqa: E402
 from fedsim.scenario import load_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.common import Job, run_jobs, save  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg (full)", "fedrolex": "FedRolex", "cos2p-sync": "Co-S²P sync", "cos2p": "Co-S²P",
           "cos2p-async": "Co-S²P async"}
@@ -67,31 +67,6 @@ def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
     elif name == "cos2p-async":
         a.update(mode="async")
     return a
-
-
-def run_all(jobs: dict[tuple, dict[str, Any]], out: Path, progress: bool) -> dict[tuple, Path]:
-    from tqdm import tqdm
-
-    dirs = {}
-    bar = tqdm(list(jobs.items()), desc="Co-S²P figures", unit="run", disable=not progress, dynamic_ncols=True)
-    for key, mapping in bar:
-        name = "-".join(str(k) for k in key)
-        bar.set_postfix_str(name, refresh=False)
-        d = out / "runs" / name
-        done = d / "summary.json"
-        # a finished run of the same scenario is reused (re-running the recipe only redraws)
-        if not (done.exists() and (d / "scenario.yaml").exists()
-                and _same(d / "scenario.yaml", mapping) and '"status": "ok"' in done.read_text()):
-            run_scenario(scenario_from_mapping(mapping), d, progress=False)
-        dirs[key] = d
-    return dirs
-
-
-def _same(path: Path, mapping: dict[str, Any]) -> bool:
-    """Whether the resolved scenario saved at ``path`` is the one ``mapping`` describes."""
-    from fedsim.scenario import dump_scenario
-
-    return path.read_text(encoding="utf-8") == dump_scenario(scenario_from_mapping(mapping))
 
 
 def _job(base: dict[str, Any], algo: dict[str, Any], seed: int, time_s: float,
@@ -138,7 +113,7 @@ def trend_checks(sweeps: dict[str, pd.DataFrame]) -> pd.DataFrame:
 
 def summarise(d: Path) -> dict[str, float]:
     """Final metrics of one run: server Top-1 (metrics.csv), Co-S²P's recorded Top-1/5/F1, RU, τ̄, N*."""
-    tr = load_trace(d / "trace.jsonl")
+    tr = load_trace(d)
     met = pd.read_csv(d / "metrics.csv")
     out = {"server_top1": float(met["accuracy"].iloc[-1]), "ru": tm.utilisation(tr)}
     st = tm.staleness_summary(tr)
@@ -181,12 +156,6 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-
-
 def _mean(rows: list[dict[str, Any]], by: list[str]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     num = [c for c in df.columns if c not in by and c != "seed"]
@@ -222,7 +191,9 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         for r in ratios:
             if r != 1.0:
                 jobs[("ratio", r, s)] = _job(base, {**cos, "width_depth_ratio": r}, s, time_s)
-    dirs = run_all(jobs, out, progress)
+    # a finished run of the identical scenario is reused (re-running the recipe only redraws)
+    runs = run_jobs([Job(k, m) for k, m in jobs.items()], out, label="Co-S²P", progress=progress, resume=True)
+    dirs = {k: r["dir"] for k, r in runs.items()}
     same = {("mu", cos["mu"]): "cos2p", ("tclk", cos["t_clk"]): "cos2p", ("distill", True): "cos2p",
             ("ratio", 1.0): "cos2p"}
 
@@ -251,7 +222,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     ax.set_ylabel("server Top-1")
     ax.legend()
     ax.set_title(f"Co-S²P E1 at small scale ({len(seeds)} seed(s))")
-    _save(fig, out / "accuracy_vs_time.png")
+    save(fig, out / "accuracy_vs_time.png")
     tab = _mean(rows, ["method"])
     tab.to_csv(out / "methods.csv", index=False)
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -259,7 +230,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     ax.set_ylabel("RU (Eq. 17)")
     ax.set_ylim(0, 1.05)
     ax.tick_params(axis="x", rotation=20)
-    _save(fig, out / "ru_per_method.png")
+    save(fig, out / "ru_per_method.png")
     results["methods"] = tab
     # sweeps
     sweeps = {}
@@ -278,7 +249,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
                 ax.legend()
             ax.set_xlabel(xlabel)
             ax.set_title(lab)
-        _save(fig, out / f"sweep_{kind}.png")
+        save(fig, out / f"sweep_{kind}.png")
         results[f"sweep_{kind}"] = sw
     trends = trend_checks(sweeps)
     trends.to_csv(out / "theorem1_trends.csv", index=False)
@@ -294,7 +265,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
             ax.bar(x + 0.35 * i, dist[col], width=0.35, label=col.replace("_", " "))
     ax.set_xticks(x + 0.175, ["with self-distillation" if v else "without" for v in dist["distill"]])
     ax.legend()
-    _save(fig, out / "distillation.png")
+    save(fig, out / "distillation.png")
     results["distillation"] = dist
     rrows = [{"ratio": r, "seed": s, **summarise(d_of("ratio", r, s))} for r in ratios for s in seeds]
     rat = _mean(rrows, ["ratio"])
@@ -333,7 +304,7 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         for name in ("cos2p", "fedrolex", "fedavg"):
             vals = []
             for s in seeds:
-                tr = load_trace(dirs[("method", name, s)] / "trace.jsonl")
+                tr = load_trace(dirs[("method", name, s)])
                 bt = tm.update_busy_times(tr)
                 clients = [c for c in range(8) if _class_of(base, c) == cls]
                 vals += bt[bt["client"].isin(clients)]["busy"].tolist()
@@ -354,7 +325,7 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         ax.set_xticks(x + 0.27, [c.replace("jetson-", "") for c in eff["device_class"]], rotation=10)
         ax.set_ylabel(lab)
     axes[0].legend(fontsize=8)
-    _save(fig, out / "efficiency.png")
+    save(fig, out / "efficiency.png")
     return eff
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,9 +40,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.common import Job, run_jobs, save  # noqa: E402
 
 STRONG_DEV, MODERATE_DEV, WEAK_DEV = "jetson-agx-orin-32gb", "jetson-xavier-nx-8gb", "jetson-nano"
 WIDTH = {"strong": 1.0, "moderate": 0.45, "weak": 0.2}      # the paper's width-reduction capacities
@@ -74,12 +72,6 @@ PAPER_T3 = {1: 80.45, 2: 80.20, 4: 79.72, 5: 80.08, 6: 78.91, 7: 76.98, 8: 80.33
 PAPER_T4 = {1: 81.27, 2: 81.80, 4: 80.44, 5: 80.80, 6: 80.78, 7: 79.63, 8: 81.29}
 PAPER_T6_WR = {1: 80.45, 2: 76.77, 4: 59.03, 5: 72.97, 6: 69.70, 7: 54.53, 8: 67.93}
 PAPER_T2 = {0: (60.15, 60.15), 16: (61.34, 66.62), 32: (62.09, 72.60), 64: (63.68, 74.79), 112: (65.01, 77.34)}
-
-
-@dataclass
-class Job:
-    key: tuple
-    mapping: dict[str, Any]
 
 
 def _mapping(seed: int, versions: int, algo: dict[str, Any], *, num_clients: int = M,
@@ -149,56 +141,16 @@ def floor_jobs(seeds: Sequence[int], versions: int, strong_counts: Sequence[int]
             for s in seeds for k in strong_counts]
 
 
-def _finished(d: Path, scenario: Any) -> dict[str, Any] | None:
-    """The summary of a finished run of exactly ``scenario`` in ``d`` (same resolved YAML), else None."""
-    import json
-
-    from fedsim.scenario import dump_scenario
-
-    summ, yml = d / "summary.json", d / "scenario.yaml"
-    if not (summ.exists() and yml.exists() and (d / "metrics.csv").exists()):
-        return None
-    if yml.read_text(encoding="utf-8") != dump_scenario(scenario.variant(scenario.algorithms[0])):
-        return None
-    summary = json.loads(summ.read_text())
-    return summary if summary.get("status") == "ok" else None
-
-
-def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True, resume: bool = False) -> dict[tuple, dict[str, Any]]:
-    """Run every job (one scenario each) under ``out/runs``; returns summary, metrics and directory per key.
-    With ``resume``, a directory that already holds a finished run of the same scenario is reused."""
-    from tqdm import tqdm
-
-    results = {}
-    bar = tqdm(jobs, desc="EmbracingFL figures", unit="run", disable=not progress, dynamic_ncols=True)
-    for j in bar:
-        name = "-".join(str(k) for k in j.key)
-        bar.set_postfix_str(name, refresh=False)
-        d = out / "runs" / name
-        scenario = scenario_from_mapping(j.mapping)
-        summary = _finished(d, scenario) if resume else None
-        if summary is None:
-            summary = run_scenario(scenario, d, progress=False)[0]
-        results[j.key] = {"summary": summary, "metrics": pd.read_csv(d / "metrics.csv"), "dir": d}
-    return results
-
-
 def _final(res: dict[str, Any]) -> float:
     return 100.0 * float(res["metrics"]["accuracy"].iloc[-1])
 
 
 def _counts(res: dict[str, Any]) -> dict[str, int]:
-    tr = load_trace(res["dir"] / "trace.jsonl")
+    tr = load_trace(res["dir"])
     ev = tr[tr["kind"] == "client_types"]
     if len(ev):
         return dict(ev.iloc[0]["counts"])
     return {}
-
-
-def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
 
 
 def _md(df: pd.DataFrame, path: Path) -> None:
@@ -241,7 +193,7 @@ def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out:
     ax.set(xlabel="weak clients added to 4 strong (nominal)", ylabel="test accuracy (%)",
            title="Table 2: adding weak clients")
     ax.legend()
-    _save(fig, out / "table2.png")
+    save(fig, out / "table2.png")
     return df
 
 
@@ -268,7 +220,7 @@ def table34(results: dict, seeds: Sequence[int], cases: Sequence[int], out: Path
     ax.set(xlabel="case (paper numbering)", ylabel="test accuracy (%)", title="Tables 3-4 style: 25% participation",
            ylim=(max(0, min(df["cifar_split"].min(), df["femnist_split"].min()) - 15), 100))
     ax.legend(fontsize=7)
-    _save(fig, out / "table34.png")
+    save(fig, out / "table34.png")
     return df
 
 
@@ -305,14 +257,14 @@ def table67(results: dict, seeds: Sequence[int], cases: Sequence[int], out: Path
     ax.set_xticks(x, [str(c) for c in df["case"]])
     ax.set(xlabel="case (paper numbering)", ylabel="test accuracy (%)", title="Table 6: width reduction vs EmbracingFL")
     ax.legend(fontsize=8)
-    _save(fig, out / "table6.png")
+    save(fig, out / "table6.png")
     fig, ax = plt.subplots(figsize=(5.2, 3.3))
     ax.bar(x - 0.2, df7["rounds_width_reduction"], 0.4, label="width reduction")
     ax.bar(x + 0.2, df7["rounds_embracingfl"], 0.4, label="EmbracingFL")
     ax.set_xticks(x, [str(c) for c in df7["case"]])
     ax.set(xlabel="case", ylabel="rounds to the WR final accuracy", title="Table 7: rounds to target")
     ax.legend(fontsize=8)
-    _save(fig, out / "table7.png")
+    save(fig, out / "table7.png")
     return df, df7
 
 
@@ -338,7 +290,7 @@ def floor(results: dict, seeds: Sequence[int], strong_counts: Sequence[int], out
     ax.set(xscale="log", yscale="log", xlabel=f"strong clients s (of {M})", title="Error floor vs s (last checkpoints)")
     ax.set_xticks(list(df["s"]), [str(v) for v in df["s"]])
     ax.legend(fontsize=7)
-    _save(fig, out / "bias_floor.png")
+    save(fig, out / "bias_floor.png")
     return df
 
 
@@ -389,7 +341,7 @@ def fig1(raw: pd.DataFrame, out: Path) -> pd.DataFrame:
         ax.plot(g["iteration"], g["mean"], marker=".", label=LAYER_NAMES.get(layer, layer))
     ax.set(xlabel="local iterations (no sync)", ylabel="max pairwise SVCCA", title="Fig. 1: independent training")
     ax.legend(fontsize=8)
-    _save(fig, out / "fig1_svcca.png")
+    save(fig, out / "fig1_svcca.png")
     last = raw[(raw["scheme"] == "none") & (raw["iteration"] == raw["iteration"].max())]
     rho = [float(spearmanr(g["depth"], g["svcca"]).statistic) for _, g in last.groupby("seed")]
     pd.DataFrame({"seed": sorted(last["seed"].unique()), "spearman_depth_svcca": rho}).to_csv(
@@ -411,7 +363,7 @@ def fig3(raw: pd.DataFrame, out: Path) -> pd.DataFrame:
         ax.set(title=title, xlabel="layer", ylim=(0, 1.05))
         ax.legend(fontsize=8)
     axes[0].set_ylabel("max pairwise SVCCA after the last sync")
-    _save(fig, out / "fig3_svcca.png")
+    save(fig, out / "fig3_svcca.png")
     return d
 
 
@@ -430,7 +382,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
             (1, 5, 7), (2, 4, 16), 40, 6, 2
     jobs = (table2_jobs(seeds, v, weak_counts) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
             + floor_jobs(seeds, v, strong_counts))
-    results = run_jobs(jobs, out, progress=progress, resume=resume)
+    results = run_jobs(jobs, out, label="EmbracingFL", progress=progress, resume=resume)
     t6, t7 = table67(results, seeds, cases6, out)
     raw = svcca_runs(seeds, it, nc, out, progress, measure_every=me)
     return {

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,9 +37,7 @@ import pandas as pd  # noqa: E402
 
 from analysis import fedraa_metrics  # noqa: E402
 from analysis.theory import fedraa as theory  # noqa: E402
-from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import scenario_from_mapping  # noqa: E402
-from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.common import Job, run_jobs, save, trace_of  # noqa: E402
 
 EVAL_S = 0.5
 TARGET = 0.92
@@ -81,12 +78,6 @@ ABLATION: dict[str, dict[str, Any]] = {
 }
 
 
-@dataclass
-class Job:
-    key: tuple
-    mapping: dict[str, Any]
-
-
 def job(key: tuple, algo: dict[str, Any], seed: int, *, time_s: float, beta: float = 0.3, M: int = 3) -> Job:
     m = copy.deepcopy(BASE)
     m["seed"] = seed
@@ -94,33 +85,6 @@ def job(key: tuple, algo: dict[str, Any], seed: int, *, time_s: float, beta: flo
     m["devices"]["capability"]["beta"] = beta
     m["stop"]["max_time_s"] = time_s
     return Job(key, m)
-
-
-def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tuple, dict[str, Any]]:
-    """Run every job under ``out/runs``; returns summary, metrics and the run folder per key."""
-    from tqdm import tqdm
-
-    results = {}
-    bar = tqdm(jobs, desc="Fed-RAA figures", unit="run", disable=not progress, dynamic_ncols=True)
-    for j in bar:
-        name = "-".join(str(k) for k in j.key)
-        bar.set_postfix_str(name, refresh=False)
-        d = out / "runs" / name
-        summary = run_scenario(scenario_from_mapping(j.mapping), d, progress=False)[0]
-        results[j.key] = {"summary": summary, "metrics": pd.read_csv(d / "metrics.csv"), "dir": d}
-    return results
-
-
-def _trace(res: dict[str, Any]) -> pd.DataFrame:
-    if "trace" not in res:
-        res["trace"] = load_trace(res["dir"])
-    return res["trace"]
-
-
-def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
 
 
 def time_to_target(metrics: pd.DataFrame, target: float = TARGET) -> float:
@@ -162,7 +126,7 @@ def _summary_table(results: dict, keys: Sequence[tuple], label: int, name: str, 
         m = res["metrics"]
         row = {"method": k[label], "seed": k[-1], "time_to_target_s": time_to_target(m),
                "final_accuracy": float(m["accuracy"].iloc[-1]), "updates": int(res["summary"]["updates_applied"])}
-        tr = _trace(res)
+        tr = trace_of(res)
         if fedraa_metrics.setup(tr) is not None:
             q = fedraa_metrics.fragment_counts(tr)
             fr = tr[tr["kind"] == "fragment"]
@@ -201,7 +165,7 @@ def main_comparison(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFr
     _plot_curves(axes[0], curves, "time_s", "accuracy vs virtual time (Fig. 3)")
     _plot_curves(axes[1], curves[curves["method"] != "SplitFed"], "updates", "accuracy vs server updates")
     axes[1].set_xscale("log")
-    _save(fig, out / "accuracy_vs_time.png")
+    save(fig, out / "accuracy_vs_time.png")
     return _summary_table(results, keys, 1, "main_comparison", out)
 
 
@@ -222,7 +186,7 @@ def ablation(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
     curves.to_csv(out / "ablation_curves.csv", index=False)
     fig, ax = plt.subplots(figsize=(6, 4))
     _plot_curves(ax, curves, "time_s", "schedulers (Table 3, Fig. 4)")
-    _save(fig, out / "ablation_curves.png")
+    save(fig, out / "ablation_curves.png")
     return _summary_table(results, keys, 1, "ablation", out)
 
 
@@ -254,7 +218,7 @@ def beta_m(results: dict, seeds: Sequence[int], betas: Sequence[float], ms: Sequ
         for M in ms:
             for s in seeds:
                 res = results["betam", b, M, s]
-                tr = _trace(res)
+                tr = trace_of(res)
                 fr = tr[tr["kind"] == "fragment"]
                 rows.append({"beta": b, "M": M, "seed": s, "time_to_target_s": time_to_target(res["metrics"]),
                              "final_accuracy": float(res["metrics"]["accuracy"].iloc[-1]),
@@ -277,7 +241,7 @@ def beta_m(results: dict, seeds: Sequence[int], betas: Sequence[float], ms: Sequ
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[2].grid(alpha=0.3)
-    _save(fig, out / "beta_m_sweep.png")
+    save(fig, out / "beta_m_sweep.png")
     check = theory.evaluate({"sweep_K": list(zip(table["K_hat"], table["grad_norm_sq_final"]))}, {})
     pd.DataFrame([c.__dict__ for c in check]).to_csv(out / "remark1_trend.csv", index=False)
     return table
@@ -288,7 +252,7 @@ def assignments(results: dict, seed: int, out: Path, window_s: float = 12.0) -> 
     names = [v for v in ABLATION if v != "Sync"] + ["Sync"]
     rows = []
     for v in names:
-        tr = _trace(results["ablation", v, seed])
+        tr = trace_of(results["ablation", v, seed])
         a = tr[tr["kind"] == "assign"]
         for _, r in a.iterrows():
             if float(r["t"]) <= window_s:
@@ -306,7 +270,7 @@ def assignments(results: dict, seed: int, out: Path, window_s: float = 12.0) -> 
     axes[0].set_ylabel("client (capability from the preset)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(j)) for j in range(3)]
     axes[-1].legend(handles, ["fragment 0 (20%)", "fragment 1 (30%)", "fragment 2 (50%)"], fontsize=7, loc="upper right")
-    _save(fig, out / "assignments.png")
+    save(fig, out / "assignments.png")
     return table
 
 
@@ -321,7 +285,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     time_s, sweep_s = (20.0, 15.0) if quick else (40.0, 30.0)
     betas, ms = ((0.1, 0.5, 0.9), (2, 5)) if quick else (BETAS, MS)
     jobs = main_jobs(seeds, time_s) + ablation_jobs(seeds, time_s) + beta_m_jobs(seeds, sweep_s, betas, ms)
-    results = run_jobs(jobs, out, progress=progress)
+    results = run_jobs(jobs, out, label="Fed-RAA", progress=progress)
     link_ablation(results, seeds)
     return {
         "main": main_comparison(results, seeds, out),

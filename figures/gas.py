@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,9 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import scenario_from_mapping  # noqa: E402
-from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.common import Job, run_jobs, save, trace_of  # noqa: E402
 
 BASE: dict[str, Any] = {
     "name": "gas-figure",
@@ -77,12 +74,6 @@ def partition(kind: str) -> dict[str, Any]:
                                                                                   "min_size": 10}
 
 
-@dataclass
-class Job:
-    key: tuple
-    mapping: dict[str, Any]
-
-
 def job(key: tuple, algo: dict[str, Any], seed: int, *, dataset: str = "digits", part: str = "shard2",
         local_steps: int | None = None, stop: dict | None = None, eval_every: int = 2, model: dict | None = None,
         root: str | None = None) -> Job:
@@ -102,33 +93,6 @@ def job(key: tuple, algo: dict[str, Any], seed: int, *, dataset: str = "digits",
     return Job(key, m)
 
 
-def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tuple, dict[str, Any]]:
-    """Run every job (one scenario each) under ``out/runs``; returns summary, metrics and trace per key."""
-    from tqdm import tqdm
-
-    results = {}
-    bar = tqdm(jobs, desc="GAS figures", unit="run", disable=not progress, dynamic_ncols=True)
-    for j in bar:
-        name = "-".join(str(k) for k in j.key)
-        bar.set_postfix_str(name, refresh=False)
-        d = out / "runs" / name
-        summary = run_scenario(scenario_from_mapping(j.mapping), d, progress=False)[0]
-        results[j.key] = {"summary": summary, "metrics": pd.read_csv(d / "metrics.csv"), "dir": d}
-    return results
-
-
-def _trace(res: dict[str, Any]) -> pd.DataFrame:
-    if "trace" not in res:
-        res["trace"] = load_trace(res["dir"])
-    return res["trace"]
-
-
-def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-
-
 def _mean_curve(df: pd.DataFrame, x: str, y: str, by: str) -> pd.DataFrame:
     return df.groupby([by, x], as_index=False)[y].agg(["mean", "std"]).reset_index()
 
@@ -145,7 +109,7 @@ def figure2(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
     for a in ("gas", "async-sfl"):
         for s in seeds:
             res = results["fig2", a, s]
-            df = _trace(res)
+            df = trace_of(res)
             d = df[df["kind"] == "dissimilarity"].copy()
             # the dissimilarity of the batch each step used: with the generated rows for GAS, without for the ablation
             d["used_value"] = np.where(d["used"], d["with_generation"], d["without_generation"])
@@ -168,7 +132,7 @@ def figure2(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
-    _save(fig, out / "fig2_dissimilarity_accuracy.png")
+    save(fig, out / "fig2_dissimilarity_accuracy.png")
     return table
 
 
@@ -204,7 +168,7 @@ def figure3(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
     table.to_csv(out / "fig3_sfl_time.csv", index=False)
     fig, ax = plt.subplots(figsize=(6, 4))
     _plot_time(ax, table, "digits, shard = 2: GAS vs synchronous SFL")
-    _save(fig, out / "fig3_sfl_time.png")
+    save(fig, out / "fig3_sfl_time.png")
     return table
 
 
@@ -227,7 +191,7 @@ def figure4(results: dict, seeds: Sequence[int], es: Sequence[int], out: Path) -
         _plot_time(ax, t, f"E = {e}, Dir(0.1)")
     table = pd.concat(tables, ignore_index=True)
     table.to_csv(out / "fig4_local_iterations_time.csv", index=False)
-    _save(fig, out / "fig4_local_iterations_time.png")
+    save(fig, out / "fig4_local_iterations_time.png")
     return table
 
 
@@ -303,7 +267,7 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         settings.append(("cifar10", "shard2"))
     jobs = (figure2_jobs(seeds, v2) + figure3_jobs(seeds, t3) + figure4_jobs(seeds, es4, t4)
             + table1_jobs(seeds, v1, settings, cifar_root) + table2_jobs(seeds, v2t, es2))
-    results = run_jobs(jobs, out, progress=progress)
+    results = run_jobs(jobs, out, label="GAS", progress=progress)
     return {
         "fig2": figure2(results, seeds, out),
         "fig3": figure3(results, seeds, out),

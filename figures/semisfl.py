@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,9 +45,8 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import dump_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.common import Job, run_jobs, save  # noqa: E402
 
 BASE: dict[str, Any] = {
     "name": "semisfl-figure",
@@ -86,12 +83,6 @@ def algorithm(method: str, **extra: Any) -> dict[str, Any]:
     return {"name": method, **ALGO, **extra}
 
 
-@dataclass
-class Job:
-    key: tuple
-    mapping: dict[str, Any]
-
-
 def job(key: tuple, algo: dict[str, Any], seed: int, *, part: str = "dir0.1", rounds: int = 60) -> Job:
     m = copy.deepcopy(BASE)
     m["seed"] = seed
@@ -100,40 +91,6 @@ def job(key: tuple, algo: dict[str, Any], seed: int, *, part: str = "dir0.1", ro
     m["stop"] = {"max_versions": rounds}
     m["eval"]["every_versions"] = max(1, rounds // 12)
     return Job(key, m)
-
-
-def _done(d: Path, mapping: dict[str, Any]) -> bool:
-    """A finished run of exactly this scenario is already in ``d`` (same scenario.yaml, a summary)."""
-    sc = scenario_from_mapping(mapping)
-    return ((d / "summary.json").exists() and (d / "scenario.yaml").exists()
-            and (d / "scenario.yaml").read_text(encoding="utf-8") == dump_scenario(sc.variant(sc.algorithms[0])))
-
-
-def run_jobs(jobs: Sequence[Job], out: Path, progress: bool = True) -> dict[tuple, dict[str, Any]]:
-    """Run every job under ``out/runs`` (runs shared by several figures are run once; a finished run of the
-    identical scenario already in ``out/runs`` is reused, so an interrupted recipe resumes)."""
-    from tqdm import tqdm
-
-    results: dict[tuple, dict[str, Any]] = {}
-    unique = {j.key: j for j in jobs}
-    bar = tqdm(list(unique.values()), desc="SemiSFL figures", unit="run", disable=not progress, dynamic_ncols=True)
-    for j in bar:
-        name = "-".join(str(k) for k in j.key)
-        bar.set_postfix_str(name, refresh=False)
-        d = out / "runs" / name
-        if _done(d, j.mapping):
-            summary = json.loads((d / "summary.json").read_text(encoding="utf-8"))
-        else:
-            summary = run_scenario(scenario_from_mapping(j.mapping), d, progress=False)[0]
-        tr = load_trace(d / "trace.jsonl", kinds=("semisfl_round",))
-        results[j.key] = {"summary": summary, "metrics": pd.read_csv(d / "metrics.csv"), "rounds": tr, "dir": d}
-    return results
-
-
-def _save(fig: plt.Figure, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
 
 
 def _final(results: dict, key: tuple) -> float:
@@ -170,7 +127,7 @@ def time_traffic(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
-    _save(fig, out / "time_traffic.png")
+    save(fig, out / "time_traffic.png")
     return table
 
 
@@ -229,7 +186,7 @@ def dirichlet(results: dict, seeds: Sequence[int], parts: Sequence[str], out: Pa
     ax.set_ylim(max(0, df["mean"].min() - 15), 100)
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
-    _save(fig, out / "dirichlet.png")
+    save(fig, out / "dirichlet.png")
     return df
 
 
@@ -265,7 +222,7 @@ def adaptive(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend()
-    _save(fig, out / "adaptive_ks.png")
+    save(fig, out / "adaptive_ks.png")
     return table
 
 
@@ -294,7 +251,7 @@ def r_h(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
     ax.set(xlabel="round", ylabel="R_h (share of windows where f_u fell faster)", title="R_h over rounds")
     ax.grid(alpha=0.3)
     ax.legend()
-    _save(fig, out / "r_h.png")
+    save(fig, out / "r_h.png")
     return table
 
 
@@ -331,7 +288,7 @@ def head(results: dict, seeds: Sequence[int], parts: Sequence[str], out: Path) -
     ax.set_ylim(max(0, df["mean"].min() - 15), 100)
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
-    _save(fig, out / "head.png")
+    save(fig, out / "head.png")
     return df
 
 
@@ -401,7 +358,7 @@ def crossover(out: Path, batch: int = 64, n_h: int = 10) -> pd.DataFrame:
            title=f"communication crossover (B = {batch}, cost model only)")
     ax.grid(alpha=0.3, which="both")
     ax.legend()
-    _save(fig, out / "crossover.png")
+    save(fig, out / "crossover.png")
     return df
 
 
@@ -418,7 +375,10 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     dir_parts = ("iid", "dir0.1") if quick else tuple(PARTS)
     jobs = (time_traffic_jobs(seeds, rounds) + dirichlet_jobs(seeds, rounds, dir_parts)
             + adaptive_jobs(seeds, rounds, 50) + r_h_jobs(seeds, rounds) + head_jobs(seeds, rounds, head_parts))
-    results = run_jobs(jobs, out, progress=progress)
+    # a finished run of the identical scenario is reused, so an interrupted recipe resumes
+    results = run_jobs(jobs, out, label="SemiSFL", progress=progress, resume=True)
+    for res in results.values():
+        res["rounds"] = load_trace(res["dir"], kinds=("semisfl_round",))
     tables = {"time_traffic": time_traffic(results, seeds, out),
               "to_target": target_table(results, seeds, 0.8, out),
               "dirichlet": dirichlet(results, seeds, dir_parts, out),

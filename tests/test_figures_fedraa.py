@@ -18,14 +18,14 @@ def test_time_to_target_is_the_first_evaluation_at_or_above_it():
 def test_assignment_picture_recipe(tmp_path):
     jobs = [fedraa.job(("ablation", v, 0), fedraa.ABLATION[v], 0, time_s=1.5) for v in fedraa.ABLATION if v != "Gre-RAA"]
     jobs.append(fedraa.job(("main", "Fed-RAA", 0), fedraa.RAA, 0, time_s=1.5))
-    results = fedraa.run_jobs(jobs, tmp_path, progress=False)
+    results = fedraa.run_jobs(jobs, tmp_path, label="Fed-RAA", progress=False)
     fedraa.link_ablation(results, [0])
     table = fedraa.assignments(results, 0, tmp_path, window_s=1.5)
     on_disk = pd.read_csv(tmp_path / "assignments.csv")
     assert (tmp_path / "assignments.png").stat().st_size > 0
     assert len(on_disk) == len(table) > 0 and set(on_disk["scheduler"]) == set(fedraa.ABLATION)
     # the picture's rows are the runs' own scheduling decisions
-    tr = fedraa._trace(results["ablation", "Random", 0])
+    tr = fedraa.trace_of(results["ablation", "Random", 0])
     assert (on_disk["scheduler"] == "Random").sum() == int((tr["kind"] == "assign").sum())
 
 

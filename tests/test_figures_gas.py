@@ -10,7 +10,7 @@ from figures import gas
 def test_figure2_recipe_writes_csv_and_png(tmp_path):
     jobs = gas.figure2_jobs([0], versions=3)
     assert [j.key for j in jobs] == [("fig2", "gas", 0), ("fig2", "async-sfl", 0)]
-    results = gas.run_jobs(jobs, tmp_path, progress=False)
+    results = gas.run_jobs(jobs, tmp_path, label="GAS", progress=False)
     table = gas.figure2(results, [0], tmp_path)
     on_disk = pd.read_csv(tmp_path / "fig2_dissimilarity_accuracy.csv")
     assert (tmp_path / "fig2_dissimilarity_accuracy.png").stat().st_size > 0

@@ -1,0 +1,40 @@
+"""The figure recipes' shared runner: jobs run once per key, a finished run of the identical scenario is
+reused only when asked, and any change of the scenario runs it again."""
+from __future__ import annotations
+
+import copy
+
+from fedsim.scenario import load_scenario
+from figures.common import Job, finished, run_jobs
+
+
+def _mapping(versions: int) -> dict:
+    m = load_scenario("default", ["algorithm=fedavg", "train.systems_only=true", "stop.max_time_s=null",
+                                  f"stop.max_versions={versions}", "output.figures=false"]).as_mapping()
+    return copy.deepcopy(m)
+
+
+def test_resume_reuses_only_the_identical_finished_scenario(tmp_path):
+    jobs = [Job(("a", 0), _mapping(2)), Job(("a", 0), _mapping(2))]  # same key: run once
+    first = run_jobs(jobs, tmp_path, label="test", progress=False)
+    d = first["a", 0]["dir"]
+    assert list(first) == [("a", 0)] and d == tmp_path / "runs" / "a-0"
+    stamp = (d / "summary.json").stat().st_mtime_ns
+    again = run_jobs(jobs, tmp_path, label="test", progress=False, resume=True)
+    assert (d / "summary.json").stat().st_mtime_ns == stamp  # reused, not run
+    assert again["a", 0]["summary"]["versions"] == first["a", 0]["summary"]["versions"] == 2
+    changed = run_jobs([Job(("a", 0), _mapping(3))], tmp_path, label="test", progress=False, resume=True)
+    assert changed["a", 0]["summary"]["versions"] == 3  # another scenario: run again
+    rerun = run_jobs([Job(("a", 0), _mapping(3))], tmp_path, label="test", progress=False)
+    assert (d / "summary.json").stat().st_mtime_ns != stamp and rerun["a", 0]["summary"]["versions"] == 3
+
+
+def test_an_unfinished_run_is_not_reused(tmp_path):
+    from fedsim.scenario import scenario_from_mapping
+
+    run_jobs([Job(("b",), _mapping(2))], tmp_path, label="test", progress=False)
+    d = tmp_path / "runs" / "b"
+    sc = scenario_from_mapping(_mapping(2))
+    assert finished(d, sc) is not None
+    (d / "summary.json").write_text('{"status": "interrupted"}', encoding="utf-8")
+    assert finished(d, sc) is None
