@@ -15,8 +15,7 @@ run on Ray writes a trace byte-identical to the in-process one (``tests/test_per
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future
-from typing import Any, Callable, Hashable, Protocol, TypeVar
+from typing import Any, Callable, Generic, Hashable, Protocol, TypeVar
 
 from fedsim.errors import ConfigError
 
@@ -43,18 +42,31 @@ class Executor(Protocol):
         ...
 
 
+class Done(Generic[T]):
+    """The handle of a task that has already run: ``result()`` returns its output or re-raises its error
+    (a ``concurrent.futures.Future`` would do, at the cost of a lock per task)."""
+
+    __slots__ = ("_value", "_error")
+
+    def __init__(self, value: T | None = None, error: BaseException | None = None) -> None:
+        self._value, self._error = value, error
+
+    def result(self) -> T:
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
 class InProcessExecutor:
     """Runs each task immediately in the calling thread (deterministic, no copies)."""
 
     remote = False
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> "Future[T]":
-        fut: Future[T] = Future()
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Done[T]:
         try:
-            fut.set_result(fn(*args, **kwargs))
+            return Done(fn(*args, **kwargs))
         except BaseException as exc:  # re-raised by .result(), where the caller handles it
-            fut.set_exception(exc)
-        return fut
+            return Done(error=exc)
 
     def share(self, key: Hashable, value: Any) -> Any:
         return value

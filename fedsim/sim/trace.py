@@ -205,13 +205,18 @@ def iter_trace(path: str | Path, kinds: Iterable[str] | None = None) -> Iterator
     wanted = None if kinds is None else set(kinds)
     if path.name.endswith(".gz"):
         schemas: dict[int, tuple[str, list[str]]] = {}
+        skip: set[str] = set()  # the "[sid," prefixes of the kinds not wanted: those rows are never decoded
         for line in _compact_lines(path):
+            if skip and line[: line.find(",") + 1] in skip:
+                continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 return
             if isinstance(row, dict):
                 schemas[row["schema"]] = (row["kind"], row["fields"])
+                if wanted is not None and row["kind"] not in wanted:
+                    skip.add(f"[{row['schema']},")
                 continue
             kind, names = schemas[row[0]]
             if wanted is not None and kind not in wanted:
