@@ -69,21 +69,16 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
         gap = (end - since) / 900.0 if merged else 0.0
         for kind, group in spans.groupby("kind"):
             for c, g in group.groupby("client"):
-                bars: list[list[float]] = []
-                for s0, e0 in sorted(zip(g["start"].astype(float), g["end"].astype(float))):
-                    if bars and s0 - bars[-1][1] <= gap:
-                        bars[-1][1] = max(bars[-1][1], e0)
-                    else:
-                        bars.append([s0, e0])
-                # a bar narrower than a pixel is widened to one, so short compute phases remain visible
-                ax.broken_barh([(b0, max(b1 - b0, gap)) for b0, b1 in bars], (row[int(c)] - 0.4, 0.8),
-                               facecolors=PHASE_COLOURS[kind])
+                _bars(ax, g["start"], g["end"], gap, row[int(c)], PHASE_COLOURS[kind])
         server = trace[(trace["kind"] == "server") & (trace["end"] >= since) & (trace["start"] <= end)]
-        for s0, e0, w, c in zip(server["start"], server["end"], server["wait"], server.get("client", [None] * len(server))):
-            # a request's queueing is drawn on the row of the client whose update waits
-            if w > 0 and c is not None and not pd.isna(c) and int(c) in row:
-                ax.broken_barh([(s0 - w, w)], (row[int(c)] - 0.4, 0.8), facecolors=PHASE_COLOURS["wait"])
-            ax.broken_barh([(s0, max(e0 - s0, gap))], (-0.4, 0.8), facecolors=PHASE_COLOURS["server"])
+        if len(server):
+            # one call per row (a call per request made a run with 10^5 server requests take minutes)
+            _bars(ax, server["start"], server["end"], gap, 0, PHASE_COLOURS["server"])
+            if "client" in server:
+                # a request's queueing is drawn on the row of the client whose update waits
+                waits = server[(server["wait"] > 0) & server["client"].isin(clients)]
+                for c, g in waits.groupby("client"):
+                    _bars(ax, g["start"] - g["wait"], g["start"], gap, row[int(c)], PHASE_COLOURS["wait"])
         ax.set_yticks([0] + [row[c] for c in clients])
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
         ax.set_xlim(since, end)
@@ -98,6 +93,18 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str) -> None:
+    """One row of a Gantt chart: intervals closer than ``gap`` merged, each at least ``gap`` wide (a bar
+    narrower than a pixel is widened to one, so short phases remain visible), drawn in one call."""
+    bars: list[list[float]] = []
+    for s0, e0 in sorted(zip(pd.to_numeric(starts).astype(float), pd.to_numeric(ends).astype(float))):
+        if bars and s0 - bars[-1][1] <= gap:
+            bars[-1][1] = max(bars[-1][1], e0)
+        else:
+            bars.append([s0, e0])
+    ax.broken_barh([(b0, max(b1 - b0, gap)) for b0, b1 in bars], (y - 0.4, 0.8), facecolors=colour)
 
 
 def link_rate_figure(trace: pd.DataFrame, path: Path) -> bool:
@@ -286,7 +293,9 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
             written.append(p)  # (systems-only runs have neither)
     trace_file = trace_path(run_dir)
     if trace_file.exists():
-        df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server"))
+        # only the fields the figures read, so the frame stays small for a trace of millions of records
+        df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server"),
+                        columns=("client", "start", "end", "wait", "rate_bps"))
         if len(df):
             p = run_dir / "timeline.png"
             since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
