@@ -65,3 +65,18 @@ def test_figures_and_check_read_a_compact_trace(tmp_path):
     table = check_run(run_dir, progress=False)
     row = table[table["quantity"] == "trace: staleness >= 0"]
     assert len(row) == 1 and bool(row["holds"].iloc[0])
+
+
+def test_chunked_column_load_equals_one_frame(tmp_path, monkeypatch):
+    """Loading by columns in chunks gives the frame (values and dtypes) one pass would, also when a
+    column is None throughout a chunk."""
+    import fedsim.sim.trace as trace_mod
+
+    tr = Trace(tmp_path / "trace.jsonl")
+    for i in range(50):
+        tr.emit(float(i), "upload", client=i % 3, wait=None if i < 20 else 0.5 * i, rate_bps=1e6 + i)
+    tr.close()
+    whole = load_trace(tmp_path / "trace.jsonl", columns=("client", "wait", "rate_bps"))
+    monkeypatch.setattr(trace_mod, "_CHUNK", 7)
+    chunked = load_trace(tmp_path / "trace.jsonl", columns=("client", "wait", "rate_bps"))
+    pd.testing.assert_frame_equal(whole, chunked)

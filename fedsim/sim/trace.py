@@ -249,8 +249,19 @@ def load_trace(path: str | Path, kinds: Iterable[str] | None = None,
     keep = None if columns is None else ["t", "kind", *[c for c in columns if c not in ("t", "kind")]]
     if keep is None:
         return pd.DataFrame.from_records(list(iter_trace(path, kinds)))
+    # gathered in chunks of packed columns, so a million records never sit in memory as Python objects
+    chunks: list[pd.DataFrame] = []
     cols: dict[str, list[Any]] = {c: [] for c in keep}
-    for rec in iter_trace(path, kinds):
+    for i, rec in enumerate(iter_trace(path, kinds), 1):
         for c in keep:
             cols[c].append(rec.get(c))
-    return pd.DataFrame(cols)
+        if i % _CHUNK == 0:
+            chunks.append(pd.DataFrame(cols))
+            cols = {c: [] for c in keep}
+    if cols["t"] or not chunks:
+        chunks.append(pd.DataFrame(cols))
+    # a chunk where a column was all None typed it object: infer again, as one frame would have
+    return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True).infer_objects()
+
+
+_CHUNK = 65536
