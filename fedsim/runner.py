@@ -397,7 +397,7 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     tasks, bound = min(bounds) if bounds else (math.inf, "stop")
     tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
     per_task = max(steps)
-    server = registry()[spec.name].server_steps(params)
+    server = registry()[spec.name].server_phase_steps(params)
     versions = float(st.max_versions) if st.max_versions is not None else tasks / per_version + 1
     sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task + versions * server
     split = hasattr(params, "local_iterations")
@@ -419,7 +419,7 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
             field = steps_field if est.steps_per_task > LARGE_SGD_STEPS / 100 else est.bound
             server = ""
             if est.server_steps > LARGE_SGD_STEPS / 100:
-                knob = registry()[spec.name].server_steps_knob
+                knob = registry()[spec.name].server_phase_field
                 field = f"{alg}.{knob}" if knob else est.bound
             if est.server_steps:
                 server = f" + {est.server_steps:,} server steps per version"

@@ -130,3 +130,14 @@ def test_config_error_survives_being_recreated_from_its_text():
     err = ConfigError("data.name", "unknown dataset 'x' (allowed: digits)")
     for again in (copy.copy(err), pickle.loads(pickle.dumps(err))):
         assert str(again) == str(err)
+
+
+@pytest.mark.parametrize("algorithm", ["semisfl", "semifl"])
+def test_a_huge_server_phase_is_refused_before_the_run_naming_k_s(capsys, tmp_path, algorithm):
+    """The server's own K_s steps per version count in the work estimate (they once ran unbounded)."""
+    code, err = _run_cli(capsys, "run", "default", f"algorithm={algorithm}", "data.num_clients=4",
+                         "algorithm.clients_per_round=2", "algorithm.k_s=90000000", "stop.max_versions=3",
+                         "stop.max_time_s=null", "--out", str(tmp_path), "--quiet")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("fedsim: error: algorithm.k_s:") and "server steps per version" in err and "--allow-large" in err
+    assert not any(tmp_path.iterdir())  # refused before anything was written

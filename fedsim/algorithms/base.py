@@ -192,14 +192,14 @@ class Algorithm:
         that fit (``only_fitting``)."""
         return cls.fits_submodels
 
-    #: the config field that sets :meth:`server_steps` (named when a run is refused as too large)
-    server_steps_knob: str | None = None
+    #: the config field holding the SGD steps the server takes on its own per model version (None: none)
+    server_phase_field: str | None = None
 
     @classmethod
-    def server_steps(cls, config: Any) -> int:
+    def server_phase_steps(cls, config: Any) -> int:
         """SGD steps the server takes on its own per model version (not per client task), at most: the
         runner's work estimate adds them to the clients' steps so a huge server phase is refused up front."""
-        return 0
+        return int(getattr(config, cls.server_phase_field)) if cls.server_phase_field else 0
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx

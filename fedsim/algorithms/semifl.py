@@ -25,7 +25,7 @@ __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any, Generator, Iterator
 
 import numpy as np
 import simpy
@@ -39,7 +39,7 @@ from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
 from fedsim.learn.augment import STRONG, WEAK, check_augmentation, check_randaugment, strong_view, weak_view
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
-from fedsim.learn.train import TrainStats, batch_schedule, num_steps
+from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
 
 
 class SemiFL(Algorithm):
@@ -75,12 +75,7 @@ class SemiFL(Algorithm):
             positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
             require(0.0 < self.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {self.ema!r}")
 
-    server_steps_knob = "k_s"
-
-    @classmethod
-    def server_steps(cls, config: Any) -> int:
-        """The labeled phase: K_s steps per round (the controller only ever lowers K_s)."""
-        return int(config.k_s)
+    server_phase_field = "k_s"  # the labeled phase: K_s steps per round (the controller only ever lowers K_s)
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
@@ -102,7 +97,7 @@ class SemiFL(Algorithm):
         model = ctx.worker
         model.load_state_dict(state)
         sgd = ctx.sgd
-        opt = torch.optim.SGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        opt = PlainSGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         gen = ctx.streams.torch("semi-data", "labeled-batches", rnd)
         for pos in batch_schedule(len(self.labeled_idx), cfg.k_s, self.server_batch, gen):
             idx = torch.as_tensor(self.labeled_idx[pos.numpy()])
@@ -120,6 +115,16 @@ class SemiFL(Algorithm):
         return clone_state(model.state_dict())
 
     # ---------------------------------------------------------------------------------- clients
+    def _views(self, ctx: Any, indices: np.ndarray, steps: int,
+               gen: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The client's batches of ``steps`` local steps: indices, inputs, weak and strong views."""
+        cfg = self.cfg
+        for pos in batch_schedule(len(indices), steps, ctx.sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()])
+            x = ctx.data.train.x[idx]
+            weak = weak_view(x, cfg.weak, gen)
+            yield idx, x, weak, strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+
     def _pseudo(self, logits: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         conf, pl = torch.softmax(logits, dim=1).max(dim=1)
         vis = self.visible_y[idx]
@@ -131,15 +136,11 @@ class SemiFL(Algorithm):
         """FixMatch CE on strong views + Mixup among confident samples, labels from the downloaded model."""
         cfg, sgd = self.cfg, ctx.sgd
         teacher = copy.deepcopy(module).eval()
-        opt = torch.optim.SGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         lam_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         losses, samples = [], 0
-        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
-            idx = torch.as_tensor(indices[pos.numpy()])
-            x = ctx.data.train.x[idx]
-            weak = weak_view(x, cfg.weak, gen)
-            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
             with torch.no_grad():
                 pl, mask = self._pseudo(teacher(weak), idx)
             loss = (F.cross_entropy(module(strong), pl, reduction="none") * mask.to(x.dtype)).mean()
@@ -234,14 +235,10 @@ class FedSwitch(SemiFL):
         teacher = copy.deepcopy(module)
         teacher.load_state_dict(self.teacher)
         teacher.eval()
-        opt = torch.optim.SGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples, switched = [], 0, 0
-        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
-            idx = torch.as_tensor(indices[pos.numpy()])
-            x = ctx.data.train.x[idx]
-            weak = weak_view(x, cfg.weak, gen)
-            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
             with torch.no_grad():
                 lt, ls = teacher(weak), module(weak)
                 use_student = bool(torch.softmax(ls, 1).max(1).values.mean() > torch.softmax(lt, 1).max(1).values.mean())
@@ -339,18 +336,14 @@ class FedMatch(SemiFL):
             m = copy.deepcopy(module)
             m.load_state_dict({k: (sigma[k] + self.client_psi[h][k]) if k in psi else sigma[k] for k in sigma})
             helper_models.append(m.eval())
-        opt = torch.optim.SGD(list(psi.values()), lr=sgd.lr, momentum=sgd.momentum)
+        opt = PlainSGD(list(psi.values()), lr=sgd.lr, momentum=sgd.momentum)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples = [], 0
         def forward(x: torch.Tensor) -> torch.Tensor:
             params = {k: sigma[k] + psi[k] if k in psi else sigma[k] for k in sigma}
             return functional_call(module, params, (x,))
 
-        for pos in batch_schedule(len(indices), steps, sgd.batch_size, gen):
-            idx = torch.as_tensor(indices[pos.numpy()])
-            x = ctx.data.train.x[idx]
-            weak = weak_view(x, cfg.weak, gen)
-            strong = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
             with torch.no_grad():
                 own = torch.softmax(forward(weak), 1)
                 helper_probs = [torch.softmax(h(weak), 1) for h in helper_models]

@@ -176,12 +176,7 @@ class SemiSFL(SplitAlgorithm):
             positive(self.probe_samples, f"{prefix}.probe_samples")
 
     # ================================================================================== set-up
-    server_steps_knob = "k_s"
-
-    @classmethod
-    def server_steps(cls, config: Any) -> int:
-        """The labeled phase: K_s steps per round (the controller only ever lowers K_s)."""
-        return int(config.k_s)
+    server_phase_field = "k_s"  # the labeled phase: K_s steps per round (the controller only ever lowers K_s)
 
     def setup(self) -> None:
         super().setup()
