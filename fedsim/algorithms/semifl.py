@@ -37,7 +37,8 @@ from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutc
 from fedsim.algorithms.fedavg import fedavg_rule
 from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
-from fedsim.learn.augment import STRONG, WEAK, check_augmentation, check_randaugment, strong_view, weak_view
+from fedsim.learn.augment import strong_view, weak_view
+from fedsim.learn.semi import check_semi_settings
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
 from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
 
@@ -63,17 +64,8 @@ class SemiFL(Algorithm):
 
         def validate(self, prefix: str) -> None:
             positive(self.clients_per_round, f"{prefix}.clients_per_round")
-            positive(self.labeled, f"{prefix}.labeled", allow_zero=True)
-            require(0.0 <= self.client_labeled_fraction <= 1.0, f"{prefix}.client_labeled_fraction",
-                    f"must be in [0, 1], got {self.client_labeled_fraction!r}")
-            positive(self.k_s, f"{prefix}.k_s", allow_zero=True)
-            positive(self.server_batch, f"{prefix}.server_batch")
-            require(0.0 < self.tau < 1.0, f"{prefix}.tau", f"confidence threshold must be in (0, 1), got {self.tau!r}")
-            check_augmentation(self.weak, WEAK, f"{prefix}.weak")
-            check_augmentation(self.strong, STRONG, f"{prefix}.strong")
-            check_randaugment(self.rand_n, self.rand_m, prefix)
+            check_semi_settings(self, prefix)
             positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
-            require(0.0 < self.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {self.ema!r}")
 
     server_phase_field = "k_s"  # the labeled phase: K_s steps per round (the controller only ever lowers K_s)
 

@@ -54,9 +54,9 @@ from fedsim.algorithms.base import Update
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
-from fedsim.learn.augment import STRONG, WEAK, check_augmentation, check_randaugment, strong_view, weak_view
+from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.costs import state_bytes
-from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss
+from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, check_semi_settings, contrastive_loss
 from fedsim.learn.split import SideOptimizer, merge_state, split_state
 from fedsim.learn.state import state_mix
 from fedsim.learn.train import batch_schedule
@@ -151,26 +151,17 @@ class SemiSFL(SplitAlgorithm):
         def validate(self, prefix: str) -> None:
             SplitConfig.validate(self, prefix)
             positive(self.clients_per_round, f"{prefix}.clients_per_round", allow_zero=True)
-            positive(self.labeled, f"{prefix}.labeled", allow_zero=True)
-            require(0.0 <= self.client_labeled_fraction <= 1.0, f"{prefix}.client_labeled_fraction",
-                    f"must be in [0, 1], got {self.client_labeled_fraction!r}")
-            positive(self.k_s, f"{prefix}.k_s", allow_zero=True)
-            positive(self.server_batch, f"{prefix}.server_batch")
-            require(0.0 < self.tau < 1.0, f"{prefix}.tau", f"confidence threshold must be in (0, 1), got {self.tau!r}")
+            check_semi_settings(self, prefix)
             positive(self.kappa, f"{prefix}.kappa")
             require(isinstance(self.queue_size, int) and self.queue_size >= 1, f"{prefix}.queue_size",
                     f"must be an integer >= 1 (the memory queue holds the last queue_size projections), got "
                     f"{self.queue_size!r}")
-            require(0.0 < self.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {self.ema!r}")
             positive(self.head_dim, f"{prefix}.head_dim")
             positive(self.head_hidden, f"{prefix}.head_hidden")
             require(self.alpha >= 1.0, f"{prefix}.alpha", f"K_s decay factor must be >= 1, got {self.alpha!r}")
             positive(self.beta, f"{prefix}.beta", allow_zero=True)
             positive(self.window, f"{prefix}.window")
             positive(self.periods, f"{prefix}.periods")
-            check_augmentation(self.weak, WEAK, f"{prefix}.weak")
-            check_augmentation(self.strong, STRONG, f"{prefix}.strong")
-            check_randaugment(self.rand_n, self.rand_m, prefix)
             positive(self.min_lr, f"{prefix}.min_lr", allow_zero=True)
             positive(self.probe_every, f"{prefix}.probe_every", allow_zero=True)
             positive(self.probe_samples, f"{prefix}.probe_samples")
