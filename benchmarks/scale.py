@@ -9,8 +9,12 @@ draws once per client from its own named stream at start-up: about 35 us per cli
 out).  Printed: start-up time, simulation time, events, events per second of simulation, peak RSS.
 
     python benchmarks/scale.py [--sizes 10000 100000 1000000] [--per-round 1000] [--rounds 3] [--all]
+                               [--engines event vector] [--jitter 0.1 0]
 
-``--all`` also runs one round in which every client participates, at each size.
+``--all`` also runs one round in which every client participates, at each size.  ``--engines`` measures
+FedAvg's event engine (SimPy) and its vector engine (``algorithm.engine: vector``, the same trace, computed
+in numpy); ``--jitter`` sets ``devices.jitter``: with the default 0.1 every task draws its compute-time
+factor from its own named stream (about 10 us per task, the same in both engines), with 0 none is drawn.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one(clients: int, per_round: int, rounds: int, out: str) -> dict:
+def one(clients: int, per_round: int, rounds: int, out: str, engine: str = "event", jitter: float = 0.1) -> dict:
     """Run in this process; returns the measurements."""
     import numpy as np
     import torch
@@ -45,9 +49,9 @@ def one(clients: int, per_round: int, rounds: int, out: str) -> dict:
         "name": "scale", "seed": 0, "data": {"num_clients": clients},
         "model": {"name": "logreg"},
         "train": {"systems_only": True, "batch_size": 10, "local_steps": 20},
-        "devices": {"mix": [{"profile": "jetson-nano"}]},
+        "devices": {"mix": [{"profile": "jetson-nano"}], "jitter": jitter},
         "channel": {"uplink": {"model": "fixed", "mbps": 5.0}, "downlink": {"model": "fixed", "mbps": 20.0}},
-        "algorithm": {"name": "fedavg", "clients_per_round": per_round},
+        "algorithm": {"name": "fedavg", "clients_per_round": per_round, "engine": engine},
         "stop": {"max_versions": rounds}, "eval": {"every_versions": None},
         "output": {"figures": False, "trace_format": "compact", "flush_every": 8192},
     })
@@ -57,7 +61,7 @@ def one(clients: int, per_round: int, rounds: int, out: str) -> dict:
     total = time.perf_counter() - t0
     events = summary["trace_events"]
     sim = summary["wall_time_s"]
-    return {"clients": clients, "per_round": per_round, "rounds": summary["versions"], "setup_s": setup,
+    return {"engine": engine, "jitter": jitter, "clients": clients, "per_round": per_round, "rounds": summary["versions"], "setup_s": setup,
             "sim_s": sim, "total_s": total, "events": events, "events_per_s": events / sim,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
             "trace_mb": (Path(out) / "trace.compact.gz").stat().st_size / 1e6}
@@ -69,30 +73,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-round", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--all", action="store_true", help="also one round with every client")
-    ap.add_argument("--one", nargs=4, metavar=("CLIENTS", "PER_ROUND", "ROUNDS", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--engines", nargs="+", choices=["event", "vector"], default=["event", "vector"],
+                    help="FedAvg engines to measure (algorithm.engine)")
+    ap.add_argument("--jitter", type=float, nargs="+", default=[0.1],
+                    help="devices.jitter values (0.1 is the default; 0 draws no per-task stream)")
+    ap.add_argument("--one", nargs=6, metavar=("CLIENTS", "PER_ROUND", "ROUNDS", "OUT", "ENGINE", "JITTER"),
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        c, k, r, out = args.one
-        print(json.dumps(one(int(c), int(k), int(r), out)))
+        c, k, r, out, engine, jitter = args.one
+        print(json.dumps(one(int(c), int(k), int(r), out, engine, float(jitter))))
         return 0
     import tempfile
 
     runs = [(n, min(args.per_round, n), args.rounds) for n in args.sizes]
     if args.all:
         runs += [(n, n, 1) for n in args.sizes]
-    print(f"{'clients':>9} {'per round':>9} {'rounds':>6} {'start-up s':>10} {'sim s':>8} {'events':>9} "
-          f"{'events/s':>9} {'peak MB':>8} {'trace MB':>8}")
+    print(f"{'engine':>6} {'jitter':>6} {'clients':>9} {'per round':>9} {'rounds':>6} {'start-up s':>10} {'sim s':>8} "
+          f"{'events':>9} {'events/s':>9} {'peak MB':>8} {'trace MB':>8}")
     for clients, k, rounds in runs:
-        with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, PYTHONPATH=str(ROOT))
-            proc = subprocess.run([sys.executable, __file__, "--one", str(clients), str(k), str(rounds), tmp],
-                                  env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"{clients} clients failed:\n{proc.stderr[-2000:]}")
-                continue
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(f"{r['clients']:>9} {r['per_round']:>9} {r['rounds']:>6} {r['setup_s']:>10.1f} {r['sim_s']:>8.1f} "
-              f"{r['events']:>9} {r['events_per_s']:>9.0f} {r['peak_mb']:>8.0f} {r['trace_mb']:>8.1f}", flush=True)
+        for jitter in args.jitter:
+            for engine in args.engines:
+                with tempfile.TemporaryDirectory() as tmp:
+                    env = dict(os.environ, PYTHONPATH=str(ROOT))
+                    proc = subprocess.run([sys.executable, __file__, "--one", str(clients), str(k), str(rounds), tmp,
+                                           engine, str(jitter)], env=env, capture_output=True, text=True)
+                    if proc.returncode != 0:
+                        print(f"{engine} {clients} clients failed:\n{proc.stderr[-2000:]}")
+                        continue
+                    r = json.loads(proc.stdout.strip().splitlines()[-1])
+                print(f"{engine:>6} {jitter:>6g} {r['clients']:>9} {r['per_round']:>9} {r['rounds']:>6} {r['setup_s']:>10.1f} "
+                      f"{r['sim_s']:>8.1f} {r['events']:>9} {r['events_per_s']:>9.0f} {r['peak_mb']:>8.0f} "
+                      f"{r['trace_mb']:>8.1f}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}; targets: >= 200k events/s, a 10^6-client round < 60 s")
     return 0
 

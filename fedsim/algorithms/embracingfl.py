@@ -50,7 +50,7 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
 from fedsim.errors import ConfigError
 from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estimate, state_bytes
@@ -193,7 +193,7 @@ class EmbracingFL(FedAvg):
     fits_submodels = True   # partial clients need less memory than the whole model: no whole-model check
 
     @dataclass
-    class Config(FedAvg.Config):
+    class Config(RoundsConfig):
         assign: Literal["fraction", "devices", "memory"] = "fraction"
         weak_fraction: float = 0.5
         moderate_fraction: float = 0.0

@@ -13,7 +13,7 @@ class fits.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any, Generator, Literal
 
 import numpy as np
 import simpy
@@ -33,23 +33,33 @@ def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> t
     return new, [float(u.weight) / total for u in updates]
 
 
+@dataclass
+class RoundsConfig:
+    """The settings of a synchronous round (FedAvg and the algorithms built on its rounds)."""
+
+    clients_per_round: int = num(10, ge=1, unit="clients")
+    deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
+    server_lr: float = num(1.0, gt=0, le=1e6)
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
+    #: sample only clients whose device fits the full model (the others never train)
+    only_fitting: bool = False
+
+    def validate(self, prefix: str) -> None:
+        positive(self.clients_per_round, f"{prefix}.clients_per_round")
+        positive(self.retry_s, f"{prefix}.retry_s")
+        positive(self.deadline_s, f"{prefix}.deadline_s")
+        positive(self.server_lr, f"{prefix}.server_lr")
+
+
 class FedAvg(Algorithm):
     name = "fedavg"
 
     @dataclass
-    class Config:
-        clients_per_round: int = num(10, ge=1, unit="clients")
-        deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
-        server_lr: float = num(1.0, gt=0, le=1e6)
-        retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-        #: sample only clients whose device fits the full model (the others never train)
-        only_fitting: bool = False
-
-        def validate(self, prefix: str) -> None:
-            positive(self.clients_per_round, f"{prefix}.clients_per_round")
-            positive(self.retry_s, f"{prefix}.retry_s")
-            positive(self.deadline_s, f"{prefix}.deadline_s")
-            positive(self.server_lr, f"{prefix}.server_lr")
+    class Config(RoundsConfig):
+        #: ``vector``: each round's client chains computed in numpy, for systems-only studies of 10^5-10^6
+        #: devices (``fedsim.algorithms.fedavg_vector``: the same trace as ``event``, refused where it
+        #: does not apply)
+        engine: Literal["event", "vector"] = "event"
 
     @classmethod
     def fits_devices(cls, config: Any) -> bool:
@@ -60,6 +70,12 @@ class FedAvg(Algorithm):
         self._fits: np.ndarray | None = None
         if getattr(self.cfg, "only_fitting", False):
             self._fits = self._fitting_clients()
+        if getattr(self.cfg, "engine", "event") == "vector":
+            from fedsim.algorithms.fedavg_vector import check_vector
+
+            if type(self) is not FedAvg:
+                raise ConfigError("algorithm.engine", f"'vector' runs plain FedAvg only, not {self.name!r}")
+            check_vector(ctx.scenario, self.cfg.deadline_s)
 
     def _fitting_clients(self) -> np.ndarray:
         """Per client: does its device hold the full model's training memory?  Refuses when none does."""
@@ -91,6 +107,10 @@ class FedAvg(Algorithm):
         return fedavg_rule(updates, base, self.cfg.server_lr)
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
+        if getattr(self.cfg, "engine", "event") == "vector":
+            from fedsim.algorithms.fedavg_vector import vector_rounds
+
+            return (yield from vector_rounds(self))
         ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
         tasks = TaskCounter(ctx.num_clients)
         rnd = 0

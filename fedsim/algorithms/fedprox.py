@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import positive
 from fedsim.learn.train import local_sgd
 
@@ -33,11 +33,11 @@ class FedProx(FedAvg):
     name = "fedprox"
 
     @dataclass
-    class Config(FedAvg.Config):
+    class Config(RoundsConfig):
         mu: float = 0.01
 
         def validate(self, prefix: str) -> None:
-            FedAvg.Config.validate(self, prefix)
+            RoundsConfig.validate(self, prefix)
             positive(self.mu, f"{prefix}.mu", allow_zero=True)
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:

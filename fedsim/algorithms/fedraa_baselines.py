@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
 from fedsim.learn.state import State
 from fedsim.learn.train import local_sgd
@@ -35,11 +35,11 @@ class RAMFedLite(FedAvg):
     name = "ramfed-lite"
 
     @dataclass
-    class Config(FedAvg.Config):
+    class Config(RoundsConfig):
         min_width: float = 0.1
 
         def validate(self, prefix: str) -> None:
-            FedAvg.Config.validate(self, prefix)
+            RoundsConfig.validate(self, prefix)
             require(0 < self.min_width <= 1, f"{prefix}.min_width", f"must be in (0, 1], got {self.min_width!r}")
 
     def widths(self) -> np.ndarray:
@@ -96,12 +96,12 @@ class PruneFLLite(FedAvg):
     name = "prunefl-lite"
 
     @dataclass
-    class Config(FedAvg.Config):
+    class Config(RoundsConfig):
         density: float = 0.3
         reconfigure_every: int = 5
 
         def validate(self, prefix: str) -> None:
-            FedAvg.Config.validate(self, prefix)
+            RoundsConfig.validate(self, prefix)
             require(0 < self.density <= 1, f"{prefix}.density", f"must be in (0, 1], got {self.density!r}")
             require(self.reconfigure_every >= 1, f"{prefix}.reconfigure_every",
                     f"must be a positive integer, got {self.reconfigure_every!r}")

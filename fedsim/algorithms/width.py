@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg
+from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
 from fedsim.errors import DivergenceError
 from fedsim.learn.submodel import extract, insert, width_submodel
@@ -80,7 +80,7 @@ class WidthFedAvg(FedAvg):
     fits_submodels = True
 
     @dataclass
-    class Config(FedAvg.Config):
+    class Config(RoundsConfig):
         #: ``auto`` or a table {device class: width in (0, 1]} naming every class of ``devices.mix``
         widths: dict[str, float] | Literal["auto"] = "auto"
         #: widths ``auto`` chooses from (and FjORD's per-step set)

@@ -31,8 +31,9 @@ import gzip
 import json
 import math
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Literal
+from typing import IO, Any, Iterable, Iterator, Literal, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
 #: The fields each kind of event carries besides ``t`` and ``kind`` (documentation and test contract).
@@ -112,6 +113,35 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def _column(value: Any, sel: np.ndarray) -> list[Any] | np.ndarray | None:
+    """The selected entries of a column (an array stays an array), or None for a scalar (the same in every
+    record)."""
+    if isinstance(value, np.ndarray):
+        return value[sel]
+    if isinstance(value, (list, tuple)):
+        return [value[i] for i in sel.tolist()]
+    return None
+
+
+def _fragment(v: Any) -> str:
+    if type(v) is float:
+        return float.__repr__(v) if v - v == 0.0 else _encode(str(v))
+    if type(v) is int:
+        return int.__repr__(v)
+    return _encode(_clean(v))
+
+
+def _fragments(values: list[Any] | np.ndarray) -> list[str]:
+    """JSON text of each value, as the encoder writes it inside a record (non-finite floats as strings)."""
+    if isinstance(values, np.ndarray):
+        if values.dtype.kind == "f" and bool(np.isfinite(values).all()):
+            return list(map(float.__repr__, values.astype(np.float64, copy=False).tolist()))
+        if values.dtype.kind in "iu":
+            return list(map(int.__repr__, values.tolist()))
+        values = values.tolist()
+    return [_fragment(v) for v in values]
+
+
 class Trace:
     """Append-only event log; ``emit`` is cheap, the file is flushed in batches.
 
@@ -158,6 +188,87 @@ class Trace:
             self._buffer.append(_encode(record))
         if len(self._buffer) >= self.flush_every:
             self.flush()
+
+    def write_columns(self, parts: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]],
+                      order: np.ndarray | None = None, chunk: int = 65536) -> None:
+        """Append many records given as columns: the same bytes as :meth:`emit` called once per record.
+
+        ``parts`` holds ``(kind, t, fields)`` per event kind: ``t`` one time per record, and each field
+        (in the order the records list them) an array or list with one value per record, or a scalar
+        shared by all.  ``order`` lists positions into the parts' records laid end to end, in the order
+        they are to be written (default: as they come).  Records are encoded a chunk at a time, so memory
+        stays bounded; flushes (and the compact format's schema lines and gzip members) fall exactly
+        where one-by-one emits would put them.  Engines that compute a round's events at once (the vector
+        FedAvg engine) write millions of records this way, without a Python call per record."""
+        sizes = [len(t) for _, t, _ in parts]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        total = int(offsets[-1])
+        idx_all = np.arange(total, dtype=np.int64) if order is None else np.asarray(order, dtype=np.int64)
+        owner_all = np.repeat(np.arange(len(parts)), sizes)
+        for lo in range(0, len(idx_all), chunk):
+            idx = idx_all[lo:lo + chunk]
+            owner = owner_all[idx]
+            encoded: list[Any] = [None] * len(idx)
+            for p in np.unique(owner).tolist():
+                where = np.flatnonzero(owner == p)
+                kind, t, fields = parts[p]
+                rows = self._encode_rows(kind, t, fields, idx[where] - offsets[p])
+                for w, r in zip(where.tolist(), rows):
+                    encoded[w] = r
+            self._append(encoded, [(parts[p][0], tuple(parts[p][2])) for p in owner.tolist()]
+                         if self.fmt == "compact" and self.records is None else None)
+
+    def _encode_rows(self, kind: str, t: np.ndarray, fields: Mapping[str, Any], sel: np.ndarray) -> list[Any]:
+        """Records ``sel`` of one kind's columns, encoded as :meth:`emit` would (compact rows without their
+        ``[schema`` head, which :meth:`_append` adds)."""
+        times = np.asarray(t, dtype=np.float64)[sel]
+        names = list(fields)
+        if self.records is not None:
+            cols = [None if (col := _column(fields[k], sel)) is None else
+                    (col.tolist() if isinstance(col, np.ndarray) else col) for k in names]
+            out = []
+            for i, ti in enumerate(times.tolist()):
+                rec: dict[str, Any] = {"t": ti, "kind": kind}
+                for k, col in zip(names, cols):
+                    v = col[i] if col is not None else fields[k]
+                    rec[k] = v if type(v) in _PLAIN or (type(v) is float and v - v == 0.0) else _clean(v)
+                out.append(rec)
+            return out
+        parts: list[str] = []
+        varying = [_fragments(times)]
+        for k in names:
+            col = _column(fields[k], sel)
+            if col is None:  # a constant, written into the template
+                parts.append(_encode(_clean(fields[k])).replace("%", "%%"))
+            else:
+                parts.append("%s")
+                varying.append(_fragments(col))
+        if self.fmt == "compact":
+            template = ",%s" + "".join("," + p for p in parts) + "]"
+        else:
+            template = ('{"t":%s,"kind":' + _encode(kind).replace("%", "%%")
+                        + "".join("," + _encode(k).replace("%", "%%") + ":" + p for k, p in zip(names, parts)) + "}")
+        return [template % row for row in zip(*varying)]
+
+    def _append(self, encoded: list[Any], keys: list[tuple[str, tuple[str, ...]]] | None) -> None:
+        """Add encoded records in order, flushing every ``flush_every`` lines as :meth:`emit` does."""
+        if self.records is not None:
+            self.records.extend(encoded)
+            self.count += len(encoded)
+            return
+        buf = self._buffer
+        for i, line in enumerate(encoded):
+            if keys is not None:
+                key = keys[i]
+                sid = self._schemas.get(key)
+                if sid is None:
+                    sid = self._schemas[key] = len(self._schemas)
+                    buf.append(json.dumps({"schema": sid, "kind": key[0], "fields": list(key[1])}, separators=(",", ":")))
+                line = f"[{sid}{line}"
+            buf.append(line)
+            if len(buf) >= self.flush_every:
+                self.flush()
+        self.count += len(encoded)
 
     def flush(self) -> None:
         if self._fh is not None and self._buffer:

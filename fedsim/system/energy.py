@@ -48,6 +48,11 @@ def _check(seconds: float, watts: float) -> None:
         raise ConfigError("energy", f"time and power must be >= 0, got {seconds} s at {watts} W")
 
 
+def _plain(values: Any) -> list[Any]:
+    """Python numbers (numpy arrays as lists of ints and floats, so device keys stay plain ints)."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
 class EnergyMeter:
     """Accumulates energy per device; call ``close`` at the end to charge idle time."""
 
@@ -81,6 +86,16 @@ class EnergyMeter:
         a.rx_j += seconds * rx_power_w
         a.rx_s += seconds
         return seconds * rx_power_w
+
+    def compute_many(self, devices: Any, seconds: Any, watts: Any) -> None:
+        """:meth:`compute` for many devices (parallel sequences), in order."""
+        for d, s, w in zip(_plain(devices), _plain(seconds), _plain(watts)):
+            self.compute(d, s, w)
+
+    def transmit_many(self, devices: Any, airtime_s: Any, tx_power_w: Any) -> None:
+        """:meth:`transmit` for many devices (parallel sequences), in order."""
+        for d, s, w in zip(_plain(devices), _plain(airtime_s), _plain(tx_power_w)):
+            self.transmit(d, s, w)
 
     def close(self, device: Any, horizon_s: float, idle_w: float) -> float:
         """Charge idle power for the part of [0, horizon] not spent computing or on the radio.

@@ -286,14 +286,72 @@ class World:
         """
         n = int(self._tasks[client])
         self._tasks[client] += 1
-        rng = self.streams.numpy("jitter", client, n)
+        j = self.devices_cfg.jitter
+        rng = self.streams.numpy("jitter", client, n) if j > 0 else None  # the stream of task n, when drawn from
         own = self._flops_per_s[client]
         if own > 0:
             base = flops / own
-            j = self.devices_cfg.jitter
-            return base * float(np.exp(j * rng.standard_normal() - 0.5 * j * j)) if j > 0 else base
-        return compute_time(self.device(client), flops, jitter=self.devices_cfg.jitter, rng=rng,
-                            model=self.model_name, samples=samples)
+            return base * float(np.exp(j * rng.standard_normal() - 0.5 * j * j)) if rng is not None else base
+        return compute_time(self.device(client), flops, jitter=j, rng=rng, model=self.model_name, samples=samples)
+
+    def compute_seconds_many(self, clients: np.ndarray, flops: np.ndarray, samples: np.ndarray) -> np.ndarray:
+        """:meth:`compute_seconds` for many distinct clients at once: the same numbers (each client's task
+        counter and jitter stream advance as one call each would), computed per device group in numpy
+        when there is no jitter to draw."""
+        clients = np.asarray(clients, dtype=np.int64)
+        flops = np.asarray(flops, dtype=np.float64)
+        samples = np.asarray(samples, dtype=np.int64)
+        if self.devices_cfg.jitter > 0:
+            return np.array([self.compute_seconds(int(c), float(f), samples=int(s))
+                             for c, f, s in zip(clients.tolist(), flops.tolist(), samples.tolist())], dtype=np.float64)
+        self._tasks[clients] += 1
+        out = np.empty(len(clients), dtype=np.float64)
+        own = self._flops_per_s[clients]
+        mine = own > 0
+        out[mine] = flops[mine] / own[mine]
+        groups = self._client_group[clients]
+        for g in np.unique(groups[~mine]).tolist():
+            sel = ~mine & (groups == g)
+            prof = self.profiles[self._group_keys[g]]
+            if self.model_name is not None and self.model_name in prof.ms_per_sample:
+                out[sel] = samples[sel] * prof.ms_per_sample[self.model_name] / 1000.0
+            else:
+                out[sel] = flops[sel] / prof.train_flops_per_s(None)
+        return out
+
+    def transfer_rates(self, direction: str, clients: np.ndarray, share: float, times: np.ndarray) -> np.ndarray:
+        """The rate (bit/s) of one transmission per client in ``direction``, on ``share`` of the band,
+        starting at ``times``: what :meth:`_transfer` and the medium would use, with the same draws from
+        each client's streams (per client when the channel draws fading; in numpy for fixed rates)."""
+        from fedsim.system.medium import _rate_at
+
+        clients = np.asarray(clients, dtype=np.int64)
+        d = self.links[direction]
+        if d.per_client is not None:
+            return d.per_client[clients] * share
+        if d.cfg.model == "ideal":
+            return np.full(len(clients), math.inf)
+        if d.cfg.model == "fixed":
+            return np.full(len(clients), d.cfg.rate_bps * share)
+        out = np.empty(len(clients), dtype=np.float64)
+        for i, (c, t) in enumerate(zip(clients.tolist(), np.asarray(times, dtype=np.float64).tolist())):
+            out[i] = _rate_at(d.rate(c, self.distance(c, t) if d.needs_distance else None), share)
+        return out
+
+    def transfer_share(self, direction: str) -> tuple[str, float]:
+        """The access model of ``direction`` and the band share one transfer gets (FDMA: 1/n scheduled)."""
+        access = self._access[direction]
+        return access, (1.0 / self._scheduled if access == "fdma" else 1.0)
+
+    def tx_power_many(self, clients: np.ndarray) -> np.ndarray:
+        """Each client's transmit power (W): its device's, else the uplink's."""
+        per_group = np.array([self.profiles[k].tx_power_w or self.links["up"].cfg.tx_power_w for k in self._group_keys],
+                             dtype=np.float64)
+        return per_group[self._client_group[np.asarray(clients, dtype=np.int64)]]
+
+    def compute_power_many(self, clients: np.ndarray) -> np.ndarray:
+        """Each client's board power (W) in its group's power mode."""
+        return np.asarray(self._power_w, dtype=np.float64)[self._client_group[np.asarray(clients, dtype=np.int64)]]
 
     def expected_compute_seconds(self, client: int, flops: float, *, samples: int | None = None) -> float:
         """Mean time for ``flops`` of training on the client's device (no jitter drawn): what a scheduler
