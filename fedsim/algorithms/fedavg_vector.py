@@ -100,12 +100,18 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
     """FedAvg's round loop with each round's client chains computed in numpy (module docstring)."""
     ctx, env, cfg = algo.ctx, algo.ctx.env, algo.cfg
     world, trace = ctx.world, ctx.trace
-    sizes = np.fromiter((len(p) for p in ctx.parts), dtype=np.int64, count=ctx.num_clients)
-    uniq, inv = np.unique(sizes, return_inverse=True)
-    per_steps = np.array([num_steps(int(k), ctx.sgd) for k in uniq.tolist()], dtype=np.int64)
-    per_samples = np.array([samples_processed(int(k), int(s), ctx.sgd.batch_size)
-                            for k, s in zip(uniq.tolist(), per_steps.tolist())], dtype=np.int64)
-    steps_all, samples_all = per_steps[inv], per_samples[inv]
+    cost_of: dict[int, tuple[int, int]] = {}  # samples held -> (SGD steps, samples processed), as _train counts them
+
+    def costs(clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        sizes = np.fromiter((len(ctx.parts[i]) for i in clients.tolist()), dtype=np.int64, count=len(clients))
+        uniq, inv = np.unique(sizes, return_inverse=True)
+        for k in uniq.tolist():
+            if k not in cost_of:
+                steps = num_steps(k, ctx.sgd)
+                cost_of[k] = (steps, samples_processed(k, steps, ctx.sgd.batch_size))
+        table = np.array([cost_of[k] for k in uniq.tolist()], dtype=np.int64).reshape(-1, 2)
+        return table[inv, 0], table[inv, 1]
+
     latency = float(ctx.scenario.network.latency_s)
     nbytes = int(ctx.model_bytes)
     bits = 8.0 * nbytes
@@ -124,7 +130,7 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
         n = len(c)
         version = ctx.version
         trace.write_columns([("dispatch", np.full(n, float(t0)), {"client": c, "version": version, "round": rnd})])
-        steps, samples = steps_all[c], samples_all[c]
+        steps, samples = costs(c)
         flops = ctx.flop_cost.total * samples
         down_access, down_share = world.transfer_share("down")
         up_access, up_share = world.transfer_share("up")
