@@ -360,19 +360,29 @@ def load_trace(path: str | Path, kinds: Iterable[str] | None = None,
     keep = None if columns is None else ["t", "kind", *[c for c in columns if c not in ("t", "kind")]]
     if keep is None:
         return pd.DataFrame.from_records(list(iter_trace(path, kinds)))
-    # gathered in chunks of packed columns, so a million records never sit in memory as Python objects
-    chunks: list[pd.DataFrame] = []
+    # gathered in chunks, each column packed as soon as its chunk is full, so a million records never sit in
+    # memory as Python objects, and joined one column at a time (the peak is the frame plus one column)
+    pieces: dict[str, list[pd.Series]] = {c: [] for c in keep}
     cols: dict[str, list[Any]] = {c: [] for c in keep}
-    for i, rec in enumerate(iter_trace(path, kinds), 1):
+    n = 0
+    for n, rec in enumerate(iter_trace(path, kinds), 1):
         for c in keep:
             cols[c].append(rec.get(c))
-        if i % _CHUNK == 0:
-            chunks.append(pd.DataFrame(cols))
+        if n % _CHUNK == 0:
+            for c in keep:
+                pieces[c].append(pd.DataFrame({c: cols[c]})[c])  # the dtype a frame of this chunk would give
             cols = {c: [] for c in keep}
-    if cols["t"] or not chunks:
-        chunks.append(pd.DataFrame(cols))
-    # a chunk where a column was all None typed it object: infer again, as one frame would have
-    return chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True).infer_objects()
+    if cols["t"] or n == 0:
+        for c in keep:
+            pieces[c].append(pd.DataFrame({c: cols[c]})[c])
+    del cols
+    out: dict[str, pd.Series] = {}
+    for c in keep:
+        parts = pieces.pop(c)
+        # a chunk where a column was all None typed it object: infer again, as one frame would have
+        out[c] = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True).infer_objects()
+        del parts
+    return pd.DataFrame(out, copy=False)
 
 
 _CHUNK = 65536
