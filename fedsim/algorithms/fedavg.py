@@ -9,6 +9,9 @@ samples each client processed, and installs the new version.
 that can hold it": only clients whose device memory fits the full model's training memory (the estimate
 of the run's memory check) are ever sampled; the others sit out.  The run is refused only when no device
 class fits.
+
+``engine: vector`` computes each systems-only round in numpy (``fedsim.algorithms.fedavg_vector``): the
+same trace as this module's SimPy rounds, for studies of 10^5-10^6 devices.
 """
 from __future__ import annotations
 
