@@ -160,18 +160,25 @@ def count_axis(ax: Any, values: Any) -> None:
 
 
 def queue_length(server: pd.DataFrame) -> pd.DataFrame:
-    """Server queue length (requests waiting, not in service) as a step function of time."""
-    arrivals = server["start"] - server["wait"]
-    events = pd.concat([pd.DataFrame({"t": arrivals, "d": 1}), pd.DataFrame({"t": server["start"], "d": -1})])
-    events = events.sort_values(["t", "d"], kind="stable")
-    events["queue"] = events["d"].cumsum()
-    return events.groupby("t", sort=True)["queue"].last().reset_index()
+    """Server queue length (requests waiting, not in service) as a step function of time: one row per
+    instant at which it changes, the length after every arrival and start of service at that instant."""
+    start = server["start"].to_numpy(dtype=float, na_value=np.nan)
+    arrive = start - server["wait"].to_numpy(dtype=float, na_value=np.nan)
+    t = np.concatenate([arrive, start])
+    d = np.repeat(np.array([1, -1], dtype=np.int64), len(start))
+    keep = ~np.isnan(t)  # a request without times adds nothing
+    t, d = t[keep], d[keep]
+    order = np.lexsort((d, t))
+    t, queue = t[order], np.cumsum(d[order])
+    last = np.flatnonzero(np.append(t[1:] != t[:-1], True))
+    return pd.DataFrame({"t": t[last], "queue": queue[last]})
 
 
 def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
-    server = trace[trace["kind"] == "server"]
-    if server.empty:
+    is_server = (trace["kind"] == "server").to_numpy()
+    if not is_server.any():
         return False
+    server = pd.DataFrame({c: trace[c].to_numpy()[is_server] for c in ("start", "wait")}, copy=False)
     q = queue_length(server)
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.step(q["t"], q["queue"], where="post", color=PHASE_COLOURS["server"])

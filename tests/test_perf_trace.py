@@ -67,16 +67,23 @@ def test_figures_and_check_read_a_compact_trace(tmp_path):
     assert len(row) == 1 and bool(row["holds"].iloc[0])
 
 
-def test_chunked_column_load_equals_one_frame(tmp_path, monkeypatch):
-    """Loading by columns in chunks gives the frame (values and dtypes) one pass would, also when a
-    column is None throughout a chunk."""
-    import fedsim.sim.trace as trace_mod
-
+def test_column_load_equals_the_full_frame(tmp_path):
+    """Loading by columns (packed buffers) gives the values and dtypes of the full frame, with ``kind``
+    categorical: ints stay int64, None among numbers is NaN, a column that turns to strings or booleans
+    part-way holds what pandas infers from the records, an all-None column stays object."""
     tr = Trace(tmp_path / "trace.jsonl")
     for i in range(50):
-        tr.emit(float(i), "upload", client=i % 3, wait=None if i < 20 else 0.5 * i, rate_bps=1e6 + i)
+        tr.emit(float(i), "upload" if i % 4 else "server", client=i % 3, wait=None if i < 20 else 0.5 * i,
+                rate_bps=1e6 + i, note=i if i < 30 else f"n{i}", flag=i > 40, gone=None, big=2 ** 60 + i)
     tr.close()
-    whole = load_trace(tmp_path / "trace.jsonl", columns=("client", "wait", "rate_bps"))
-    monkeypatch.setattr(trace_mod, "_CHUNK", 7)
-    chunked = load_trace(tmp_path / "trace.jsonl", columns=("client", "wait", "rate_bps"))
-    pd.testing.assert_frame_equal(whole, chunked)
+    cols = ("client", "wait", "rate_bps", "note", "flag", "gone", "big")
+    full = load_trace(tmp_path / "trace.jsonl")[["t", "kind", *cols]]
+    full["kind"] = full["kind"].astype("category")
+    packed = load_trace(tmp_path / "trace.jsonl", columns=cols)
+    pd.testing.assert_frame_equal(packed, full)
+    assert packed["client"].dtype == "int64" and packed["wait"].isna().sum() == 20
+    assert packed["big"].iloc[-1] == 2 ** 60 + 49  # beyond float64's exact ints: kept exact
+    only = load_trace(tmp_path / "trace.jsonl", kinds=("server",), columns=("client",))
+    assert list(only["kind"].cat.categories) == ["server"] and len(only) == 13
+    empty = load_trace(tmp_path / "trace.jsonl", kinds=("nothing",), columns=("client",))
+    assert list(empty.columns) == ["t", "kind", "client"] and len(empty) == 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from array import array
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Literal, Mapping, Sequence
 
@@ -355,34 +356,79 @@ def load_trace(path: str | Path, kinds: Iterable[str] | None = None,
     ``kinds`` keeps only those event kinds (for jsonl selected on the raw text before parsing, which makes
     reading a few kinds out of a million-event trace fast); ``columns`` keeps only those fields (``t`` and
     ``kind`` always), so the frame holds what the reader needs and not every event's every field.  A last
-    line cut off by a killed run is ignored, so a partial trace always loads.
+    line cut off by a killed run is ignored, so a partial trace always loads.  With ``columns`` the
+    ``kind`` column is categorical (a byte per record instead of a string object: 60 MB less for a
+    million records); it compares with strings as the full load's does.
     """
     keep = None if columns is None else ["t", "kind", *[c for c in columns if c not in ("t", "kind")]]
     if keep is None:
         return pd.DataFrame.from_records(list(iter_trace(path, kinds)))
-    # gathered in chunks, each column packed as soon as its chunk is full, so a million records never sit in
-    # memory as Python objects, and joined one column at a time (the peak is the frame plus one column)
-    pieces: dict[str, list[pd.Series]] = {c: [] for c in keep}
-    cols: dict[str, list[Any]] = {c: [] for c in keep}
-    n = 0
-    for n, rec in enumerate(iter_trace(path, kinds), 1):
-        for c in keep:
-            cols[c].append(rec.get(c))
-        if n % _CHUNK == 0:
-            for c in keep:
-                pieces[c].append(pd.DataFrame({c: cols[c]})[c])  # the dtype a frame of this chunk would give
-            cols = {c: [] for c in keep}
-    if cols["t"] or n == 0:
-        for c in keep:
-            pieces[c].append(pd.DataFrame({c: cols[c]})[c])
-    del cols
-    out: dict[str, pd.Series] = {}
-    for c in keep:
-        parts = pieces.pop(c)
-        # a chunk where a column was all None typed it object: infer again, as one frame would have
-        out[c] = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True).infer_objects()
-        del parts
+    fields = [_Column() for _ in keep[2:]]
+    codes, names = array("h"), {}  # the kind column as category codes
+    times = _Column()
+    for rec in iter_trace(path, kinds):
+        times.add(rec["t"])
+        code = names.get(rec["kind"])
+        if code is None:
+            code = names[rec["kind"]] = len(names)
+        codes.append(code)
+        for c, col in zip(keep[2:], fields):
+            col.add(rec.get(c))
+    kind = pd.Categorical.from_codes(np.frombuffer(codes, dtype=np.int16), categories=list(names))
+    out = {"t": times.series(), "kind": pd.Series(kind.reorder_categories(sorted(names)))}
+    out.update((c, col.series()) for c, col in zip(keep[2:], fields))
     return pd.DataFrame(out, copy=False)
 
 
-_CHUNK = 65536
+class _Column:
+    """One column of a trace being read: numbers go straight into a packed growing buffer (8 bytes a
+    record, grown in place, so a million records never sit in memory as Python objects and no pieces are
+    joined at the end); a column holding anything else (strings, booleans, lists) falls back to a list.
+    :meth:`series` gives the dtype a frame of the same records would have (int64, float64 with NaN for
+    missing values, object when all are missing, else what pandas infers)."""
+
+    __slots__ = ("values", "objects", "floats", "missing")
+
+    def __init__(self) -> None:
+        self.values: array | None = array("d")
+        self.objects: list[Any] | None = None
+        self.floats = False  # a float was seen (else the numbers are all ints)
+        self.missing = 0
+
+    def add(self, v: Any) -> None:
+        if self.values is not None:
+            t = type(v)
+            if t is float:
+                self.floats = True
+                self.values.append(v)
+                return
+            if t is int and -_EXACT <= v <= _EXACT:
+                self.values.append(v)
+                return
+            if v is None:
+                self.missing += 1
+                self.values.append(math.nan)
+                return
+            self._to_objects()
+        assert self.objects is not None
+        self.objects.append(v)
+
+    def _to_objects(self) -> None:
+        assert self.values is not None
+        cast = float if self.floats else int
+        self.objects = [None if x != x else cast(x) for x in self.values]
+        self.values = None
+
+    def series(self) -> pd.Series:
+        if self.values is None:
+            return pd.DataFrame({"c": self.objects})["c"].rename(None)
+        n = len(self.values)
+        if n == 0 or self.missing == n:
+            return pd.Series([None] * n, dtype=object)
+        data = np.frombuffer(self.values, dtype=np.float64)
+        if not self.floats and not self.missing:
+            return pd.Series(data.astype(np.int64))
+        return pd.Series(data, copy=False)
+
+
+_EXACT = 2 ** 53  # ints up to this size are exact in a float64
