@@ -74,6 +74,9 @@ CASES = {
     "per-client rates, jitter, two device classes": {
         "channel.uplink.mbps": [1.0, 10.0], "channel.downlink.mbps": [5.0, 50.0], "devices.jitter": 0.3,
         "devices.mix": [{"profile": "jetson-nano", "weight": 1}, {"profile": "raspberry-pi-4", "weight": 2}]},
+    "own throughputs and profiles, with jitter": {
+        "devices.jitter": 0.2, "devices.mix": [{"profile": "jetson-nano", "flops_per_s": [2.0e3, 2.0e4]},
+                                               {"profile": "raspberry-pi-4"}]},
     "fdma both ways, no latency": {"network.access": "fdma", "network.downlink_access": "fdma", "network.latency_s": 0.0},
     "path loss with fading and mobility": {"channel": {"preset": "gas-cell", "mobility": {"kind": "random_waypoint"}},
                                            "stop.max_versions": 4},

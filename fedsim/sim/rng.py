@@ -7,7 +7,7 @@ streams are created, so adding a client or a new kind of event never shifts any 
 from __future__ import annotations
 
 import hashlib
-from typing import Hashable
+from typing import Hashable, Sequence
 
 import numpy as np
 import torch
@@ -33,6 +33,20 @@ class Streams:
     def numpy(self, *name: Hashable) -> np.random.Generator:
         """A numpy Generator for stream ``name``; the same name always gives the same sequence."""
         return np.random.Generator(np.random.PCG64(self.seed_sequence(*name)))
+
+    def first_normals(self, names: Sequence[tuple[Hashable, ...]]) -> np.ndarray:
+        """``self.numpy(*name).standard_normal()`` for each name, bit for bit, about 40 times faster than
+        one at a time for many streams (:mod:`fedsim.sim.pcg` seeds them as arrays; the 1-2% of draws
+        off the ziggurat's fast path, or all of them where numpy's generator cannot be reproduced, are
+        drawn one at a time)."""
+        from fedsim.sim.pcg import first_normals
+
+        keys = np.array([_name_key(name) for name in names], dtype=np.uint64).reshape(len(names), 4)
+        fast = first_normals(self.seed, keys)
+        out, done = fast if fast is not None else (np.zeros(len(names)), np.zeros(len(names), dtype=bool))
+        for i in np.flatnonzero(~done).tolist():
+            out[i] = self.numpy(*names[i]).standard_normal()
+        return out
 
     def int_seed(self, *name: Hashable) -> int:
         """A 63-bit integer seed for stream ``name`` (for libraries that take an int)."""

@@ -13,7 +13,7 @@ from each client's own named stream, so adding clients never changes the ones al
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 import numpy as np
@@ -296,14 +296,12 @@ class World:
 
     def compute_seconds_many(self, clients: np.ndarray, flops: np.ndarray, samples: np.ndarray) -> np.ndarray:
         """:meth:`compute_seconds` for many distinct clients at once: the same numbers (each client's task
-        counter and jitter stream advance as one call each would), computed per device group in numpy
-        when there is no jitter to draw."""
+        counter and jitter stream advance as one call each would), computed per device group in numpy,
+        the jitter draws seeded as arrays (:meth:`Streams.first_normals`)."""
         clients = np.asarray(clients, dtype=np.int64)
         flops = np.asarray(flops, dtype=np.float64)
         samples = np.asarray(samples, dtype=np.int64)
-        if self.devices_cfg.jitter > 0:
-            return np.array([self.compute_seconds(int(c), float(f), samples=int(s))
-                             for c, f, s in zip(clients.tolist(), flops.tolist(), samples.tolist())], dtype=np.float64)
+        tasks = self._tasks[clients]
         self._tasks[clients] += 1
         out = np.empty(len(clients), dtype=np.float64)
         own = self._flops_per_s[clients]
@@ -317,6 +315,11 @@ class World:
                 out[sel] = samples[sel] * prof.ms_per_sample[self.model_name] / 1000.0
             else:
                 out[sel] = flops[sel] / prof.train_flops_per_s(None)
+        j = self.devices_cfg.jitter
+        if j > 0:  # each task's factor from its own stream, in compute_seconds' float operations
+            z = self.streams.first_normals([("jitter", c, n) for c, n in zip(clients.tolist(), tasks.tolist())])
+            for i, (base, zi, m) in enumerate(zip(out.tolist(), z.tolist(), mine.tolist())):
+                out[i] = base * float(np.exp(j * zi - 0.5 * j * j)) if m else base * math.exp(j * zi - 0.5 * j * j)
         return out
 
     def transfer_rates(self, direction: str, clients: np.ndarray, share: float, times: np.ndarray) -> np.ndarray:
