@@ -14,7 +14,8 @@ out).  Printed: start-up time, simulation time, events, events per second of sim
 ``--all`` also runs one round in which every client participates, at each size.  ``--engines`` measures
 FedAvg's event engine (SimPy) and its vector engine (``algorithm.engine: vector``, the same trace, computed
 in numpy); ``--jitter`` sets ``devices.jitter``: with the default 0.1 every task draws its compute-time
-factor from its own named stream (about 10 us per task, the same in both engines), with 0 none is drawn.
+factor from its own named stream (about 10 us per task seeded one at a time in the event engine, about
+2 us seeded as arrays in the vector engine), with 0 none is drawn.
 """
 from __future__ import annotations
 

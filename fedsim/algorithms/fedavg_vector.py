@@ -171,7 +171,9 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
 
         parts = [
             ("download", t1, {"client": c, "start": t0, "end": t1, "bytes": nbytes,
-                              "wait": (t0 - t0) if down_access == "fdma" else 0.0,  # start - request, as the medium says
+                              # start - request, as the medium writes it: zero, but of the clock's type
+                              # (an int at the run's start), where a dedicated link writes 0.0
+                              "wait": (t0 - t0) if down_access == "fdma" else 0.0,
                               "airtime": airtime_d, "rate_bps": _rates(bits, airtime_d), "energy": 0.0, "version": version}),
             ("compute", t2, {"client": c, "start": t1, "end": t2, "wait": 0.0, "flops": flops, "steps": steps,
                              "what": "train", "energy": e_comp}),
@@ -182,20 +184,19 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
         times = np.concatenate([t1, t2, t3])[order]
         # write up to the next event another process (evaluation clock, time limit) has scheduled, then let it run
         i = 0
+
+        def write(upto: int) -> int:
+            if upto > i:
+                trace.write_columns(parts, order[i:upto])
+                account(order[i:upto])
+            return max(i, upto)
+
         while i < len(order):
             nxt = env.peek()
-            j = int(np.searchsorted(times, nxt, side="left"))
-            if j > i:
-                trace.write_columns(parts, order[i:j])
-                account(order[i:j])
-                i = j
+            i = write(int(np.searchsorted(times, nxt, side="left")))
             if i < len(order):
                 yield env.timeout(max(0.0, nxt - env.now))
-                k = int(np.searchsorted(times, env.now, side="right"))
-                if k > i:
-                    trace.write_columns(parts, order[i:k])
-                    account(order[i:k])
-                    i = k
+                i = write(int(np.searchsorted(times, env.now, side="right")))
         t_end = float(times[-1])
         if t_end > env.now:
             yield env.timeout(t_end - env.now)

@@ -53,8 +53,8 @@ def _words(n: int) -> list[int]:
     return out
 
 
-def _hash_consts(count: int, init: int, mult: int) -> list[np.uint32]:
-    """The running multipliers of ``count`` hash steps (they never depend on the data)."""
+def _hash_consts(count: int, init: int, mult: int) -> list[tuple[np.uint32, np.uint32]]:
+    """The running multiplier before and after each of ``count`` hash steps (they never depend on the data)."""
     out, h = [], init
     for _ in range(count):
         h_next = (h * mult) & 0xFFFFFFFF
@@ -213,9 +213,9 @@ def first_normals(seed: int, spawn_keys: Sequence[Sequence[int]] | np.ndarray) -
     cannot be reproduced (then draw every row one at a time)."""
     if not _works(int(seed)):
         return None
-    keys = np.asarray(spawn_keys, dtype=np.uint64)
-    if keys.ndim != 2 or len(keys) == 0:
-        return np.zeros(len(keys)), np.zeros(len(keys), dtype=bool)
+    keys = np.asarray(spawn_keys, dtype=np.uint64).reshape(len(spawn_keys), -1)
+    if len(keys) == 0:
+        return np.zeros(0), np.zeros(0, dtype=bool)
     if (keys >= 2**32).any():
         raise ValueError("spawn key words must be below 2**32")
     return _fast_normals(int(seed), keys.astype(np.uint32))

@@ -41,7 +41,7 @@ class Streams:
         drawn one at a time)."""
         from fedsim.sim.pcg import first_normals
 
-        keys = np.array([_name_key(name) for name in names], dtype=np.uint64).reshape(len(names), 4)
+        keys = np.array([_name_key(name) for name in names], dtype=np.uint64).reshape(len(names), 4)  # 4 words each
         fast = first_normals(self.seed, keys)
         out, done = fast if fast is not None else (np.zeros(len(names)), np.zeros(len(names), dtype=bool))
         for i in np.flatnonzero(~done).tolist():

@@ -180,15 +180,19 @@ class Trace:
             key = (kind, tuple(fields))
             sid = self._schemas.get(key)
             if sid is None:
-                sid = self._schemas[key] = len(self._schemas)
-                self._buffer.append(json.dumps({"schema": sid, "kind": kind, "fields": list(fields)},
-                                               separators=(",", ":")))
+                sid = self._new_schema(key)
             del record["kind"]
             self._buffer.append(_encode([sid, *record.values()]))
         else:
             self._buffer.append(_encode(record))
         if len(self._buffer) >= self.flush_every:
             self.flush()
+
+    def _new_schema(self, key: tuple[str, tuple[str, ...]]) -> int:
+        """Number a new (kind, fields) schema of the compact format and write its line."""
+        sid = self._schemas[key] = len(self._schemas)
+        self._buffer.append(json.dumps({"schema": sid, "kind": key[0], "fields": list(key[1])}, separators=(",", ":")))
+        return sid
 
     def write_columns(self, parts: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]],
                       order: np.ndarray | None = None, chunk: int = 65536) -> None:
@@ -263,8 +267,7 @@ class Trace:
                 key = keys[i]
                 sid = self._schemas.get(key)
                 if sid is None:
-                    sid = self._schemas[key] = len(self._schemas)
-                    buf.append(json.dumps({"schema": sid, "kind": key[0], "fields": list(key[1])}, separators=(",", ":")))
+                    sid = self._new_schema(key)
                 line = f"[{sid}{line}"
             buf.append(line)
             if len(buf) >= self.flush_every:

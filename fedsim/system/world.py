@@ -12,6 +12,7 @@ from each client's own named stream, so adding clients never changes the ones al
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Generator
@@ -346,11 +347,15 @@ class World:
         access = self._access[direction]
         return access, (1.0 / self._scheduled if access == "fdma" else 1.0)
 
+    @functools.cached_property
+    def _tx_power_w(self) -> np.ndarray:
+        """Transmit power (W) per device group: the device's own, else the uplink's."""
+        return np.array([self.profiles[k].tx_power_w or self.links["up"].cfg.tx_power_w for k in self._group_keys],
+                        dtype=np.float64)
+
     def tx_power_many(self, clients: np.ndarray) -> np.ndarray:
-        """Each client's transmit power (W): its device's, else the uplink's."""
-        per_group = np.array([self.profiles[k].tx_power_w or self.links["up"].cfg.tx_power_w for k in self._group_keys],
-                             dtype=np.float64)
-        return per_group[self._client_group[np.asarray(clients, dtype=np.int64)]]
+        """Each client's transmit power (W)."""
+        return self._tx_power_w[self._client_group[np.asarray(clients, dtype=np.int64)]]
 
     def compute_power_many(self, clients: np.ndarray) -> np.ndarray:
         """Each client's board power (W) in its group's power mode."""
@@ -430,8 +435,7 @@ class World:
             airtime = access.transmit_s
         joules = 0.0
         if direction == "up" and airtime > 0:
-            tx_w = self.device(client).tx_power_w or self.links["up"].cfg.tx_power_w
-            joules = self.energy.transmit(client, airtime, tx_w)
+            joules = self.energy.transmit(client, airtime, float(self._tx_power_w[self._client_group[client]]))
         self.trace.emit(env.now, kind, client=client, start=t0, end=env.now, bytes=int(nbytes), wait=wait,
                         airtime=airtime, rate_bps=(bits / airtime) if airtime > 0 else None, energy=joules, **extra)
         return env.now - t0
