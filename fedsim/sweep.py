@@ -48,7 +48,7 @@ def time_to_accuracy(metrics: pd.DataFrame, target: float) -> float:
 def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: float | None, progress: bool = True) -> pd.DataFrame:
     """Run the scenario once per swept value into ``out/<key>=<value>``; write sweep.csv and sweep.png."""
     from fedsim.runner import run_scenario
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     key, values, rest = split_sweep(overrides)
     if target is not None and not (math.isfinite(target) and 0 < target <= 1):

@@ -19,7 +19,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import Scenario, dump_scenario, scenario_from_mapping  # noqa: E402
+from fedsim.scenario import Scenario, dump_scenario  # noqa: E402
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import load_trace  # noqa: E402
 
 
