@@ -42,8 +42,7 @@ import torch
 from fedsim.algorithms.base import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
-from fedsim.errors import ConfigError
-from fedsim.errors import DivergenceError
+from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.submodel import extract, insert, width_submodel
 from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
 
