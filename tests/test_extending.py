@@ -288,3 +288,24 @@ def test_split_learning_cuts_a_user_block_list(tmp_path):
     out = _fedsim("run", str(d / "my.yaml"), "algorithm={name: async-sfl, cut: 1, concurrency: 2}",
                   "--out", str(tmp_path / "o"), cwd=d)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_loader_with_client_ids_gives_the_natural_partition_and_a_profile_file_beside_the_scenario(tmp_path):
+    d = _folder(tmp_path)
+    (d / "writers.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def load(rng):
+            x = rng.normal(size=(90, 4)).astype(np.float32)
+            y = (x[:, 0] > 0).astype(np.int64)
+            writer = np.repeat(["w-c", "w-a", "w-b"], 30)  # any labels; clients numbered in sorted order
+            return x, y, x[:20], y[:20], writer
+    '''))
+    prof = (ROOT / "device_profiles" / "jetson-nano.yaml").read_text().replace("name: jetson-nano", "name: my-board")
+    (d / "my-board.yaml").write_text(prof)
+    sc = fedsim.load_scenario(str(d / "my.yaml"), ["data.name=writers:load", "data.num_clients=3", "data.options={}",
+                                                   "data.partition.method=natural", "devices.mix=[{profile: my-board.yaml}]"])
+    prep = prepare_data(sc)
+    assert [list(p) for p in prep.parts] == [list(range(30, 60)), list(range(60, 90)), list(range(0, 30))]
+    run_scenario(sc, tmp_path / "o", progress=False)
+    assert "my-board" in (tmp_path / "o" / "energy.csv").read_text()
