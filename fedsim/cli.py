@@ -95,12 +95,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
+    seeds = _parse_seeds(args.seeds) if args.seeds else None
+    if args.target is not None and seeds is None:
+        raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
     out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
-    print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
-    if args.seeds:
+
+    def announce() -> None:  # only once every input is known to be good
+        print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
+
+    if seeds is not None:
+        import dataclasses
+
+        from fedsim.config import Domain
+        from fedsim.runner import check_run_dir, preflight
         from fedsim.sweep import run_seeds
 
-        seeds = _parse_seeds(args.seeds)
+        if args.target is not None:
+            Domain(gt=0, le=1, unit="(an accuracy)").check(args.target, "--target")
+        check_run_dir(out, force=args.force)
+        preflight(dataclasses.replace(scenario, seed=seeds[0]), allow_large=args.allow_large)
+        announce()
         table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
                           allow_large=args.allow_large)
         import pandas as pd
@@ -109,9 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
         print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
         return EXIT_FAILED if (table["status"] != "ok").any() else 0
-    if args.target is not None:
-        raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
-    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
+    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
+                             on_ready=announce)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
@@ -169,7 +182,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     from fedsim.system import devices
 
     if args.name:
-        prof = devices.load_profile(args.name)
+        prof = devices.profile_at(args.name, "profiles NAME")
         print(Path(prof.path).read_text(encoding="utf-8") if prof.path else prof)
         return 0
     import pandas as pd

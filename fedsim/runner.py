@@ -489,9 +489,9 @@ def _looks_like_run(folder: Path) -> bool:
     return any((sub / "scenario.yaml").exists() or (sub / "summary.json").exists() for sub in folder.iterdir() if sub.is_dir())
 
 
-def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
-    """A fresh run folder: created if missing, refused if it is a file or a non-empty folder (unless
-    ``force``, which clears a folder that holds fedsim output; other folders are never cleared)."""
+def check_run_dir(out: str | Path, *, force: bool = False) -> None:
+    """Refuse a run folder :func:`prepare_run_dir` would refuse, without touching anything (so a command
+    can validate everything before it says what it is about to run)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"'{out}' is a file, not a folder (give a new or empty folder)")
@@ -504,6 +504,14 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
                               "or give a new folder")
         if not _looks_like_run(out):
             raise ConfigError("--out", f"'{out}' is not empty and holds no fedsim run; --force clears only run folders")
+
+
+def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
+    """A fresh run folder: created if missing, refused if it is a file or a non-empty folder (unless
+    ``force``, which clears a folder that holds fedsim output; other folders are never cleared)."""
+    out = Path(out)
+    check_run_dir(out, force=force)
+    if out.is_dir() and any(out.iterdir()):
         for entry in out.iterdir():
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
@@ -515,12 +523,17 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
 
 def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, force: bool = False,
                  allow_large: bool = False,
-                 version_hooks: Sequence[VersionHookFactory] | None = None) -> list[dict[str, Any]]:
+                 version_hooks: Sequence[VersionHookFactory] | None = None,
+                 on_ready: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several).
 
-    All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared)."""
+    All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared).
+    ``on_ready`` is called once both passed, before the first run (the CLI says what it runs there, so a
+    bad input is never preceded by that line)."""
     prepared = preflight(scenario, allow_large=allow_large)
     out = prepare_run_dir(out, force=force)
+    if on_ready is not None:
+        on_ready()
     summaries = []
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:

@@ -133,6 +133,9 @@ class DeviceGroup:
     memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
+        from fedsim.system.devices import profile_at
+
+        profile_at(self.profile, f"{prefix}.profile")  # a bad profile is named where it was given
         positive(self.weight, f"{prefix}.weight")
         positive(self.memory_mb, f"{prefix}.memory_mb")
         if self.count is not None:
@@ -324,6 +327,21 @@ class ChannelSection:
     positions: PositionsConfig = field(default_factory=PositionsConfig)
     mobility: MobilityConfig = field(default_factory=MobilityConfig)
 
+    def __post_init__(self) -> None:
+        """Without a preset, a direction not given is the default fixed-rate link, written out, so the
+        resolved scenario (``fedsim show``, a run's scenario.yaml) says what the run used."""
+        from fedsim.system.world import DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS
+
+        if self.preset is None:
+            if self.uplink is None:
+                self.uplink = LinkConfig(model="fixed", mbps=list(DEFAULT_UPLINK_MBPS))
+            if self.downlink is None:
+                self.downlink = LinkConfig(model="fixed", mbps=list(DEFAULT_DOWNLINK_MBPS))
+
+    def mapping_fields(self) -> list[str]:
+        """A direction the preset gives is not shown as null: the preset's name says what it is."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None or f.name == "preset"]
+
     def validate(self, prefix: str) -> None:
         from fedsim.system.channel import CHANNEL_PRESETS
 
@@ -415,6 +433,9 @@ class ServerConfig:
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of the profile's peak")
 
     def validate(self, prefix: str) -> None:
+        from fedsim.system.devices import profile_at
+
+        profile_at(self.profile, f"{prefix}.profile")
         positive(self.workers, f"{prefix}.workers")
         positive(self.overhead_s, f"{prefix}.overhead_s", allow_zero=True)
 
