@@ -65,3 +65,18 @@ def test_profile_errors_name_the_field_that_gave_the_profile(capsys, tmp_path):
     assert capsys.readouterr().err.startswith("fedsim: error: server.profile: ")
     assert main(["profiles", "jetson-nan"]) == 2
     assert capsys.readouterr().err.startswith("fedsim: error: profiles NAME: unknown device profile 'jetson-nan'")
+
+
+def test_python_api_of_a_two_algorithm_run_is_per_label(tiny, tmp_path):
+    """`res.summary` of two algorithms would silently be the first one's: refused, per label instead."""
+    import fedsim
+    from fedsim.errors import FedsimError
+    from fedsim.scenario import scenario_from_mapping
+
+    tiny["algorithm"] = [{"name": "fedavg", "clients_per_round": 3}, {"name": "fedbuff"}]
+    res = fedsim.run(scenario_from_mapping(tiny), out=tmp_path / "r")
+    assert res.labels == ["fedavg", "fedbuff"]
+    assert res.by_label["fedbuff"]["algorithm"] == "fedbuff" and res.by_label["fedavg"]["label"] == "fedavg"
+    with pytest.raises(FedsimError, match=r"2 algorithms \(fedavg, fedbuff\).*by_label\['fedavg'\]"):
+        res.summary
+    assert set(res.metrics["label"]) == {"fedavg", "fedbuff"}
