@@ -173,8 +173,10 @@ def cmd_reference(args: argparse.Namespace) -> int:
 def cmd_scenarios(args: argparse.Namespace) -> int:
     from fedsim.scenario import builtin_scenarios
 
-    for name, desc in builtin_scenarios().items():
-        print(f"{name:<24} {desc}")
+    import textwrap
+
+    for name, desc in builtin_scenarios().items():  # wrapped whole to 100 columns, never cut
+        print(textwrap.fill(desc, 100, initial_indent=f"{name:<20} ", subsequent_indent=" " * 21))
     return 0
 
 

@@ -137,8 +137,12 @@ class _Progress:
         self.bar.update(max(0.0, min(target, self.bar.total) - self.bar.n))
         self.bar.set_postfix_str(f"t={now:.1f}s v={version}", refresh=False)
 
-    def close(self) -> None:
+    def close(self, now: float | None = None, version: int | None = None) -> None:
+        """Close the bar at where the run ended (a round-based algorithm reports its last round before the
+        stop time, so without this a bar that ran to the end would stay at 96%)."""
         if self.bar is not None:
+            if now is not None and version is not None:
+                self(now, version)
             self.bar.close()
 
 
@@ -220,7 +224,7 @@ def run_variant(
         status, message = "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FedsimError) else str(exc)
         failure = exc
     finally:
-        bar.close()
+        bar.close(env.now, ctx.version if ctx is not None else 0)
         trace.close()
         if executor is not None:
             executor.close()

@@ -685,13 +685,18 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
 
 
 def builtin_scenarios() -> dict[str, str]:
-    """Built-in scenario names mapped to their one-line descriptions."""
+    """Built-in scenario names mapped to their descriptions: the file's first comment paragraph (the
+    comment lines at its top, up to an empty ``#`` line), whole, so no description stops mid-phrase."""
     out = {}
     for entry in sorted(resources.files("fedsim.scenarios").iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml"):
             text = entry.read_text(encoding="utf-8")
-            first = next((ln[1:].strip() for ln in text.splitlines() if ln.startswith("#")), "")
-            out[entry.name[: -len(".yaml")]] = first
+            para: list[str] = []
+            for ln in text.splitlines():
+                if not ln.startswith("#") or not ln[1:].strip():
+                    break
+                para.append(ln[1:].strip())
+            out[entry.name[: -len(".yaml")]] = " ".join(para)
     return out
 
 

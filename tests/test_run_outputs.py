@@ -80,3 +80,47 @@ def test_python_api_of_a_two_algorithm_run_is_per_label(tiny, tmp_path):
     with pytest.raises(FedsimError, match=r"2 algorithms \(fedavg, fedbuff\).*by_label\['fedavg'\]"):
         res.summary
     assert set(res.metrics["label"]) == {"fedavg", "fedbuff"}
+
+
+def test_scenario_descriptions_are_whole_and_fit_100_columns(capsys):
+    from fedsim.scenario import builtin_scenarios
+
+    descriptions = builtin_scenarios()
+    assert descriptions["cos2p"].endswith("of depth-and-width pruned sub-models (R_n of Table 7)")
+    assert descriptions["embracingfl"].endswith("train the output layer on cached activations.")
+    assert descriptions["gas-cell-timing"].endswith("GAS AlexNet costs, no training")  # its first paragraph
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert " ".join(out.split()).count("(R_n of Table 7)") == 1
+
+
+def test_progress_bar_ends_where_the_run_ended(tiny, tmp_path, capsys):
+    """A round-based run reports its last round before the stop time: the bar still ends at 100%."""
+    from fedsim.runner import run_scenario
+    from fedsim.scenario import scenario_from_mapping
+
+    tiny["stop"] = {"max_time_s": 1.5}
+    run_scenario(scenario_from_mapping(tiny), tmp_path / "r", progress=True)
+    last = capsys.readouterr().err.replace("\n", "\r").split("\r")
+    last = [s for s in last if s.startswith("fedavg:")][-1]
+    assert "100%" in last and "2/2 s" in last and "t=1.5s" in last, last
+
+
+def test_seeds_summary_has_the_time_to_target(tmp_path):
+    import math
+
+    import pandas as pd
+
+    out = tmp_path / "s"
+    assert main(["run", "default", "data.num_clients=4", "data.partition={method: iid}", "model.name=logreg",
+                 "train.local_steps=2", "algorithm.fedavg.clients_per_round=4", "stop={max_versions: 4}",
+                 "output.figures=false", "--seeds", "0,1", "--target", "0.2", "--out", str(out), "--quiet"]) == 0
+    table = pd.read_csv(out / "seeds.csv")
+    summary = pd.read_csv(out / "seeds_summary.csv").set_index("algorithm")
+    for alg, g in table.groupby("algorithm"):
+        reached = g[g["reached_target"]]["time_to_target_s"]
+        assert summary.loc[alg, "reached_target"] == len(reached) and len(reached) >= 1
+        assert summary.loc[alg, "time_to_target_s_mean"] == pytest.approx(reached.mean())
+        std = summary.loc[alg, "time_to_target_s_std"]
+        assert (math.isnan(std) and len(reached) == 1) or std == pytest.approx(reached.std())
