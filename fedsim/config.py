@@ -297,6 +297,8 @@ class FieldInfo:
     default: Any
     domain: Domain | None
     doc: str
+    #: the names a string field accepts, for the reference (``field(metadata={"choices": callable})``)
+    choices: tuple[str, ...] = ()
 
 
 def _strip_optional(tp: Any) -> Any:
@@ -332,7 +334,9 @@ def walk_fields(cls: type, prefix: str) -> list[FieldInfo]:
         else:
             default = None
         dom = field_domain(f, hints[f.name])
-        out.append(FieldInfo(path, hints[f.name], default, dom, dom.doc if dom else ""))
+        doc = (dom.doc if dom else "") or (f.metadata.get("doc", "") if f.metadata else "")
+        choices = f.metadata.get("choices") if f.metadata else None  # a callable: names known at run time
+        out.append(FieldInfo(path, hints[f.name], default, dom, doc, tuple(choices()) if choices else ()))
     return out
 
 

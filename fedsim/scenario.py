@@ -22,16 +22,29 @@ from fedsim.config import check_domain, coerce, from_mapping, num, positive, req
 from fedsim.errors import ConfigError
 
 
+def _names(module: str, attribute: str) -> tuple[str, ...]:
+    """The names a registry holds (a tuple or a mapping's keys), for the reference's allowed column."""
+    import importlib
+
+    return tuple(getattr(importlib.import_module(module), attribute))
+
+
+def _profile_names() -> tuple[str, ...]:
+    from fedsim.system.devices import list_profiles
+
+    return (*list_profiles(), "or a path to a profile YAML file")
+
+
 @dataclass
 class PartitionConfig:
-    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = "dirichlet"
+    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = field(default="dirichlet", metadata={"doc": "how samples are split among clients (label skew, shards, sizes)"})
     alpha: float = num(0.5, gt=0, le=1e6, doc="Dirichlet concentration (smaller: more skew)")
     labels_per_client: int = num(2, ge=1, le=10**6, doc="shards: classes per client")
     sigma: float = num(1.0, ge=0, le=100, doc="quantity: log-normal spread of client sizes")
     min_size: int = num(1, ge=0, le=10**9, unit="samples", doc="smallest client dataset")
     #: ``dirichlet`` only: relative expected data size per client (one number per client); class c's shares
     #: are p_c ∝ size_weights ⊙ Dir(α), so label skew and unequal sizes combine (Co-S²P Table 7)
-    size_weights: list[float] | None = None
+    size_weights: list[float] | None = field(default=None, metadata={"doc": "dirichlet: relative data size per client (one number per client)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.alpha, f"{prefix}.alpha")
@@ -46,11 +59,12 @@ class PartitionConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "digits"
-    root: str | None = None
-    num_clients: int = num(20, ge=1, le=10**7, unit="clients")
+    name: str = field(default="digits", metadata={"doc": "the dataset (built in, generated or read from data.root)",
+                                                     "choices": lambda: _names("fedsim.learn.data", "DATASETS")})
+    root: str | None = field(default=None, metadata={"doc": "folder of a dataset read from local files (mnist, fashion_mnist, cifar10, ...)"})
+    num_clients: int = num(20, ge=1, le=10**7, unit="clients", doc="clients the training set is split among")
     partition: PartitionConfig = field(default_factory=PartitionConfig)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict, metadata={"doc": "dataset options, e.g. synthetic's num_classes, dimension, samples; digits' test_fraction"})
 
     def validate(self, prefix: str) -> None:
         positive(self.num_clients, f"{prefix}.num_clients")
@@ -63,12 +77,13 @@ class ModelConfig:
     statistics; ``global``: running statistics averaged with their channels); ``options``: the ViT's
     ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or fragment_mlp's ``partitions``."""
 
-    name: str = "mlp"
+    name: str = field(default="mlp", metadata={"doc": "the global model",
+        "choices": lambda: _names("fedsim.learn.models", "MODELS") + _names("fedsim.learn.models", "REGRESSION_MODELS")})
     hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units", doc="hidden widths (model default when null)")
     width: float = num(1.0, gt=0, le=64, doc="width multiplier")
     depth: int | None = num(None, ge=1, le=10**4, doc="resnet20's 6n+2 or the ViT's encoder blocks")
-    bn: Literal["static", "global"] = "static"
-    options: dict[str, Any] = field(default_factory=dict)
+    bn: Literal["static", "global"] = field(default="static", metadata={"doc": "resnet20 BatchNorm: static (no running statistics) or global (averaged)"})
+    options: dict[str, Any] = field(default_factory=dict, metadata={"doc": "the ViT's embed_dim, heads, mlp_ratio, patch; fragment_mlp's partitions"})
 
     def validate(self, prefix: str) -> None:
         positive(self.width, f"{prefix}.width")
@@ -87,17 +102,17 @@ class TrainConfig:
     Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster)."""
 
     lr: float = num(0.05, gt=0, le=1e12, doc="local SGD step size")
-    momentum: float = num(0.0, ge=0, lt=1)
-    weight_decay: float = num(0.0, ge=0, le=1e3)
-    batch_size: int = num(32, ge=1, le=10**7, unit="samples")
+    momentum: float = num(0.0, ge=0, lt=1, doc="SGD momentum (0: plain SGD)")
+    weight_decay: float = num(0.0, ge=0, le=1e3, doc="L2 penalty of local SGD")
+    batch_size: int = num(32, ge=1, le=10**7, unit="samples", doc="local minibatch size")
     local_steps: int | None = num(None, ge=1, unit="steps", doc="SGD steps per task (wins over local_epochs)")
-    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs")
-    clip_norm: float | None = num(None, gt=0)
-    systems_only: bool = False
-    batched: bool = False
-    executor: Literal["inprocess", "ray"] = "inprocess"
+    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs", doc="passes over the client's data per task (when local_steps is null)")
+    clip_norm: float | None = num(None, gt=0, doc="gradient-norm clipping of local SGD (null: none)")
+    systems_only: bool = field(default=False, metadata={"doc": "no training: tasks costed from the model's FLOPs and bytes"})
+    batched: bool = field(default=False, metadata={"doc": "train a synchronous round's clients together, vectorised"})
+    executor: Literal["inprocess", "ray"] = field(default="inprocess", metadata={"doc": "where training runs: in this process or on Ray workers"})
     workers: int | None = num(None, ge=1, le=4096, doc="Ray workers (null: the machine's cores)")
-    ray_address: str | None = None
+    ray_address: str | None = field(default=None, metadata={"doc": "Ray cluster (null: a local Ray; auto or ray://host:10001)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.workers, f"{prefix}.workers")
@@ -122,14 +137,15 @@ class DeviceGroup:
     ``memory_mb`` (MiB) replaces the profile's memory by the budget a training app may use on it, for
     studies where memory, not the device's total RAM, decides what a client can train."""
 
-    profile: str = "jetson-nano"
+    profile: str = field(default="jetson-nano", metadata={"doc": "device profile name, or a path to a profile YAML file",
+        "choices": _profile_names})
     weight: float = num(1.0, gt=0, le=1e12, doc="relative share of clients")
     #: exact number of clients of this profile (all groups set it, summing to data.num_clients): the first
     #: ``count`` clients get the first group, the next ones the second, ... (no random draw)
-    count: int | None = None
+    count: int | None = field(default=None, metadata={"doc": "exact clients of this group (set on every group or none)"})
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of peak FLOP/s (profile's when null)")
-    power_mode: str | None = None
-    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s")
+    power_mode: str | None = field(default=None, metadata={"doc": "the profile's power mode (null: its default)"})
+    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s", doc="compute speed replacing the profile's, or [lo, hi] drawn per client")
     memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
@@ -159,7 +175,7 @@ class CapabilityConfig:
 
     levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6, doc="[slow, fast] multiples of the unit")
     beta: float = num(0.3, ge=0, le=1, doc="fraction of clients at the first level")
-    unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s")
+    unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s", doc="compute speed of capability level 1")
 
     def validate(self, prefix: str) -> None:
         require(len(self.levels) == 2 and all(v > 0 for v in self.levels), f"{prefix}.levels",
@@ -176,7 +192,7 @@ class DevicesConfig:
         default_factory=lambda: [DeviceGroup("jetson-nano"), DeviceGroup("jetson-xavier-nx-8gb"), DeviceGroup("jetson-agx-orin-32gb")]
     )
     jitter: float = num(0.1, ge=0, le=5, doc="log-normal spread of each task's compute time")
-    check_memory: bool = True
+    check_memory: bool = field(default=True, metadata={"doc": "refuse a model that does not fit a device's memory"})
     capability: CapabilityConfig | None = None
 
     def validate(self, prefix: str) -> None:
@@ -197,23 +213,25 @@ class LinkConfig:
     ``tr36814``, ``tr38901_umi``, ``tr38901_uma``) give a Shannon rate from the client's distance.
     """
 
-    model: str = "fixed"
-    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s")
-    redraw: Literal["per_transmission", "per_client"] = "per_transmission"
-    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz")
-    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz")
-    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W")
-    noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz")
-    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB")
-    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB")
-    fading: str = "none"
-    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB")
-    los: Literal["auto", "los", "nlos"] = "auto"
+    model: str = field(default="fixed", metadata={"doc": "rate-only (fixed, uniform_rate, ideal) or path-loss link model",
+        "choices": lambda: _names("fedsim.system.channel", "PATHLOSS_MODELS")})
+    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s", doc="fixed/uniform_rate: a rate, or [lo, hi] drawn per client")
+    redraw: Literal["per_transmission", "per_client"] = field(default="per_transmission", metadata={"doc": "uniform_rate: draw a new rate per transmission or once per client"})
+    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
+    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
+    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W", doc="transmit power: SNR under path loss, transmit energy always")
+    noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
+    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
+    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
+    fading: str = field(default="none", metadata={"doc": "small-scale fading model",
+        "choices": lambda: _names("fedsim.system.channel", "FADING_MODELS")})
+    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB", doc="rician fading: K factor")
+    los: Literal["auto", "los", "nlos"] = field(default="auto", metadata={"doc": "TR 38.901: line of sight drawn (auto) or forced"})
     exponent: float = num(3.0, gt=0, le=10, doc="path-loss exponent (log_distance)")
-    pl0_db: float = num(40.0, ge=0, le=300, unit="dB")
-    d0_m: float = num(1.0, gt=0, le=1e6, unit="m")
-    h_bs: float | None = num(None, gt=0, le=1e4, unit="m")
-    h_ut: float = num(1.5, gt=0, le=1e4, unit="m")
+    pl0_db: float = num(40.0, ge=0, le=300, unit="dB", doc="log_distance: path loss at d0_m")
+    d0_m: float = num(1.0, gt=0, le=1e6, unit="m", doc="log_distance: reference distance")
+    h_bs: float | None = num(None, gt=0, le=1e4, unit="m", doc="TR 38.901: base-station height (null: the model's)")
+    h_ut: float = num(1.5, gt=0, le=1e4, unit="m", doc="TR 38.901: user-terminal height")
 
     def validate(self, prefix: str) -> None:
         from fedsim.system.channel import FADING_MODELS, PATHLOSS_MODELS
@@ -285,11 +303,11 @@ def check_link_effect(raw_link: Any, model: str, field: str) -> None:
 class PositionsConfig:
     """Where clients are (base station at the origin).  ``auto``: the preset's placement, else an annulus."""
 
-    kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = "auto"
-    r_min_m: float = num(10.0, ge=0, le=1e7, unit="m")
-    r_max_m: float = num(500.0, gt=0, le=1e7, unit="m")
-    points: list[list[float]] | None = None
-    path: str | None = None
+    kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = field(default="auto", metadata={"doc": "where clients are placed around the base station"})
+    r_min_m: float = num(10.0, ge=0, le=1e7, unit="m", doc="annulus/uniform_distance: nearest client distance")
+    r_max_m: float = num(500.0, gt=0, le=1e7, unit="m", doc="annulus/uniform_distance: farthest client distance")
+    points: list[list[float]] | None = field(default=None, metadata={"doc": "fixed: [[x, y], ...] per client, in metres"})
+    path: str | None = field(default=None, metadata={"doc": "file: CSV with columns x,y (metres), one row per client"})
 
     def validate(self, prefix: str) -> None:
         positive(self.r_min_m, f"{prefix}.r_min_m", allow_zero=True)
@@ -303,9 +321,9 @@ class PositionsConfig:
 class MobilityConfig:
     """``random_waypoint`` moves clients in the disc of radius positions.r_max_m, so distance changes."""
 
-    kind: Literal["none", "random_waypoint"] = "none"
-    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s")
-    pause_s: float = num(0.0, ge=0, le=1e9, unit="s")
+    kind: Literal["none", "random_waypoint"] = field(default="none", metadata={"doc": "client movement (changes path-loss distance)"})
+    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s", doc="random_waypoint: [lo, hi] walking speed")
+    pause_s: float = num(0.0, ge=0, le=1e9, unit="s", doc="random_waypoint: pause at each waypoint")
 
     def validate(self, prefix: str) -> None:
         require(len(self.speed_mps) == 2 and 0 < self.speed_mps[0] <= self.speed_mps[1], f"{prefix}.speed_mps",
@@ -321,7 +339,8 @@ class ChannelSection:
     links, uplink is fixed 2–20 Mbit/s and downlink fixed 10–50 Mbit/s per client (log-uniform draws).
     """
 
-    preset: str | None = None
+    preset: str | None = field(default=None, metadata={"doc": "a named radio setting for both directions",
+        "choices": lambda: _names("fedsim.system.channel", "CHANNEL_PRESETS")})
     uplink: LinkConfig | None = None
     downlink: LinkConfig | None = None
     positions: PositionsConfig = field(default_factory=PositionsConfig)
@@ -373,10 +392,10 @@ class TopologyConfig:
     """``star``: every client talks to the server.  ``hierarchical``: clients → edge server/AP (assigned
     uniformly at random per client) → cloud over a FIFO backhaul link with its own rate and latency."""
 
-    kind: Literal["star", "hierarchical"] = "star"
-    edge_servers: int = num(2, ge=1, le=10**6)
-    backhaul_mbps: float = num(1000.0, gt=0, le=1e9, unit="Mbit/s")
-    backhaul_latency_s: float = num(0.005, ge=0, le=1e6, unit="s")
+    kind: Literal["star", "hierarchical"] = field(default="star", metadata={"doc": "star (clients to server) or hierarchical (via edge servers)"})
+    edge_servers: int = num(2, ge=1, le=10**6, doc="hierarchical: edge servers / access points")
+    backhaul_mbps: float = num(1000.0, gt=0, le=1e9, unit="Mbit/s", doc="hierarchical: edge-to-cloud link rate")
+    backhaul_latency_s: float = num(0.005, ge=0, le=1e6, unit="s", doc="hierarchical: edge-to-cloud one-way latency")
 
     def validate(self, prefix: str) -> None:
         positive(self.edge_servers, f"{prefix}.edge_servers")
@@ -393,8 +412,8 @@ class NetworkConfig:
     (concurrent transfers share the band, rates change as transfers start and end).
     """
 
-    access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = "dedicated"
-    downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = "dedicated"
+    access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated", metadata={"doc": "how uplink transfers share the medium"})
+    downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated", metadata={"doc": "how downlink transfers share the medium"})
     latency_s: float = num(0.01, ge=0, le=1e6, unit="s", doc="one-way latency of every transfer")
     topology: TopologyConfig = field(default_factory=TopologyConfig)
 
@@ -408,12 +427,12 @@ class AvailabilityConfig:
     per ``slot_s`` seconds), ``exponential`` on/off sessions, or ``trace`` (CSV client,start,end of online
     intervals).  A client that goes offline mid-task loses that task (recorded as a drop)."""
 
-    model: Literal["always", "bernoulli", "exponential", "trace"] = "always"
+    model: Literal["always", "bernoulli", "exponential", "trace"] = field(default="always", metadata={"doc": "when clients are reachable"})
     p: float = num(0.8, gt=0, le=1, doc="bernoulli: probability of being online")
-    slot_s: float | None = num(None, gt=0, le=1e12, unit="s")
-    mean_on_s: float = num(600.0, gt=0, le=1e12, unit="s")
-    mean_off_s: float = num(60.0, gt=0, le=1e12, unit="s")
-    path: str | None = None
+    slot_s: float | None = num(None, gt=0, le=1e12, unit="s", doc="bernoulli: redraw every slot_s seconds (null: per round)")
+    mean_on_s: float = num(600.0, gt=0, le=1e12, unit="s", doc="exponential: mean online session")
+    mean_off_s: float = num(60.0, gt=0, le=1e12, unit="s", doc="exponential: mean offline gap")
+    path: str | None = field(default=None, metadata={"doc": "trace: CSV client,start,end of online intervals"})
 
     def validate(self, prefix: str) -> None:
         require(0 < self.p <= 1, f"{prefix}.p", f"must be in (0, 1], got {self.p!r}")
@@ -427,7 +446,8 @@ class AvailabilityConfig:
 class ServerConfig:
     """The server: ``workers`` parallel SimPy slots; aggregation costs FLOPs on ``profile``."""
 
-    profile: str = "rtx-3090"
+    profile: str = field(default="rtx-3090", metadata={"doc": "device profile of the server (aggregation FLOPs)",
+        "choices": _profile_names})
     workers: int = num(1, ge=1, le=4096, doc="parallel server slots")
     overhead_s: float = num(0.002, ge=0, le=1e6, unit="s", doc="fixed time per server job")
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of the profile's peak")
@@ -446,10 +466,10 @@ class StopConfig:
     rules, and at least one of max_versions, max_time_s, max_updates must be set (target_accuracy alone
     may never be reached)."""
 
-    max_versions: int | None = num(None, ge=1, unit="versions")
+    max_versions: int | None = num(None, ge=1, unit="versions", doc="stop at this many global model versions")
     max_time_s: float | None = num(None, gt=0, unit="s", doc="virtual time")
-    target_accuracy: float | None = num(None, gt=0, le=1)
-    max_updates: int | None = num(None, ge=1, unit="updates")
+    target_accuracy: float | None = num(None, gt=0, le=1, doc="stop when test accuracy reaches this")
+    max_updates: int | None = num(None, ge=1, unit="updates", doc="stop after this many applied client updates")
 
     def validate(self, prefix: str) -> None:
         positive(self.max_versions, f"{prefix}.max_versions")
@@ -474,18 +494,18 @@ class EvalConfig:
     final version, into ``probes_live.csv``.  Probes cost no virtual time and change nothing in the run.
     """
 
-    every_versions: int | None = num(1, ge=1, unit="versions")
+    every_versions: int | None = num(1, ge=1, unit="versions", doc="evaluate every N model versions")
     every_s: float | None = num(None, gt=0, unit="s", doc="virtual time")
-    max_samples: int | None = num(None, ge=1, unit="samples")
-    per_client: bool = False
-    batch_size: int = num(1024, ge=1, le=10**7, unit="samples")
-    probe_every: int | None = num(None, ge=1, unit="versions")
+    max_samples: int | None = num(None, ge=1, unit="samples", doc="test samples per evaluation (null: all)")
+    per_client: bool = field(default=False, metadata={"doc": "also evaluate on each client's data"})
+    batch_size: int = num(1024, ge=1, le=10**7, unit="samples", doc="evaluation batch size (memory, not results)")
+    probe_every: int | None = num(None, ge=1, unit="versions", doc="measure theory probes every N versions (probes_live.csv)")
     #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
     #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
     #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
     #: once, or all when unset; costs no virtual time, like evaluation itself).
-    bn_stats: Literal["batch", "train"] = "batch"
-    bn_samples: int | None = num(1024, ge=1, unit="samples")
+    bn_stats: Literal["batch", "train"] = field(default="batch", metadata={"doc": "static BatchNorm at evaluation: batch or train statistics"})
+    bn_samples: int | None = num(1024, ge=1, unit="samples", doc="bn_stats train: samples the statistics are gathered from")
 
     def validate(self, prefix: str) -> None:
         positive(self.bn_samples, f"{prefix}.bn_samples")
@@ -502,11 +522,11 @@ class OutputConfig:
     millions of events, see ``fedsim.sim.trace``).  ``checkpoints``: save the global state every N model versions (plus version 0 and the final one)
     to ``checkpoints/v{version:06d}.pt``, so probes can be measured after the run (``fedsim check``)."""
 
-    dir: str = "runs"
-    figures: bool = True
-    flush_every: int = num(256, ge=1, le=10**9, unit="events")
-    trace_format: Literal["jsonl", "compact"] = "jsonl"
-    checkpoints: int | None = num(None, ge=1, unit="versions")
+    dir: str = field(default="runs", metadata={"doc": "parent folder of runs without --out"})
+    figures: bool = field(default=True, metadata={"doc": "draw figures and report.html after the run"})
+    flush_every: int = num(256, ge=1, le=10**9, unit="events", doc="trace records buffered before a write")
+    trace_format: Literal["jsonl", "compact"] = field(default="jsonl", metadata={"doc": "jsonl (readable) or compact (gzip, for millions of events)"})
+    checkpoints: int | None = num(None, ge=1, unit="versions", doc="save the global model every N versions (fedsim check probes them)")
     timeline_window: list[float] | None = num(None, ge=0, unit="s",
                                               doc="[start, end] of virtual time the timeline figure shows "
                                                   "(default: the whole run)")
@@ -838,7 +858,7 @@ def field_reference() -> str:
     def table(rows: list[Any]) -> list[str]:
         out = ["| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
         for f in rows:
-            allowed = f.domain.describe(type_text(f.type).startswith("an integer")) if f.domain else ""
+            allowed = f.domain.describe(type_text(f.type).startswith("an integer")) if f.domain else ", ".join(f.choices)
             out.append(f"| `{f.path}` | {type_text(f.type)} | `{_reference_default(f.default)}` | {allowed} | {f.doc} |")
         return out
 

@@ -124,3 +124,16 @@ def test_seeds_summary_has_the_time_to_target(tmp_path):
         assert summary.loc[alg, "time_to_target_s_mean"] == pytest.approx(reached.mean())
         std = summary.loc[alg, "time_to_target_s_std"]
         assert (math.isnan(std) and len(reached) == 1) or std == pytest.approx(reached.std())
+
+
+def test_reference_says_what_every_scenario_field_means_and_lists_names():
+    from fedsim.config import walk_fields
+    from fedsim.learn.data import DATASETS
+    from fedsim.scenario import SECTIONS, field_reference
+
+    empty = [f.path for key, cls in SECTIONS.items() for f in walk_fields(cls, key) if not f.doc]
+    assert empty == []
+    row = next(line for line in field_reference().splitlines() if line.startswith("| `data.name` |"))
+    assert all(name in row for name in DATASETS)
+    row = next(line for line in field_reference().splitlines() if line.startswith("| `devices.mix[0].profile` |"))
+    assert "jetson-nano" in row and "path to a profile YAML file" in row
