@@ -204,15 +204,15 @@ def load_profile(name_or_path: str | Path) -> DeviceProfile:
     Raises ConfigError naming the file and the field for a missing, negative or unknown entry.
     """
     path = _resolve(name_or_path)
+    from fedsim.config import read_text
+
+    text = read_text(path, f"devices.profile[{path.name}]", "profile YAML file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"devices.profile[{path.name}]", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text (a profile is a YAML file)"
-        raise ConfigError(f"devices.profile[{path.name}]", f"cannot read it: {why}") from None
     r = _Reader(path, data)
     sources: dict[str, Sourced] = {}
 
