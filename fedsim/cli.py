@@ -304,8 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with np.errstate(all="ignore" if not debug else "warn"):
                 return int(args.func(args) or 0)
-    except FedsimError as exc:
-        print(f"fedsim: error: {exc}", file=sys.stderr)
+    except FedsimError as exc:  # one line, whatever the message holds (a value with a newline, a YAML report)
+        print(f"fedsim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Terminated:
         print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)

@@ -534,6 +534,10 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
     All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared).
     ``on_ready`` is called once both passed, before the first run (the CLI says what it runs there, so a
     bad input is never preceded by that line)."""
+    from fedsim.scenario import check_label
+
+    for i, spec in enumerate(scenario.algorithms):  # labels name sub-folders: never a way out of ``out``
+        check_label(spec.label, f"algorithm[{i}].label")
     prepared = preflight(scenario, allow_large=allow_large)
     out = prepare_run_dir(out, force=force)
     if on_ready is not None:

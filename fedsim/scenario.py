@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -603,6 +604,18 @@ class Scenario:
         return dataclasses.replace(self, algorithms=[spec])
 
 
+#: An algorithm label names the run's sub-folder: a plain name, so a shared scenario never writes outside --out.
+LABEL = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def check_label(label: Any, field: str) -> None:
+    """Refuse a label that is not a plain folder name (``../x``, ``/abs``, ``a/b``, ``.``, ``..``)."""
+    if not isinstance(label, str) or not LABEL.fullmatch(label) or label in (".", ".."):
+        shown = repr(label) if len(repr(label)) <= 80 else repr(label)[:80] + "..."
+        raise ConfigError(field, f"got {shown} (allowed: a name of 1-100 letters, digits, '.', '_' or '-', "
+                          "not '.' or '..'; it names the algorithm's sub-folder of the run)")
+
+
 def _algorithm_spec(data: Any, field_name: str) -> AlgorithmSpec:
     from fedsim.algorithms import registry
 
@@ -611,9 +624,12 @@ def _algorithm_spec(data: Any, field_name: str) -> AlgorithmSpec:
     if not isinstance(data, Mapping):
         raise ConfigError(field_name, f"must be an algorithm name or mapping, got {data!r}")
     data = dict(data)
-    name = data.pop("name", "fedavg")
+    name = coerce(data.pop("name", "fedavg"), str, f"{field_name}.name")
     label = data.pop("label", name)
-    if field_name != "algorithm" and isinstance(label, str) and label:  # typeable: algorithm.<label>.field=...
+    if isinstance(label, int) and not isinstance(label, bool):  # `label: 1` reads as a number; it names a folder
+        label = str(label)
+    check_label(label, f"{field_name}.label")
+    if field_name != "algorithm":  # typeable: algorithm.<label>.field=...
         field_name = f"algorithm.{label}"
     algos = registry()
     if name not in algos:
@@ -720,6 +736,57 @@ def builtin_scenarios() -> dict[str, str]:
     return out
 
 
+#: Deepest nesting of mappings and lists a scenario may have (real ones are 4-5 levels deep).
+MAX_DEPTH = 32
+
+
+class _ScenarioLoader(yaml.SafeLoader):
+    """YAML as scenarios read it: a key given twice in one mapping is an error (the later one would
+    silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice in one mapping",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_depth(value: Any, field: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` (walked without recursion, so any depth is safe)."""
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(path.split("[")[0][:80], f"nested more than {MAX_DEPTH} levels deep (allowed: at most "
+                              f"{MAX_DEPTH} levels of mappings and lists)")
+        if isinstance(v, dict):
+            stack.extend((w, f"{path}.{k}" if path else str(k), depth + 1) for k, w in v.items())
+        elif isinstance(v, list):
+            stack.extend((w, f"{path}[{i}]", depth + 1) for i, w in enumerate(v))
+
+
+def parse_yaml(text: str, field: str, what: str) -> Any:
+    """YAML text of a scenario or an override value: one ConfigError (naming ``field``, on one line) for
+    bad YAML, a duplicate key or nesting too deep."""
+    try:
+        data = yaml.load(text, Loader=_ScenarioLoader)  # noqa: S506 - a SafeLoader
+    except RecursionError:
+        raise ConfigError(field, f"{what} is nested far too deep (allowed: at most {MAX_DEPTH} levels of mappings "
+                          "and lists)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(field, f"{what} is not valid YAML{where}: {problem}") from None
+    _check_depth(data, "" if field == "scenario" else field)
+    return data
+
+
 def load_raw(source: str | Path | None) -> dict[str, Any]:
     """The mapping of a built-in scenario name or a YAML file (``None`` → the default scenario)."""
     if source is None:
@@ -741,12 +808,10 @@ def load_raw(source: str | Path | None) -> dict[str, Any]:
         if str(source) not in names:
             raise ConfigError("scenario", f"unknown scenario '{source}' (built-in: {', '.join(names)}; or a path to a .yaml file)")
         text = resources.files("fedsim.scenarios").joinpath(f"{source}.yaml").read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("scenario", f"'{source}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if "\x00" in text:
+        raise ConfigError("scenario", f"'{source}' holds NUL bytes (first at character {text.index(chr(0))}); "
+                          "a scenario is a YAML text file")
+    data = parse_yaml(text, "scenario", f"'{source}'")
     if data is None:
         raise ConfigError("scenario", f"'{source}' is empty (a scenario needs at least a stop rule; see "
                           "`fedsim show default` for a complete one)")
@@ -799,9 +864,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Pa
         if not key:
             raise ConfigError("override", f"'{item}' has an empty key")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+            value = parse_yaml(raw, key, f"the value of {key}") if raw.strip() else ""
+        except ConfigError as exc:
+            if "not valid YAML" not in exc.message or "given twice" in exc.message:
+                raise
+            value = raw  # not YAML: taken as the text it is
         parts = key.split(".")
         node: Any = data
         if parts == ["algorithm"] and isinstance(value, str) and "," in value:  # algorithm=a,b: one variant each
