@@ -28,6 +28,7 @@ run folder unless ``force`` (which clears it): a folder never mixes two runs.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -76,6 +77,9 @@ def prepare_data(scenario: Scenario) -> Prepared:
         raise ConfigError("data.partition.method", f"'{p.method}' splits by class label, but dataset '{d.name}' is a "
                                                    f"{data.train.task} task without classes (allowed: iid, quantity, "
                                                    f"natural)")
+    if p.method == "shards" and p.labels_per_client > data.train.num_classes:
+        raise ConfigError("data.partition.labels_per_client", f"got {p.labels_per_client}, but dataset '{d.name}' has "
+                          f"{data.train.num_classes} classes (allowed: 1 to {data.train.num_classes})")
     try:
         parts = partition(
             data.train.y.numpy(), d.num_clients, p.method, streams.numpy("data", "partition"), alpha=p.alpha,
@@ -99,10 +103,42 @@ def prepare_data(scenario: Scenario) -> Prepared:
     return Prepared(data, parts)
 
 
+#: Most parameter memory a simulated model may have (1 GiB of float32: 268 million parameters).  Models of
+#: on-device training are far smaller; a larger one is a typo (``hidden: [100000, 100000]``), and building it
+#: would exhaust the machine before any check could name the field.
+MAX_MODEL_BYTES = 2**30
+
+
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
+    """The scenario's model for its dataset.  It is first built without memory (PyTorch's meta device), so
+    a model too large to build, or one that cannot take the dataset's inputs, is one ConfigError."""
     m = scenario.model
-    return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"))
+    shape, task = tuple(data.train.input_shape), getattr(data.train, "task", "classification")
+    from fedsim.learn.models import REGRESSION_MODELS
+
+    if m.name in REGRESSION_MODELS and task == "classification":
+        raise ConfigError("model.name", f"got {m.name!r}, the regression model (one output, squared loss), but dataset "
+                          f"'{data.train.name}' is a classification task (allowed: any other model)")
+    build = functools.partial(build_model, m.name, shape, data.train.num_outputs, hidden=m.hidden, width=m.width,
+                              depth=m.depth, bn=m.bn, options=m.options)
+    try:
+        with torch.device("meta"):
+            probe = build(seed_generator=None)
+    except ConfigError:
+        raise
+    except (RuntimeError, ValueError) as exc:  # e.g. a pooling layer left with a 0x0 image
+        raise ConfigError("model.name", f"model {m.name!r} cannot take the inputs of dataset '{data.train.name}' "
+                          f"(shape {shape}): {' '.join(str(exc).split())[:200]}") from None
+    size = sum(p.numel() * p.element_size() for p in probe.parameters())
+    if size > MAX_MODEL_BYTES:
+        n = sum(p.numel() for p in probe.parameters())
+        raise ConfigError("model", f"model {m.name!r} on inputs {shape} would have {n:,} parameters ({size / 1e9:.3g} GB; "
+                          f"allowed: at most {MAX_MODEL_BYTES / 1e9:.3g} GB); lower model.hidden, model.width or model.depth")
+    empty = next((name for name, p in probe.named_parameters() if p.numel() == 0), None)
+    if empty is not None:
+        raise ConfigError("model.width", f"got {m.width!r}: layer {empty!r} of {m.name!r} would have no units (allowed: "
+                          "a width at which every layer keeps at least one unit)")
+    return build(seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:

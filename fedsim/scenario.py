@@ -162,6 +162,8 @@ class DeviceGroup:
             vals = self.flops_per_s if isinstance(self.flops_per_s, list) else [self.flops_per_s]
             require(len(vals) in (1, 2) and all(v > 0 for v in vals), f"{prefix}.flops_per_s",
                     f"must be a positive number or [lo, hi], got {self.flops_per_s!r}")
+            require(vals[0] <= vals[-1], f"{prefix}.flops_per_s",
+                    f"got {self.flops_per_s!r} (allowed: [lo, hi] with lo <= hi)")
         if self.efficiency is not None:
             require(0 < self.efficiency <= 1, f"{prefix}.efficiency", f"must be in (0, 1], got {self.efficiency!r}")
 
