@@ -55,7 +55,7 @@ class Row:
 
 
 def fmt_number(value: Any, unit: str = "") -> str:
-    """A number for people: integers as integers, 4 significant digits, bytes in kB/MB/GB, inf as ∞."""
+    """A number for people: integers as integers (10,964,800), else 4 significant digits, bytes in kB/MB/GB."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -74,7 +74,7 @@ def fmt_number(value: Any, unit: str = "") -> str:
                 return f"{x:.0f} {u}" if u == "B" else f"{x:.3g} {u}"
             x /= 1000
     if x.is_integer() and abs(x) < 1e9:
-        return f"{int(x):,}".replace(",", "\u2009") if abs(x) >= 1e4 else str(int(x))
+        return f"{int(x):,}" if abs(x) >= 1e4 else str(int(x))
     if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
         return f"{x:.3g}"
     return f"{x:.4g}"
@@ -210,7 +210,8 @@ def render(rows: Sequence[Row], *, several: bool, titles: dict[str, str]) -> str
             shared = len({x.note for x in same}) == 1  # one note for all the runs: said once, after them
             for i, r in enumerate(same):
                 wrapped = textwrap.wrap(r.quantity, q_w) or [""]
-                first = (((r.run[:run_w]).ljust(run_w) + " ") if several else "") + "  " + wrapped[0].ljust(q_w)
+                run = r.run if len(r.run) <= run_w else "..." + r.run[-(run_w - 3):]  # the end tells runs apart
+                first = ((run.ljust(run_w) + " ") if several else "") + "  " + wrapped[0].ljust(q_w)
                 lines.append((first + " " + r.unit[:unit_w].ljust(unit_w) + " " + r.measured.rjust(num_w)
                               + " " + r.bound.rjust(num_w) + " " + r.verdict).rstrip())
                 lines.extend((pad + w).rstrip() for w in wrapped[1:])

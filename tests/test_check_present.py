@@ -3,9 +3,8 @@ columns, only the rows that apply, numbers for people, skipped rows that say how
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
-from analysis.present import WIDTH, check_folder, fmt_number, rows_of
+from analysis.present import WIDTH, Row, check_folder, fmt_number, render, rows_of
 from fedsim.cli import main
 from fedsim.runner import run_scenario
 from fedsim.scenario import scenario_from_mapping
@@ -16,7 +15,7 @@ def test_numbers_for_people():
     assert fmt_number(3.0e13) == "3e+13"
     assert fmt_number(0.123456) == "0.1235"
     assert fmt_number(float("inf")) == "inf"
-    assert fmt_number(10964800, "bytes") == "11 MB"
+    assert fmt_number(10964800, "bytes") == "11 MB" and fmt_number(10964800.0) == "10,964,800"
     assert fmt_number(None) == "" and fmt_number(float("nan")) == ""
 
 
@@ -64,3 +63,13 @@ def test_check_a_folder_without_runs(tmp_path, capsys):
     assert main(["check", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fedsim: error: run_dir: no run in")
+
+
+def test_long_run_names_keep_their_end():
+    """Sweep points differ at the end of their folder name: that is the part kept."""
+    rows = [Row(f"sweep-default/channel.uplink.mbps={v}/fedavg", "run", "final accuracy", "", "0.9", "", "", "")
+            for v in ("0.5", "8")]
+    lines = render(rows, several=True, titles={"run": "Run"}).splitlines()
+    assert max(len(line) for line in lines) <= WIDTH
+    body = [line for line in lines if "final accuracy" in line]
+    assert body[0].startswith("...mbps=0.5/fedavg ") and body[1].startswith("...k.mbps=8/fedavg ")

@@ -2,7 +2,6 @@
 bad-input error, errors named where the input was given, the Python API's per-algorithm results."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import yaml
