@@ -171,9 +171,9 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
-    from fedsim.scenario import builtin_scenarios
-
     import textwrap
+
+    from fedsim.scenario import builtin_scenarios
 
     for name, desc in builtin_scenarios().items():  # wrapped whole to 100 columns, never cut
         print(textwrap.fill(desc, 100, initial_indent=f"{name:<20} ", subsequent_indent=" " * 21))

@@ -134,10 +134,6 @@ def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Modu
         n = sum(p.numel() for p in probe.parameters())
         raise ConfigError("model", f"model {m.name!r} on inputs {shape} would have {n:,} parameters ({size / 1e9:.3g} GB; "
                           f"allowed: at most {MAX_MODEL_BYTES / 1e9:.3g} GB); lower model.hidden, model.width or model.depth")
-    empty = next((name for name, p in probe.named_parameters() if p.numel() == 0), None)
-    if empty is not None:
-        raise ConfigError("model.width", f"got {m.width!r}: layer {empty!r} of {m.name!r} would have no units (allowed: "
-                          "a width at which every layer keeps at least one unit)")
     return build(seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 

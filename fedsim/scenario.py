@@ -38,14 +38,16 @@ def _profile_names() -> tuple[str, ...]:
 
 @dataclass
 class PartitionConfig:
-    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = field(default="dirichlet", metadata={"doc": "how samples are split among clients (label skew, shards, sizes)"})
+    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = field(default="dirichlet",
+        metadata={"doc": "how samples are split among clients (label skew, shards, sizes)"})
     alpha: float = num(0.5, gt=0, le=1e6, doc="Dirichlet concentration (smaller: more skew)")
     labels_per_client: int = num(2, ge=1, le=10**6, doc="shards: classes per client")
     sigma: float = num(1.0, ge=0, le=100, doc="quantity: log-normal spread of client sizes")
     min_size: int = num(1, ge=0, le=10**9, unit="samples", doc="smallest client dataset")
     #: ``dirichlet`` only: relative expected data size per client (one number per client); class c's shares
     #: are p_c ∝ size_weights ⊙ Dir(α), so label skew and unequal sizes combine (Co-S²P Table 7)
-    size_weights: list[float] | None = field(default=None, metadata={"doc": "dirichlet: relative data size per client (one number per client)"})
+    size_weights: list[float] | None = field(default=None,
+        metadata={"doc": "dirichlet: relative data size per client (one number per client)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.alpha, f"{prefix}.alpha")
@@ -62,10 +64,12 @@ class PartitionConfig:
 class DataConfig:
     name: str = field(default="digits", metadata={"doc": "the dataset (built in, generated or read from data.root)",
                                                      "choices": lambda: _names("fedsim.learn.data", "DATASETS")})
-    root: str | None = field(default=None, metadata={"doc": "folder of a dataset read from local files (mnist, fashion_mnist, cifar10, ...)"})
+    root: str | None = field(default=None,
+        metadata={"doc": "folder of a dataset read from local files (mnist, fashion_mnist, cifar10, ...)"})
     num_clients: int = num(20, ge=1, le=10**7, unit="clients", doc="clients the training set is split among")
     partition: PartitionConfig = field(default_factory=PartitionConfig)
-    options: dict[str, Any] = field(default_factory=dict, metadata={"doc": "dataset options, e.g. synthetic's num_classes, dimension, samples; digits' test_fraction"})
+    options: dict[str, Any] = field(default_factory=dict,
+        metadata={"doc": "dataset options, e.g. synthetic's num_classes, dimension, samples; digits' test_fraction"})
 
     def validate(self, prefix: str) -> None:
         positive(self.num_clients, f"{prefix}.num_clients")
@@ -80,11 +84,14 @@ class ModelConfig:
 
     name: str = field(default="mlp", metadata={"doc": "the global model",
         "choices": lambda: _names("fedsim.learn.models", "MODELS") + _names("fedsim.learn.models", "REGRESSION_MODELS")})
-    hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units", doc="hidden widths (model default when null)")
+    hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units",
+                                         doc="hidden widths (model default when null)")
     width: float = num(1.0, gt=0, le=64, doc="width multiplier")
     depth: int | None = num(None, ge=1, le=10**4, doc="resnet20's 6n+2 or the ViT's encoder blocks")
-    bn: Literal["static", "global"] = field(default="static", metadata={"doc": "resnet20 BatchNorm: static (no running statistics) or global (averaged)"})
-    options: dict[str, Any] = field(default_factory=dict, metadata={"doc": "the ViT's embed_dim, heads, mlp_ratio, patch; fragment_mlp's partitions"})
+    bn: Literal["static", "global"] = field(default="static",
+        metadata={"doc": "resnet20 BatchNorm: static (no running statistics) or global (averaged)"})
+    options: dict[str, Any] = field(default_factory=dict,
+        metadata={"doc": "the ViT's embed_dim, heads, mlp_ratio, patch; fragment_mlp's partitions"})
 
     def validate(self, prefix: str) -> None:
         positive(self.width, f"{prefix}.width")
@@ -107,13 +114,17 @@ class TrainConfig:
     weight_decay: float = num(0.0, ge=0, le=1e3, doc="L2 penalty of local SGD")
     batch_size: int = num(32, ge=1, le=10**7, unit="samples", doc="local minibatch size")
     local_steps: int | None = num(None, ge=1, unit="steps", doc="SGD steps per task (wins over local_epochs)")
-    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs", doc="passes over the client's data per task (when local_steps is null)")
+    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs",
+                                     doc="passes over the client's data per task (when local_steps is null)")
     clip_norm: float | None = num(None, gt=0, doc="gradient-norm clipping of local SGD (null: none)")
-    systems_only: bool = field(default=False, metadata={"doc": "no training: tasks costed from the model's FLOPs and bytes"})
+    systems_only: bool = field(default=False,
+                               metadata={"doc": "no training: tasks costed from the model's FLOPs and bytes"})
     batched: bool = field(default=False, metadata={"doc": "train a synchronous round's clients together, vectorised"})
-    executor: Literal["inprocess", "ray"] = field(default="inprocess", metadata={"doc": "where training runs: in this process or on Ray workers"})
+    executor: Literal["inprocess", "ray"] = field(default="inprocess",
+        metadata={"doc": "where training runs: in this process or on Ray workers"})
     workers: int | None = num(None, ge=1, le=4096, doc="Ray workers (null: the machine's cores)")
-    ray_address: str | None = field(default=None, metadata={"doc": "Ray cluster (null: a local Ray; auto or ray://host:10001)"})
+    ray_address: str | None = field(default=None,
+                                    metadata={"doc": "Ray cluster (null: a local Ray; auto or ray://host:10001)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.workers, f"{prefix}.workers")
@@ -138,15 +149,18 @@ class DeviceGroup:
     ``memory_mb`` (MiB) replaces the profile's memory by the budget a training app may use on it, for
     studies where memory, not the device's total RAM, decides what a client can train."""
 
-    profile: str = field(default="jetson-nano", metadata={"doc": "device profile name, or a path to a profile YAML file",
+    profile: str = field(default="jetson-nano",
+                         metadata={"doc": "device profile name, or a path to a profile YAML file",
         "choices": _profile_names})
     weight: float = num(1.0, gt=0, le=1e12, doc="relative share of clients")
     #: exact number of clients of this profile (all groups set it, summing to data.num_clients): the first
     #: ``count`` clients get the first group, the next ones the second, ... (no random draw)
-    count: int | None = field(default=None, metadata={"doc": "exact clients of this group (set on every group or none)"})
+    count: int | None = field(default=None,
+                              metadata={"doc": "exact clients of this group (set on every group or none)"})
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of peak FLOP/s (profile's when null)")
     power_mode: str | None = field(default=None, metadata={"doc": "the profile's power mode (null: its default)"})
-    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s", doc="compute speed replacing the profile's, or [lo, hi] drawn per client")
+    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s",
+        doc="compute speed replacing the profile's, or [lo, hi] drawn per client")
     memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
@@ -176,7 +190,8 @@ class CapabilityConfig:
     profiles still give power and memory); jitter applies as for any device.  Because the fraction is
     exact, the draw depends on the number of clients."""
 
-    levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6, doc="[slow, fast] multiples of the unit")
+    levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6,
+                              doc="[slow, fast] multiples of the unit")
     beta: float = num(0.3, ge=0, le=1, doc="fraction of clients at the first level")
     unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s", doc="compute speed of capability level 1")
 
@@ -216,20 +231,25 @@ class LinkConfig:
     ``tr36814``, ``tr38901_umi``, ``tr38901_uma``) give a Shannon rate from the client's distance.
     """
 
-    model: str = field(default="fixed", metadata={"doc": "rate-only (fixed, uniform_rate, ideal) or path-loss link model",
+    model: str = field(default="fixed",
+                       metadata={"doc": "rate-only (fixed, uniform_rate, ideal) or path-loss link model",
         "choices": lambda: _names("fedsim.system.channel", "PATHLOSS_MODELS")})
-    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s", doc="fixed/uniform_rate: a rate, or [lo, hi] drawn per client")
-    redraw: Literal["per_transmission", "per_client"] = field(default="per_transmission", metadata={"doc": "uniform_rate: draw a new rate per transmission or once per client"})
+    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s",
+                                           doc="fixed/uniform_rate: a rate, or [lo, hi] drawn per client")
+    redraw: Literal["per_transmission", "per_client"] = field(default="per_transmission",
+        metadata={"doc": "uniform_rate: draw a new rate per transmission or once per client"})
     frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
     bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
-    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W", doc="transmit power: SNR under path loss, transmit energy always")
+    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W",
+                            doc="transmit power: SNR under path loss, transmit energy always")
     noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
     noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
     shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
     fading: str = field(default="none", metadata={"doc": "small-scale fading model",
         "choices": lambda: _names("fedsim.system.channel", "FADING_MODELS")})
     rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB", doc="rician fading: K factor")
-    los: Literal["auto", "los", "nlos"] = field(default="auto", metadata={"doc": "TR 38.901: line of sight drawn (auto) or forced"})
+    los: Literal["auto", "los", "nlos"] = field(default="auto",
+                                                metadata={"doc": "TR 38.901: line of sight drawn (auto) or forced"})
     exponent: float = num(3.0, gt=0, le=10, doc="path-loss exponent (log_distance)")
     pl0_db: float = num(40.0, ge=0, le=300, unit="dB", doc="log_distance: path loss at d0_m")
     d0_m: float = num(1.0, gt=0, le=1e6, unit="m", doc="log_distance: reference distance")
@@ -306,10 +326,12 @@ def check_link_effect(raw_link: Any, model: str, field: str) -> None:
 class PositionsConfig:
     """Where clients are (base station at the origin).  ``auto``: the preset's placement, else an annulus."""
 
-    kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = field(default="auto", metadata={"doc": "where clients are placed around the base station"})
+    kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = field(default="auto",
+        metadata={"doc": "where clients are placed around the base station"})
     r_min_m: float = num(10.0, ge=0, le=1e7, unit="m", doc="annulus/uniform_distance: nearest client distance")
     r_max_m: float = num(500.0, gt=0, le=1e7, unit="m", doc="annulus/uniform_distance: farthest client distance")
-    points: list[list[float]] | None = field(default=None, metadata={"doc": "fixed: [[x, y], ...] per client, in metres"})
+    points: list[list[float]] | None = field(default=None,
+                                             metadata={"doc": "fixed: [[x, y], ...] per client, in metres"})
     path: str | None = field(default=None, metadata={"doc": "file: CSV with columns x,y (metres), one row per client"})
 
     def validate(self, prefix: str) -> None:
@@ -324,8 +346,10 @@ class PositionsConfig:
 class MobilityConfig:
     """``random_waypoint`` moves clients in the disc of radius positions.r_max_m, so distance changes."""
 
-    kind: Literal["none", "random_waypoint"] = field(default="none", metadata={"doc": "client movement (changes path-loss distance)"})
-    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s", doc="random_waypoint: [lo, hi] walking speed")
+    kind: Literal["none", "random_waypoint"] = field(default="none",
+                                                     metadata={"doc": "client movement (changes path-loss distance)"})
+    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s",
+                                 doc="random_waypoint: [lo, hi] walking speed")
     pause_s: float = num(0.0, ge=0, le=1e9, unit="s", doc="random_waypoint: pause at each waypoint")
 
     def validate(self, prefix: str) -> None:
@@ -395,7 +419,8 @@ class TopologyConfig:
     """``star``: every client talks to the server.  ``hierarchical``: clients → edge server/AP (assigned
     uniformly at random per client) → cloud over a FIFO backhaul link with its own rate and latency."""
 
-    kind: Literal["star", "hierarchical"] = field(default="star", metadata={"doc": "star (clients to server) or hierarchical (via edge servers)"})
+    kind: Literal["star", "hierarchical"] = field(default="star",
+        metadata={"doc": "star (clients to server) or hierarchical (via edge servers)"})
     edge_servers: int = num(2, ge=1, le=10**6, doc="hierarchical: edge servers / access points")
     backhaul_mbps: float = num(1000.0, gt=0, le=1e9, unit="Mbit/s", doc="hierarchical: edge-to-cloud link rate")
     backhaul_latency_s: float = num(0.005, ge=0, le=1e6, unit="s", doc="hierarchical: edge-to-cloud one-way latency")
@@ -415,8 +440,10 @@ class NetworkConfig:
     (concurrent transfers share the band, rates change as transfers start and end).
     """
 
-    access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated", metadata={"doc": "how uplink transfers share the medium"})
-    downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated", metadata={"doc": "how downlink transfers share the medium"})
+    access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated",
+        metadata={"doc": "how uplink transfers share the medium"})
+    downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated",
+        metadata={"doc": "how downlink transfers share the medium"})
     latency_s: float = num(0.01, ge=0, le=1e6, unit="s", doc="one-way latency of every transfer")
     topology: TopologyConfig = field(default_factory=TopologyConfig)
 
@@ -430,9 +457,11 @@ class AvailabilityConfig:
     per ``slot_s`` seconds), ``exponential`` on/off sessions, or ``trace`` (CSV client,start,end of online
     intervals).  A client that goes offline mid-task loses that task (recorded as a drop)."""
 
-    model: Literal["always", "bernoulli", "exponential", "trace"] = field(default="always", metadata={"doc": "when clients are reachable"})
+    model: Literal["always", "bernoulli", "exponential", "trace"] = field(default="always",
+        metadata={"doc": "when clients are reachable"})
     p: float = num(0.8, gt=0, le=1, doc="bernoulli: probability of being online")
-    slot_s: float | None = num(None, gt=0, le=1e12, unit="s", doc="bernoulli: redraw every slot_s seconds (null: per round)")
+    slot_s: float | None = num(None, gt=0, le=1e12, unit="s",
+                               doc="bernoulli: redraw every slot_s seconds (null: per round)")
     mean_on_s: float = num(600.0, gt=0, le=1e12, unit="s", doc="exponential: mean online session")
     mean_off_s: float = num(60.0, gt=0, le=1e12, unit="s", doc="exponential: mean offline gap")
     path: str | None = field(default=None, metadata={"doc": "trace: CSV client,start,end of online intervals"})
@@ -502,13 +531,16 @@ class EvalConfig:
     max_samples: int | None = num(None, ge=1, unit="samples", doc="test samples per evaluation (null: all)")
     per_client: bool = field(default=False, metadata={"doc": "also evaluate on each client's data"})
     batch_size: int = num(1024, ge=1, le=10**7, unit="samples", doc="evaluation batch size (memory, not results)")
-    probe_every: int | None = num(None, ge=1, unit="versions", doc="measure theory probes every N versions (probes_live.csv)")
+    probe_every: int | None = num(None, ge=1, unit="versions",
+                                  doc="measure theory probes every N versions (probes_live.csv)")
     #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
     #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
     #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
     #: once, or all when unset; costs no virtual time, like evaluation itself).
-    bn_stats: Literal["batch", "train"] = field(default="batch", metadata={"doc": "static BatchNorm at evaluation: batch or train statistics"})
-    bn_samples: int | None = num(1024, ge=1, unit="samples", doc="bn_stats train: samples the statistics are gathered from")
+    bn_stats: Literal["batch", "train"] = field(default="batch",
+        metadata={"doc": "static BatchNorm at evaluation: batch or train statistics"})
+    bn_samples: int | None = num(1024, ge=1, unit="samples",
+                                 doc="bn_stats train: samples the statistics are gathered from")
 
     def validate(self, prefix: str) -> None:
         positive(self.bn_samples, f"{prefix}.bn_samples")
@@ -528,8 +560,10 @@ class OutputConfig:
     dir: str = field(default="runs", metadata={"doc": "parent folder of runs without --out"})
     figures: bool = field(default=True, metadata={"doc": "draw figures and report.html after the run"})
     flush_every: int = num(256, ge=1, le=10**9, unit="events", doc="trace records buffered before a write")
-    trace_format: Literal["jsonl", "compact"] = field(default="jsonl", metadata={"doc": "jsonl (readable) or compact (gzip, for millions of events)"})
-    checkpoints: int | None = num(None, ge=1, unit="versions", doc="save the global model every N versions (fedsim check probes them)")
+    trace_format: Literal["jsonl", "compact"] = field(default="jsonl",
+        metadata={"doc": "jsonl (readable) or compact (gzip, for millions of events)"})
+    checkpoints: int | None = num(None, ge=1, unit="versions",
+                                  doc="save the global model every N versions (fedsim check probes them)")
     timeline_window: list[float] | None = num(None, ge=0, unit="s",
                                               doc="[start, end] of virtual time the timeline figure shows "
                                                   "(default: the whole run)")
