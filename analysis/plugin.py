@@ -17,18 +17,16 @@ def _live_probes(ctx: Any) -> Any:
 
 
 def _check(args: argparse.Namespace) -> int:
-    import pandas as pd
+    """Check a run, or every run under a folder, and print one grouped table (see analysis.present)."""
+    from analysis.present import check_folder
 
-    from analysis.report import check_run
-
-    table = check_run(args.run_dir)
-    with pd.option_context("display.max_rows", 500, "display.width", 200, "display.max_colwidth", 60):
-        print(table.to_string(index=False))
+    text, _ = check_folder(args.run_dir)
+    print(text, end="")
     return 0
 
 
 def _configure_check(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir")
+    parser.add_argument("run_dir", help="a run folder, or a folder of runs (algorithms, seed-*/, sweep points)")
     parser.set_defaults(func=_check)
 
 

@@ -5,7 +5,8 @@ The Python API (the same validation and run folders as the ``fedsim`` command)::
     import fedsim
     sc = fedsim.load_scenario("default", ["stop.max_time_s=5"])      # validated Scenario
     res = fedsim.run("default", stop__max_time_s=5, out="runs/demo")  # or fedsim.run(sc)
-    res.summary            # summary.json of the (first) algorithm; res.summaries: one per algorithm
+    res.summary            # summary.json of the run's algorithm (one-algorithm runs only)
+    res.by_label["fedavg"] # with several algorithms, a summary per label; res.summaries in scenario order
     res.metrics            # pandas DataFrame: one row per evaluation, column ``label`` per algorithm
     res.trace              # pandas DataFrame of the event trace (docs/trace-format.md)
 
@@ -67,8 +68,24 @@ class RunResult:
     _trace: Any = field(default=None, repr=False)
 
     @property
+    def labels(self) -> list[str]:
+        """The algorithms' labels, in scenario order."""
+        return [s["label"] for s in self.summaries]
+
+    @property
+    def by_label(self) -> dict[str, dict[str, Any]]:
+        """Each algorithm's summary by its label (the sub-folder it ran in)."""
+        return {s["label"]: s for s in self.summaries}
+
+    @property
     def summary(self) -> dict[str, Any]:
-        """The summary of the first (often the only) algorithm."""
+        """The summary of a one-algorithm run.  A run of several algorithms has one per label: taking the
+        first one silently would report one algorithm's numbers as the run's, so it is refused."""
+        if len(self.summaries) != 1:
+            from fedsim.errors import FedsimError
+
+            raise FedsimError(f"this run has {len(self.summaries)} algorithms ({', '.join(self.labels)}): take one "
+                              f"with res.by_label[{self.labels[0]!r}], or all with res.summaries")
         return self.summaries[0]
 
     def _folders(self) -> list[tuple[str, Path]]:

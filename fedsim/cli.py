@@ -95,12 +95,26 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
+    seeds = _parse_seeds(args.seeds) if args.seeds else None
+    if args.target is not None and seeds is None:
+        raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
     out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
-    print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
-    if args.seeds:
+
+    def announce() -> None:  # only once every input is known to be good
+        print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
+
+    if seeds is not None:
+        import dataclasses
+
+        from fedsim.config import Domain
+        from fedsim.runner import check_run_dir, preflight
         from fedsim.sweep import run_seeds
 
-        seeds = _parse_seeds(args.seeds)
+        if args.target is not None:
+            Domain(gt=0, le=1, unit="(an accuracy)").check(args.target, "--target")
+        check_run_dir(out, force=args.force)
+        preflight(dataclasses.replace(scenario, seed=seeds[0]), allow_large=args.allow_large)
+        announce()
         table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
                           allow_large=args.allow_large)
         import pandas as pd
@@ -109,9 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
         print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
         return EXIT_FAILED if (table["status"] != "ok").any() else 0
-    if args.target is not None:
-        raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
-    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
+    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
+                             on_ready=announce)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
@@ -170,10 +183,12 @@ def _installed_lines() -> list[str]:
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
+    import textwrap
+
     from fedsim.scenario import builtin_scenarios
 
-    for name, desc in builtin_scenarios().items():
-        print(f"{name:<24} {desc}")
+    for name, desc in builtin_scenarios().items():  # wrapped whole to 100 columns, never cut
+        print(textwrap.fill(desc, 100, initial_indent=f"{name:<20} ", subsequent_indent=" " * 21))
     extra = _installed_lines()
     if extra:
         print("\ninstalled by packages (name them in a scenario like a built-in):")
@@ -186,7 +201,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     from fedsim.system import devices
 
     if args.name:
-        prof = devices.load_profile(args.name)
+        prof = devices.profile_at(args.name, "profiles NAME")
         print(Path(prof.path).read_text(encoding="utf-8") if prof.path else prof)
         return 0
     import pandas as pd
@@ -306,8 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             with np.errstate(all="ignore" if not debug else "warn"):
                 return int(args.func(args) or 0)
-    except FedsimError as exc:
-        print(f"fedsim: error: {exc}", file=sys.stderr)
+    except FedsimError as exc:  # one line, whatever the message holds (a value with a newline, a YAML report)
+        print(f"fedsim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Terminated:
         print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)

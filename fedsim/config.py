@@ -18,6 +18,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Mapping, TypeVar, Union, get_args, get_origin
 
 from fedsim.errors import ConfigError
@@ -270,6 +271,29 @@ def to_mapping(obj: Any) -> Any:
     return obj
 
 
+def read_text(path: str | Path, field: str, what: str = "file") -> str:
+    """The text of a file a scenario names (a trace, a positions CSV, a device profile): a missing file, a
+    folder, an unreadable or non-UTF-8 file, or one holding NUL bytes is one ConfigError naming ``field``."""
+    text_path = str(path)
+    shown = repr(text_path) if len(text_path) <= 80 else repr(text_path[:80]) + f"... ({len(text_path):,} characters)"
+    p = Path(path)
+    try:
+        if not text_path.strip() or not p.exists():
+            raise ConfigError(field, f"{what} {shown} does not exist")
+        if p.is_dir():
+            raise ConfigError(field, f"{shown} is a folder; give the path of a {what}")
+        text = p.read_text(encoding="utf-8")
+    except ConfigError:
+        raise
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, f"{what} {shown} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise ConfigError(field, f"cannot read {what} {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+    if "\x00" in text:
+        raise ConfigError(field, f"{what} {shown} holds NUL bytes (byte {text.index(chr(0))}); it must be text")
+    return text
+
+
 def require(cond: bool, field: str, message: str) -> None:
     """Raise ConfigError(field, message) unless ``cond``."""
     if not cond:
@@ -297,6 +321,8 @@ class FieldInfo:
     default: Any
     domain: Domain | None
     doc: str
+    #: the names a string field accepts, for the reference (``field(metadata={"choices": callable})``)
+    choices: tuple[str, ...] = ()
 
 
 def _strip_optional(tp: Any) -> Any:
@@ -332,7 +358,9 @@ def walk_fields(cls: type, prefix: str) -> list[FieldInfo]:
         else:
             default = None
         dom = field_domain(f, hints[f.name])
-        out.append(FieldInfo(path, hints[f.name], default, dom, dom.doc if dom else ""))
+        doc = (dom.doc if dom else "") or (f.metadata.get("doc", "") if f.metadata else "")
+        choices = f.metadata.get("choices") if f.metadata else None  # a callable: names known at run time
+        out.append(FieldInfo(path, hints[f.name], default, dom, doc, tuple(choices()) if choices else ()))
     return out
 
 

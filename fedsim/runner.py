@@ -28,6 +28,7 @@ run folder unless ``force`` (which clears it): a folder never mixes two runs.
 """
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import math
@@ -76,6 +77,9 @@ def prepare_data(scenario: Scenario) -> Prepared:
         raise ConfigError("data.partition.method", f"'{p.method}' splits by class label, but dataset '{d.name}' is a "
                                                    f"{data.train.task} task without classes (allowed: iid, quantity, "
                                                    f"natural)")
+    if p.method == "shards" and p.labels_per_client > data.train.num_classes:
+        raise ConfigError("data.partition.labels_per_client", f"got {p.labels_per_client}, but dataset '{d.name}' has "
+                          f"{data.train.num_classes} classes (allowed: 1 to {data.train.num_classes})")
     try:
         parts = partition(
             data.train.y.numpy(), d.num_clients, p.method, streams.numpy("data", "partition"), alpha=p.alpha,
@@ -99,11 +103,39 @@ def prepare_data(scenario: Scenario) -> Prepared:
     return Prepared(data, parts)
 
 
+#: Most parameter memory a simulated model may have (1 GiB of float32: 268 million parameters).  Models of
+#: on-device training are far smaller; a larger one is a typo (``hidden: [100000, 100000]``), and building it
+#: would exhaust the machine before any check could name the field.
+MAX_MODEL_BYTES = 2**30
+
+
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
+    """The scenario's model for its dataset.  It is first built without memory (PyTorch's meta device), so
+    a model too large to build, or one that cannot take the dataset's inputs, is one ConfigError."""
     m = scenario.model
-    return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"),
-                       base_dirs=(scenario.source_dir,))
+    shape, task = tuple(data.train.input_shape), getattr(data.train, "task", "classification")
+    from fedsim.learn.models import REGRESSION_MODELS
+
+    if m.name in REGRESSION_MODELS and task == "classification":
+        raise ConfigError("model.name", f"got {m.name!r}, the regression model (one output, squared loss), but dataset "
+                          f"'{data.train.name}' is a classification task (allowed: any other model)")
+    build = functools.partial(build_model, m.name, shape, data.train.num_outputs, hidden=m.hidden, width=m.width,
+                              depth=m.depth, bn=m.bn, options=m.options,
+                              base_dirs=(scenario.source_dir,))
+    try:
+        with torch.device("meta"):
+            probe = build(seed_generator=None)
+    except ConfigError:
+        raise
+    except (RuntimeError, ValueError) as exc:  # e.g. a pooling layer left with a 0x0 image
+        raise ConfigError("model.name", f"model {m.name!r} cannot take the inputs of dataset '{data.train.name}' "
+                          f"(shape {shape}): {' '.join(str(exc).split())[:200]}") from None
+    size = sum(p.numel() * p.element_size() for p in probe.parameters())
+    if size > MAX_MODEL_BYTES:
+        n = sum(p.numel() for p in probe.parameters())
+        raise ConfigError("model", f"model {m.name!r} on inputs {shape} would have {n:,} parameters ({size / 1e9:.3g} GB; "
+                          f"allowed: at most {MAX_MODEL_BYTES / 1e9:.3g} GB); lower model.hidden, model.width or model.depth")
+    return build(seed_generator=Streams(scenario.seed).torch("model", "init"))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
@@ -138,8 +170,12 @@ class _Progress:
         self.bar.update(max(0.0, min(target, self.bar.total) - self.bar.n))
         self.bar.set_postfix_str(f"t={now:.1f}s v={version}", refresh=False)
 
-    def close(self) -> None:
+    def close(self, now: float | None = None, version: int | None = None) -> None:
+        """Close the bar at where the run ended (a round-based algorithm reports its last round before the
+        stop time, so without this a bar that ran to the end would stay at 96%)."""
         if self.bar is not None:
+            if now is not None and version is not None:
+                self(now, version)
             self.bar.close()
 
 
@@ -221,7 +257,7 @@ def run_variant(
         status, message = "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FedsimError) else str(exc)
         failure = exc
     finally:
-        bar.close()
+        bar.close(env.now, ctx.version if ctx is not None else 0)
         trace.close()
         if executor is not None:
             executor.close()
@@ -485,9 +521,9 @@ def _looks_like_run(folder: Path) -> bool:
     return any((sub / "scenario.yaml").exists() or (sub / "summary.json").exists() for sub in folder.iterdir() if sub.is_dir())
 
 
-def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
-    """A fresh run folder: created if missing, refused if it is a file or a non-empty folder (unless
-    ``force``, which clears a folder that holds fedsim output; other folders are never cleared)."""
+def check_run_dir(out: str | Path, *, force: bool = False) -> None:
+    """Refuse a run folder :func:`prepare_run_dir` would refuse, without touching anything (so a command
+    can validate everything before it says what it is about to run)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError("--out", f"'{out}' is a file, not a folder (give a new or empty folder)")
@@ -500,6 +536,14 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
                               "or give a new folder")
         if not _looks_like_run(out):
             raise ConfigError("--out", f"'{out}' is not empty and holds no fedsim run; --force clears only run folders")
+
+
+def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
+    """A fresh run folder: created if missing, refused if it is a file or a non-empty folder (unless
+    ``force``, which clears a folder that holds fedsim output; other folders are never cleared)."""
+    out = Path(out)
+    check_run_dir(out, force=force)
+    if out.is_dir() and any(out.iterdir()):
         for entry in out.iterdir():
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
@@ -511,12 +555,21 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
 
 def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, force: bool = False,
                  allow_large: bool = False,
-                 version_hooks: Sequence[VersionHookFactory] | None = None) -> list[dict[str, Any]]:
+                 version_hooks: Sequence[VersionHookFactory] | None = None,
+                 on_ready: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several).
 
-    All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared)."""
+    All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared).
+    ``on_ready`` is called once both passed, before the first run (the CLI says what it runs there, so a
+    bad input is never preceded by that line)."""
+    from fedsim.scenario import check_label
+
+    for i, spec in enumerate(scenario.algorithms):  # labels name sub-folders: never a way out of ``out``
+        check_label(spec.label, f"algorithm[{i}].label")
     prepared = preflight(scenario, allow_large=allow_large)
     out = prepare_run_dir(out, force=force)
+    if on_ready is not None:
+        on_ready()
     summaries = []
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -23,16 +24,31 @@ from fedsim.config import check_domain, coerce, from_mapping, num, positive, req
 from fedsim.errors import ConfigError
 
 
+def _names(module: str, attribute: str) -> tuple[str, ...]:
+    """The names a registry holds (a tuple or a mapping's keys), for the reference's allowed column."""
+    import importlib
+
+    return tuple(getattr(importlib.import_module(module), attribute))
+
+
+def _profile_names() -> tuple[str, ...]:
+    from fedsim.system.devices import list_profiles
+
+    return (*list_profiles(), "or a path to a profile YAML file")
+
+
 @dataclass
 class PartitionConfig:
-    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = "dirichlet"
+    method: Literal["iid", "dirichlet", "dirichlet_client", "shards", "quantity", "natural"] = field(default="dirichlet",
+        metadata={"doc": "how samples are split among clients (label skew, shards, sizes)"})
     alpha: float = num(0.5, gt=0, le=1e6, doc="Dirichlet concentration (smaller: more skew)")
     labels_per_client: int = num(2, ge=1, le=10**6, doc="shards: classes per client")
     sigma: float = num(1.0, ge=0, le=100, doc="quantity: log-normal spread of client sizes")
     min_size: int = num(1, ge=0, le=10**9, unit="samples", doc="smallest client dataset")
     #: ``dirichlet`` only: relative expected data size per client (one number per client); class c's shares
     #: are p_c ∝ size_weights ⊙ Dir(α), so label skew and unequal sizes combine (Co-S²P Table 7)
-    size_weights: list[float] | None = None
+    size_weights: list[float] | None = field(default=None,
+        metadata={"doc": "dirichlet: relative data size per client (one number per client)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.alpha, f"{prefix}.alpha")
@@ -47,11 +63,14 @@ class PartitionConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "digits"
-    root: str | None = None
-    num_clients: int = num(20, ge=1, le=10**7, unit="clients")
+    name: str = field(default="digits", metadata={"doc": "the dataset (built in, generated or read from data.root)",
+                                                     "choices": lambda: _names("fedsim.learn.data", "DATASETS")})
+    root: str | None = field(default=None,
+        metadata={"doc": "folder of a dataset read from local files (mnist, fashion_mnist, cifar10, ...)"})
+    num_clients: int = num(20, ge=1, le=10**7, unit="clients", doc="clients the training set is split among")
     partition: PartitionConfig = field(default_factory=PartitionConfig)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict,
+        metadata={"doc": "dataset options, e.g. synthetic's num_classes, dimension, samples; digits' test_fraction"})
 
     def validate(self, prefix: str) -> None:
         positive(self.num_clients, f"{prefix}.num_clients")
@@ -64,12 +83,16 @@ class ModelConfig:
     statistics; ``global``: running statistics averaged with their channels); ``options``: the ViT's
     ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or fragment_mlp's ``partitions``."""
 
-    name: str = "mlp"
-    hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units", doc="hidden widths (model default when null)")
+    name: str = field(default="mlp", metadata={"doc": "the global model",
+        "choices": lambda: _names("fedsim.learn.models", "MODELS") + _names("fedsim.learn.models", "REGRESSION_MODELS")})
+    hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units",
+                                         doc="hidden widths (model default when null)")
     width: float = num(1.0, gt=0, le=64, doc="width multiplier")
     depth: int | None = num(None, ge=1, le=10**4, doc="resnet20's 6n+2 or the ViT's encoder blocks")
-    bn: Literal["static", "global"] = "static"
-    options: dict[str, Any] = field(default_factory=dict)
+    bn: Literal["static", "global"] = field(default="static",
+        metadata={"doc": "resnet20 BatchNorm: static (no running statistics) or global (averaged)"})
+    options: dict[str, Any] = field(default_factory=dict,
+        metadata={"doc": "the ViT's embed_dim, heads, mlp_ratio, patch; fragment_mlp's partitions"})
 
     def validate(self, prefix: str) -> None:
         positive(self.width, f"{prefix}.width")
@@ -88,17 +111,21 @@ class TrainConfig:
     Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster)."""
 
     lr: float = num(0.05, gt=0, le=1e12, doc="local SGD step size")
-    momentum: float = num(0.0, ge=0, lt=1)
-    weight_decay: float = num(0.0, ge=0, le=1e3)
-    batch_size: int = num(32, ge=1, le=10**7, unit="samples")
+    momentum: float = num(0.0, ge=0, lt=1, doc="SGD momentum (0: plain SGD)")
+    weight_decay: float = num(0.0, ge=0, le=1e3, doc="L2 penalty of local SGD")
+    batch_size: int = num(32, ge=1, le=10**7, unit="samples", doc="local minibatch size")
     local_steps: int | None = num(None, ge=1, unit="steps", doc="SGD steps per task (wins over local_epochs)")
-    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs")
-    clip_norm: float | None = num(None, gt=0)
-    systems_only: bool = False
-    batched: bool = False
-    executor: Literal["inprocess", "ray"] = "inprocess"
+    local_epochs: float | None = num(1.0, gt=0, le=1e6, unit="epochs",
+                                     doc="passes over the client's data per task (when local_steps is null)")
+    clip_norm: float | None = num(None, gt=0, doc="gradient-norm clipping of local SGD (null: none)")
+    systems_only: bool = field(default=False,
+                               metadata={"doc": "no training: tasks costed from the model's FLOPs and bytes"})
+    batched: bool = field(default=False, metadata={"doc": "train a synchronous round's clients together, vectorised"})
+    executor: Literal["inprocess", "ray"] = field(default="inprocess",
+        metadata={"doc": "where training runs: in this process or on Ray workers"})
     workers: int | None = num(None, ge=1, le=4096, doc="Ray workers (null: the machine's cores)")
-    ray_address: str | None = None
+    ray_address: str | None = field(default=None,
+                                    metadata={"doc": "Ray cluster (null: a local Ray; auto or ray://host:10001)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.workers, f"{prefix}.workers")
@@ -123,17 +150,24 @@ class DeviceGroup:
     ``memory_mb`` (MiB) replaces the profile's memory by the budget a training app may use on it, for
     studies where memory, not the device's total RAM, decides what a client can train."""
 
-    profile: str = "jetson-nano"
+    profile: str = field(default="jetson-nano",
+                         metadata={"doc": "device profile name, or a path to a profile YAML file",
+        "choices": _profile_names})
     weight: float = num(1.0, gt=0, le=1e12, doc="relative share of clients")
     #: exact number of clients of this profile (all groups set it, summing to data.num_clients): the first
     #: ``count`` clients get the first group, the next ones the second, ... (no random draw)
-    count: int | None = None
+    count: int | None = field(default=None,
+                              metadata={"doc": "exact clients of this group (set on every group or none)"})
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of peak FLOP/s (profile's when null)")
-    power_mode: str | None = None
-    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s")
+    power_mode: str | None = field(default=None, metadata={"doc": "the profile's power mode (null: its default)"})
+    flops_per_s: float | list[float] | None = num(None, gt=0, le=1e20, unit="FLOP/s",
+        doc="compute speed replacing the profile's, or [lo, hi] drawn per client")
     memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
+        from fedsim.system.devices import profile_at
+
+        profile_at(self.profile, f"{prefix}.profile")  # a bad profile is named where it was given
         positive(self.weight, f"{prefix}.weight")
         positive(self.memory_mb, f"{prefix}.memory_mb")
         if self.count is not None:
@@ -143,6 +177,8 @@ class DeviceGroup:
             vals = self.flops_per_s if isinstance(self.flops_per_s, list) else [self.flops_per_s]
             require(len(vals) in (1, 2) and all(v > 0 for v in vals), f"{prefix}.flops_per_s",
                     f"must be a positive number or [lo, hi], got {self.flops_per_s!r}")
+            require(vals[0] <= vals[-1], f"{prefix}.flops_per_s",
+                    f"got {self.flops_per_s!r} (allowed: [lo, hi] with lo <= hi)")
         if self.efficiency is not None:
             require(0 < self.efficiency <= 1, f"{prefix}.efficiency", f"must be in (0, 1], got {self.efficiency!r}")
 
@@ -155,9 +191,10 @@ class CapabilityConfig:
     profiles still give power and memory); jitter applies as for any device.  Because the fraction is
     exact, the draw depends on the number of clients."""
 
-    levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6, doc="[slow, fast] multiples of the unit")
+    levels: list[float] = num(default_factory=lambda: [1.0, 3.0], gt=0, le=1e6,
+                              doc="[slow, fast] multiples of the unit")
     beta: float = num(0.3, ge=0, le=1, doc="fraction of clients at the first level")
-    unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s")
+    unit_flops_per_s: float = num(1e8, gt=0, le=1e20, unit="FLOP/s", doc="compute speed of capability level 1")
 
     def validate(self, prefix: str) -> None:
         require(len(self.levels) == 2 and all(v > 0 for v in self.levels), f"{prefix}.levels",
@@ -174,7 +211,7 @@ class DevicesConfig:
         default_factory=lambda: [DeviceGroup("jetson-nano"), DeviceGroup("jetson-xavier-nx-8gb"), DeviceGroup("jetson-agx-orin-32gb")]
     )
     jitter: float = num(0.1, ge=0, le=5, doc="log-normal spread of each task's compute time")
-    check_memory: bool = True
+    check_memory: bool = field(default=True, metadata={"doc": "refuse a model that does not fit a device's memory"})
     capability: CapabilityConfig | None = None
 
     def validate(self, prefix: str) -> None:
@@ -195,23 +232,30 @@ class LinkConfig:
     ``tr36814``, ``tr38901_umi``, ``tr38901_uma``) give a Shannon rate from the client's distance.
     """
 
-    model: str = "fixed"
-    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s")
-    redraw: Literal["per_transmission", "per_client"] = "per_transmission"
-    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz")
-    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz")
-    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W")
-    noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz")
-    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB")
-    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB")
-    fading: str = "none"
-    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB")
-    los: Literal["auto", "los", "nlos"] = "auto"
+    model: str = field(default="fixed",
+                       metadata={"doc": "rate-only (fixed, uniform_rate, ideal) or path-loss link model",
+        "choices": lambda: _names("fedsim.system.channel", "PATHLOSS_MODELS")})
+    mbps: float | list[float] | None = num(None, gt=0, le=1e9, unit="Mbit/s",
+                                           doc="fixed/uniform_rate: a rate, or [lo, hi] drawn per client")
+    redraw: Literal["per_transmission", "per_client"] = field(default="per_transmission",
+        metadata={"doc": "uniform_rate: draw a new rate per transmission or once per client"})
+    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
+    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
+    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W",
+                            doc="transmit power: SNR under path loss, transmit energy always")
+    noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
+    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
+    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
+    fading: str = field(default="none", metadata={"doc": "small-scale fading model",
+        "choices": lambda: _names("fedsim.system.channel", "FADING_MODELS")})
+    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB", doc="rician fading: K factor")
+    los: Literal["auto", "los", "nlos"] = field(default="auto",
+                                                metadata={"doc": "TR 38.901: line of sight drawn (auto) or forced"})
     exponent: float = num(3.0, gt=0, le=10, doc="path-loss exponent (log_distance)")
-    pl0_db: float = num(40.0, ge=0, le=300, unit="dB")
-    d0_m: float = num(1.0, gt=0, le=1e6, unit="m")
-    h_bs: float | None = num(None, gt=0, le=1e4, unit="m")
-    h_ut: float = num(1.5, gt=0, le=1e4, unit="m")
+    pl0_db: float = num(40.0, ge=0, le=300, unit="dB", doc="log_distance: path loss at d0_m")
+    d0_m: float = num(1.0, gt=0, le=1e6, unit="m", doc="log_distance: reference distance")
+    h_bs: float | None = num(None, gt=0, le=1e4, unit="m", doc="TR 38.901: base-station height (null: the model's)")
+    h_ut: float = num(1.5, gt=0, le=1e4, unit="m", doc="TR 38.901: user-terminal height")
 
     def validate(self, prefix: str) -> None:
         from fedsim.system.channel import FADING_MODELS, PATHLOSS_MODELS
@@ -283,11 +327,13 @@ def check_link_effect(raw_link: Any, model: str, field: str) -> None:
 class PositionsConfig:
     """Where clients are (base station at the origin).  ``auto``: the preset's placement, else an annulus."""
 
-    kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = "auto"
-    r_min_m: float = num(10.0, ge=0, le=1e7, unit="m")
-    r_max_m: float = num(500.0, gt=0, le=1e7, unit="m")
-    points: list[list[float]] | None = None
-    path: str | None = None
+    kind: Literal["auto", "annulus", "uniform_distance", "fixed", "file"] = field(default="auto",
+        metadata={"doc": "where clients are placed around the base station"})
+    r_min_m: float = num(10.0, ge=0, le=1e7, unit="m", doc="annulus/uniform_distance: nearest client distance")
+    r_max_m: float = num(500.0, gt=0, le=1e7, unit="m", doc="annulus/uniform_distance: farthest client distance")
+    points: list[list[float]] | None = field(default=None,
+                                             metadata={"doc": "fixed: [[x, y], ...] per client, in metres"})
+    path: str | None = field(default=None, metadata={"doc": "file: CSV with columns x,y (metres), one row per client"})
 
     def validate(self, prefix: str) -> None:
         positive(self.r_min_m, f"{prefix}.r_min_m", allow_zero=True)
@@ -301,9 +347,11 @@ class PositionsConfig:
 class MobilityConfig:
     """``random_waypoint`` moves clients in the disc of radius positions.r_max_m, so distance changes."""
 
-    kind: Literal["none", "random_waypoint"] = "none"
-    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s")
-    pause_s: float = num(0.0, ge=0, le=1e9, unit="s")
+    kind: Literal["none", "random_waypoint"] = field(default="none",
+                                                     metadata={"doc": "client movement (changes path-loss distance)"})
+    speed_mps: list[float] = num(default_factory=lambda: [0.5, 1.5], gt=0, le=1000, unit="m/s",
+                                 doc="random_waypoint: [lo, hi] walking speed")
+    pause_s: float = num(0.0, ge=0, le=1e9, unit="s", doc="random_waypoint: pause at each waypoint")
 
     def validate(self, prefix: str) -> None:
         require(len(self.speed_mps) == 2 and 0 < self.speed_mps[0] <= self.speed_mps[1], f"{prefix}.speed_mps",
@@ -319,11 +367,27 @@ class ChannelSection:
     links, uplink is fixed 2–20 Mbit/s and downlink fixed 10–50 Mbit/s per client (log-uniform draws).
     """
 
-    preset: str | None = None
+    preset: str | None = field(default=None, metadata={"doc": "a named radio setting for both directions",
+        "choices": lambda: _names("fedsim.system.channel", "CHANNEL_PRESETS")})
     uplink: LinkConfig | None = None
     downlink: LinkConfig | None = None
     positions: PositionsConfig = field(default_factory=PositionsConfig)
     mobility: MobilityConfig = field(default_factory=MobilityConfig)
+
+    def __post_init__(self) -> None:
+        """Without a preset, a direction not given is the default fixed-rate link, written out, so the
+        resolved scenario (``fedsim show``, a run's scenario.yaml) says what the run used."""
+        from fedsim.system.world import DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS
+
+        if self.preset is None:
+            if self.uplink is None:
+                self.uplink = LinkConfig(model="fixed", mbps=list(DEFAULT_UPLINK_MBPS))
+            if self.downlink is None:
+                self.downlink = LinkConfig(model="fixed", mbps=list(DEFAULT_DOWNLINK_MBPS))
+
+    def mapping_fields(self) -> list[str]:
+        """A direction the preset gives is not shown as null: the preset's name says what it is."""
+        return [f.name for f in dataclasses.fields(self) if getattr(self, f.name) is not None or f.name == "preset"]
 
     def validate(self, prefix: str) -> None:
         from fedsim.system.channel import CHANNEL_PRESETS
@@ -356,10 +420,11 @@ class TopologyConfig:
     """``star``: every client talks to the server.  ``hierarchical``: clients → edge server/AP (assigned
     uniformly at random per client) → cloud over a FIFO backhaul link with its own rate and latency."""
 
-    kind: Literal["star", "hierarchical"] = "star"
-    edge_servers: int = num(2, ge=1, le=10**6)
-    backhaul_mbps: float = num(1000.0, gt=0, le=1e9, unit="Mbit/s")
-    backhaul_latency_s: float = num(0.005, ge=0, le=1e6, unit="s")
+    kind: Literal["star", "hierarchical"] = field(default="star",
+        metadata={"doc": "star (clients to server) or hierarchical (via edge servers)"})
+    edge_servers: int = num(2, ge=1, le=10**6, doc="hierarchical: edge servers / access points")
+    backhaul_mbps: float = num(1000.0, gt=0, le=1e9, unit="Mbit/s", doc="hierarchical: edge-to-cloud link rate")
+    backhaul_latency_s: float = num(0.005, ge=0, le=1e6, unit="s", doc="hierarchical: edge-to-cloud one-way latency")
 
     def validate(self, prefix: str) -> None:
         positive(self.edge_servers, f"{prefix}.edge_servers")
@@ -376,8 +441,10 @@ class NetworkConfig:
     (concurrent transfers share the band, rates change as transfers start and end).
     """
 
-    access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = "dedicated"
-    downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = "dedicated"
+    access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated",
+        metadata={"doc": "how uplink transfers share the medium"})
+    downlink_access: Literal["dedicated", "fdma", "tdma", "processor_sharing"] = field(default="dedicated",
+        metadata={"doc": "how downlink transfers share the medium"})
     latency_s: float = num(0.01, ge=0, le=1e6, unit="s", doc="one-way latency of every transfer")
     topology: TopologyConfig = field(default_factory=TopologyConfig)
 
@@ -391,12 +458,14 @@ class AvailabilityConfig:
     per ``slot_s`` seconds), ``exponential`` on/off sessions, or ``trace`` (CSV client,start,end of online
     intervals).  A client that goes offline mid-task loses that task (recorded as a drop)."""
 
-    model: Literal["always", "bernoulli", "exponential", "trace"] = "always"
+    model: Literal["always", "bernoulli", "exponential", "trace"] = field(default="always",
+        metadata={"doc": "when clients are reachable"})
     p: float = num(0.8, gt=0, le=1, doc="bernoulli: probability of being online")
-    slot_s: float | None = num(None, gt=0, le=1e12, unit="s")
-    mean_on_s: float = num(600.0, gt=0, le=1e12, unit="s")
-    mean_off_s: float = num(60.0, gt=0, le=1e12, unit="s")
-    path: str | None = None
+    slot_s: float | None = num(None, gt=0, le=1e12, unit="s",
+                               doc="bernoulli: redraw every slot_s seconds (null: per round)")
+    mean_on_s: float = num(600.0, gt=0, le=1e12, unit="s", doc="exponential: mean online session")
+    mean_off_s: float = num(60.0, gt=0, le=1e12, unit="s", doc="exponential: mean offline gap")
+    path: str | None = field(default=None, metadata={"doc": "trace: CSV client,start,end of online intervals"})
 
     def validate(self, prefix: str) -> None:
         require(0 < self.p <= 1, f"{prefix}.p", f"must be in (0, 1], got {self.p!r}")
@@ -410,12 +479,16 @@ class AvailabilityConfig:
 class ServerConfig:
     """The server: ``workers`` parallel SimPy slots; aggregation costs FLOPs on ``profile``."""
 
-    profile: str = "rtx-3090"
+    profile: str = field(default="rtx-3090", metadata={"doc": "device profile of the server (aggregation FLOPs)",
+        "choices": _profile_names})
     workers: int = num(1, ge=1, le=4096, doc="parallel server slots")
     overhead_s: float = num(0.002, ge=0, le=1e6, unit="s", doc="fixed time per server job")
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of the profile's peak")
 
     def validate(self, prefix: str) -> None:
+        from fedsim.system.devices import profile_at
+
+        profile_at(self.profile, f"{prefix}.profile")
         positive(self.workers, f"{prefix}.workers")
         positive(self.overhead_s, f"{prefix}.overhead_s", allow_zero=True)
 
@@ -426,10 +499,10 @@ class StopConfig:
     rules, and at least one of max_versions, max_time_s, max_updates must be set (target_accuracy alone
     may never be reached)."""
 
-    max_versions: int | None = num(None, ge=1, unit="versions")
+    max_versions: int | None = num(None, ge=1, unit="versions", doc="stop at this many global model versions")
     max_time_s: float | None = num(None, gt=0, unit="s", doc="virtual time")
-    target_accuracy: float | None = num(None, gt=0, le=1)
-    max_updates: int | None = num(None, ge=1, unit="updates")
+    target_accuracy: float | None = num(None, gt=0, le=1, doc="stop when test accuracy reaches this")
+    max_updates: int | None = num(None, ge=1, unit="updates", doc="stop after this many applied client updates")
 
     def validate(self, prefix: str) -> None:
         positive(self.max_versions, f"{prefix}.max_versions")
@@ -454,18 +527,21 @@ class EvalConfig:
     final version, into ``probes_live.csv``.  Probes cost no virtual time and change nothing in the run.
     """
 
-    every_versions: int | None = num(1, ge=1, unit="versions")
+    every_versions: int | None = num(1, ge=1, unit="versions", doc="evaluate every N model versions")
     every_s: float | None = num(None, gt=0, unit="s", doc="virtual time")
-    max_samples: int | None = num(None, ge=1, unit="samples")
-    per_client: bool = False
-    batch_size: int = num(1024, ge=1, le=10**7, unit="samples")
-    probe_every: int | None = num(None, ge=1, unit="versions")
+    max_samples: int | None = num(None, ge=1, unit="samples", doc="test samples per evaluation (null: all)")
+    per_client: bool = field(default=False, metadata={"doc": "also evaluate on each client's data"})
+    batch_size: int = num(1024, ge=1, le=10**7, unit="samples", doc="evaluation batch size (memory, not results)")
+    probe_every: int | None = num(None, ge=1, unit="versions",
+                                  doc="measure theory probes every N versions (probes_live.csv)")
     #: Models with static BatchNorm (``model.bn: static``) normalise at evaluation with the statistics of
     #: each evaluation batch (``batch``), or with statistics the server gathers from the clients' training
     #: samples for the model it evaluates (``train``: HeteroFL's sBN query; ``bn_samples`` of them, drawn
     #: once, or all when unset; costs no virtual time, like evaluation itself).
-    bn_stats: Literal["batch", "train"] = "batch"
-    bn_samples: int | None = num(1024, ge=1, unit="samples")
+    bn_stats: Literal["batch", "train"] = field(default="batch",
+        metadata={"doc": "static BatchNorm at evaluation: batch or train statistics"})
+    bn_samples: int | None = num(1024, ge=1, unit="samples",
+                                 doc="bn_stats train: samples the statistics are gathered from")
 
     def validate(self, prefix: str) -> None:
         positive(self.bn_samples, f"{prefix}.bn_samples")
@@ -482,11 +558,13 @@ class OutputConfig:
     millions of events, see ``fedsim.sim.trace``).  ``checkpoints``: save the global state every N model versions (plus version 0 and the final one)
     to ``checkpoints/v{version:06d}.pt``, so probes can be measured after the run (``fedsim check``)."""
 
-    dir: str = "runs"
-    figures: bool = True
-    flush_every: int = num(256, ge=1, le=10**9, unit="events")
-    trace_format: Literal["jsonl", "compact"] = "jsonl"
-    checkpoints: int | None = num(None, ge=1, unit="versions")
+    dir: str = field(default="runs", metadata={"doc": "parent folder of runs without --out"})
+    figures: bool = field(default=True, metadata={"doc": "draw figures and report.html after the run"})
+    flush_every: int = num(256, ge=1, le=10**9, unit="events", doc="trace records buffered before a write")
+    trace_format: Literal["jsonl", "compact"] = field(default="jsonl",
+        metadata={"doc": "jsonl (readable) or compact (gzip, for millions of events)"})
+    checkpoints: int | None = num(None, ge=1, unit="versions",
+                                  doc="save the global model every N versions (fedsim check probes them)")
     timeline_window: list[float] | None = num(None, ge=0, unit="s",
                                               doc="[start, end] of virtual time the timeline figure shows "
                                                   "(default: the whole run)")
@@ -574,6 +652,18 @@ class Scenario:
         return dataclasses.replace(self, algorithms=[spec])
 
 
+#: An algorithm label names the run's sub-folder: a plain name, so a shared scenario never writes outside --out.
+LABEL = re.compile(r"[A-Za-z0-9._-]{1,100}")
+
+
+def check_label(label: Any, field: str) -> None:
+    """Refuse a label that is not a plain folder name (``../x``, ``/abs``, ``a/b``, ``.``, ``..``)."""
+    if not isinstance(label, str) or not LABEL.fullmatch(label) or label in (".", ".."):
+        shown = repr(label) if len(repr(label)) <= 80 else repr(label)[:80] + "..."
+        raise ConfigError(field, f"got {shown} (allowed: a name of 1-100 letters, digits, '.', '_' or '-', "
+                          "not '.' or '..'; it names the algorithm's sub-folder of the run)")
+
+
 def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base_dirs: tuple) -> AlgorithmSpec:
     if isinstance(data, (str, type)):
         data = {"name": data}
@@ -591,7 +681,10 @@ def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base
             builtin = False
         name = cls.name if builtin else reference_of(cls)
     label = data.pop("label", cls.name if ":" in name else name)
-    if field_name != "algorithm" and isinstance(label, str) and label:  # typeable: algorithm.<label>.field=...
+    if isinstance(label, int) and not isinstance(label, bool):  # `label: 1` reads as a number; it names a folder
+        label = str(label)
+    check_label(label, f"{field_name}.label")
+    if field_name != "algorithm":  # typeable: algorithm.<label>.field=...
         field_name = f"algorithm.{label}"
     params = from_mapping(cls.Config, data, field_name)
     return AlgorithmSpec(name=name, params=params, label=str(label), cls=cls)
@@ -703,14 +796,70 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
 
 
 def builtin_scenarios() -> dict[str, str]:
-    """Built-in scenario names mapped to their one-line descriptions."""
+    """Built-in scenario names mapped to their descriptions: the file's first comment paragraph (the
+    comment lines at its top, up to an empty ``#`` line), whole, so no description stops mid-phrase."""
     out = {}
     for entry in sorted(resources.files("fedsim.scenarios").iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".yaml"):
             text = entry.read_text(encoding="utf-8")
-            first = next((ln[1:].strip() for ln in text.splitlines() if ln.startswith("#")), "")
-            out[entry.name[: -len(".yaml")]] = first
+            para: list[str] = []
+            for ln in text.splitlines():
+                if not ln.startswith("#") or not ln[1:].strip():
+                    break
+                para.append(ln[1:].strip())
+            out[entry.name[: -len(".yaml")]] = " ".join(para)
     return out
+
+
+#: Deepest nesting of mappings and lists a scenario may have (real ones are 4-5 levels deep).
+MAX_DEPTH = 32
+
+
+class _ScenarioLoader(yaml.SafeLoader):
+    """YAML as scenarios read it: a key given twice in one mapping is an error (the later one would
+    silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"key {key!r} given twice in one mapping",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_depth(value: Any, field: str) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` (walked without recursion, so any depth is safe)."""
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(path.split("[")[0][:80], f"nested more than {MAX_DEPTH} levels deep (allowed: at most "
+                              f"{MAX_DEPTH} levels of mappings and lists)")
+        if isinstance(v, dict):
+            stack.extend((w, f"{path}.{k}" if path else str(k), depth + 1) for k, w in v.items())
+        elif isinstance(v, list):
+            stack.extend((w, f"{path}[{i}]", depth + 1) for i, w in enumerate(v))
+
+
+def parse_yaml(text: str, field: str, what: str) -> Any:
+    """YAML text of a scenario or an override value: one ConfigError (naming ``field``, on one line) for
+    bad YAML, a duplicate key or nesting too deep."""
+    try:
+        data = yaml.load(text, Loader=_ScenarioLoader)  # noqa: S506 - a SafeLoader
+    except RecursionError:
+        raise ConfigError(field, f"{what} is nested far too deep (allowed: at most {MAX_DEPTH} levels of mappings "
+                          "and lists)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError(field, f"{what} is not valid YAML{where}: {problem}") from None
+    _check_depth(data, "" if field == "scenario" else field)
+    return data
 
 
 def load_raw(source: str | Path | None) -> dict[str, Any]:
@@ -734,12 +883,10 @@ def load_raw(source: str | Path | None) -> dict[str, Any]:
         if str(source) not in names:
             raise ConfigError("scenario", f"unknown scenario '{source}' (built-in: {', '.join(names)}; or a path to a .yaml file)")
         text = resources.files("fedsim.scenarios").joinpath(f"{source}.yaml").read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("scenario", f"'{source}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if "\x00" in text:
+        raise ConfigError("scenario", f"'{source}' holds NUL bytes (first at character {text.index(chr(0))}); "
+                          "a scenario is a YAML text file")
+    data = parse_yaml(text, "scenario", f"'{source}'")
     if data is None:
         raise ConfigError("scenario", f"'{source}' is empty (a scenario needs at least a stop rule; see "
                           "`fedsim show default` for a complete one)")
@@ -792,9 +939,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Pa
         if not key:
             raise ConfigError("override", f"'{item}' has an empty key")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
+            value = parse_yaml(raw, key, f"the value of {key}") if raw.strip() else ""
+        except ConfigError as exc:
+            if "not valid YAML" not in exc.message or "given twice" in exc.message:
+                raise
+            value = raw  # not YAML: taken as the text it is
         parts = key.split(".")
         node: Any = data
         if parts == ["algorithm"] and isinstance(value, str) and "," in value:  # algorithm=a,b: one variant each
@@ -860,7 +1009,7 @@ def field_reference(algorithms: Mapping[str, type]) -> str:
     def table(rows: list[Any]) -> list[str]:
         out = ["| field | type | default | allowed | meaning |", "|---|---|---|---|---|"]
         for f in rows:
-            allowed = f.domain.describe(type_text(f.type).startswith("an integer")) if f.domain else ""
+            allowed = f.domain.describe(type_text(f.type).startswith("an integer")) if f.domain else ", ".join(f.choices)
             out.append(f"| `{f.path}` | {type_text(f.type)} | `{_reference_default(f.default)}` | {allowed} | {f.doc} |")
         return out
 

@@ -165,6 +165,9 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
     if goal is not None:
         summary["reached_target"] = table.groupby("algorithm", sort=False)["reached_target"].sum().astype(int)
         summary["seeds"] = table.groupby("algorithm", sort=False).size()
+        # over the seeds that reached the target (a seed that never did has no time; reached_target counts them)
+        hit = table[table["reached_target"] == True].groupby("algorithm", sort=False)["time_to_target_s"]  # noqa: E712
+        summary["time_to_target_s_mean"], summary["time_to_target_s_std"] = hit.mean(), hit.std()
     summary.reset_index().to_csv(out / "seeds_summary.csv", index=False)
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for label, frames in curves.items():

@@ -14,6 +14,8 @@ comes from an offline dataset); no model is trained then, so the cut refers to t
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -53,6 +55,9 @@ class SplitConfig:
         if self.cost_input_shape is not None:
             require(len(self.cost_input_shape) > 0 and all(s > 0 for s in self.cost_input_shape),
                     f"{prefix}.cost_input_shape", f"must be a list of positive sizes, got {self.cost_input_shape!r}")
+            elements = math.prod(self.cost_input_shape)  # the costed model is built for it: bound its input
+            require(elements <= 2**20, f"{prefix}.cost_input_shape", f"got {self.cost_input_shape!r}, {elements:.3g} "
+                    "values per sample (allowed: at most 2^20 = 1,048,576, e.g. [3, 512, 512])")
 
 
 class SplitAlgorithm(Algorithm):

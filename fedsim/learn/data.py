@@ -197,9 +197,7 @@ def _load_digits(rng: np.random.Generator, opts: dict, *, upscale: bool = False)
     """
     from sklearn.datasets import load_digits
 
-    frac = float(opts.get("test_fraction", 0.2))
-    if not 0.0 < frac < 1.0:
-        raise ConfigError("data.options.test_fraction", f"must be in (0, 1), got {frac!r}")
+    frac = _option(opts, "test_fraction", 0.2, float, gt=0, lt=1)
     d = load_digits()
     x = (d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
     name = "digits"
@@ -272,25 +270,26 @@ def _load_synthetic(rng: np.random.Generator, num_clients: int | None, opts: dic
     k = int(num_clients if num_clients is not None else (opt_clients if opt_clients is not None else 30))
     if k < 1:
         raise ConfigError("data.options.num_clients", f"must be at least 1, got {k}")
-    alpha = float(opts.get("alpha", 1.0))
-    beta = float(opts.get("beta", 1.0))
-    if alpha < 0 or beta < 0:
-        raise ConfigError("data.options", f"alpha and beta must be >= 0, got alpha={alpha}, beta={beta}")
-    dim = int(opts.get("dimension", 60))
-    ncls = int(opts.get("num_classes", 10))
-    frac = float(opts.get("test_fraction", 0.2))
-    if not 0.0 <= frac < 1.0:
-        raise ConfigError("data.options.test_fraction", f"must be in [0, 1), got {frac!r}")
-    iid = bool(opts.get("iid", False))
+    alpha = _option(opts, "alpha", 1.0, float, ge=0, le=1e3)
+    beta = _option(opts, "beta", 1.0, float, ge=0, le=1e3)
+    dim = _option(opts, "dimension", 60, int, ge=1, le=10**5)
+    ncls = _option(opts, "num_classes", 10, int, ge=2, le=10**4)
+    frac = _option(opts, "test_fraction", 0.2, float, ge=0, lt=1)
+    iid = _option(opts, "iid", False, bool)
 
-    sizes = rng.lognormal(float(opts.get("size_mean", 4.0)), float(opts.get("size_sigma", 2.0)), k).astype(np.int64)
-    sizes = sizes + int(opts.get("min_samples", 50))
+    sizes = rng.lognormal(_option(opts, "size_mean", 4.0, float, ge=0, le=20),
+                          _option(opts, "size_sigma", 2.0, float, ge=0, le=10), k).astype(np.int64)
+    sizes = sizes + _option(opts, "min_samples", 50, int, ge=0, le=10**7)
     total = opts.get("samples")
     if total is not None:
-        total = int(total)
+        total = _option(opts, "samples", None, int, ge=1, le=10**9)
         if total < 2 * k:
             raise ConfigError("data.options.samples", f"{total} is too few for {k} clients (need at least {2 * k})")
         sizes = _rescale_sizes(sizes, total, minimum=2)
+    if float(sizes.sum()) * dim > MAX_GENERATED_VALUES:  # checked before anything is drawn
+        raise ConfigError("data.options.samples", f"{float(sizes.sum()):.4g} samples of dimension {dim} would be "
+                          f"{float(sizes.sum()) * dim:.3g} values (allowed: at most {MAX_GENERATED_VALUES:.0e}; "
+                          "set data.options.samples lower, or size_mean / min_samples)")
 
     sigma_diag = np.arange(1, dim + 1, dtype=np.float64) ** -1.2
     if iid:
@@ -322,6 +321,21 @@ def _load_synthetic(rng: np.random.Generator, num_clients: int | None, opts: dic
     train = _to_dataset(np.concatenate(xs_tr), np.concatenate(ys_tr), ncls, "synthetic")
     test = _to_dataset(np.concatenate(xs_te).reshape(-1, dim), np.concatenate(ys_te), ncls, "synthetic")
     return FederatedData(train, test, parts)
+
+
+#: Most numbers a generated dataset may hold (10^8 float64 values: 800 MB).
+MAX_GENERATED_VALUES = 1e8
+
+
+def _option(opts: Any, key: str, default: Any, tp: type, **domain: float) -> Any:
+    """One dataset option, checked as a scenario field is (type, then numeric domain), named
+    ``data.options.<key>``: a string where a number belongs, or 0 classes, is one clear line."""
+    from fedsim.config import Domain, check_domain, coerce
+
+    field = f"data.options.{key}"
+    value = coerce(opts.get(key, default), tp, field)
+    check_domain(value, Domain(**domain) if domain else None, field)
+    return value
 
 
 def _rescale_sizes(sizes: np.ndarray, total: int, minimum: int) -> np.ndarray:

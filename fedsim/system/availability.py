@@ -159,7 +159,7 @@ class TraceAvailability(_Intervals):
             merged: list[list[float]] = []
             for s, e in sorted(ivs):
                 if e < s:
-                    raise ConfigError("availability.trace", f"client {client}: interval end {e} before start {s}")
+                    raise ConfigError("availability.path", f"client {client}: interval end {e} before start {s}")
                 if merged and s <= merged[-1][1]:
                     merged[-1][1] = max(merged[-1][1], e)
                 else:
@@ -168,20 +168,26 @@ class TraceAvailability(_Intervals):
 
     @classmethod
     def from_csv(cls, path: str | Path) -> "TraceAvailability":
+        import io
+
+        from fedsim.config import read_text
+
         p = Path(path)
-        if not p.exists():
-            raise ConfigError("availability.trace", f"file {str(p)!r} does not exist")
+        text = read_text(p, "availability.path", "CSV file (client,start,end)")
         ivs: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-        with p.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            if not {"client", "start", "end"} <= set(reader.fieldnames or []):
-                raise ConfigError("availability.trace", f"{p.name}: needs columns client,start,end, found {reader.fieldnames}")
-            for i, row in enumerate(reader):
-                try:
-                    c = int(row["client"]) if row["client"].strip().lstrip("-").isdigit() else row["client"]
-                    ivs[c].append((float(row["start"]), float(row["end"])))
-                except ValueError:
-                    raise ConfigError("availability.trace", f"{p.name}: row {i + 2} is not numeric: {row}") from None
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if not {"client", "start", "end"} <= set(reader.fieldnames or []):
+            raise ConfigError("availability.path", f"{p.name}: needs columns client,start,end, found {str(reader.fieldnames)[:200]}")
+        for i, row in enumerate(reader):
+            try:
+                c = int(row["client"]) if row["client"].strip().lstrip("-").isdigit() else row["client"]
+                start, end = float(row["start"]), float(row["end"])
+            except (ValueError, TypeError, AttributeError):  # TypeError/AttributeError: a short row
+                raise ConfigError("availability.path", f"{p.name}: row {i + 2} is not client,start,end numbers: "
+                                  f"{str(row)[:200]}") from None
+            if not (math.isfinite(start) and math.isfinite(end)):
+                raise ConfigError("availability.path", f"{p.name}: row {i + 2} has a non-finite time: {str(row)[:200]}")
+            ivs[c].append((start, end))
         return cls(ivs)
 
     def _changes(self, client, t):

@@ -107,21 +107,46 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in _profile_dir().glob("*.yaml"))
 
 
+def _shown(text: str, limit: int = 60) -> str:
+    """A value for an error line: quoted, and cut when it is long (a 100 kB name stays one short line)."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
+
+
+def _exists(p: Path) -> bool:
+    """Path.exists for any user text: a name too long for the file system, or with a NUL, does not exist."""
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def _resolve(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
+    allowed = f"allowed: {', '.join(list_profiles())}, or a path to a YAML file"
+    if not str(name_or_path).strip():
+        raise ConfigError("devices.profile", f"got an empty name ({allowed})")
     p = Path(name_or_path)
-    if base_dir is not None and not p.is_absolute() and (Path(base_dir) / p).is_file():
+    if base_dir is not None and not p.is_absolute() and _exists(Path(base_dir) / p) and (Path(base_dir) / p).is_file():
         return Path(base_dir) / p  # a profile file beside the scenario file that names it
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.exists():
-            raise ConfigError("devices.profile", f"profile file {str(p)!r} does not exist")
+    if p.suffix in (".yaml", ".yml") or _exists(p):
+        if not _exists(p):
+            raise ConfigError("devices.profile", f"profile file {_shown(str(p))} does not exist")
+        if p.is_dir():
+            raise ConfigError("devices.profile", f"{_shown(str(p))} is a folder, not a profile file ({allowed})")
         return p
     candidate = _profile_dir() / f"{name_or_path}.yaml"
-    if not candidate.exists():
-        raise ConfigError(
-            "devices.profile",
-            f"unknown device profile {str(name_or_path)!r} (allowed: {', '.join(list_profiles())}, or a path to a YAML file)",
-        )
+    if not _exists(candidate):
+        raise ConfigError("devices.profile", f"unknown device profile {_shown(str(name_or_path))} ({allowed})")
     return candidate
+
+
+def profile_at(name_or_path: str | Path, field: str) -> "DeviceProfile":
+    """:func:`load_profile`, its errors named at the scenario field that gave the profile
+    (``devices.mix[1].profile``, ``server.profile``) rather than at a generic ``devices.profile``."""
+    try:
+        return load_profile(name_or_path)
+    except ConfigError as exc:
+        rest = exc.field[len("devices.profile"):] if exc.field.startswith("devices.profile") else ""
+        raise ConfigError(field + rest, exc.message) from None
 
 
 class _Reader:
@@ -182,10 +207,15 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Devi
     Raises ConfigError naming the file and the field for a missing, negative or unknown entry.
     """
     path = _resolve(name_or_path, base_dir)
+    from fedsim.config import read_text
+
+    text = read_text(path, f"devices.profile[{path.name}]", "profile YAML file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"devices.profile[{path.name}]", f"not valid YAML: {exc}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"devices.profile[{path.name}]", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     r = _Reader(path, data)
     sources: dict[str, Sourced] = {}
 

@@ -54,24 +54,29 @@ def uniform_distance(n: int, r_min: float, r_max: float, rng: np.random.Generato
 
 def from_csv(path: str | Path) -> np.ndarray:
     """Positions from a CSV file with header ``x,y`` (optionally a ``client`` column giving the order)."""
+    import io
+
+    from fedsim.config import read_text
+
     p = Path(path)
-    if not p.exists():
-        raise ConfigError("positions.file", f"file {str(p)!r} does not exist")
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        cols = set(reader.fieldnames or [])
-        if not {"x", "y"} <= cols:
-            raise ConfigError("positions.file", f"{p.name}: needs columns x and y, found {sorted(cols)}")
-        rows = []
-        for i, row in enumerate(reader):
-            try:
-                rows.append((int(row["client"]) if "client" in cols else i, float(row["x"]), float(row["y"])))
-            except ValueError:
-                raise ConfigError("positions.file", f"{p.name}: row {i + 2} is not numeric: {row}") from None
+    field = "channel.positions.path"
+    reader = csv.DictReader(io.StringIO(read_text(p, field, "CSV file (x,y)"), newline=""))
+    cols = set(reader.fieldnames or [])
+    if not {"x", "y"} <= cols:
+        raise ConfigError(field, f"{p.name}: needs columns x and y, found {str(sorted(cols))[:200]}")
+    rows = []
+    for i, row in enumerate(reader):
+        try:
+            rows.append((int(row["client"]) if "client" in cols else i, float(row["x"]), float(row["y"])))
+        except (ValueError, TypeError):  # TypeError: a short row
+            raise ConfigError(field, f"{p.name}: row {i + 2} is not numeric: {str(row)[:200]}") from None
+        if not (math.isfinite(rows[-1][1]) and math.isfinite(rows[-1][2])):
+            raise ConfigError(field, f"{p.name}: row {i + 2} has a non-finite coordinate: {str(row)[:200]} "
+                              "(allowed: finite x, y in metres)")
     rows.sort()
     ids = [r[0] for r in rows]
     if ids != list(range(len(ids))):
-        raise ConfigError("positions.file", f"{p.name}: client ids must be 0..n-1 without gaps")
+        raise ConfigError(field, f"{p.name}: client ids must be 0..n-1 without gaps")
     return np.array([[r[1], r[2]] for r in rows], dtype=float).reshape(-1, 2)
 
 
