@@ -165,9 +165,7 @@ class DeviceGroup:
     memory_mb: float | None = num(None, gt=0, le=1e9, unit="MiB", doc="memory budget replacing the profile's")
 
     def validate(self, prefix: str) -> None:
-        from fedsim.system.devices import profile_at
-
-        profile_at(self.profile, f"{prefix}.profile")  # a bad profile is named where it was given
+        # the profile itself is checked by scenario_from_mapping, which knows the scenario file's folder
         positive(self.weight, f"{prefix}.weight")
         positive(self.memory_mb, f"{prefix}.memory_mb")
         if self.count is not None:
@@ -486,9 +484,6 @@ class ServerConfig:
     efficiency: float | None = num(None, gt=0, le=1, doc="achieved fraction of the profile's peak")
 
     def validate(self, prefix: str) -> None:
-        from fedsim.system.devices import profile_at
-
-        profile_at(self.profile, f"{prefix}.profile")
         positive(self.workers, f"{prefix}.workers")
         positive(self.overhead_s, f"{prefix}.overhead_s", allow_zero=True)
 
@@ -786,6 +781,11 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
         raise ConfigError("algorithm", f"variants need distinct labels, got {labels} (add label: ...)")
     kwargs["algorithms"] = specs
     scenario = Scenario(**kwargs, source_dir=source_dir)
+    from fedsim.system.devices import profile_at
+
+    for i, group in enumerate(scenario.devices.mix):  # a bad profile is named where it was given
+        profile_at(group.profile, f"devices.mix[{i}].profile", source_dir)
+    profile_at(scenario.server.profile, "server.profile", source_dir)
     for kind, section in (("model", scenario.model), ("dataset", scenario.data)):  # a bad reference fails here
         find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", (source_dir,))
     for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)

@@ -7,7 +7,7 @@ import pandas as pd
 from analysis.present import WIDTH, Row, check_folder, fmt_number, render, rows_of
 from fedsim.cli import main
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 
 def test_numbers_for_people():

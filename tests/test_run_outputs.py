@@ -7,7 +7,8 @@ import pytest
 import yaml
 
 from fedsim.cli import main
-from fedsim.scenario import dump_scenario, load_scenario
+from fedsim.scenario import dump_scenario
+from fedsim import load_scenario
 
 
 def test_show_writes_out_the_default_links(capsys, tmp_path):
@@ -70,7 +71,7 @@ def test_python_api_of_a_two_algorithm_run_is_per_label(tiny, tmp_path):
     """`res.summary` of two algorithms would silently be the first one's: refused, per label instead."""
     import fedsim
     from fedsim.errors import FedsimError
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
 
     tiny["algorithm"] = [{"name": "fedavg", "clients_per_round": 3}, {"name": "fedbuff"}]
     res = fedsim.run(scenario_from_mapping(tiny), out=tmp_path / "r")
@@ -97,7 +98,7 @@ def test_scenario_descriptions_are_whole_and_fit_100_columns(capsys):
 def test_progress_bar_ends_where_the_run_ended(tiny, tmp_path, capsys):
     """A round-based run reports its last round before the stop time: the bar still ends at 100%."""
     from fedsim.runner import run_scenario
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
 
     tiny["stop"] = {"max_time_s": 1.5}
     run_scenario(scenario_from_mapping(tiny), tmp_path / "r", progress=True)
@@ -129,10 +130,11 @@ def test_reference_says_what_every_scenario_field_means_and_lists_names():
     from fedsim.config import walk_fields
     from fedsim.learn.data import DATASETS
     from fedsim.scenario import SECTIONS, field_reference
+    from fedsim.algorithms import registry
 
     empty = [f.path for key, cls in SECTIONS.items() for f in walk_fields(cls, key) if not f.doc]
     assert empty == []
-    row = next(line for line in field_reference().splitlines() if line.startswith("| `data.name` |"))
+    row = next(line for line in field_reference(registry()).splitlines() if line.startswith("| `data.name` |"))
     assert all(name in row for name in DATASETS)
-    row = next(line for line in field_reference().splitlines() if line.startswith("| `devices.mix[0].profile` |"))
+    row = next(line for line in field_reference(registry()).splitlines() if line.startswith("| `devices.mix[0].profile` |"))
     assert "jetson-nano" in row and "path to a profile YAML file" in row

@@ -139,11 +139,11 @@ def _resolve(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
     return candidate
 
 
-def profile_at(name_or_path: str | Path, field: str) -> "DeviceProfile":
+def profile_at(name_or_path: str | Path, field: str, base_dir: Path | None = None) -> "DeviceProfile":
     """:func:`load_profile`, its errors named at the scenario field that gave the profile
     (``devices.mix[1].profile``, ``server.profile``) rather than at a generic ``devices.profile``."""
     try:
-        return load_profile(name_or_path)
+        return load_profile(name_or_path, base_dir)
     except ConfigError as exc:
         rest = exc.field[len("devices.profile"):] if exc.field.startswith("devices.profile") else ""
         raise ConfigError(field + rest, exc.message) from None
