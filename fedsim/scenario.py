@@ -22,6 +22,7 @@ import yaml
 from fedsim.components import find, reference_of
 from fedsim.config import check_domain, coerce, from_mapping, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
+from fedsim.system.channel import PHYSICAL_FIELDS, LinkPhysics
 
 
 def _names(module: str, attribute: str) -> tuple[str, ...]:
@@ -221,8 +222,9 @@ class DevicesConfig:
 
 
 @dataclass
-class LinkConfig:
-    """One direction of every client's link (the fields of ``fedsim.system.channel.ChannelConfig``).
+class LinkConfig(LinkPhysics):
+    """One direction of every client's link: the physical fields of ``fedsim.system.channel.LinkPhysics``
+    (declared there once) with rates stated in Mbit/s.
 
     Rate-only models: ``fixed`` (``mbps``; a [lo, hi] range gives each client its own rate, drawn
     log-uniformly once), ``uniform_rate`` (uniform in ``mbps`` = [lo, hi], redrawn per transmission or
@@ -237,23 +239,6 @@ class LinkConfig:
                                            doc="fixed/uniform_rate: a rate, or [lo, hi] drawn per client")
     redraw: Literal["per_transmission", "per_client"] = field(default="per_transmission",
         metadata={"doc": "uniform_rate: draw a new rate per transmission or once per client"})
-    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
-    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
-    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W",
-                            doc="transmit power: SNR under path loss, transmit energy always")
-    noise_psd_w_hz: float = num(3.981e-21, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
-    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
-    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
-    fading: str = field(default="none", metadata={"doc": "small-scale fading model",
-        "choices": lambda: _names("fedsim.system.channel", "FADING_MODELS")})
-    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB", doc="rician fading: K factor")
-    los: Literal["auto", "los", "nlos"] = field(default="auto",
-                                                metadata={"doc": "TR 38.901: line of sight drawn (auto) or forced"})
-    exponent: float = num(3.0, gt=0, le=10, doc="path-loss exponent (log_distance)")
-    pl0_db: float = num(40.0, ge=0, le=300, unit="dB", doc="log_distance: path loss at d0_m")
-    d0_m: float = num(1.0, gt=0, le=1e6, unit="m", doc="log_distance: reference distance")
-    h_bs: float | None = num(None, gt=0, le=1e4, unit="m", doc="TR 38.901: base-station height (null: the model's)")
-    h_ut: float = num(1.5, gt=0, le=1e4, unit="m", doc="TR 38.901: user-terminal height")
 
     def validate(self, prefix: str) -> None:
         from fedsim.system.channel import FADING_MODELS, PATHLOSS_MODELS
@@ -280,8 +265,6 @@ class LinkConfig:
 PATHLOSS_MODELS_ALL = ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma", "fixed", "uniform_rate", "ideal")
 #: Link fields each kind of link model uses; a field given under a model that ignores it is an error.
 RATE_ONLY_MODELS = ("fixed", "uniform_rate", "ideal")
-PHYSICAL_FIELDS = ("frequency_hz", "bandwidth_hz", "tx_power_w", "noise_psd_w_hz", "noise_figure_db", "shadowing_db",
-                   "fading", "rician_k_db", "los", "exponent", "pl0_db", "d0_m", "h_bs", "h_ut")
 FIELD_MODELS: dict[str, tuple[str, ...]] = {
     "mbps": ("fixed", "uniform_rate"),
     "redraw": ("uniform_rate",),

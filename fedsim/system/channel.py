@@ -22,11 +22,12 @@ Frequencies are in Hz and distances in metres at the API; the 3GPP formulas take
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable, Literal
 
 import numpy as np
 
+from fedsim.config import num
 from fedsim.errors import ConfigError
 from fedsim.sim.rng import Streams
 
@@ -195,9 +196,39 @@ def ergodic_rayleigh_rate(bandwidth_hz: float, mean_snr: float) -> float:
 
 # ------------------------------------------------------------------------------------------ configuration
 
-@dataclass(frozen=True)
-class ChannelConfig:
-    """One direction of a link (uplink or downlink).
+@dataclass
+class LinkPhysics:
+    """The settings of one link direction, declared once: the scenario's ``channel.uplink`` and
+    ``channel.downlink`` sections (``fedsim.scenario.LinkConfig``) and the channel model's
+    :class:`ChannelConfig` both extend it, each adding only how it states rates."""
+
+    model: str = field(default="tr36814", metadata={"doc": "rate-only (fixed, uniform_rate, ideal) or path-loss link model",
+                                                    "choices": lambda: PATHLOSS_MODELS})
+    frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
+    bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
+    tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W",
+                            doc="transmit power: SNR under path loss, transmit energy always")
+    noise_psd_w_hz: float = num(N0_W_PER_HZ, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
+    noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
+    shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
+    fading: str = field(default="none", metadata={"doc": "small-scale fading model", "choices": lambda: FADING_MODELS})
+    rician_k_db: float = num(9.0, ge=-100, le=100, unit="dB", doc="rician fading: K factor")
+    los: Literal["auto", "los", "nlos"] = field(default="auto",
+                                                metadata={"doc": "TR 38.901: line of sight drawn (auto) or forced"})
+    exponent: float = num(3.0, gt=0, le=10, doc="path-loss exponent (log_distance)")
+    pl0_db: float = num(40.0, ge=0, le=300, unit="dB", doc="log_distance: path loss at d0_m")
+    d0_m: float = num(1.0, gt=0, le=1e6, unit="m", doc="log_distance: reference distance")
+    h_bs: float | None = num(None, gt=0, le=1e4, unit="m", doc="TR 38.901: base-station height (null: the model's)")
+    h_ut: float = num(1.5, gt=0, le=1e4, unit="m", doc="TR 38.901: user-terminal height")
+
+
+#: the physical fields of a link direction (every field of :class:`LinkPhysics` but its model)
+PHYSICAL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LinkPhysics) if f.name != "model")
+
+
+@dataclass
+class ChannelConfig(LinkPhysics):
+    """One direction of a link (uplink or downlink), with its rates in bit/s.
 
     ``model`` picks the path-loss model, or one of the rate-only models: ``fixed`` (``rate_bps``),
     ``uniform_rate`` (uniform in ``rate_range_bps``, redrawn per transmission or fixed per client) and
@@ -207,21 +238,6 @@ class ChannelConfig:
     TR 38.901 probability, or force 'los'/'nlos'.
     """
 
-    model: str = "tr36814"
-    frequency_hz: float = 2.0e9
-    bandwidth_hz: float = 10e6
-    tx_power_w: float = 0.2
-    noise_psd_w_hz: float = N0_W_PER_HZ
-    noise_figure_db: float = 0.0
-    shadowing_db: float | None = 0.0
-    fading: str = "none"
-    rician_k_db: float = 9.0
-    los: str = "auto"
-    h_bs: float | None = None
-    h_ut: float = 1.5
-    pl0_db: float = 40.0
-    d0_m: float = 1.0
-    exponent: float = 3.0
     rate_bps: float | None = None
     rate_range_bps: tuple[float, float] | None = None
     redraw: str = "per_transmission"

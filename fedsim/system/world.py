@@ -26,7 +26,7 @@ from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
 from fedsim.system import positions as pos
 from fedsim.system.availability import AlwaysOn, make_availability
-from fedsim.system.channel import CHANNEL_PRESETS, GAS_DISTANCE_RANGE_M, ChannelConfig, LinkModel
+from fedsim.system.channel import CHANNEL_PRESETS, GAS_DISTANCE_RANGE_M, PHYSICAL_FIELDS, ChannelConfig, LinkModel
 from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
 from fedsim.system.energy import EnergyMeter
 from fedsim.system.medium import Medium, make_medium
@@ -51,10 +51,7 @@ def _channel_config(link: "LinkConfig") -> ChannelConfig:
     mbps = link.mbps
     lo_hi = (mbps if isinstance(mbps, list) else [mbps, mbps]) if mbps is not None else None
     return ChannelConfig(
-        model=link.model, frequency_hz=link.frequency_hz, bandwidth_hz=link.bandwidth_hz, tx_power_w=link.tx_power_w,
-        noise_psd_w_hz=link.noise_psd_w_hz, noise_figure_db=link.noise_figure_db, shadowing_db=link.shadowing_db,
-        fading=link.fading, rician_k_db=link.rician_k_db, los=link.los, h_bs=link.h_bs, h_ut=link.h_ut,
-        pl0_db=link.pl0_db, d0_m=link.d0_m, exponent=link.exponent,
+        model=link.model, **{name: getattr(link, name) for name in PHYSICAL_FIELDS},
         rate_bps=lo_hi[0] * 1e6 if link.model == "fixed" and lo_hi else None,
         rate_range_bps=(lo_hi[0] * 1e6, lo_hi[-1] * 1e6) if link.model == "uniform_rate" and lo_hi else None,
         redraw=link.redraw,
