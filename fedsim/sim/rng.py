@@ -24,8 +24,9 @@ member's key.  The 64-bit output becomes a uniform in (0, 1) from its top 52 bit
 """
 from __future__ import annotations
 
+import functools
 import hashlib
-from typing import TYPE_CHECKING, Hashable, TypeVar
+from typing import TYPE_CHECKING, Any, Hashable, TypeVar
 
 import numpy as np
 
@@ -68,16 +69,24 @@ def counter_normals(key: int, members: Word, counters: Word) -> "float | np.ndar
     lines, so one draw equals the same draw taken in a batch, bit for bit: the integer steps are exact
     (``& mask`` wraps the Python ints as uint64 arithmetic wraps), ``(k + 0.5) * 2**-52`` is exact for a
     52-bit ``k``, and ``ndtri`` is one ufunc whether it gets one number or many."""
-    from scipy.special import ndtri
-
-    if isinstance(members, np.ndarray) or isinstance(counters, np.ndarray):
+    many = isinstance(members, np.ndarray) or isinstance(counters, np.ndarray)
+    if many:
         members = np.asarray(members, dtype=np.uint64)
         counters = np.asarray(counters, dtype=np.uint64)
         key = np.uint64(key)  # type: ignore[assignment]
     z = splitmix64(splitmix64(key, members), counters)
     u = ((z >> 12) + 0.5) * 2.0**-52  # in (0, 1): never 0 or 1, so every normal is finite (|z| < 8.3)
-    out = ndtri(u)
-    return float(out) if np.ndim(out) == 0 else out
+    out = _ndtri()(u)
+    return out if many else float(out)
+
+
+@functools.lru_cache(maxsize=1)
+def _ndtri() -> Any:
+    """scipy's inverse normal CDF (a compiled scalar loop: the same result for a value alone or in an
+    array), imported at the first draw."""
+    from scipy.special import ndtri
+
+    return ndtri
 
 
 class CounterStreams:
