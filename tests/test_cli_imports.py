@@ -2,6 +2,7 @@
 which heavy modules are in ``sys.modules`` after ``fedsim.cli.main`` in a fresh interpreter."""
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def _loaded(*argv: str) -> tuple[str, set[str]]:
     out = subprocess.run([sys.executable, "-c", CODE, *argv], cwd=ROOT, capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     code, _, mods = out.stdout.strip().splitlines()[-1].partition(" ")
-    return code, set(eval(mods))  # a printed list of names
+    return code, set(ast.literal_eval(mods))
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["scenarios"], ["profiles", "jetson-nano"]])
