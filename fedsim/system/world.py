@@ -8,7 +8,8 @@ access (``medium``), the network tree (``topology``), the server queue (``server
 (``availability``) and energy (``energy``).
 
 Per-client parameters (device group, own FLOP/s, fixed link rate, position, edge server) are drawn
-from each client's own named stream, so adding clients never changes the ones already there.
+from each client's own named stream, and task n's compute-time jitter is draw n of the client's member of
+the counter-based family ``("jitter",)``, so adding clients never changes the ones already there.
 """
 from __future__ import annotations
 
