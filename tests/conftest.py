@@ -11,7 +11,7 @@ import pytest
 import torch
 
 torch.set_num_threads(1)
-# generated datasets are cached for this session only (shared by the tests, nothing left in the user's cache)
+# generated datasets are cached for this test run only (shared by its tests, nothing left in the user's cache)
 _CACHE = tempfile.mkdtemp(prefix="fedsim-test-cache-")
 os.environ["FEDSIM_CACHE_DIR"] = _CACHE
 
