@@ -2,12 +2,22 @@
 from __future__ import annotations
 
 import copy
+import os
+import shutil
+import tempfile
 from typing import Any
 
 import pytest
 import torch
 
 torch.set_num_threads(1)
+# generated datasets are cached for this test run only (shared by its tests, nothing left in the user's cache)
+_CACHE = tempfile.mkdtemp(prefix="fedsim-test-cache-")
+os.environ["FEDSIM_CACHE_DIR"] = _CACHE
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_CACHE, ignore_errors=True)
 
 TINY: dict[str, Any] = {
     "name": "tiny",

@@ -16,7 +16,7 @@ from figures import cos2p
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory):
     out = tmp_path_factory.mktemp("cos2p-figures")
-    return out, cos2p.make_all(out, quick=True, seeds=[0], progress=False, time_s=0.5)
+    return out, cos2p.make_all(out, quick=True, seeds=[0], progress=False, time_s=0.25)
 
 
 def test_every_figure_has_its_csv(recipe):

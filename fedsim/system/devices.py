@@ -20,13 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from fedsim.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: Precisions a peak number may be quoted at.  ``int8_sparse`` is NVIDIA's 2:4 structured-sparsity figure.
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8_dense", "int8_sparse")
@@ -304,7 +306,7 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Devi
     )
 
 
-def profile_table(names: list[str] | None = None) -> pd.DataFrame:
+def profile_table(names: list[str] | None = None) -> "pd.DataFrame":
     """One row per profile: the numbers a user compares (for ``fedsim profiles``)."""
     rows = []
     for n in names or list_profiles():
@@ -324,6 +326,8 @@ def profile_table(names: list[str] | None = None) -> pd.DataFrame:
             "idle_w": p.idle_w,
             "fp32_status": p.sources["peak.fp32"].status if "peak.fp32" in p.sources else "",
         })
+    import pandas as pd  # only the table needs it (`fedsim profiles NAME` does not)
+
     return pd.DataFrame(rows)
 
 

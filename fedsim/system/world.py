@@ -8,7 +8,8 @@ access (``medium``), the network tree (``topology``), the server queue (``server
 (``availability``) and energy (``energy``).
 
 Per-client parameters (device group, own FLOP/s, fixed link rate, position, edge server) are drawn
-from each client's own named stream, so adding clients never changes the ones already there.
+from each client's own named stream, and task n's compute-time jitter is draw n of the client's member of
+the counter-based family ``("jitter",)``, so adding clients never changes the ones already there.
 """
 from __future__ import annotations
 
@@ -177,6 +178,7 @@ class World:
             self._flops_per_s = self.capability * cap.unit_flops_per_s
         self._device_res: dict[int, simpy.Resource] = {}
         self._tasks = np.zeros(n, dtype=np.int64)
+        self._jitter = self.streams.counter("jitter")  # client c's task n draws member c's draw n
 
     def _init_channel(self, ch: "ChannelSection") -> None:
         preset = CHANNEL_PRESETS[ch.preset] if ch.preset else None
@@ -288,18 +290,20 @@ class World:
         """
         n = int(self._tasks[client])
         self._tasks[client] += 1
-        j = self.devices_cfg.jitter
-        rng = self.streams.numpy("jitter", client, n) if j > 0 else None  # the stream of task n, when drawn from
         own = self._flops_per_s[client]
         if own > 0:
             base = flops / own
-            return base * float(np.exp(j * rng.standard_normal() - 0.5 * j * j)) if rng is not None else base
-        return compute_time(self.device(client), flops, jitter=j, rng=rng, model=self.model_name, samples=samples)
+        else:
+            base = compute_time(self.device(client), flops, model=self.model_name, samples=samples)
+        j = self.devices_cfg.jitter
+        if j > 0:  # task n's lognormal factor (mean 1), from the counter stream of this client
+            base *= math.exp(j * self._jitter.normal(client, n) - 0.5 * j * j)
+        return base
 
     def compute_seconds_many(self, clients: np.ndarray, flops: np.ndarray, samples: np.ndarray) -> np.ndarray:
         """:meth:`compute_seconds` for many distinct clients at once: the same numbers (each client's task
-        counter and jitter stream advance as one call each would), computed per device group in numpy,
-        the jitter draws seeded as arrays (:meth:`Streams.first_normals`)."""
+        counter advances as one call each would, and its jitter is the same counter-stream draw), computed
+        per device group in numpy."""
         clients = np.asarray(clients, dtype=np.int64)
         flops = np.asarray(flops, dtype=np.float64)
         samples = np.asarray(samples, dtype=np.int64)
@@ -318,10 +322,10 @@ class World:
             else:
                 out[sel] = flops[sel] / prof.train_flops_per_s(None)
         j = self.devices_cfg.jitter
-        if j > 0:  # each task's factor from its own stream, in compute_seconds' float operations
-            z = self.streams.first_normals([("jitter", c, n) for c, n in zip(clients.tolist(), tasks.tolist())])
-            for i, (base, zi, m) in enumerate(zip(out.tolist(), z.tolist(), mine.tolist())):
-                out[i] = base * float(np.exp(j * zi - 0.5 * j * j)) if m else base * math.exp(j * zi - 0.5 * j * j)
+        if j > 0:  # the same draws as compute_seconds, and its float operations (math.exp, one at a time)
+            c = 0.5 * j * j
+            z = self._jitter.normals(clients, tasks)
+            out = np.array([base * math.exp(j * zi - c) for base, zi in zip(out.tolist(), z.tolist())], dtype=np.float64)
         return out
 
     def transfer_rates(self, direction: str, clients: np.ndarray, share: float, times: np.ndarray) -> np.ndarray:
