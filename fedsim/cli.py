@@ -1,7 +1,7 @@
 """The ``fedsim`` command line.
 
     fedsim run [SCENARIO] [key=value ...] [--out DIR]   run a built-in scenario or a YAML file
-    fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per value, time-to-accuracy figure
+    fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per grid point (and seed), time to accuracy
     fedsim show [SCENARIO] [key=value ...]              print the resolved scenario without running it
     fedsim reference                                    the scenario-field reference (docs/scenario-reference.md)
     fedsim scenarios                                    list the built-in scenarios
@@ -95,14 +95,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
-    out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
+    if args.resume and args.force:
+        raise FedsimError("--resume keeps the finished runs in the folder and --force clears it: give one of them")
+    default_out = Path(scenario.output.dir) / _safe_name(scenario.name)
+    # --resume continues the folder named (or the default one, not a fresh -2)
+    out = Path(args.out) if args.out else (default_out if args.resume else _fresh_folder(default_out))
     print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
     if args.seeds:
         from fedsim.sweep import run_seeds
 
         seeds = _parse_seeds(args.seeds)
         table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
-                          allow_large=args.allow_large)
+                          allow_large=args.allow_large, resume=args.resume)
         import pandas as pd
 
         with pd.option_context("display.width", 200):
@@ -111,7 +115,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_FAILED if (table["status"] != "ok").any() else 0
     if args.target is not None:
         raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
-    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
+    if args.resume:
+        from fedsim.runner import preflight
+        from fedsim.sweep import Unit, run_units
+
+        preflight(scenario, allow_large=args.allow_large)
+        [summaries] = run_units([Unit({}, None, scenario, out)], resume=True, progress=not args.quiet,
+                                allow_large=args.allow_large, what="run")
+    else:
+        summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
@@ -120,21 +132,33 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedsim.scenario import load_scenario
-    from fedsim.sweep import run_sweep
+    from fedsim.sweep import run_sweep, split_grid
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
+    if args.ray is not None and "=" in args.ray:  # `--ray key=v1,v2`: the override, not an address
+        overrides.append(args.ray)
+        args.ray = "local"
+    if args.resume and args.force:
+        raise FedsimError("--resume keeps the finished runs in the folder and --force clears it: give one of them")
+    seeds = _parse_seeds(args.seeds) if args.seeds else None
     name = load_scenario(source, [o for o in overrides if "," not in o or o.split("=", 1)[-1].lstrip().startswith(("[", "{"))]).name
-    out = Path(args.out) if args.out else Path("runs") / f"sweep-{_safe_name(name)}"
-    table = run_sweep(source, overrides, out, target=args.target, progress=not args.quiet)
+    default_out = Path("runs") / f"sweep-{_safe_name(name)}"
+    # like `fedsim run`: a taken default folder gives -2, -3, ...; --resume continues the folder itself
+    out = Path(args.out) if args.out else (default_out if args.resume else _fresh_folder(default_out))
+    table = run_sweep(source, overrides, out, target=args.target, seeds=seeds, jobs=args.jobs, ray=args.ray,
+                      resume=args.resume, force=args.force, progress=not args.quiet, allow_large=args.allow_large)
     import pandas as pd
 
-    cols = ["value", "label", "status", "final_accuracy", "virtual_time_s", "time_to_target_s"]
+    keys = [k for k, _ in split_grid(overrides)[0]]
+    cols = keys + ["label"] + (["runs"] if seeds else []) + ["status", "final_accuracy", "virtual_time_s",
+                                                             "time_to_target_s"]
     with pd.option_context("display.width", 200):
         print(table[[c for c in cols if c in table]].to_string(index=False))
-    print(f"sweep directory: {out} (sweep.csv, sweep.png)")
+    figure = "sweep.png" if len(keys) == 1 else "sweep_heatmap*.png" if len(keys) == 2 else "no figure for > 2 keys"
+    print(f"sweep directory: {out} (sweep.csv, sweep_runs.csv, {figure})")
     return EXIT_FAILED if (table["status"] != "ok").any() else 0
 
 
@@ -233,14 +257,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-large", action="store_true", help="run even when the work estimate is absurd")
     p.add_argument("--seeds", default=None, help="run once per seed (e.g. 0,1,2) and compare the algorithms across seeds")
     p.add_argument("--target", type=float, default=None, help="with --seeds: accuracy for the time-to-target column")
+    p.add_argument("--resume", action="store_true", help="reuse the finished runs already in the folder (same resolved "
+                   "scenario) and run only the rest; an incomplete run is run again")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("sweep", help="one run per value of a field; time-to-accuracy against it",
-                       description="Sweep one field: e.g. `fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9`.")
+    p = sub.add_parser("sweep", help="one run per point of a grid of fields; time-to-accuracy, bytes, energy",
+                       description="Sweep fields: e.g. `fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9`; "
+                                   "several key=v1,v2,... give their grid.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
-    p.add_argument("overrides", nargs="*", help="exactly one key=v1,v2,... plus any key=value overrides")
+    p.add_argument("overrides", nargs="*", help="one or more key=v1,v2,... (their Cartesian grid) plus any key=value overrides")
     p.add_argument("--target", type=float, default=None, help="accuracy whose time-to-reach is plotted (default: stop.target_accuracy)")
-    p.add_argument("--out", default=None, help="sweep directory (default: runs/sweep-<scenario>)")
+    p.add_argument("--seeds", default=None, help="run every point once per seed (e.g. 0,1,2): mean ± std per point")
+    p.add_argument("--jobs", type=int, default=1, help="run points in N local processes (default 1)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run points as Ray tasks: a local Ray, or the cluster at ADDRESS (e.g. auto, ray://head:10001)")
+    p.add_argument("--out", default=None, help="sweep directory, new or empty (default: runs/sweep-<scenario>, or -2, -3, ... if taken)")
+    p.add_argument("--force", action="store_true", help="clear a non-empty sweep directory first")
+    p.add_argument("--resume", action="store_true", help="reuse the finished runs already in the sweep directory (same "
+                   "resolved scenario) and run only the rest")
+    p.add_argument("--allow-large", action="store_true", help="run even when a run's work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
     p = sub.add_parser("show", help="print the resolved scenario without running it")

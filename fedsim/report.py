@@ -413,6 +413,16 @@ def html_report(run_dir: str | Path) -> Path:
     return out
 
 
+def fmt_bytes(n: float) -> str:
+    """Bytes for people, in SI units: 10964800 → ``10.96 MB``."""
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} TB"
+
+
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"
