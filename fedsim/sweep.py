@@ -410,8 +410,7 @@ def heatmap_figure(table: pd.DataFrame, path: Path, keys: Sequence[str], title: 
                     and not isinstance(r.get("reached_target"), bool) and r["reached_target"] < r["runs"]:
                 say += f"\n({int(r['reached_target'])}/{int(r['runs'])} seeds)"
             text[i][j] = say
-        cmap = colormaps["viridis_r" if col != "final_accuracy" else "viridis"].copy()
-        cmap.set_bad("#dddddd")
+        cmap = colormaps["viridis_r" if col != "final_accuracy" else "viridis"].with_extremes(bad="#dddddd")
         im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
         finite = grid[np.isfinite(grid)]
         mid = (finite.min() + finite.max()) / 2 if len(finite) else 0.0
