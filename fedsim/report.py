@@ -20,6 +20,12 @@ from fedsim.sim.trace import load_trace, trace_path  # noqa: E402
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
 TIMELINE_MAX_EVENTS = 3000
 
+#: The narrowest timeline bar, in pixels: compute of a few ms next to seconds of upload stays visible.
+MIN_BAR_PX = 2
+
+#: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
+QUEUE_STEP_MAX = 400
+
 PHASE_COLOURS = {
     "download": "#4c9be8",
     "compute": "#f28e2b",
@@ -55,8 +61,11 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
     The window is ``[since, until]`` (default: the whole run).  When it holds more than ``max_bars`` bars,
     each client's bars of one phase closer than a pixel-width apart are merged (so every phase stays
     visible at the scale of the whole run); the title says the window, the clients shown and whether
-    bars were merged."""
+    bars were merged.  Every bar is at least ``MIN_BAR_PX`` pixels wide and compute is drawn last, so a
+    phase far shorter than the window (compute next to seconds of upload) still shows; the legend gives
+    each phase's mean duration, so a widened bar is not mistaken for a long one."""
     fig, ax = plt.subplots(figsize=(9, 0.25 * min(max_clients, 30) + 2))
+    durations: dict[str, float] = {}
     note = ""
     if len(trace) and "client" in trace:
         kinds = trace["kind"].to_numpy(dtype=object)
@@ -73,33 +82,46 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
         e0 = trace["end"].to_numpy(dtype=float, na_value=np.nan)
         visible = np.flatnonzero(phase & (e0 >= since) & (s0 <= end) & np.isin(client, clients))
         merged = len(visible) > max_bars
-        gap = (end - since) / 900.0 if merged else 0.0
-        for kind in sorted(set(kinds[visible].tolist())):  # phases, then clients, in sorted order
+        pixel = (end - since) / 900.0  # about one pixel of the 9-inch axis at 120 dpi
+        gap = pixel if merged else 0.0
+        present_kinds = set(kinds[visible].tolist())
+        # compute last: drawn over its neighbours, so its narrow bars are never covered by a widened transfer
+        for kind in sorted(present_kinds, key=lambda k: (k == "compute", k)):  # phases, then clients
             idx = visible[kinds[visible] == kind]
+            durations[kind] = float(np.nanmean(e0[idx] - s0[idx])) if len(idx) else 0.0
             idx = idx[np.argsort(client[idx], kind="stable")]
             cuts = np.flatnonzero(np.diff(client[idx])) + 1
             for part in np.split(idx, cuts):
-                _bars(ax, s0[part], e0[part], gap, row[int(client[part[0]])], PHASE_COLOURS[kind])
+                _bars(ax, s0[part], e0[part], gap, row[int(client[part[0]])], PHASE_COLOURS[kind],
+                      min_width=MIN_BAR_PX * pixel)
         del visible, s0, e0, client, kinds, phase
         server = trace.loc[(trace["kind"] == "server") & (trace["end"] >= since) & (trace["start"] <= end),
                            [c for c in ("client", "start", "end", "wait") if c in trace]]
         if len(server):
+            durations["server"] = float((server["end"] - server["start"]).mean())
             # one call per row (a call per request made a run with 10^5 server requests take minutes)
-            _bars(ax, server["start"], server["end"], gap, 0, PHASE_COLOURS["server"])
+            _bars(ax, server["start"], server["end"], gap, 0, PHASE_COLOURS["server"], min_width=MIN_BAR_PX * pixel)
             if "client" in server:
                 # a request's queueing is drawn on the row of the client whose update waits
                 waits = server[(server["wait"] > 0) & server["client"].isin(clients)]
+                if len(waits):
+                    durations["wait"] = float(waits["wait"].mean())
                 for c, g in waits.groupby("client"):
-                    _bars(ax, g["start"] - g["wait"], g["start"], gap, row[int(c)], PHASE_COLOURS["wait"])
+                    _bars(ax, g["start"] - g["wait"], g["start"], gap, row[int(c)], PHASE_COLOURS["wait"],
+                          min_width=MIN_BAR_PX * pixel)
         ax.set_yticks([0] + [row[c] for c in clients])
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
         ax.set_xlim(since, end)
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
-        note = f"\n{shown}, virtual time {since:.4g}–{end:.4g} s" + (", nearby bars merged" if merged else "")
+        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s" + (", nearby bars merged" if merged else "")
+                + f"; bars at least {MIN_BAR_PX} px wide")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
-    ax.legend(handles, ["download", "compute", "upload", "queue wait", "server", "offline"], loc="upper center",
-              bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
+    names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
+             "server": "server", "offline": "offline"}
+    labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
+              for k in PHASE_COLOURS]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
     ax.set_xlabel("virtual time (s)")
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()
@@ -107,9 +129,9 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
     plt.close(fig)
 
 
-def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str) -> None:
-    """One row of a Gantt chart: intervals closer than ``gap`` merged, each at least ``gap`` wide (a bar
-    narrower than a pixel is widened to one, so short phases remain visible), drawn in one call.  Merged in
+def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str, min_width: float = 0.0) -> None:
+    """One row of a Gantt chart: intervals closer than ``gap`` merged, each at least ``max(gap, min_width)``
+    wide (a bar narrower than a pixel or two is widened, so short phases remain visible), drawn in one call.  Merged in
     numpy (sorted by start, then end): a new bar begins where a start lies more than ``gap`` past every
     earlier end, and ends at the largest end of its intervals."""
     s = np.asarray(pd.to_numeric(starts), dtype=float)
@@ -121,7 +143,8 @@ def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str) ->
     reach = np.maximum.accumulate(e)
     first = np.flatnonzero(np.concatenate([[True], s[1:] - reach[:-1] > gap]))
     b0, b1 = s[first], np.maximum.reduceat(e, first)
-    ax.broken_barh(list(zip(b0.tolist(), np.maximum(b1 - b0, gap).tolist())), (y - 0.4, 0.8), facecolors=colour)
+    ax.broken_barh(list(zip(b0.tolist(), np.maximum(b1 - b0, max(gap, min_width)).tolist())), (y - 0.4, 0.8),
+                   facecolors=colour)
 
 
 def link_rate_figure(trace: pd.DataFrame, path: Path) -> bool:
@@ -174,18 +197,70 @@ def queue_length(server: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"t": t[last], "queue": queue[last]})
 
 
+def binned_queue(q: pd.DataFrame, t0: float, t1: float, bins: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queue-length step function ``q`` (from :func:`queue_length`) over ``bins`` equal bins of
+    ``[t0, t1]``: bin edges, the time-averaged length in each bin and its largest value in the bin."""
+    t = q["t"].to_numpy(dtype=float)
+    y = q["queue"].to_numpy(dtype=float)
+    edges = np.linspace(t0, t1, bins + 1)
+    if not len(t):
+        return edges, np.zeros(bins), np.zeros(bins)
+    seg = np.diff(np.append(t, max(t1, t[-1])))
+    area = np.concatenate([[0.0], np.cumsum(y * seg)])  # integral of the queue up to each change
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        ok = i >= 0
+        ic = np.clip(i, 0, None)
+        return np.where(ok, area[ic] + y[ic] * (x - t[ic]), 0.0)
+
+    mean = np.diff(integral(edges)) / np.diff(edges)
+    first = np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, None)
+    last = np.maximum(np.searchsorted(t, edges[1:], side="left"), first + 1)
+    peak = np.array([y[a:b].max() for a, b in zip(first, last)])
+    return edges, mean, peak
+
+
 def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
+    """Requests waiting at the server against virtual time.  A few hundred changes: the step function
+    itself.  More (a solid block as a step plot): per bin of 1/200 of the run, the time-averaged length
+    as a line and the bin's largest length as a light band.  A dashed line is the time average over the
+    run; a server that never queued says so instead of drawing a bare line at zero."""
     is_server = (trace["kind"] == "server").to_numpy()
     if not is_server.any():
         return False
-    server = pd.DataFrame({c: trace[c].to_numpy()[is_server] for c in ("start", "wait")}, copy=False)
+    server = pd.DataFrame({c: trace[c].to_numpy()[is_server] for c in ("start", "wait", "end")}, copy=False)
     q = queue_length(server)
+    t0 = 0.0
+    t1 = float(np.nanmax(server["end"].to_numpy(dtype=float))) if len(server) else 0.0
+    t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
     fig, ax = plt.subplots(figsize=(7, 3))
-    ax.step(q["t"], q["queue"], where="post", color=PHASE_COLOURS["server"])
+    colour = PHASE_COLOURS["server"]
+    _, mean_all, _ = binned_queue(q, t0, t1, bins=1)
+    if len(q) <= QUEUE_STEP_MAX:
+        ax.step(q["t"], q["queue"], where="post", color=colour, label="requests waiting")
+        how = ""
+    else:
+        edges, mean, peak = binned_queue(q, t0, t1)
+        mid = (edges[:-1] + edges[1:]) / 2
+        ax.fill_between(edges[:-1], 0, peak, step="post", color=colour, alpha=0.25, lw=0,
+                        label="largest in the bin")
+        ax.plot(mid, mean, color=colour, lw=1.2, label="time average in the bin")
+        how = f" ({len(q):,} changes in bins of {fmt_seconds((t1 - t0) / len(mean))})"
+    ax.axhline(mean_all[0], color="black", ls="--", lw=1, label=f"time average over the run: {mean_all[0]:.3g}")
+    ax.set_xlim(t0, t1)
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("requests waiting")
     count_axis(ax, q["queue"])
-    ax.set_title(f"server queue (mean wait {server['wait'].mean():.3g} s, max {server['wait'].max():.3g} s)")
+    waits = server["wait"].to_numpy(dtype=float)
+    if not np.nanmax(waits, initial=0.0) > 0:
+        ax.text(0.5, 0.55, f"the server never queued: each of the {len(server):,} requests\nwas served on arrival "
+                "(no request waited)", transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                bbox={"facecolor": "white", "edgecolor": "#999999"})
+    else:
+        ax.legend(fontsize=7, loc="upper right")
+    ax.set_title(f"server queue{how}\nmean wait {fmt_seconds(float(np.nanmean(waits)))}, "
+                 f"max {fmt_seconds(float(np.nanmax(waits)))}, {len(server):,} requests", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -193,22 +268,39 @@ def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
 
 
 def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
-    """Joules per device class, split into compute, transmit and idle."""
+    """Joules per device class.  Left: totals split into compute, transmit, receive and idle.  Right, on
+    its own axis: the active part alone (compute, transmit, receive), which idle power (often ~99% of a
+    bar) would otherwise hide."""
     if energy.empty or "device_class" not in energy:
         return False
     cols = [c for c in ("compute_j", "tx_j", "rx_j", "idle_j") if c in energy]
     per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
     counts = energy.groupby("device_class").size()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    bottom = np.zeros(len(per))
-    for c, colour in zip(cols, ("#f28e2b", "#59a14f", "#4c9be8", "#d3d3d3")):
-        ax.bar(per.index, per[c], bottom=bottom, label=c.replace("_j", ""), color=colour)
-        bottom += per[c].to_numpy()
-    ax.set_ylabel("energy, all devices of the class (J)")
-    ax.set_title("energy per device class (totals)")
-    ax.set_xticks(range(len(per)), [f"{c}\n({int(counts[c])} devices)" for c in per.index])
-    ax.legend()
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    colours = {"compute_j": "#f28e2b", "tx_j": "#59a14f", "rx_j": "#4c9be8", "idle_j": "#d3d3d3"}
+    names = {"compute_j": "compute", "tx_j": "transmit", "rx_j": "receive", "idle_j": "idle"}
+    active = [c for c in cols if c != "idle_j"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    ticks = [f"{c}\n({int(counts[c])} devices)" for c in per.index]
+    for ax, which, title in ((axes[0], cols, "all energy (totals)"), (axes[1], active, "active energy only")):
+        bottom = np.zeros(len(per))
+        for c in which:
+            ax.bar(range(len(per)), per[c], bottom=bottom, label=names[c], color=colours[c])
+            bottom += per[c].to_numpy()
+        ax.set_xticks(range(len(per)), ticks)
+        plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+    total = per[cols].to_numpy().sum(axis=1)
+    act = per[active].to_numpy().sum(axis=1) if active else np.zeros(len(per))
+    for i, (a, t) in enumerate(zip(act, total)):
+        axes[1].annotate(f"{a / t:.1%} of total" if t > 0 else "", (i, a), ha="center", va="bottom", fontsize=7,
+                         xytext=(0, 2), textcoords="offset points")
+    axes[0].set_ylabel("energy, all devices of the class (J)")
+    axes[1].set_ylabel("active energy (J)")
+    if len(act) and act.max() > 0:
+        axes[1].set_ylim(0, act.max() * 1.15)  # room for the share labels
+    idle_share = float(per["idle_j"].sum() / total.sum()) if "idle_j" in per and total.sum() > 0 else 0.0
+    fig.suptitle(f"energy per device class: idle is {idle_share:.1%} of the total", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -411,6 +503,22 @@ def html_report(run_dir: str | Path) -> Path:
     out = run_dir / "report.html"
     out.write_text("\n".join(parts), encoding="utf-8")
     return out
+
+
+def fmt_seconds(s: float) -> str:
+    """Seconds for people: ``12.1 s``, ``3.2 ms``, ``250 µs``, ``2.5 min``."""
+    s = float(s)
+    if not np.isfinite(s):
+        return "–" if np.isnan(s) else "never"
+    if s == 0:
+        return "0 s"
+    if abs(s) < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if abs(s) < 1:
+        return f"{s * 1e3:.3g} ms"
+    if abs(s) < 600:
+        return f"{s:.3g} s" if abs(s) < 100 else f"{s:.0f} s"
+    return f"{s / 60:.3g} min" if abs(s) < 6000 else f"{s / 3600:.3g} h"
 
 
 def fmt_bytes(n: float) -> str:
