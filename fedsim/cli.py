@@ -8,6 +8,7 @@
     fedsim profiles [NAME]                              list device profiles, or show one
     fedsim models [SCENARIO] [key=value ...]            the scenario's model: width groups, costs per width
     fedsim check RUN_DIR                                measured theory quantities of a finished run
+    fedsim compare RUN_DIR... [--out DIR]               earlier runs side by side: table and overlaid figures
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
@@ -162,6 +163,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FAILED if (table["status"] != "ok").any() else 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Earlier runs side by side: comparison.csv / .md and overlaid figures."""
+    from fedsim.compare import compare
+
+    out = Path(args.out) if args.out else _fresh_folder(Path("runs") / "compare")
+    table = compare(args.runs, out, target=args.target, force=args.force)
+    print((out / "comparison.md").read_text(encoding="utf-8"), end="")
+    print(f"comparison directory: {out} (comparison.csv, comparison.md, compare_*.png; {len(table)} runs)")
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
     from fedsim.scenario import dump_scenario, load_scenario
@@ -278,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-large", action="store_true", help="run even when a run's work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
+                       description="Compare finished runs (any algorithms, seeds or scenarios): every run under "
+                                   "the folders given, e.g. `fedsim compare runs/default runs/fedasync`.")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run, a multi-algorithm run, --seeds or sweep folders)")
+    p.add_argument("--out", default=None, help="comparison folder, new or empty (default: runs/compare, or -2, ... if taken)")
+    p.add_argument("--target", type=float, default=None, help="accuracy for a time-to-target column")
+    p.add_argument("--force", action="store_true", help="clear a non-empty comparison folder first")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("show", help="print the resolved scenario without running it")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
