@@ -455,9 +455,139 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
     return p
 
 
+#: Bars the interactive timeline of report.html draws at most (an SVG stays responsive); past it, the
+#: first bars in time are kept and the page says so.
+INTERACTIVE_MAX_BARS = 20000
+
+#: Client rows of the interactive timeline at most (the lowest client ids).
+INTERACTIVE_MAX_CLIENTS = 40
+
+#: Kinds drawn as bars, in the order of ``kind`` codes in the page's data (``wait`` is a server request's
+#: queueing, drawn on its client's row).
+INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
+
+
+def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BARS,
+                     max_clients: int = INTERACTIVE_MAX_CLIENTS) -> dict[str, Any] | None:
+    """What report.html's interactive timeline draws, from the run's trace and metrics: one bar per
+    download, compute, upload and offline interval of the shown clients, per server request (server row)
+    and per request that queued (its client's row), each with client, phase, times, bytes, link rate and
+    the staleness of the update its task delivered; the server queue length; the accuracy curve.
+    None when the run has no trace."""
+    run_dir = Path(run_dir)
+    trace_file = trace_path(run_dir)
+    if not trace_file.exists():
+        return None
+    df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server", "apply"),
+                    columns=("client", "start", "end", "wait", "rate_bps", "bytes", "staleness"))
+    for c in ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness"):
+        if c not in df:
+            df[c] = np.nan
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    kind = df["kind"].astype(str)
+    phase = kind.isin(["download", "compute", "upload", "offline"])
+    clients = sorted(int(c) for c in df.loc[phase, "client"].dropna().unique())
+    shown = clients[:max_clients]
+    row = {c: i + 1 for i, c in enumerate(shown)}  # row 0: the server
+    # staleness of the update a task delivered: the first apply of the client at or after the bar's end
+    applied = df[kind == "apply"].dropna(subset=["client"])
+    stale_of: dict[int, tuple[np.ndarray, np.ndarray]] = {
+        int(c): (g["t"].to_numpy(dtype=float), g["staleness"].to_numpy(dtype=float))
+        for c, g in applied.groupby("client")}
+    parts = []
+    bars = df[phase & df["client"].isin(shown)]
+    waits = df[(kind == "server") & (df["wait"] > 0) & df["client"].isin(shown)]
+    server = df[kind == "server"]
+    for frame, code, on_server_row in ((bars, None, False), (server, INTERACTIVE_KINDS.index("server"), True),
+                                       (waits, INTERACTIVE_KINDS.index("wait"), False)):
+        if not len(frame):
+            continue
+        f = pd.DataFrame({
+            "row": 0 if on_server_row else frame["client"].map(row).to_numpy(),
+            "kind": frame["kind"].astype(str).map(INTERACTIVE_KINDS.index).to_numpy() if code is None else code,
+            "start": (frame["start"] - frame["wait"]).to_numpy() if code == INTERACTIVE_KINDS.index("wait")
+            else frame["start"].to_numpy(),
+            "end": frame["start"].to_numpy() if code == INTERACTIVE_KINDS.index("wait") else frame["end"].to_numpy(),
+            "client": frame["client"].to_numpy(), "bytes": frame["bytes"].to_numpy(),
+            "rate": frame["rate_bps"].to_numpy(), "wait": frame["wait"].to_numpy()})
+        parts.append(f)
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["row", "kind", "start", "end", "client", "bytes", "rate", "wait"])
+    table = table.sort_values(["start", "row"], kind="stable").reset_index(drop=True)
+    total = len(table)
+    table = table.iloc[:max_bars]
+    stale = np.full(len(table), np.nan)
+    for c, (ts, st) in stale_of.items():
+        sel = np.flatnonzero(table["client"].to_numpy(dtype=float) == c)
+        if len(sel):
+            i = np.searchsorted(ts, table["end"].to_numpy(dtype=float)[sel] - 1e-12, side="left")
+            ok = i < len(ts)
+            stale[sel[ok]] = st[i[ok]]
+    stale[(table["kind"] == INTERACTIVE_KINDS.index("offline")).to_numpy()] = np.nan
+
+    def clean(a: Any, digits: int | None = None) -> list[Any]:
+        """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
+        arr = np.asarray(a, dtype=float)
+        return [None if not np.isfinite(v) else (float(v) if digits is None else round(float(v), digits)) for v in arr]
+
+    cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
+            clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
+            clean(table["wait"]), clean(stale, 0)]
+    end_t = float(np.nanmax(df[["t"]].to_numpy(dtype=float))) if len(df) else 0.0
+    q = queue_length(server) if len(server) else pd.DataFrame({"t": [], "queue": []})
+    queue_note = ""
+    if len(q) > 4000:  # a path of at most 4000 points: the time average in 2000 bins
+        edges, mean, _ = binned_queue(q, 0.0, max(end_t, 1e-9), bins=2000)
+        q = pd.DataFrame({"t": edges[:-1], "queue": mean})
+        queue_note = "time average in 2000 bins"
+    metrics_path = run_dir / "metrics.csv"
+    acc: dict[str, list[Any]] = {"t": [], "y": []}
+    measure = "accuracy"
+    if metrics_path.exists():
+        m = pd.read_csv(metrics_path)
+        if len(m) and "accuracy" in m and m["accuracy"].notna().any():
+            m = m.dropna(subset=["accuracy"])
+        elif len(m) and "loss" in m and m["loss"].notna().any():
+            measure, m = "loss", m.dropna(subset=["loss"]).rename(columns={"loss": "accuracy"})
+        else:
+            m = m.iloc[0:0]
+        acc = {"t": clean(m["t"]), "y": clean(m["accuracy"], 6)}
+        if len(m):
+            end_t = max(end_t, float(m["t"].max()))  # the last evaluation may follow the last interval
+    return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
+            "clients_total": len(clients), "kinds": list(INTERACTIVE_KINDS),
+            "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
+            "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
+            "curve": {**acc, "measure": measure}}
+
+
+#: Units of the summary fields report.html shows, and how their numbers are written.
+SUMMARY_FORMATS: dict[str, Any] = {
+    "final_accuracy": lambda v: f"{v:.4f}", "best_accuracy": lambda v: f"{v:.4f}", "final_loss": lambda v: f"{v:.4g}",
+    "virtual_time_s": lambda v: fmt_seconds(v), "wall_time_s": lambda v: fmt_seconds(v),
+    "versions": lambda v: f"{int(v):,}", "updates_applied": lambda v: f"{int(v):,}",
+    "mean_staleness": lambda v: f"{v:.2f} versions", "max_staleness": lambda v: f"{int(v):,} versions",
+    "bytes_up": lambda v: fmt_bytes(v), "bytes_down": lambda v: fmt_bytes(v), "energy_j": lambda v: f"{v:,.1f} J",
+    "num_clients": lambda v: f"{int(v):,}", "dropped": lambda v: f"{int(v):,}",
+}
+
+
+def fmt_summary(key: str, value: Any) -> str:
+    """A summary.json value for people: ``bytes_up 10964800`` → ``10.96 MB``, ``wall_time_s 12.0743`` → ``12.1 s``."""
+    if value is None:
+        return ""
+    f = SUMMARY_FORMATS.get(key)
+    if f is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f(value)
+    return _fmt(value)
+
+
 def html_report(run_dir: str | Path) -> Path:
-    """``report.html``: one self-contained page (summary, the check/probe tables when present, every figure
-    embedded as PNG data) that opens in any browser without the run folder's other files."""
+    """``report.html``: one self-contained page that opens in any browser without the run folder's other
+    files and without a network: the summary with units, links to the reports of the runs it holds (per
+    algorithm, per seed), an interactive timeline (zoom and pan over virtual time; hover a bar for client,
+    phase, bytes, link rate and staleness) with the server queue and accuracy on the same time axis (plain
+    SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data."""
     import base64
     import html
     import json
@@ -466,8 +596,14 @@ def html_report(run_dir: str | Path) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}</style></head><body>",
+             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS +
+             "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
+    subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and (d / "summary.json").exists())
+    if subs:
+        parts.append("<h2>Runs in this folder</h2><ul class='runs'>" + "".join(
+            f"<li><a href='{html.escape(d.name)}/report.html'>{html.escape(d.name)}</a>"
+            + ("" if (d / "report.html").exists() else " (no report written)") + "</li>" for d in subs) + "</ul>")
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         data = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -479,9 +615,25 @@ def html_report(run_dir: str | Path) -> Path:
                      "".join(f"<th>{html.escape(str(r.get('label', '')))}</th>" for r in runs) + "</tr>")
         for k in keys:
             if any(k in r for r in runs):
-                cells = "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for r in runs)
+                cells = "".join(f"<td>{html.escape(fmt_summary(k, r.get(k)))}</td>" for r in runs)
                 parts.append(f"<tr><th>{k}</th>{cells}</tr>")
         parts.append("</table>")
+    data = interactive_data(run_dir)
+    if data is not None and data["bars"][0]:
+        shown = len(data["bars"][0])
+        notes = [f"{shown:,} bars"]
+        if data["bars_total"] > shown:
+            notes.append(f"the first {shown:,} of {data['bars_total']:,} in time")
+        if data["clients_total"] > len(data["rows"]) - 1:
+            notes.append(f"clients {html.escape(data['rows'][1])[7:]}–{html.escape(data['rows'][-1])[7:]} of "
+                         f"{data['clients_total']:,}")
+        payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
+                     "see the whole run; hover a bar for its client, phase, bytes, link rate and the staleness of "
+                     "the update it delivered. The queue and accuracy curves share the time axis. "
+                     f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
+                     f"<script type='application/json' id='fedsim-data'>{payload}</script>"
+                     f"<script>{_INTERACTIVE_JS}</script>")
     for name, title in (("check.csv", "Theory check (fedsim check)"), ("probes.csv", "Probes"),
                         ("probes_live.csv", "Live probes"), ("seeds_summary.csv", "Across seeds")):
         path = run_dir / name
@@ -503,6 +655,230 @@ def html_report(run_dir: str | Path) -> Path:
     out = run_dir / "report.html"
     out.write_text("\n".join(parts), encoding="utf-8")
     return out
+
+
+_INTERACTIVE_CSS = (
+    ".fs-wrap{position:relative;user-select:none}.fs-wrap svg{display:block;background:#fff;cursor:grab}"
+    ".fs-wrap svg.drag{cursor:grabbing}.fs-tip{position:absolute;pointer-events:none;background:#222;color:#fff;"
+    "font-size:12px;padding:4px 7px;border-radius:3px;white-space:pre;display:none;z-index:2}"
+    ".fs-bar:hover{stroke:#000;stroke-width:1}.fs-tools button{margin-right:4px}.hint{font-size:13px;color:#555}"
+    ".fs-legend span{display:inline-block;margin-right:12px;font-size:12px}.fs-legend i{display:inline-block;"
+    "width:12px;height:10px;margin-right:4px;vertical-align:middle}")
+
+_INTERACTIVE_HTML = (
+    "<div class='fs-tools'><button id='fs-in' type='button'>zoom in</button><button id='fs-out' type='button'>"
+    "zoom out</button><button id='fs-reset' type='button'>whole run</button> <span id='fs-range' class='hint'>"
+    "</span></div><div class='fs-legend' id='fs-legend'></div><div class='fs-wrap' id='fs-wrap'>"
+    "<svg id='fs-timeline' xmlns='http://www.w3.org/2000/svg'></svg><svg id='fs-queue' "
+    "xmlns='http://www.w3.org/2000/svg'></svg><svg id='fs-curve' xmlns='http://www.w3.org/2000/svg'></svg>"
+    "<div class='fs-tip' id='fs-tip'></div></div>")
+
+# Plain SVG and DOM calls, no library: the page works offline and from a file.
+_INTERACTIVE_JS = r"""
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("fedsim-data").textContent);
+  var NS = "http://www.w3.org/2000/svg";
+  var W = 940, L = 80, R = 12, PW = W - L - R, ROW = 14, MINPX = 1.5;
+  var full = [0, Math.max(D.t_end, 1e-9)], view = [full[0], full[1]];
+  var B = D.bars, n = B[0].length, rects = new Array(n);
+  function el(tag, attrs, parent) {
+    var e = document.createElementNS(NS, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function sx(t) { return L + (t - view[0]) / (view[1] - view[0]) * PW; }
+  function fmtS(s) {
+    if (s === null || s === undefined) return "–";
+    var a = Math.abs(s);
+    if (a === 0) return "0 s";
+    if (a < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
+    if (a < 1) return (s * 1e3).toPrecision(3) + " ms";
+    return s.toPrecision(4) + " s";
+  }
+  function fmtB(b) {
+    if (b === null || b === undefined) return "–";
+    var u = ["B", "kB", "MB", "GB", "TB"], i = 0;
+    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
+    return i === 0 ? b.toFixed(0) + " B" : b.toFixed(2) + " " + u[i];
+  }
+  function fmtRate(r) { return r === null || r === undefined ? "–" : (r / 1e6).toPrecision(4) + " Mbit/s"; }
+  function ticks(a, b) {
+    var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
+    [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });
+    var out = [], t = Math.ceil(a / step) * step;
+    for (; t <= b + step * 1e-9; t += step) out.push(t);
+    return out;
+  }
+  // the three charts: timeline (rows), queue, accuracy; one x axis (view) for all
+  var tl = document.getElementById("fs-timeline"), qs = document.getElementById("fs-queue"),
+      cs = document.getElementById("fs-curve"), tip = document.getElementById("fs-tip");
+  var TH = D.rows.length * ROW + 34, CH = 120;
+  [[tl, TH], [qs, CH], [cs, CH]].forEach(function (p) {
+    p[0].setAttribute("width", W); p[0].setAttribute("height", p[1]);
+    p[0].setAttribute("viewBox", "0 0 " + W + " " + p[1]);
+    var clip = el("clipPath", {id: p[0].id + "-clip"}, el("defs", {}, p[0]));
+    el("rect", {x: L, y: 0, width: PW, height: p[1]}, clip);
+  });
+  D.rows.forEach(function (name, i) {
+    el("text", {x: L - 6, y: 4 + i * ROW + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, tl).textContent = name;
+    if (i % 2 === 0) el("rect", {x: L, y: 4 + i * ROW, width: PW, height: ROW, fill: "#f7f7f7"}, tl);
+  });
+  var legend = document.getElementById("fs-legend");
+  D.kinds.forEach(function (k, i) {
+    var s = document.createElement("span"), sw = document.createElement("i");
+    sw.style.background = D.colours[i]; s.appendChild(sw);
+    s.appendChild(document.createTextNode(k === "wait" ? "queue wait" : k)); legend.appendChild(s);
+  });
+  var barsG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-bars"}, tl);
+  var order = [];  // compute drawn last (on top of its neighbours)
+  for (var i = 0; i < n; i++) if (D.kinds[B[1][i]] !== "compute") order.push(i);
+  for (i = 0; i < n; i++) if (D.kinds[B[1][i]] === "compute") order.push(i);
+  order.forEach(function (j) {
+    var r = el("rect", {"class": "fs-bar", y: 4 + B[0][j] * ROW + 1.5, height: ROW - 3, fill: D.colours[B[1][j]],
+                        "data-i": j}, barsG);
+    rects[j] = r;
+  });
+  var tAxis = el("g", {}, tl), qAxis = el("g", {}, qs), cAxis = el("g", {}, cs);
+  var qPath = el("path", {fill: "none", stroke: D.colours[4], "stroke-width": 1.2, "clip-path": "url(#fs-queue-clip)"}, qs);
+  var cPath = el("path", {fill: "none", stroke: "#1f77b4", "stroke-width": 1.5, "clip-path": "url(#fs-curve-clip)"}, cs);
+  var cDots = el("g", {"clip-path": "url(#fs-curve-clip)"}, cs);
+  var cursors = [tl, qs, cs].map(function (svg) {
+    return el("line", {y1: 0, y2: svg.getAttribute("height"), stroke: "#888", "stroke-dasharray": "3,3",
+                       visibility: "hidden"}, svg);
+  });
+  var qMax = Math.max.apply(null, [1].concat(D.queue.q.filter(function (v) { return v !== null; })));
+  var cy = D.curve.y.filter(function (v) { return v !== null; });
+  var cMin = D.curve.measure === "accuracy" ? 0 : Math.min.apply(null, cy.concat([0])),
+      cMax = D.curve.measure === "accuracy" ? 1 : Math.max.apply(null, cy.concat([1e-12]));
+  function yq(v) { return CH - 22 - v / qMax * (CH - 34); }
+  function yc(v) { return CH - 22 - (v - cMin) / (cMax - cMin) * (CH - 34); }
+  function axis(g, h, label, yTicks, yOf, fmtY) {
+    while (g.firstChild) g.removeChild(g.firstChild);
+    el("line", {x1: L, x2: L + PW, y1: h - 22, y2: h - 22, stroke: "#333"}, g);
+    ticks(view[0], view[1]).forEach(function (t) {
+      var x = sx(t);
+      el("line", {x1: x, x2: x, y1: h - 22, y2: h - 18, stroke: "#333"}, g);
+      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10}, g).textContent = +t.toPrecision(6);
+    });
+    el("text", {x: L + PW, y: h - 24, "text-anchor": "end", "font-size": 10, fill: "#555"}, g).textContent = label;
+    (yTicks || []).forEach(function (v) {
+      el("text", {x: L - 6, y: yOf(v) + 3, "text-anchor": "end", "font-size": 10}, g).textContent = fmtY(v);
+      el("line", {x1: L, x2: L + PW, y1: yOf(v), y2: yOf(v), stroke: "#eee"}, g);
+    });
+  }
+  function stepPath(ts, vs, yOf, step) {
+    var d = "", started = false, lo = view[0], hi = view[1];
+    for (var i = 0; i < ts.length; i++) {
+      if (ts[i] === null || vs[i] === null) continue;
+      var next = i + 1 < ts.length ? ts[i + 1] : full[1];
+      if (next < lo || ts[i] > hi) { if (ts[i] > hi) break; continue; }
+      var x = Math.max(L - 2, Math.min(L + PW + 2, sx(ts[i]))), y = yOf(vs[i]);
+      if (!started) { d += "M" + x.toFixed(1) + "," + y.toFixed(1); started = true; }
+      else if (step) d += "V" + y.toFixed(1);
+      else d += "L" + x.toFixed(1) + "," + y.toFixed(1);
+      if (step) d += "H" + Math.max(L - 2, Math.min(L + PW + 2, sx(Math.min(next, full[1])))).toFixed(1);
+    }
+    return d;
+  }
+  var pending = false;
+  function render() {
+    pending = false;
+    for (var j = 0; j < n; j++) {
+      var x0 = sx(B[2][j]), x1 = sx(B[3][j]);
+      rects[j].setAttribute("x", x0.toFixed(2));
+      rects[j].setAttribute("width", Math.max(MINPX, x1 - x0).toFixed(2));
+    }
+    axis(tAxis, TH, "virtual time (s)");
+    axis(qAxis, CH, "server queue, requests waiting" + (D.queue.note ? " (" + D.queue.note + ")" : ""),
+         [0, qMax], yq, function (v) { return +v.toPrecision(3); });
+    axis(cAxis, CH, "test " + D.curve.measure, [cMin, cMax], yc, function (v) { return +v.toPrecision(3); });
+    qPath.setAttribute("d", stepPath(D.queue.t, D.queue.q, yq, true));
+    cPath.setAttribute("d", stepPath(D.curve.t, D.curve.y, yc, false));
+    while (cDots.firstChild) cDots.removeChild(cDots.firstChild);
+    D.curve.t.forEach(function (t, i) {
+      if (t === null || D.curve.y[i] === null || t < view[0] || t > view[1]) return;
+      el("circle", {cx: sx(t), cy: yc(D.curve.y[i]), r: 2, fill: "#1f77b4"}, cDots);
+    });
+    document.getElementById("fs-range").textContent =
+      "showing " + fmtS(view[0]) + " – " + fmtS(view[1]) + " of " + fmtS(full[1]);
+    window.fedsimView = {start: view[0], end: view[1], bars: n};
+  }
+  function schedule() { if (!pending) { pending = true; window.requestAnimationFrame(render); } }
+  function setView(a, b) {
+    var span = Math.max(b - a, (full[1] - full[0]) * 1e-7);
+    span = Math.min(span, full[1] - full[0]);
+    a = Math.max(full[0], Math.min(a, full[1] - span));
+    view = [a, a + span];
+    schedule();
+  }
+  function zoom(factor, centreT) {
+    var c = centreT === undefined ? (view[0] + view[1]) / 2 : centreT;
+    setView(c - (c - view[0]) * factor, c + (view[1] - c) * factor);
+  }
+  function tAt(svg, ev) {
+    var box = svg.getBoundingClientRect();
+    return view[0] + ((ev.clientX - box.left) * W / box.width - L) / PW * (view[1] - view[0]);
+  }
+  var drag = null;
+  [tl, qs, cs].forEach(function (svg) {
+    svg.addEventListener("wheel", function (ev) {
+      ev.preventDefault();
+      zoom(Math.exp(ev.deltaY * 0.002), tAt(svg, ev));
+    }, {passive: false});
+    svg.addEventListener("mousedown", function (ev) {
+      drag = {x: ev.clientX, view: view.slice(), w: svg.getBoundingClientRect().width};
+      svg.classList.add("drag");
+    });
+    svg.addEventListener("dblclick", function () { setView(full[0], full[1]); });
+    svg.addEventListener("mousemove", function (ev) {
+      var box = svg.getBoundingClientRect(), x = (ev.clientX - box.left) * W / box.width;
+      cursors.forEach(function (c) {
+        c.setAttribute("x1", x); c.setAttribute("x2", x);
+        c.setAttribute("visibility", x >= L && x <= L + PW ? "visible" : "hidden");
+      });
+    });
+    svg.addEventListener("mouseleave", function () {
+      cursors.forEach(function (c) { c.setAttribute("visibility", "hidden"); });
+    });
+  });
+  window.addEventListener("mousemove", function (ev) {
+    if (!drag) return;
+    var dt = -(ev.clientX - drag.x) * W / drag.w / PW * (drag.view[1] - drag.view[0]);
+    setView(drag.view[0] + dt, drag.view[1] + dt);
+  });
+  window.addEventListener("mouseup", function () {
+    drag = null;
+    [tl, qs, cs].forEach(function (svg) { svg.classList.remove("drag"); });
+  });
+  barsG.addEventListener("mouseover", function (ev) {
+    var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
+    if (i === null || i === undefined) return;
+    i = +i;
+    var kind = D.kinds[B[1][i]], lines = [];
+    lines.push((B[0][i] === 0 ? "server, request of client " + B[4][i] : "client " + B[4][i]) + ": " +
+               (kind === "wait" ? "queue wait at the server" : kind));
+    lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
+    if (kind === "download" || kind === "upload") lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+    if (kind === "server" && B[7][i] !== null) lines.push("waited " + fmtS(B[7][i]) + " in the queue");
+    if (kind !== "offline" && kind !== "server" && kind !== "wait")
+      lines.push("staleness of the update " + (B[8][i] === null ? "– (not applied)" : B[8][i] + " versions"));
+    tip.textContent = lines.join("\n");
+    tip.style.display = "block";
+  });
+  barsG.addEventListener("mousemove", function (ev) {
+    var box = document.getElementById("fs-wrap").getBoundingClientRect();
+    tip.style.left = (ev.clientX - box.left + 12) + "px";
+    tip.style.top = (ev.clientY - box.top + 12) + "px";
+  });
+  barsG.addEventListener("mouseout", function () { tip.style.display = "none"; });
+  document.getElementById("fs-in").addEventListener("click", function () { zoom(0.5); });
+  document.getElementById("fs-out").addEventListener("click", function () { zoom(2); });
+  document.getElementById("fs-reset").addEventListener("click", function () { setView(full[0], full[1]); });
+  render();
+})();
+"""
 
 
 def fmt_seconds(s: float) -> str:
