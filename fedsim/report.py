@@ -258,7 +258,7 @@ def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
                 "(no request waited)", transform=ax.transAxes, ha="center", va="center", fontsize=9,
                 bbox={"facecolor": "white", "edgecolor": "#999999"})
     else:
-        ax.legend(fontsize=7, loc="upper right")
+        ax.legend(fontsize=7, loc="best")
     ax.set_title(f"server queue{how}\nmean wait {fmt_seconds(float(np.nanmean(waits)))}, "
                  f"max {fmt_seconds(float(np.nanmax(waits)))}, {len(server):,} requests", fontsize=9)
     fig.tight_layout()
