@@ -152,7 +152,7 @@ def partition_probes(run_dir: str, *, sigma_samples: int = 8, progress: bool = F
 
     from analysis.probes import Prober, ProbeSettings, _load_state, _threads, checkpoints
     from fedsim.runner import build_global_model, prepare_data
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
     from fedsim.sim.trace import load_trace
 
     run = Path(run_dir)
@@ -316,7 +316,7 @@ def late_gradient_norms(run_dir: str, last: int = 3) -> dict[str, float]:
     from analysis.estimators import flat_params, global_gradient
     from analysis.probes import Prober, ProbeSettings, _load_state, checkpoints, client_loss
     from fedsim.runner import build_global_model, prepare_data
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
     from fedsim.sim.trace import load_trace
 
     run = Path(run_dir)

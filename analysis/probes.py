@@ -367,7 +367,7 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
     ``store_activations``, ``probes/activations_v{version:06d}.npz``.
     """
     from fedsim.runner import build_global_model, prepare_data
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     run = Path(run_dir)
     found = checkpoints(run)
@@ -428,7 +428,7 @@ def ensure_probes(run_dir: str | Path, *, progress: bool = False) -> pd.DataFram
         return probe_run(run, progress=progress)
     live = run / "probes_live.csv"
     if live.exists() and (run / "scenario.yaml").exists():
-        from fedsim.scenario import load_scenario
+        from fedsim import load_scenario
 
         df = pd.read_csv(live)
         if df.empty:

@@ -38,7 +38,7 @@ def one(clients: int, per_round: int, rounds: int, out: str, engine: str = "even
 
     from fedsim.learn.data import ArrayDataset, FederatedData
     from fedsim.runner import Prepared, run_variant
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
 
     t0 = time.perf_counter()
     n = 3 * clients

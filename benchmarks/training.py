@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedsim.runner import prepare_data, run_variant
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 
 def scenario(clients: int, rounds: int, **train):

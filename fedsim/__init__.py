@@ -18,7 +18,7 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 __version__ = "0.1.0"
 
@@ -27,16 +27,34 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from fedsim.scenario import Scenario
 
-__all__ = ["__version__", "load_scenario", "run", "RunResult"]
+__all__ = ["__version__", "load_scenario", "scenario_from_mapping", "run", "RunResult"]
 
 
-def load_scenario(source: "str | Path | Scenario | None" = None, overrides: list[str] | None = None) -> "Scenario":
-    """A validated scenario from a built-in name, a YAML path or a Scenario, with ``key=value`` overrides."""
+def scenario_from_mapping(data: "Mapping[str, Any]", overrides: list[str] | None = None, *,
+                          source_dir: "str | Path | None" = None) -> "Scenario":
+    """A validated scenario from a plain mapping (as a YAML file would hold), with ``key=value`` overrides.
+
+    Algorithm, model and dataset ``name`` fields may hold the class or function object itself."""
     from fedsim import scenario as _sc
+    from fedsim.algorithms import resolve
+
+    raw = _sc.apply_overrides(dict(data), overrides or []) if overrides else data
+    return _sc.scenario_from_mapping(raw, algorithms=resolve, source_dir=None if source_dir is None else Path(source_dir))
+
+
+def load_scenario(source: "str | Path | Scenario | Mapping[str, Any] | None" = None,
+                  overrides: list[str] | None = None) -> "Scenario":
+    """A validated scenario from a built-in name, a YAML path, a mapping or a Scenario, with ``key=value``
+    overrides."""
+    from fedsim import scenario as _sc
+    from fedsim.algorithms import resolve
 
     if isinstance(source, _sc.Scenario):
-        return _sc.scenario_from_mapping(_sc.apply_overrides(source.as_mapping(), overrides or []))
-    return _sc.load_scenario(source, overrides)
+        return _sc.scenario_from_mapping(_sc.apply_overrides(source.as_mapping(), overrides or []), algorithms=resolve,
+                                         source_dir=source.source_dir)
+    if isinstance(source, Mapping):
+        return scenario_from_mapping(source, overrides)
+    return _sc.load_scenario(source, overrides, algorithms=resolve)
 
 
 @dataclass

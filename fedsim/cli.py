@@ -89,7 +89,7 @@ def _parse_seeds(text: str) -> list[int]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedsim.runner import run_scenario
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
@@ -132,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
     from fedsim.sweep import run_sweep, split_grid
 
     source, overrides = args.scenario, list(args.overrides)
@@ -176,7 +176,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
-    from fedsim.scenario import dump_scenario, load_scenario
+    from fedsim.scenario import dump_scenario
+    from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
@@ -187,10 +188,21 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
+    from fedsim.algorithms import installed_algorithms, registry
     from fedsim.scenario import field_reference
 
-    print(field_reference(), end="")
+    print(field_reference({**registry(), **installed_algorithms()}), end="")
+    extra = _installed_lines()
+    if extra:
+        print("\n## Installed by packages\n\n" + "\n".join(f"- {line}" for line in extra))
     return 0
+
+
+def _installed_lines() -> list[str]:
+    """What installed packages register under the entry points (algorithms, models, datasets)."""
+    from fedsim.components import GROUPS, installed
+
+    return [f"{kind} `{name}` ({ep.value})" for kind in GROUPS for name, ep in sorted(installed(kind).items())]
 
 
 def cmd_scenarios(args: argparse.Namespace) -> int:
@@ -198,6 +210,11 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
 
     for name, desc in builtin_scenarios().items():
         print(f"{name:<24} {desc}")
+    extra = _installed_lines()
+    if extra:
+        print("\ninstalled by packages (name them in a scenario like a built-in):")
+        for line in extra:
+            print(f"  {line}")
     return 0
 
 
@@ -222,7 +239,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
     from fedsim.learn.submodel import submodel_costs, width_submodel
     from fedsim.runner import build_global_model, prepare_data
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():

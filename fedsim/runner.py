@@ -43,7 +43,6 @@ import pandas as pd
 import simpy
 import torch
 
-from fedsim.algorithms import registry
 from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
 from fedsim.learn.costs import memory_estimate
 from fedsim.learn.data import FederatedData, load_dataset
@@ -70,7 +69,8 @@ def prepare_data(scenario: Scenario) -> Prepared:
     """Load the dataset and partition it across clients (both from named streams)."""
     streams = Streams(scenario.seed)
     d = scenario.data
-    data = load_dataset(d.name, root=d.root, num_clients=d.num_clients, rng=streams.numpy("data", "load"), options=d.options)
+    data = load_dataset(d.name, root=d.root, num_clients=d.num_clients, rng=streams.numpy("data", "load"), options=d.options,
+                        base_dirs=(scenario.source_dir,))
     p = d.partition
     if data.train.task != "classification" and p.method in ("dirichlet", "dirichlet_client", "shards"):
         raise ConfigError("data.partition.method", f"'{p.method}' splits by class label, but dataset '{d.name}' is a "
@@ -102,7 +102,8 @@ def prepare_data(scenario: Scenario) -> Prepared:
 def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Module:
     m = scenario.model
     return build_model(m.name, tuple(data.train.input_shape), data.train.num_outputs, hidden=m.hidden, width=m.width,
-                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"))
+                       depth=m.depth, bn=m.bn, options=m.options, seed_generator=Streams(scenario.seed).torch("model", "init"),
+                       base_dirs=(scenario.source_dir,))
 
 
 def _check_memory(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
@@ -180,7 +181,7 @@ def run_variant(
     try:
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
-        if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
+        if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
             _check_memory(world, model, scenario, tuple(data.train.input_shape))
         tr = scenario.train
         executor = make_executor(tr.executor, tr.workers, tr.ray_address)
@@ -196,7 +197,7 @@ def run_variant(
                                                   "fedsim with its analysis package, or pass version_hooks)")
         ctx.evaluate(round_=0)
         ctx.snapshot()
-        algo = registry()[spec.name](ctx, spec.params)
+        algo = spec.cls(ctx, spec.params)
         env.process(algo.run())
         env.process(ctx.stop_clock())
         env.process(ctx.eval_clock())
@@ -376,15 +377,12 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     """Tasks, SGD steps and events the stop rules allow, from the algorithm's knobs and the fastest task."""
     from fedsim.runtime import Context
 
-    params = spec.params
+    work = spec.cls.work(spec.params)  # declared by the algorithm, never guessed from its config
     sgd = Context.sgd_config(scenario)
-    fixed = getattr(params, "local_iterations", None)
+    fixed = work.steps_per_task
     steps = [int(fixed) if fixed is not None else num_steps(len(ix), sgd) for ix in prepared.parts]
-    slots = max([int(getattr(params, k)) for k in ("concurrency", "clients_per_round") if isinstance(getattr(params, k, None), int)]
-                or [1])
-    # updates one model version needs: a round's clients, or a buffer of updates / client models
-    per_version = max([1] + [int(v) for k in ("clients_per_round", "buffer_size", "model_buffer")
-                             if isinstance(v := getattr(params, k, None), int)])
+    slots = int(work.slots)
+    per_version = max(1, int(work.per_version))  # updates one model version needs
     fastest = _fastest_task_s(scenario, world, model, prepared, steps)
     st = scenario.stop
     bounds = []
@@ -397,30 +395,28 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     tasks, bound = min(bounds) if bounds else (math.inf, "stop")
     tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
     per_task = max(steps)
-    server = registry()[spec.name].server_phase_steps(params)
+    server = int(work.server_steps)
     versions = float(st.max_versions) if st.max_versions is not None else tasks / per_version + 1
     sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task + versions * server
-    split = hasattr(params, "local_iterations")
-    events = tasks * (per_task if split else 1) * 4 + slots
+    events = tasks * (per_task if work.exchanges_per_step else 1) * 4 + slots
     return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound, server)
 
 
 def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allow_large: bool) -> list[str]:
     """Refuse runaway runs (unless ``allow_large``), eval intervals that dominate a run, hopeless deadlines."""
     alg = "algorithm" if len(scenario.algorithms) == 1 else f"algorithm.{spec.label}"
+    work = spec.cls.work(spec.params)
     notes = []
     if not allow_large:
         if est.slots > LARGE_SLOTS:
-            raise ConfigError(f"{alg}.concurrency", f"{est.slots} parallel slots is absurd for "
+            raise ConfigError(f"{alg}.{work.slots_field}", f"{est.slots} parallel slots is absurd for "
                               f"{scenario.data.num_clients} clients (allowed: at most {LARGE_SLOTS:,}; --allow-large to run anyway)")
         if est.sgd_steps > LARGE_SGD_STEPS:
-            steps_field = (f"{alg}.local_iterations" if getattr(spec.params, "local_iterations", None) is not None
-                           else "train.local_steps")
+            steps_field = (f"{alg}.{work.steps_field}" if work.steps_per_task is not None else "train.local_steps")
             field = steps_field if est.steps_per_task > LARGE_SGD_STEPS / 100 else est.bound
             server = ""
             if est.server_steps > LARGE_SGD_STEPS / 100:
-                knob = registry()[spec.name].server_phase_field
-                field = f"{alg}.{knob}" if knob else est.bound
+                field = f"{alg}.{work.server_field}" if work.server_field else est.bound
             if est.server_steps:
                 server = f" + {est.server_steps:,} server steps per version"
             raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
@@ -432,7 +428,7 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
     horizon = scenario.stop.max_time_s
     if horizon is None and math.isfinite(est.tasks):
         horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
-    retry = getattr(spec.params, "retry_s", None)
+    retry = work.retry_s
     idle_possible = est.slots > scenario.data.num_clients or scenario.availability.model != "always"
     if retry is not None and idle_possible and horizon is not None and not allow_large:
         # a slot (or round) that finds nobody reachable waits retry_s and tries again
@@ -447,9 +443,9 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
             raise ConfigError("eval.every_s", f"got {every!r}: about {horizon / every:.3g} evaluations in "
                               f"{horizon:.3g} s of virtual time would dominate the run (allowed: at most "
                               f"{MAX_EVALUATIONS:,} evaluations, i.e. every_s >= {horizon / MAX_EVALUATIONS:.3g})")
-    deadline = getattr(spec.params, "deadline_s", None)
+    deadline = work.deadline_s
     # sub-model algorithms train smaller models than the full one the estimate costs: no lower bound there
-    if deadline is not None and not registry()[spec.name].fits_devices(spec.params) and deadline < est.fastest_task_s:
+    if deadline is not None and not spec.cls.fits_devices(spec.params) and deadline < est.fastest_task_s:
         raise ConfigError(f"{alg}.deadline_s", f"got {deadline!r}: shorter than the fastest client's task "
                           f"({est.fastest_task_s:.4g} s of download, compute and upload without jitter), so "
                           f"every round would drop every client (allowed: >= {est.fastest_task_s:.4g})")
@@ -468,7 +464,7 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
     model = build_global_model(scenario, prepared.data)
     for spec in scenario.algorithms:
-        if not registry()[spec.name].fits_devices(spec.params):  # else the algorithm fits clients itself
+        if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
             _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
         _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
         # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
@@ -478,7 +474,7 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
         trial = _Trace(None)
         w = World.from_scenario(env, streams, trial, len(prepared.parts), variant)
         ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
-        registry()[spec.name](ctx, spec.params)
+        spec.cls(ctx, spec.params)
     return prepared
 
 

@@ -32,7 +32,7 @@ from fedsim.system.devices import check_memory
 from fedsim.system.world import World
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.base import Assignment, Update
+    from fedsim.algorithms.base import Assignment, Contribution, Update
 
 
 @dataclass
@@ -69,6 +69,13 @@ class PendingTraining:
             self._done = self._finish(self._handle.result())
             self._handle = None
         return self._done
+
+
+def _plain(assignment: "Assignment | None") -> bool:
+    """Whether a task is plain local SGD of the whole model (what batched and remote training can run):
+    no sub-model, no custom trainer, no local objective."""
+    return assignment is None or (assignment.submodel is None and assignment.trainer is None
+                                  and assignment.objective is None)
 
 
 _TASK_MODELS: dict[tuple, BlockModel] = {}
@@ -189,7 +196,7 @@ class Context:
 
         In-process (and for sub-models, custom trainers and systems-only runs) the task runs now.  With a
         remote executor, plain local SGD is shipped to a worker and collected by ``result()``."""
-        custom = assignment is not None and (assignment.submodel is not None or assignment.trainer is not None)
+        custom = not _plain(assignment)
         if self.batched and not custom and not kwargs:
             return PendingTraining(done=self._batched_result(client, task, base_state))
         if not self.executor.remote or custom or kwargs or self.scenario.train.systems_only:
@@ -217,8 +224,8 @@ class Context:
 
     def _train(self, client: int, base_state: State, task: int, assignment: "Assignment | None" = None,
                **kwargs: Any) -> TrainResult:
-        if assignment is not None and (assignment.submodel is not None or assignment.trainer is not None):
-            return self._train_assignment(client, base_state, task, assignment)
+        if not _plain(assignment):
+            return self._train_assignment(client, base_state, task, assignment)  # type: ignore[arg-type]
         if self.scenario.train.systems_only:
             n = len(self.parts[client])
             steps = num_steps(n, self.sgd)
@@ -237,8 +244,7 @@ class Context:
         """Tell the context that ``client``'s task ``task`` will train from ``base_state`` (the algorithm's
         dispatch calls this).  With ``train.batched``, the tasks noted for one base state train together when
         the first of them starts computing; otherwise this does nothing."""
-        if not self.batched or (assignment is not None and (assignment.submodel is not None
-                                                            or assignment.trainer is not None)):
+        if not self.batched or not _plain(assignment):
             return
         entry = self._batch_notes.get(id(base_state))
         if entry is None or entry[0] is not base_state:
@@ -304,7 +310,7 @@ class Context:
                 stats, flops = outcome.stats, outcome.flops
             else:
                 stats = local_sgd(module, self.data.train.x, self.data.train.y, idx, self.sgd, gen,
-                                  task=self.data.train.task)
+                                  task=self.data.train.task, objective=assignment.objective)
                 flops = None
             tensors, mask = insert(base_state, sub, module.state_dict())
         if flops is None:
@@ -365,6 +371,24 @@ class Context:
         return self.world.server_compute_time(2.0 * self.num_params * max(1, n_updates))
 
     # ----------------------------------------------------------------------------------- versions
+    def staleness(self, update: "Update | Contribution") -> int:
+        """How many versions were installed since ``update``'s client downloaded its model: the one place
+        staleness (in versions) is computed."""
+        return self.version - update.base_version
+
+    def record_dispatch(self, client: int, version: int, round_: int | None, *,
+                        submodel: SubModel | None = None) -> None:
+        """The ``dispatch`` record: ``client`` is sent model ``version`` (and, for a sub-model, its compact
+        description).  The one writer of dispatch records (the vector engine's column writer aside)."""
+        extra = {} if submodel is None else {"submodel": self.submodel_summary(submodel)}
+        self.trace.emit(self.env.now, "dispatch", client=client, version=version, round=round_, **extra)
+
+    def record_round(self, round_: int, *, start: float, clients: list[int], dropped: list[int]) -> None:
+        """The ``round`` record of a round that installed no new version (nobody reachable, or every client
+        dropped); a round that does install one is recorded by :meth:`apply`."""
+        self.trace.emit(self.env.now, "round", round=round_, start=start, end=self.env.now, clients=clients,
+                        dropped=dropped)
+
     def apply(self, new_state: State, updates: Sequence["Update"], weights: Sequence[float], *,
               round_: int | None = None, base: State | None = None,
               round_record: dict[str, Any] | None = None) -> None:
@@ -388,7 +412,7 @@ class Context:
             if sub is not None:  # what the update trained, as its dispatch said (compact)
                 extra["submodel"] = self.submodel_summary(sub)
             self.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=self.version + 1,
-                            staleness=self.version - u.base_version, staleness_s=env.now - u.download_time,
+                            staleness=self.staleness(u), staleness_s=env.now - u.download_time,
                             weight=float(w), round=round_, **extra)
         agg: dict[str, Any] = {}
         if partial:

@@ -14,10 +14,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import yaml
 
+from fedsim.components import find, reference_of
 from fedsim.config import check_domain, coerce, from_mapping, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
 
@@ -516,13 +517,21 @@ SECTIONS: dict[str, type] = {
 TOP_LEVEL = ("name", "seed", "algorithm", *SECTIONS)
 
 
+#: ``resolve(name, field, base_dirs) -> Algorithm class``: how a scenario finds the class an algorithm name
+#: stands for.  The layer that owns the algorithms passes it in (``fedsim.algorithms.resolve``, which
+#: ``fedsim.load_scenario`` uses): this module never imports the algorithms.
+AlgorithmResolver = Callable[[Any, str, tuple], type]
+
+
 @dataclass
 class AlgorithmSpec:
-    """An algorithm by registry name with its own validated parameter dataclass."""
+    """An algorithm by name (built-in, installed, or ``module:Class``) with its own validated parameter
+    dataclass; ``cls`` is the class the name resolved to."""
 
     name: str
     params: Any
     label: str
+    cls: Any = field(default=None, compare=False, repr=False)
 
     def as_mapping(self) -> dict[str, Any]:
         out = {"name": self.name}
@@ -548,6 +557,9 @@ class Scenario:
     stop: StopConfig = field(default_factory=StopConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    #: the folder of the scenario file (None: a built-in or a mapping): ``module:attribute`` references and
+    #: relative profile paths are looked up there first
+    source_dir: Path | None = field(default=None, compare=False, repr=False)
 
     def as_mapping(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed}
@@ -562,23 +574,32 @@ class Scenario:
         return dataclasses.replace(self, algorithms=[spec])
 
 
-def _algorithm_spec(data: Any, field_name: str) -> AlgorithmSpec:
-    from fedsim.algorithms import registry
-
-    if isinstance(data, str):
+def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base_dirs: tuple) -> AlgorithmSpec:
+    if isinstance(data, (str, type)):
         data = {"name": data}
     if not isinstance(data, Mapping):
-        raise ConfigError(field_name, f"must be an algorithm name or mapping, got {data!r}")
+        raise ConfigError(field_name, f"must be an algorithm name or mapping, got {_short(data)}")
     data = dict(data)
     name = data.pop("name", "fedavg")
-    label = data.pop("label", name)
+    if not isinstance(name, (str, type)):
+        raise ConfigError(f"{field_name}.name", f"must be an algorithm name (a string), got {_short(name)}")
+    cls = resolve(name, f"{field_name}.name", base_dirs)
+    if not isinstance(name, str):  # a class given to the Python API: its built-in name, else its module:qualname
+        try:
+            builtin = resolve(cls.name, f"{field_name}.name", base_dirs) is cls
+        except ConfigError:
+            builtin = False
+        name = cls.name if builtin else reference_of(cls)
+    label = data.pop("label", cls.name if ":" in name else name)
     if field_name != "algorithm" and isinstance(label, str) and label:  # typeable: algorithm.<label>.field=...
         field_name = f"algorithm.{label}"
-    algos = registry()
-    if name not in algos:
-        raise ConfigError(f"{field_name}.name", f"unknown algorithm {name!r} (allowed: {', '.join(sorted(algos))})")
-    params = from_mapping(algos[name].Config, data, field_name)
-    return AlgorithmSpec(name=name, params=params, label=str(label))
+    params = from_mapping(cls.Config, data, field_name)
+    return AlgorithmSpec(name=name, params=params, label=str(label), cls=cls)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _with_preset(channel: Any) -> Any:
@@ -622,10 +643,26 @@ def _check_channel_effect(channel: Mapping[str, Any]) -> None:
             check_link_effect(given, model, f"channel.{direction}")
 
 
-def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
-    """Validate a plain mapping into a Scenario (one clear ConfigError for the first problem)."""
+def _named_objects(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A model factory or dataset loader given to the Python API as an object is named by its
+    ``module:qualname`` (and remembered), so the resolved scenario stays plain YAML."""
+    out = dict(data)
+    for section in ("model", "data"):
+        sec = out.get(section)
+        if isinstance(sec, Mapping) and callable(sec.get("name")):
+            out[section] = {**sec, "name": reference_of(sec["name"])}
+    return out
+
+
+def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResolver,
+                          source_dir: Path | None = None) -> Scenario:
+    """Validate a plain mapping into a Scenario (one clear ConfigError for the first problem).
+
+    ``algorithms`` resolves algorithm names to classes (``fedsim.algorithms.resolve``); ``source_dir`` is the
+    scenario file's folder, where ``module:attribute`` references are looked up first."""
     if not isinstance(data, Mapping):
         raise ConfigError("scenario", f"must be a mapping of sections, got {type(data).__name__}")
+    data = _named_objects(data)
     if isinstance(data.get("channel"), Mapping):
         _check_channel_effect(data["channel"])
         data = {**data, "channel": _with_preset(data["channel"])}
@@ -648,14 +685,16 @@ def scenario_from_mapping(data: Mapping[str, Any]) -> Scenario:
     if isinstance(raw_alg, list):
         if not raw_alg:
             raise ConfigError("algorithm", "an empty list runs nothing; give at least one algorithm")
-        specs = [_algorithm_spec(a, f"algorithm[{i}]") for i, a in enumerate(raw_alg)]
+        specs = [_algorithm_spec(a, f"algorithm[{i}]", algorithms, (source_dir,)) for i, a in enumerate(raw_alg)]
     else:
-        specs = [_algorithm_spec(raw_alg, "algorithm")]
+        specs = [_algorithm_spec(raw_alg, "algorithm", algorithms, (source_dir,))]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError("algorithm", f"variants need distinct labels, got {labels} (add label: ...)")
     kwargs["algorithms"] = specs
-    scenario = Scenario(**kwargs)
+    scenario = Scenario(**kwargs, source_dir=source_dir)
+    for kind, section in (("model", scenario.model), ("dataset", scenario.data)):  # a bad reference fails here
+        find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", (source_dir,))
     for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)
         check = getattr(spec.params, "validate_scenario", None)
         if callable(check):
@@ -783,9 +822,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Pa
     return data
 
 
-def load_scenario(source: str | Path | None = None, overrides: list[str] | None = None) -> Scenario:
+def source_dir_of(source: str | Path | None) -> Path | None:
+    """The folder of a scenario file (None for a built-in scenario)."""
+    if source is None or str(source) in builtin_scenarios() and not Path(str(source)).is_file():
+        return None
+    return Path(source).resolve().parent
+
+
+def load_scenario(source: str | Path | None = None, overrides: list[str] | None = None, *,
+                  algorithms: AlgorithmResolver) -> Scenario:
     """Load, override and validate a scenario (built-in name, YAML path, or None for the default)."""
-    return scenario_from_mapping(apply_overrides(load_raw(source), overrides or [], source))
+    return scenario_from_mapping(apply_overrides(load_raw(source), overrides or [], source), algorithms=algorithms,
+                                 source_dir=source_dir_of(source))
 
 
 def dump_scenario(scenario: Scenario) -> str:
@@ -802,11 +850,11 @@ def _reference_default(value: Any) -> str:
     return text[:-4].strip() if text.endswith("...") else text
 
 
-def field_reference() -> str:
+def field_reference(algorithms: Mapping[str, type]) -> str:
     """The scenario-field reference (Markdown), generated from the config dataclasses: every field with its
-    type, default, allowed values and unit.  ``fedsim reference`` prints it; docs/scenario-reference.md is
-    this text (a test keeps it current)."""
-    from fedsim.algorithms import registry
+    type, default, allowed values and unit, and every algorithm of ``algorithms`` (name → class; the
+    built-ins and those installed packages register).  ``fedsim reference`` prints it; docs/scenario-reference.md
+    is this text for the built-ins (a test keeps it current)."""
     from fedsim.config import type_text, walk_fields
 
     def table(rows: list[Any]) -> list[str]:
@@ -832,6 +880,6 @@ def field_reference() -> str:
             lines += [" ".join(doc.split()), ""]
         lines += table(walk_fields(cls, key)) + [""]
     lines += ["## `algorithm`", ""]
-    for name, alg in sorted(registry().items()):
+    for name, alg in sorted(algorithms.items()):
         lines += [f"### `{name}`", ""] + table(walk_fields(alg.Config, "algorithm")) + [""]
     return "\n".join(lines).rstrip() + "\n"

@@ -241,7 +241,7 @@ def aggregate(runs: pd.DataFrame, keys: Sequence[str], seeded: bool) -> pd.DataF
 def plan_sweep(source: str | None, overrides: list[str], out: Path, *,
                seeds: Sequence[int] | None = None) -> tuple[list[tuple[str, list[str]]], list[Unit]]:
     """The grid and its units (validated scenarios and folders), before anything runs."""
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     grid, rest = split_grid(overrides)
     if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):

@@ -17,8 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fedsim import scenario_from_mapping  # noqa: E402
 from fedsim.runner import run_scenario, run_state  # noqa: E402
-from fedsim.scenario import Scenario, scenario_from_mapping  # noqa: E402
+from fedsim.scenario import Scenario  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
 
 

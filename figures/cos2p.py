@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis import trace_metrics as tm  # noqa: E402
-from fedsim.scenario import load_scenario, scenario_from_mapping  # noqa: E402
+from fedsim import load_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
 from figures.common import Job, run_jobs, save  # noqa: E402
 

@@ -202,7 +202,7 @@ def _grad_norm_sq(res: dict[str, Any]) -> float:
     """‖∇F‖² of the final model over all clients' training data (F the uniform client average)."""
     from analysis.probes import Prober, ProbeSettings
     from fedsim.runner import build_global_model, prepare_data
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
     import torch
 
     scenario = load_scenario(res["dir"] / "scenario.yaml")

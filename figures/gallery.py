@@ -18,7 +18,7 @@ from typing import Any
 
 from analysis.report import check_run
 from fedsim.runner import run_scenario
-from fedsim.scenario import load_scenario
+from fedsim import load_scenario
 from figures import cos2p, embracingfl, fedraa, gas, semisfl
 
 #: (scenario, overrides, files to keep as {file in the run directory: name in the gallery})

@@ -22,7 +22,7 @@ from analysis.report import check_run
 from fedsim.errors import ConfigError
 from fedsim.learn.quadratic import QuadraticProblem, quadratic_loss
 from fedsim.runner import build_global_model, prepare_data, run_scenario
-from fedsim.scenario import load_scenario, scenario_from_mapping
+from fedsim import load_scenario, scenario_from_mapping
 from fedsim.sim.rng import Streams
 
 

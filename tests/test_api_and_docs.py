@@ -41,8 +41,9 @@ def test_show_prints_the_resolved_scenario_and_version(capsys):
 def test_field_reference_in_docs_is_current_and_complete():
     from fedsim.config import walk_fields
     from fedsim.scenario import SECTIONS, field_reference
+    from fedsim.algorithms import registry
 
-    text = field_reference()
+    text = field_reference(registry())
     assert (ROOT / "docs" / "scenario-reference.md").read_text(encoding="utf-8") == text, \
         "docs/scenario-reference.md is stale: regenerate with `fedsim reference > docs/scenario-reference.md`"
     for key, cls in SECTIONS.items():

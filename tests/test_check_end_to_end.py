@@ -6,7 +6,7 @@ import pytest
 from analysis.report import check_run
 from fedsim.cli import main
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import load_trace
 
 
@@ -31,7 +31,7 @@ def test_check_run_on_simulated_runs(tiny, tmp_path, algo, capsys):
 
 def test_check_run_reads_gas_dissimilarity_and_buffer_share(tmp_path):
     """On a GAS run, `fedsim check` measures the buffer's per-client share and evaluates Lemma 1."""
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     run_scenario(load_scenario("gas", ["stop.max_versions=6", "output.figures=false"]), tmp_path, progress=False)
     table = check_run(tmp_path, figures=False).set_index("quantity")

@@ -98,7 +98,8 @@ def test_scenarios_listing_and_help(capsys):
 
 
 def test_resolved_scenario_round_trips(tmp_path):
-    from fedsim.scenario import dump_scenario, load_scenario, scenario_from_mapping
+    from fedsim.scenario import dump_scenario
+    from fedsim import load_scenario, scenario_from_mapping
 
     sc = load_scenario("fedasync", ["train.lr=0.2"])
     again = scenario_from_mapping(yaml.safe_load(dump_scenario(sc)))

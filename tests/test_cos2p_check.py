@@ -10,7 +10,7 @@ import pytest
 from analysis.report import check_run
 from analysis.theory.cos2p import theorem1_rhs
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 
 def test_check_prints_n_star_tau_ru_and_theorem1(tiny, tmp_path):

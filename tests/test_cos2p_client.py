@@ -79,7 +79,7 @@ def _vit_run(tiny, tmp_path, monkeypatch, algo, versions=4):
     import fedsim.runner as runner
     from fedsim.learn.models import build_model
     from fedsim.runner import run_scenario
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
     from fedsim.sim.rng import Streams
 
     def vit(scenario, data):
@@ -147,7 +147,7 @@ def test_blocks_outside_every_window_never_change(tiny, tmp_path, monkeypatch):
     final = torch.load(tmp_path / "final_model.pt")
     import fedsim.runner as runner  # the patched builder gives the initial model
     from fedsim.runner import prepare_data
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     sc = load_scenario(tmp_path / "scenario.yaml")
     model = runner.build_global_model(sc, prepare_data(sc).data)

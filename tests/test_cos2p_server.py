@@ -14,7 +14,7 @@ from fedsim.algorithms.base import Update
 from fedsim.algorithms.cos2p import quorum, split_rates
 from fedsim.algorithms.cos2p_rules import cos2p_aggregate, segment_index
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 
 def _t(*rows):

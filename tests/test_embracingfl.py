@@ -17,7 +17,7 @@ from fedsim.learn.models import build_model, split_model
 from fedsim.learn.partition import partition
 from fedsim.learn.train import SGDConfig, local_sgd
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import load_trace
 
 HIDDEN, WIDTH = 24, 0.25          # femnist_cnn at width 1/4: conv 8 and 16 channels, dense 24/4 = 6 units

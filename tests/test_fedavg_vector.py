@@ -20,7 +20,7 @@ import torch
 from fedsim.cli import main
 from fedsim.learn.data import ArrayDataset, FederatedData
 from fedsim.runner import Prepared, run_variant
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import Trace, iter_trace
 
 BASE: dict[str, Any] = {

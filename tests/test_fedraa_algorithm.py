@@ -15,7 +15,7 @@ from fedsim.cli import main
 from fedsim.learn.submodel import fragment_submodel
 from fedsim.learn.models import build_model
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import load_trace
 
 BASE = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from fedsim.scenario import load_scenario
+from fedsim import load_scenario
 from figures.common import Job, finished, run_jobs
 
 
@@ -30,7 +30,7 @@ def test_resume_reuses_only_the_identical_finished_scenario(tmp_path):
 
 
 def test_an_unfinished_run_is_not_reused(tmp_path):
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
 
     run_jobs([Job(("b",), _mapping(2))], tmp_path, label="test", progress=False)
     d = tmp_path / "runs" / "b"

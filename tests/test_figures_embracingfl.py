@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 import figures.embracingfl as fe
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 
 def test_every_recipe_scenario_validates():

@@ -52,7 +52,7 @@ def test_batched_equals_sequential(cfg):
 
 def test_batched_fedavg_run_matches_sequential_and_repeats(tmp_path):
     from fedsim.runner import run_scenario
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
     from fedsim.sim.trace import load_trace
 
     def run(name, batched):

@@ -10,7 +10,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import scenario_from_mapping  # noqa: E402
+from fedsim import scenario_from_mapping  # noqa: E402
 
 ALGORITHMS = [{"name": "fedavg", "clients_per_round": 4},
               {"name": "fedbuff", "buffer_size": 2, "concurrency": 4}]

@@ -26,7 +26,7 @@ def test_fedavg_takes_the_fast_path_and_draws_the_clients_of_the_listed_pool(tmp
     """FedAvg (every client eligible) samples by position; forcing the listing path gives the same trace."""
     from fedsim.algorithms.fedavg import FedAvg
     from fedsim.runner import run_scenario
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     sc = load_scenario("default", ["algorithm=fedavg", "algorithm.clients_per_round=5", "train.systems_only=true",
                                    "stop.max_versions=6", "stop.max_time_s=null", "output.figures=false"])

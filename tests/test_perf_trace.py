@@ -6,7 +6,7 @@ import json
 import pandas as pd
 
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import Trace, iter_trace, load_trace, trace_path
 
 BASE = {"data": {"num_clients": 6}, "train": {"local_steps": 2},

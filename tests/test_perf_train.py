@@ -37,7 +37,7 @@ def test_plain_sgd_is_torch_sgd_bit_for_bit(momentum, weight_decay):
 def test_a_run_does_not_import_the_compiler_stack(tmp_path):
     code = ("import sys\n"
             "from fedsim.runner import run_scenario\n"
-            "from fedsim.scenario import scenario_from_mapping\n"
+            "from fedsim import scenario_from_mapping\n"
             "sc = scenario_from_mapping({'data': {'num_clients': 4}, 'train': {'local_steps': 2, 'momentum': 0.9},\n"
             "    'algorithm': {'name': 'fedavg', 'clients_per_round': 2}, 'stop': {'max_versions': 2},\n"
             "    'output': {'figures': False}})\n"

@@ -24,7 +24,7 @@ from fedsim.learn.partition import partition_summary
 from fedsim.learn.quadratic import quadratic_loss
 from fedsim.learn.train import evaluate, half_squared_error, loss_for
 from fedsim.runner import prepare_data, run_scenario
-from fedsim.scenario import load_scenario
+from fedsim import load_scenario
 from fedsim.sim.rng import Streams
 
 SPREADS = (2.0, 0.5)   # center_spread: the spread of the client optima, then 4x tighter

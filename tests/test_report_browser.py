@@ -18,7 +18,7 @@ import pytest
 
 from fedsim.report import fmt_bytes, html_report
 from fedsim.runner import run_scenario
-from fedsim.scenario import load_scenario
+from fedsim import load_scenario
 from fedsim.sim.trace import load_trace
 
 BROWSER = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)

@@ -9,7 +9,7 @@ import pytest
 
 from fedsim.report import fmt_bytes, fmt_seconds, fmt_summary, html_report, interactive_data
 from fedsim.runner import run_scenario
-from fedsim.scenario import load_scenario
+from fedsim import load_scenario
 from fedsim.sim.trace import load_trace
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fedsim.cli import main
-from fedsim.scenario import dump_scenario, load_scenario
+from fedsim.scenario import dump_scenario
+from fedsim import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["data.num_clients=4", "data.partition={method: iid}", "model={name: mlp, hidden: 16}",

@@ -17,7 +17,7 @@ from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.partition import partition
 from fedsim.learn.semi import FeatureQueue, KsController, contrastive_loss
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 BASE = {
     "name": "semisfl-test",

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from fedsim.runner import run_scenario
-from fedsim.scenario import load_scenario
+from fedsim import load_scenario
 from fedsim.sim.trace import load_trace
 
 SEEDS = (0, 1, 2)

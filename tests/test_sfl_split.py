@@ -9,7 +9,7 @@ from fedsim.learn.models import build_model
 from fedsim.learn.split import SideOptimizer, SplitComputer, merge_state, split_costs, split_state
 from fedsim.learn.train import batch_schedule
 from fedsim.runner import build_global_model, prepare_data, run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams
 
 

@@ -9,7 +9,8 @@ import torch
 from scipy.stats import spearmanr
 
 from fedsim.runner import run_scenario
-from fedsim.scenario import load_raw, scenario_from_mapping
+from fedsim.scenario import load_raw
+from fedsim import scenario_from_mapping
 from fedsim.sim.trace import load_trace
 
 B = 32

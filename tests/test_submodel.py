@@ -307,7 +307,7 @@ def _context(mapping):
 
     from fedsim.runner import build_global_model, prepare_data
     from fedsim.runtime import Context
-    from fedsim.scenario import scenario_from_mapping
+    from fedsim import scenario_from_mapping
     from fedsim.sim.rng import Streams
     from fedsim.sim.trace import Trace
     from fedsim.system.world import World

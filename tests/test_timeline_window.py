@@ -6,7 +6,7 @@ import pytest
 from fedsim import report
 from fedsim.errors import ConfigError
 from fedsim.runner import run_scenario
-from fedsim.scenario import load_scenario, scenario_from_mapping
+from fedsim import load_scenario, scenario_from_mapping
 
 TINY = {"data": {"num_clients": 6}, "train": {"local_steps": 2},
         "algorithm": {"name": "fedavg", "clients_per_round": 3}, "stop": {"max_versions": 3}}

@@ -20,7 +20,8 @@ from fedsim.learn.submodel import extract, insert, sub_state_bytes, width_submod
 from fedsim.learn.train import SGDConfig, local_sgd
 from fedsim.runner import build_global_model, prepare_data, run_scenario
 from fedsim.runtime import Context
-from fedsim.scenario import load_raw, scenario_from_mapping
+from fedsim.scenario import load_raw
+from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace, load_trace
 from fedsim.system.world import World

@@ -9,7 +9,7 @@ import pytest
 import simpy
 
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace, load_trace
 from fedsim.system.world import World
@@ -164,7 +164,7 @@ def test_unknown_preset_and_channel_model_are_one_line_errors():
 
 def test_preset_field_override_keeps_the_rest_of_the_preset():
     """channel.uplink.bandwidth_hz next to the gas-cell preset changes only the bandwidth."""
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
 
     sc = load_scenario("fedasync", ["channel.preset=gas-cell", "channel.uplink.bandwidth_hz=5e6"])
     up = sc.channel.uplink

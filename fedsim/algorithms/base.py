@@ -22,9 +22,12 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.config import positive, require
+from fedsim.algorithms.server_opt import ServerOptConfig
+from fedsim.config import num, positive, require
+from fedsim.errors import ConfigError
 from fedsim.learn.state import Mask, State, state_sub
-from fedsim.learn.train import TrainStats
+from fedsim.learn.costs import state_bytes
+from fedsim.learn.train import LocalObjective, TrainStats
 from fedsim.system.availability import AlwaysOn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,6 +45,30 @@ class TrainOutcome:
     flops: float | None = None
 
 
+@dataclass(frozen=True)
+class Work:
+    """What one configured algorithm asks of a run, declared by the algorithm (``Algorithm.work``) for the
+    estimate the runner makes before anything runs.
+
+    ``slots``: clients working at once (``slots_field`` names the setting); ``per_version``: updates one
+    model version needs; ``steps_per_task``: fixed local SGD steps per task (None: from each client's data
+    and the ``train`` settings; ``steps_field`` names the setting); ``server_steps``: the server's own SGD
+    steps per version (``server_field``); ``exchanges_per_step``: split learning, where every local step
+    exchanges messages with the server; ``retry_s`` and ``deadline_s``: the algorithm's idle retry and
+    round deadline, checked against the run's horizon and its fastest task."""
+
+    slots: int = 1
+    slots_field: str = "concurrency"
+    per_version: int = 1
+    steps_per_task: int | None = None
+    steps_field: str = "train.local_steps"
+    server_steps: int = 0
+    server_field: str | None = None
+    exchanges_per_step: bool = False
+    retry_s: float | None = None
+    deadline_s: float | None = None
+
+
 #: ``trainer(module, ctx, client, indices, generator) -> TrainOutcome``: trains ``module`` (the client's
 #: extracted sub-model, already holding the downloaded weights) in place.
 LocalTrainer = Callable[["BlockModel", "Context", int, np.ndarray, torch.Generator], TrainOutcome]
@@ -53,7 +80,8 @@ class Assignment:
 
     ``submodel`` None trains the whole model; otherwise the client downloads, trains and uploads only the
     sub-model's tensors, and its update's mask covers exactly the entries it trained.  ``trainer`` None is
-    plain local SGD (``fedsim.learn.train.local_sgd``) with the scenario's ``train`` settings.
+    plain local SGD (``fedsim.learn.train.local_sgd``) with the scenario's ``train`` settings and the
+    assignment's ``objective``; a ``trainer`` replaces the whole local step.
     """
 
     submodel: "SubModel | None" = None
@@ -61,6 +89,9 @@ class Assignment:
     trainer: LocalTrainer | None = None
     round: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    #: what plain local SGD minimises beyond the task loss, and the extra tensors it sends each way
+    #: (``fedsim.learn.train.LocalObjective``; e.g. FedProx's ``Proximal``)
+    objective: LocalObjective | None = None
 
 
 @dataclass
@@ -84,6 +115,8 @@ class Update:
     num_samples: int = 0
     costs: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    #: extra tensors the client's local objective uploaded with the update (``LocalObjective.upload``)
+    extras: State = field(default_factory=dict)
 
     def weight_of(self, name: str) -> float:
         if isinstance(self.weight, Mapping):
@@ -96,7 +129,20 @@ class Update:
              else float(self.weight) * factor)
         return Update(client=self.client, tensors=self.tensors, kind=self.kind, mask=self.mask, weight=w,
                       base_version=self.base_version, download_time=self.download_time,
-                      num_samples=self.num_samples, costs=self.costs, info=self.info)
+                      num_samples=self.num_samples, costs=self.costs, info=self.info, extras=self.extras)
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """A client's part in a new version when what it sent is not a model update (split learning: the server
+    trained on its activations): who, from which version, downloaded when.  ``Context.apply`` records it
+    as it records an ``Update``."""
+
+    client: int
+    base_version: int
+    download_time: float
+    mask: None = None
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------------------ staleness
@@ -152,12 +198,16 @@ def client_task(
     world = ctx.world
     t0 = ctx.env.now
     down = ctx.download_bytes(a)
+    if a.objective is not None:  # declared extra tensors travel with the model (costed)
+        down += state_bytes(a.objective.download())
     yield from world.download(client, down, version=base_version)
     pending = ctx.start_training(client, base_state, task=task, assignment=a)
     yield from world.compute(client, pending.flops, what="train", steps=pending.steps, samples=pending.samples)
     result = pending.result()  # a remote executor computed it meanwhile; in-process it is already done
     tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
     nbytes = ctx.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
+    extras = a.objective.upload() if a.objective is not None else {}
+    nbytes += state_bytes(extras) if extras else 0
     yield from world.upload(client, nbytes)
     return Update(
         client=client,
@@ -170,6 +220,7 @@ def client_task(
         num_samples=int(len(ctx.parts[client])),
         costs={"flops": result.flops, "bytes_up": nbytes, "bytes_down": down},
         info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a},
+        extras=extras,
     )
 
 
@@ -201,6 +252,13 @@ class Algorithm:
         runner's work estimate adds them to the clients' steps so a huge server phase is refused up front."""
         return int(getattr(config, cls.server_phase_field)) if cls.server_phase_field else 0
 
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        """What this algorithm, so configured, asks of a run (:class:`Work`): the runner's up-front estimate
+        asks here and never guesses from config field names.  The loop shapes declare theirs; an algorithm
+        with other knobs overrides this."""
+        return Work(server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx
         self.cfg = config
@@ -226,8 +284,7 @@ class Algorithm:
         if a.round is None:
             a.round = round_
         base, version = ctx.global_state, ctx.version
-        extra = {} if a.submodel is None else {"submodel": ctx.submodel_summary(a.submodel)}
-        ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=round_, **extra)
+        ctx.record_dispatch(client, version, round_, submodel=a.submodel)
         k = tasks.next(client)
         ctx.note_dispatch(client, k, base, a)
         body = client_task(ctx, client, base, version, task=k, assignment=a)
@@ -309,6 +366,102 @@ class TaskCounter:
         return k
 
 
+@dataclass
+class RoundsConfig:
+    """The settings of a synchronous round (:class:`SyncRounds`; FedAvg and every algorithm built on its
+    rounds extend this dataclass)."""
+
+    clients_per_round: int = num(10, ge=1, unit="clients")
+    deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
+    server_lr: float = num(1.0, gt=0, le=1e6)
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
+    #: sample only clients whose device fits the full model (the others never train)
+    only_fitting: bool = False
+    #: a server optimiser over the round's aggregate (FedAvgM, FedAdam, FedYogi, FedAdagrad); null: the
+    #: aggregate moved by ``server_lr``
+    server_opt: ServerOptConfig | None = None
+
+    def validate(self, prefix: str) -> None:
+        positive(self.clients_per_round, f"{prefix}.clients_per_round")
+        positive(self.retry_s, f"{prefix}.retry_s")
+        positive(self.deadline_s, f"{prefix}.deadline_s")
+        positive(self.server_lr, f"{prefix}.server_lr")
+        if self.server_opt is not None and self.server_lr != 1.0:
+            raise ConfigError(f"{prefix}.server_lr", f"got {self.server_lr!r} together with server_opt; set the "
+                              "server's learning rate once, as server_opt.lr")
+
+
+class SyncRounds(Algorithm):
+    """Loop shape: synchronous rounds (FedAvg and everything built on its rounds).
+
+    The framework owns the loop: each round it samples ``clients_per_round`` clients (:meth:`select`),
+    dispatches to each the current model and its assignment (:meth:`assign`), waits for every upload or, with
+    ``deadline_s``, for the deadline (stragglers are interrupted and recorded as drops), queues for an
+    aggregation worker, and installs what :meth:`server_rule` returns through the one ``apply`` record
+    (with the round's record).  When nobody is reachable it records an empty round and retries after
+    ``retry_s``.  A subclass decides only: :meth:`assign` (what a client trains and its local objective),
+    :meth:`server_rule` (a pure function of the round's updates and the model they started from), and, if
+    it samples differently, :meth:`select`.  Its ``Config`` extends :class:`RoundsConfig`.
+    """
+
+    Config = RoundsConfig
+    #: what clients send back: full weights or deltas from the model they downloaded
+    update_kind: Literal["weights", "delta"] = "weights"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        k = int(config.clients_per_round)
+        return Work(slots=k, slots_field="clients_per_round", per_version=k, retry_s=config.retry_s,
+                    deadline_s=config.deadline_s, server_steps=cls.server_phase_steps(config),
+                    server_field=cls.server_phase_field)
+
+    def select(self, k: int, round_: int) -> list[int]:
+        """The clients of round ``round_``: ``k`` drawn uniformly without replacement among the eligible,
+        reachable ones (stream ``("fedavg", "select", round)``, shared by every algorithm on these rounds)."""
+        return self.sample_clients(k, ("fedavg", "select", round_))
+
+    def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:  # pragma: no cover
+        """The next global state from a round's updates and the model they started from, and each update's
+        weight in it (for the trace).  Pure: no time, no records."""
+        raise NotImplementedError
+
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        tasks = TaskCounter(ctx.num_clients)
+        rnd = 0
+        while not ctx.done.triggered:
+            rnd += 1
+            start = env.now
+            base = ctx.global_state
+            clients = self.select(cfg.clients_per_round, rnd)
+            if not clients:  # nobody reachable: try again a little later
+                ctx.record_round(rnd, start=start, clients=[], dropped=[])
+                yield env.timeout(cfg.retry_s)
+                continue
+            ctx.world.schedule(len(clients))
+            procs = {}
+            for c in clients:
+                procs[c] = self.dispatch(c, tasks, kind=self.update_kind, round_=rnd)
+            everyone = env.all_of(list(procs.values()))
+            if cfg.deadline_s is not None:
+                yield env.any_of([everyone, env.timeout(cfg.deadline_s)])
+            else:
+                yield everyone
+            dropped = [c for c, p in procs.items() if not p.triggered]
+            for c in dropped:
+                procs[c].interrupt("deadline")
+            if dropped:
+                yield env.timeout(0)  # let the interrupted processes record their drop
+            updates = [p.value for c, p in procs.items() if c not in dropped and p.value is not None]
+            if updates:
+                yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
+                new, weights = self.server_rule(updates, base)
+                ctx.apply(new, updates, weights, round_=rnd, base=base,
+                          round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})
+            else:
+                ctx.record_round(rnd, start=start, clients=clients, dropped=dropped)
+
+
 class SlotScheduler(Algorithm):
     """Asynchronous scheduling shared by FedAsync, FedBuff (and CA2FL) and asynchronous split FL.
 
@@ -354,3 +507,83 @@ class SlotScheduler(Algorithm):
     def _participate(self, client: int) -> Generator[simpy.events.Event, Any, None]:  # pragma: no cover
         raise NotImplementedError
 
+
+
+class AsyncSlots(SlotScheduler):
+    """Loop shape: asynchronous slots with a buffer (FedAsync, FedBuff, CA2FL).
+
+    The framework owns the loop: ``concurrency`` clients train at once; each arriving update is checked
+    against ``max_staleness`` (staler ones are recorded as drops), put in the buffer, and when the buffer
+    holds :meth:`buffer_size` updates the server queues for a worker and installs what :meth:`server_rule`
+    returns through the one ``apply`` record.  A slot is refilled as soon as the upload arrives
+    (``refill_on_arrival``) or once the server has applied it.  With ``serve_each`` the server serves each
+    update as the client's own request (FedAsync's ``apply`` service) instead of one ``aggregate`` request per
+    full buffer.  A subclass decides only: :meth:`assign`, :meth:`server_rule`, :meth:`buffer_size`,
+    :meth:`max_staleness` and ``update_kind``.  Staleness is the framework's (``Context.staleness``).
+    """
+
+    update_kind: Literal["weights", "delta"] = "weights"
+    refill_on_arrival = True
+    serve_each = False
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        return Work(slots=int(config.concurrency), per_version=cls.buffer_size_of(config), retry_s=config.retry_s,
+                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+
+    @classmethod
+    def buffer_size_of(cls, config: Any) -> int:
+        """Updates the server waits for before it applies them (1: every arrival is applied on its own)."""
+        return 1
+
+    def buffer_size(self) -> int:
+        return self.buffer_size_of(self.cfg)
+
+    def max_staleness(self) -> int | None:
+        """Updates staler than this (in versions) are dropped on arrival (None: none are)."""
+        return None
+
+    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:  # pragma: no cover
+        """The next global state from a full buffer and the current model, and each update's weight in it."""
+        raise NotImplementedError
+
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        self.buffer: list[Update] = []
+        self.start_slots(self.cfg.concurrency)
+        yield self.ctx.done
+
+    def _release(self, client: int) -> None:
+        self.active.discard(client)
+        self._launch()
+
+    def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
+        ctx = self.ctx
+        update = yield self.dispatch(c, self.tasks, kind=self.update_kind)
+        if self.refill_on_arrival:
+            self._release(c)
+        if update is not None and not ctx.done.triggered:
+            yield from self._arrive(c, update)
+        if not self.refill_on_arrival:
+            self._release(c)
+
+    def _arrive(self, c: int, update: Update) -> Generator[simpy.events.Event, Any, None]:
+        ctx = self.ctx
+        if self.serve_each:
+            yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
+        limit = self.max_staleness()
+        tau = ctx.staleness(update)
+        if limit is not None and tau > limit:
+            ctx.trace.emit(ctx.env.now, "drop", client=c, reason=f"staleness {tau} > {limit}", round=None)
+            return
+        if ctx.done.triggered:
+            return
+        self.buffer.append(update)
+        if len(self.buffer) < self.buffer_size():
+            return
+        batch, self.buffer = self.buffer, []
+        if not self.serve_each:
+            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
+            if ctx.done.triggered:
+                return
+        new, weights = self.server_rule(batch, ctx.global_state)
+        ctx.apply(new, batch, weights, round_=ctx.version + 1)

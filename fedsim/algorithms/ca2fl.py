@@ -11,7 +11,7 @@ There is no staleness scaling in CA2FL; the cache is what corrects stale and abs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fedsim.algorithms.base import Update
 from fedsim.algorithms.fedbuff import FedBuff
@@ -27,11 +27,13 @@ class CA2FL(FedBuff):
         variant: Literal["canonical", "gas-code"] = "canonical"
         staleness: str = "constant"
 
-    def server_rule(self, batch: list[Update]) -> tuple[State, list[float]]:
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        self.cache: dict[int, State] = {}
+
+    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
         ctx, cfg = self.ctx, self.cfg
-        if not hasattr(self, "cache"):
-            self.cache: dict[int, State] = {}
         sizes = {c: float(len(p)) for c, p in enumerate(ctx.parts)}
-        new, self.cache = ca2fl_apply(ctx.global_state, self.cache, [(u.client, u.tensors) for u in batch],
+        new, self.cache = ca2fl_apply(base, self.cache, [(u.client, u.tensors) for u in batch],
                                       cfg.server_lr, ctx.num_clients, variant=cfg.variant, data_sizes=sizes)
         return new, [1.0 / len(batch)] * len(batch)

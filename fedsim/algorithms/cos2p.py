@@ -27,14 +27,14 @@ R^w/R^d = ``width_depth_ratio``; see :mod:`fedsim.learn.cos2p` for the masks, ex
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, Update, client_task
+from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, Update, Work, client_task
 from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggregate, segment_index
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
@@ -79,6 +79,10 @@ def quorum(mu: float, n: int) -> int:
 
 class Cos2P(Algorithm):
     name = "cos2p"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        return replace(super().work(config), retry_s=config.retry_s)
 
     @dataclass
     class Config:
@@ -241,7 +245,7 @@ class Cos2P(Algorithm):
         bases = [self.history[u.base_version] for u in batch]
         res = cos2p_aggregate(ctx.global_state, batch, bases, self.segments, weighting=cfg.weighting,
                               server_lr=cfg.server_lr)
-        taus = [ctx.version - u.base_version for u in batch]
+        taus = [ctx.staleness(u) for u in batch]
         cov = res.coverage
         trained = cov[cov > 0]
         ctx.trace.emit(env.now, "cos2p_round", round=rnd, start=start, quorum_at=opened, end=env.now,
@@ -270,7 +274,7 @@ class Cos2P(Algorithm):
         version = ctx.version
         self.history.setdefault(version, ctx.global_state)
         self.pending[version] = self.pending.get(version, 0) + 1
-        ctx.trace.emit(ctx.env.now, "dispatch", client=client, version=version, round=None)
+        ctx.record_dispatch(client, version, None)
         proc = self.launch(client, self._job(client, ctx.global_state, version))
         ctx.env.process(self._deliver(client, proc, version))
 

@@ -9,11 +9,8 @@ idle client drawn uniformly, which downloads the model as it is at that moment. 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator
 
-import simpy
-
-from fedsim.algorithms.base import SlotScheduler, Update, staleness_weight, validate_staleness
+from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
 from fedsim.config import num, positive, require
 from fedsim.learn.state import State, masked_weighted_average, state_mix
 
@@ -28,7 +25,7 @@ def fedasync_rule(update: Update, base: State, tau: int, alpha: float, staleness
     return state_mix(base, client, mix), mix
 
 
-class FedAsync(SlotScheduler):
+class FedAsync(AsyncSlots):
     name = "fedasync"
 
     @dataclass
@@ -48,21 +45,16 @@ class FedAsync(SlotScheduler):
             positive(self.max_staleness, f"{prefix}.max_staleness", allow_zero=True)
             positive(self.retry_s, f"{prefix}.retry_s")
 
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
-        self.start_slots(self.cfg.concurrency)
-        yield self.ctx.done
+    #: the server applies each arrival as the client's own request, then the slot is refilled
+    refill_on_arrival = False
+    serve_each = True
 
-    def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        update = yield self.dispatch(c, self.tasks)
-        if update is not None and not ctx.done.triggered:
-            yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
-            tau = ctx.version - update.base_version
-            if cfg.max_staleness is not None and tau > cfg.max_staleness:
-                ctx.trace.emit(env.now, "drop", client=c, reason=f"staleness {tau} > {cfg.max_staleness}", round=None)
-            elif not ctx.done.triggered:
-                new, a = fedasync_rule(update, ctx.global_state, tau, cfg.alpha, cfg.staleness, cfg.staleness_a,
-                                       cfg.staleness_b)
-                ctx.apply(new, [update], [a], round_=ctx.version + 1)
-        self.active.discard(c)
-        self._launch()
+    def max_staleness(self) -> int | None:
+        return self.cfg.max_staleness
+
+    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
+        cfg = self.cfg
+        (update,) = batch
+        new, a = fedasync_rule(update, base, self.ctx.staleness(update), cfg.alpha, cfg.staleness, cfg.staleness_a,
+                               cfg.staleness_b)
+        return new, [a]

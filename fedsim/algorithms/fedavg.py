@@ -10,7 +10,8 @@ that can hold it": only clients whose device memory fits the full model's traini
 of the run's memory check) are ever sampled; the others sit out.  The run is refused only when no device
 class fits.
 
-``engine: vector`` computes each systems-only round in numpy (``fedsim.algorithms.fedavg_vector``): the
+``server_opt`` hands the aggregate to a server optimiser (``fedsim.algorithms.server_opt``: FedAvgM, FedAdam,
+FedYogi, FedAdagrad as settings, not algorithms).  ``engine: vector`` computes each systems-only round in numpy (``fedsim.algorithms.fedavg_vector``): the
 same trace as this module's SimPy rounds, for studies of 10^5-10^6 devices.
 """
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any, Generator, Literal
 import numpy as np
 import simpy
 
-from fedsim.algorithms.base import Algorithm, TaskCounter, Update
-from fedsim.config import num, positive
+from fedsim.algorithms.base import RoundsConfig, SyncRounds, Update
+from fedsim.algorithms.server_opt import ServerOptimizer
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_axpy, state_sub
+
+__all__ = ["FedAvg", "RoundsConfig", "fedavg_rule"]
 
 
 def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> tuple[State, list[float]]:
@@ -36,25 +39,7 @@ def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> t
     return new, [float(u.weight) / total for u in updates]
 
 
-@dataclass
-class RoundsConfig:
-    """The settings of a synchronous round (FedAvg and the algorithms built on its rounds)."""
-
-    clients_per_round: int = num(10, ge=1, unit="clients")
-    deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
-    server_lr: float = num(1.0, gt=0, le=1e6)
-    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-    #: sample only clients whose device fits the full model (the others never train)
-    only_fitting: bool = False
-
-    def validate(self, prefix: str) -> None:
-        positive(self.clients_per_round, f"{prefix}.clients_per_round")
-        positive(self.retry_s, f"{prefix}.retry_s")
-        positive(self.deadline_s, f"{prefix}.deadline_s")
-        positive(self.server_lr, f"{prefix}.server_lr")
-
-
-class FedAvg(Algorithm):
+class FedAvg(SyncRounds):
     name = "fedavg"
 
     @dataclass
@@ -66,18 +51,17 @@ class FedAvg(Algorithm):
 
     @classmethod
     def fits_devices(cls, config: Any) -> bool:
-        return super().fits_devices(config) or bool(getattr(config, "only_fitting", False))
+        return super().fits_devices(config) or bool(config.only_fitting)
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         self._fits: np.ndarray | None = None
-        if getattr(self.cfg, "only_fitting", False):
+        if self.cfg.only_fitting:
             self._fits = self._fitting_clients()
-        if getattr(self.cfg, "engine", "event") == "vector":
+        self.server_opt = ServerOptimizer(self.cfg.server_opt) if self.cfg.server_opt is not None else None
+        if type(self) is FedAvg and self.cfg.engine == "vector":
             from fedsim.algorithms.fedavg_vector import check_vector
 
-            if type(self) is not FedAvg:
-                raise ConfigError("algorithm.engine", f"'vector' runs plain FedAvg only, not {self.name!r}")
             check_vector(ctx.scenario, self.cfg.deadline_s)
 
     def _fitting_clients(self) -> np.ndarray:
@@ -106,45 +90,16 @@ class FedAvg(Algorithm):
         return type(self).eligible is FedAvg.eligible and self._fits is None
 
     def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
-        """The pure rule that turns a round's updates into the next global state (subclasses may replace it)."""
-        return fedavg_rule(updates, base, self.cfg.server_lr)
+        """The masked weighted average of the round's updates, installed through the server optimiser when one
+        is configured (subclasses may replace the rule)."""
+        if self.server_opt is None:
+            return fedavg_rule(updates, base, self.cfg.server_lr)
+        avg, weights = fedavg_rule(updates, base)
+        return self.server_opt.step(base, target=avg), weights
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
-        if getattr(self.cfg, "engine", "event") == "vector":
+        if type(self) is FedAvg and self.cfg.engine == "vector":
             from fedsim.algorithms.fedavg_vector import vector_rounds
 
             return (yield from vector_rounds(self))
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        tasks = TaskCounter(ctx.num_clients)
-        rnd = 0
-        while not ctx.done.triggered:
-            rnd += 1
-            start = env.now
-            base = ctx.global_state
-            clients = self.sample_clients(cfg.clients_per_round, ("fedavg", "select", rnd))
-            if not clients:  # nobody reachable: try again a little later
-                ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=[], dropped=[])
-                yield env.timeout(cfg.retry_s)
-                continue
-            ctx.world.schedule(len(clients))
-            procs = {}
-            for c in clients:
-                procs[c] = self.dispatch(c, tasks, round_=rnd)
-            everyone = env.all_of(list(procs.values()))
-            if cfg.deadline_s is not None:
-                yield env.any_of([everyone, env.timeout(cfg.deadline_s)])
-            else:
-                yield everyone
-            dropped = [c for c, p in procs.items() if not p.triggered]
-            for c in dropped:
-                procs[c].interrupt("deadline")
-            if dropped:
-                yield env.timeout(0)  # let the interrupted processes record their drop
-            updates = [p.value for c, p in procs.items() if c not in dropped and p.value is not None]
-            if updates:
-                yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
-                new, weights = self.server_rule(updates, base)
-                ctx.apply(new, updates, weights, round_=rnd, base=base,
-                          round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})
-            else:
-                ctx.trace.emit(env.now, "round", round=rnd, start=start, end=env.now, clients=clients, dropped=dropped)
+        return (yield from super().run())

@@ -8,20 +8,20 @@ w ← w + η_g · (1/K) Σ s(τ_i) Δ_i.  A client's slot is refilled as soon as
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any
 
-import simpy
-
-from fedsim.algorithms.base import SlotScheduler, Update, staleness_weight, validate_staleness
+from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
+from fedsim.algorithms.server_opt import ServerOptConfig, ServerOptimizer
 from fedsim.config import num, positive
+from fedsim.errors import ConfigError
 from fedsim.learn.state import State, is_counter, masked_weighted_average, state_axpy
 
 
 def fedbuff_rule(batch: list[Update], base: State, version: int, server_lr: float, staleness: str = "fedbuff",
-                 a: float = 0.5, b: float = 4.0) -> tuple[State, list[float]]:
+                 a: float = 0.5, b: float = 4.0, opt: ServerOptimizer | None = None) -> tuple[State, list[float]]:
     """FedBuff's server rule: ``w + η_g · (1/K) Σ s(τ_i) Δ_i`` over the buffer's K deltas (entries that an
     update's mask leaves out are averaged over the updates that covered them).  Returns the new state and
-    each update's factor s(τ_i)/K."""
+    each update's factor s(τ_i)/K.  With a server optimiser ``opt``, the buffer's delta is its pseudo-gradient."""
     scales = [staleness_weight(version - u.base_version, staleness, a, b) for u in batch]
     scaled = [
         Update(client=u.client, tensors={k: v if is_counter(v) else v * s for k, v in u.tensors.items()}, kind="delta", mask=u.mask,
@@ -29,10 +29,11 @@ def fedbuff_rule(batch: list[Update], base: State, version: int, server_lr: floa
         for u, s in zip(batch, scales)
     ]
     delta = masked_weighted_average(scaled, base)
-    return state_axpy(base, delta, server_lr), [s / len(batch) for s in scales]
+    new = state_axpy(base, delta, server_lr) if opt is None else opt.step(base, delta=delta)
+    return new, [s / len(batch) for s in scales]
 
 
-class FedBuff(SlotScheduler):
+class FedBuff(AsyncSlots):
     name = "fedbuff"
     #: name of the client-selection stream; variants that keep FedBuff's scheduling (CA2FL) share it, so the
     #: same seed dispatches the same clients in the same order until their timelines diverge
@@ -47,41 +48,34 @@ class FedBuff(SlotScheduler):
         staleness_a: float = num(0.5, ge=0, le=1e3)
         staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions")
         retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
+        #: a server optimiser over the buffer's delta (null: the delta moved by ``server_lr``)
+        server_opt: ServerOptConfig | None = None
 
         def validate(self, prefix: str) -> None:
             positive(self.buffer_size, f"{prefix}.buffer_size")
+            if self.server_opt is not None and self.server_lr != 1.0:
+                raise ConfigError(f"{prefix}.server_lr", f"got {self.server_lr!r} together with server_opt; set the "
+                                  "server's learning rate once, as server_opt.lr")
             positive(self.retry_s, f"{prefix}.retry_s")
             positive(self.concurrency, f"{prefix}.concurrency")
             positive(self.server_lr, f"{prefix}.server_lr")
             validate_staleness(self.staleness, self.staleness_a, self.staleness_b, prefix)
 
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
-        self.buffer: list[Update] = []
-        self.start_slots(self.cfg.concurrency)
-        yield self.ctx.done
+    update_kind = "delta"
 
-    def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
-        ctx, cfg = self.ctx, self.cfg
-        update = yield self.dispatch(c, self.tasks, kind="delta")
-        self.active.discard(c)
-        self._launch()
-        if update is None or ctx.done.triggered:
-            return
-        self.buffer.append(update)
-        if len(self.buffer) < cfg.buffer_size:
-            return
-        batch, self.buffer = self.buffer, []
-        yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
-        if ctx.done.triggered:
-            return
-        new_state, weights = self.server_rule(batch)
-        ctx.apply(new_state, batch, weights, round_=ctx.version + 1)
+    def __init__(self, ctx: Any, config: Any) -> None:
+        super().__init__(ctx, config)
+        self.server_opt = ServerOptimizer(self.cfg.server_opt) if self.cfg.server_opt is not None else None
 
-    def server_rule(self, batch: list[Update]) -> tuple[State, list[float]]:
+    @classmethod
+    def buffer_size_of(cls, config: Any) -> int:
+        return int(config.buffer_size)
+
+    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
         """The new global state from a full buffer, and each update's weight in it (for the trace).
 
         Subclasses (CA2FL) replace this rule and keep the buffering, scheduling and recording.
         """
         ctx, cfg = self.ctx, self.cfg
-        return fedbuff_rule(batch, ctx.global_state, ctx.version, cfg.server_lr, cfg.staleness, cfg.staleness_a,
-                            cfg.staleness_b)
+        return fedbuff_rule(batch, base, ctx.version, cfg.server_lr, cfg.staleness, cfg.staleness_a,
+                            cfg.staleness_b, self.server_opt)

@@ -1,8 +1,8 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose local objective adds the proximal term μ/2‖w − w_global‖².
 
-The term is an option of local SGD (``fedsim.learn.train.local_sgd(prox_mu=...)``); this module only
-hands it to the clients as their local trainer.  Everything else (rounds, sampling, deadline, averaging)
-is FedAvg's.  The same trainer gives Fed-RAA its ρ-term.
+The term is a local objective (``fedsim.learn.train.Proximal``) handed to the clients through their
+assignment; everything else (rounds, sampling, deadline, averaging) is FedAvg's.  ``prox_trainer`` gives
+Fed-RAA its ρ-term together with its fragment's gradient mask.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
-from fedsim.config import positive
-from fedsim.learn.train import local_sgd
+from fedsim.config import num
+from fedsim.learn.train import Proximal, local_sgd
 
 
 def prox_trainer(mu: float, grad_mask: dict | None = None) -> Callable[..., TrainOutcome]:
@@ -23,7 +23,8 @@ def prox_trainer(mu: float, grad_mask: dict | None = None) -> Callable[..., Trai
 
     def train(module: Any, ctx: Any, client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
         tr = ctx.data.train
-        stats = local_sgd(module, tr.x, tr.y, indices, ctx.sgd, generator, task=tr.task, prox_mu=mu, grad_mask=grad_mask)
+        stats = local_sgd(module, tr.x, tr.y, indices, ctx.sgd, generator, task=tr.task, objective=Proximal(mu),
+                          grad_mask=grad_mask)
         return TrainOutcome(stats=stats)
 
     return train
@@ -34,11 +35,7 @@ class FedProx(FedAvg):
 
     @dataclass
     class Config(RoundsConfig):
-        mu: float = 0.01
-
-        def validate(self, prefix: str) -> None:
-            RoundsConfig.validate(self, prefix)
-            positive(self.mu, f"{prefix}.mu", allow_zero=True)
+        mu: float = num(0.01, ge=0, le=1e6, doc="weight of the proximal term")
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:
-        return Assignment(trainer=prox_trainer(self.cfg.mu), round=round_)
+        return Assignment(objective=Proximal(self.cfg.mu), round=round_)

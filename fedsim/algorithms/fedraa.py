@@ -30,7 +30,7 @@ Choices where the paper is silent (documented in the README):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -38,6 +38,7 @@ import simpy
 
 from fedsim.algorithms.base import (
     Algorithm,
+    Work,
     Assignment,
     TaskCounter,
     Update,
@@ -61,6 +62,10 @@ from fedsim.learn.train import num_steps, samples_processed
 
 class FedRAA(Algorithm):
     name = "fedraa"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        return replace(super().work(config), retry_s=config.retry_s)
 
     @dataclass
     class Config:

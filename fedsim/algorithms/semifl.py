@@ -24,7 +24,7 @@ from __future__ import annotations
 __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Iterator
 
 import numpy as np
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutcome, Update, client_task
+from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutcome, Update, Work, client_task
 from fedsim.algorithms.fedavg import fedavg_rule
 from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
@@ -45,6 +45,11 @@ from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
 
 class SemiFL(Algorithm):
     name = "semifl"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        k = int(config.clients_per_round)
+        return replace(super().work(config), slots=k, slots_field="clients_per_round", per_version=max(1, k))
     family = "semisfl"  # the same client-selection stream as SemiSFL: same clients per round
 
     @dataclass
@@ -183,7 +188,7 @@ class SemiFL(Algorithm):
             base, version = self.student, ctx.version
             procs = []
             for c in clients:
-                ctx.trace.emit(env.now, "dispatch", client=c, version=version, round=rnd)
+                ctx.record_dispatch(c, version, rnd)
                 procs.append(self.launch(c, self.client_body(c, base, version, tasks.next(c), rnd), rnd))
             yield env.all_of(procs)
             updates = [p.value for p in procs if p.value is not None]

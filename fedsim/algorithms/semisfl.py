@@ -41,7 +41,7 @@ step gradient (for Lemma 4's deterministic form, with η/(1 − momentum) for he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedsim.algorithms.base import Update
+from fedsim.algorithms.base import Contribution, Work
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
@@ -114,6 +114,11 @@ def semi_data(ctx: Any, labeled: int, client_labeled_fraction: float, *, need_cl
 
 class SemiSFL(SplitAlgorithm):
     name = "semisfl"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        k = int(config.clients_per_round)
+        return replace(super().work(config), slots=k, slots_field="clients_per_round", per_version=max(1, k))
     family = "semisfl"  # client-selection stream shared by SemiSFL and its split baselines
 
     @dataclass
@@ -366,7 +371,7 @@ class SemiSFL(SplitAlgorithm):
                        bytes_down=int(ctx.world.bytes_down - down0), start=start, **stats)
         if not clients and not k_s:
             yield env.timeout(1.0)  # nothing to do this round: let virtual time pass
-        applied = [Update(client=c, tensors={}, base_version=base_version, download_time=start) for c in clients]
+        applied = [Contribution(client=c, base_version=base_version, download_time=start) for c in clients]
         self.commit(applied, [1.0 / len(clients) for _ in clients], round_=rnd,
                     round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 
@@ -385,7 +390,7 @@ class SemiSFL(SplitAlgorithm):
             scheds.append(self.schedule(c, task, K, B))
             opts.append(self._optimizer(self.wc, lr))
             gens.append(ctx.streams.torch("client", c, "task", task, "augment"))
-            ctx.trace.emit(env.now, "dispatch", client=c, version=base_version, round=rnd)
+            ctx.record_dispatch(c, base_version, rnd)
         heads = {_HEAD + k: v for k, v in self.hp.items()}
         sopt = self._optimizer({**self.ws, **heads}, lr)
         n = len(clients)

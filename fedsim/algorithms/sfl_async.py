@@ -39,14 +39,14 @@ server weights (paired; for ``async-sfl`` the generated rows are a counterfactua
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import SlotScheduler, Update
+from fedsim.algorithms.base import Contribution, SlotScheduler, Work
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive
 from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor, weight_fn
@@ -78,6 +78,12 @@ def _tv(counts: np.ndarray, prior: np.ndarray) -> float:
 
 class AsyncSFL(SlotScheduler, SplitAlgorithm):
     name = "async-sfl"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        buffer = config.model_buffer if config.model_buffer is not None else 1
+        return replace(SplitAlgorithm.work.__func__(cls, config), slots=int(config.concurrency),  # type: ignore[attr-defined]
+                       per_version=max(1, int(buffer)), retry_s=config.retry_s)
     watch_participation = True  # going offline cuts the whole participation short (see _participate)
     #: client-selection stream shared with GAS, so that a paired comparison dispatches the same clients
     family = "async-sfl"
@@ -159,7 +165,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         task = self.tasks.next(c)
         base_version, t0 = ctx.version, env.now
         wc = self.wc
-        ctx.trace.emit(env.now, "dispatch", client=c, version=base_version, round=None)
+        ctx.record_dispatch(c, base_version, None)
         yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
         steps = self.local_iterations(c)
         batches = self.schedule(c, task, steps, ctx.sgd.batch_size)
@@ -278,7 +284,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             if self.training:
                 self.wc = self.aggregate_clients([m.state for m in batch], clients)
             sizes = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
-            applied = [Update(client=m.client, tensors={}, base_version=m.base_version, download_time=m.download_time)
+            applied = [Contribution(client=m.client, base_version=m.base_version, download_time=m.download_time)
                        for m in batch]
             self.commit(applied, [w / sum(sizes) for w in sizes], round_=ctx.version + 1)
             msg.ack.succeed()

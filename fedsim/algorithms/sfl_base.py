@@ -27,6 +27,7 @@ from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_cut, merge_state, split_costs, split_state
+from fedsim.algorithms.base import Work
 from fedsim.learn.train import batch_schedule, num_steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +60,13 @@ class SplitAlgorithm(Algorithm):
 
     name = "sfl-base"
     Config = SplitConfig
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        """Split learning: every local step exchanges activations and gradients with the server; a fixed
+        ``local_iterations`` sets the steps per task.  Families add their clients per round."""
+        return Work(steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True,
+                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)

@@ -22,7 +22,7 @@ own minibatch (no logit adjustment), as for GAS's eq. (7).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -30,7 +30,7 @@ import simpy
 import torch
 
 from fedsim.algorithms.rules import minibatch_sfl_batch_sizes, s2fl_groups
-from fedsim.algorithms.base import Update
+from fedsim.algorithms.base import Contribution, Work
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
 from fedsim.config import positive
 from fedsim.errors import ConfigError
@@ -38,6 +38,11 @@ from fedsim.errors import ConfigError
 
 class MiniBatchSFL(SplitAlgorithm):
     name = "minibatch-sfl"
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        k = int(config.clients_per_round)
+        return replace(super().work(config), slots=k, slots_field="clients_per_round", per_version=k)
     family = "minibatch-sfl"  # selection stream shared with S2FL
 
     @dataclass
@@ -93,7 +98,7 @@ class MiniBatchSFL(SplitAlgorithm):
             self.task_of[c] += 1
             scheds.append(self.schedule(c, task, self.steps, b))
             opts.append(self.client_optimizer(self.wc) if self.training else None)
-            ctx.trace.emit(env.now, "dispatch", client=c, version=base_version, round=rnd)
+            ctx.record_dispatch(c, base_version, rnd)
         grads: list[torch.Tensor | None] = [None] * len(clients)
         acts: list[torch.Tensor | None] = [None] * len(clients)
 
@@ -144,7 +149,7 @@ class MiniBatchSFL(SplitAlgorithm):
         total = float(sum(self.sizes[c] for c in clients))
         weights = [1.0 / len(clients) if cfg.aggregate_weights == "uniform" else float(self.sizes[c]) / total
                    for c in clients]
-        applied = [Update(client=c, tensors={}, base_version=base_version, download_time=start) for c in clients]
+        applied = [Contribution(client=c, base_version=base_version, download_time=start) for c in clients]
         self.commit(applied, weights, round_=rnd,
                     round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 

@@ -683,12 +683,15 @@ _SUBSAMPLE = ("train_size", "test_size")
 
 
 def load_dataset(name: str, *, root: str | os.PathLike | None = None, num_clients: int | None = None,
-                 rng: np.random.Generator | None = None, options: dict | None = None) -> FederatedData:
+                 rng: np.random.Generator | None = None, options: dict | None = None,
+                 base_dirs: tuple = ()) -> FederatedData:
     """Load dataset ``name`` (one of :data:`DATASETS`) into memory.
 
     ``root`` is the folder with the files of a file-based dataset; ``num_clients`` matters only for
     ``synthetic`` and ``quadratic`` (the number of generated clients); ``options`` are dataset-specific
     (unknown keys are rejected).  File-based datasets accept ``train_size``/``test_size`` to keep a random subset.
+    Any other ``name`` is a loader (:func:`user_dataset`): ``module:function``, a name an installed package
+    registers under the ``fedsim.datasets`` entry point, or the function itself.
     """
     rng = np.random.default_rng(0) if rng is None else rng
     if name == "digits":
@@ -721,4 +724,56 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, num_client
     if name == "cinic10":
         opts = _check_options(name, options, _CINIC_OPTS)
         return _load_cinic10(_need_root(name, root, "cinic10.npz or train/ and test/ PNG folders"), rng, opts)
-    raise ConfigError("data.name", f"unknown dataset '{name}' (allowed: {', '.join(DATASETS)})")
+    from fedsim import components
+
+    loader = components.find("dataset", name, "data.name", base_dirs)
+    if loader is None:
+        known = ", ".join(DATASETS + tuple(sorted(components.installed("dataset"))))
+        raise ConfigError("data.name", f"unknown dataset '{name}' (allowed: {known}; or module:function for your own)")
+    return user_dataset(loader, str(name), rng, options)
+
+
+def user_dataset(loader: Callable[..., Any], ref: str, rng: np.random.Generator,
+                 options: dict | None = None) -> FederatedData:
+    """A dataset from a user's loader ``loader(rng, **options)``.
+
+    It returns ``(x_train, y_train, x_test, y_test)`` as arrays or tensors, optionally followed by one client
+    id per training sample (any hashable labels; clients are numbered in sorted id order), which the
+    ``natural`` partition then uses.  Integer labels make a classification task with ``max + 1`` classes;
+    floating targets a regression task.  Inputs are used as given (normalise them in the loader)."""
+    from fedsim import components
+
+    out = components.call_factory(loader, "data.name", ref, rng, **dict(options or {}))
+    if not isinstance(out, (tuple, list)) or len(out) not in (4, 5):
+        raise ConfigError("data.name", f"{ref!r} returned {type(out).__name__}; a dataset loader returns "
+                          "(x_train, y_train, x_test, y_test[, client_ids])")
+    try:
+        xtr, ytr, xte, yte = (np.asarray(a.numpy() if isinstance(a, torch.Tensor) else a) for a in out[:4])
+    except Exception as exc:  # noqa: BLE001 - whatever the loader returned: one line
+        raise ConfigError("data.name", f"{ref!r} returned something that is not arrays: {exc}") from None
+    for what, x, y in (("train", xtr, ytr), ("test", xte, yte)):
+        if x.ndim < 2 or y.ndim != 1 or len(x) != len(y) or len(y) == 0:
+            raise ConfigError("data.name", f"{ref!r}: {what} inputs {x.shape} and labels {y.shape} do not match "
+                              "(need x of shape (N, ...) and y of shape (N,), N >= 1)")
+        if not np.issubdtype(x.dtype, np.number) or not np.isfinite(x.astype(np.float64)).all():
+            raise ConfigError("data.name", f"{ref!r}: {what} inputs must be finite numbers")
+    if xtr.shape[1:] != xte.shape[1:]:
+        raise ConfigError("data.name", f"{ref!r}: train inputs {xtr.shape[1:]} and test inputs {xte.shape[1:]} differ")
+    natural = None
+    if len(out) == 5:
+        ids = np.asarray(out[4])
+        if ids.shape != (len(ytr),):
+            raise ConfigError("data.name", f"{ref!r}: client ids have shape {ids.shape}, need one per training sample")
+        _, inverse = np.unique(ids, return_inverse=True)
+        natural = [np.flatnonzero(inverse == k) for k in range(int(inverse.max()) + 1)]
+    if np.issubdtype(ytr.dtype, np.integer) and np.issubdtype(yte.dtype, np.integer):
+        if min(ytr.min(), yte.min()) < 0:
+            raise ConfigError("data.name", f"{ref!r}: class labels must be >= 0")
+        classes = int(max(ytr.max(), yte.max())) + 1
+        train, test = _to_dataset(xtr, ytr, classes, ref), _to_dataset(xte, yte, classes, ref)
+    else:
+        def reg(x: np.ndarray, y: np.ndarray) -> ArrayDataset:
+            return ArrayDataset(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)),
+                                torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32)), 0, ref, "regression")
+        train, test = reg(xtr, ytr), reg(xte, yte)
+    return FederatedData(train, test, natural_partition=natural)

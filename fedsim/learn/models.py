@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -491,7 +491,7 @@ def _options(name: str, options: Mapping[str, Any] | None, allowed: Sequence[str
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
                 hidden: int | tuple[int, ...] | None = None, width: float = 1.0, depth: int | None = None,
                 bn: str = "static", options: Mapping[str, Any] | None = None,
-                seed_generator: torch.Generator | None = None) -> BlockModel:
+                seed_generator: torch.Generator | None = None, base_dirs: tuple = ()) -> BlockModel:
     """Build model ``name`` (one of :data:`MODELS` or :data:`REGRESSION_MODELS`) for inputs of
     ``input_shape`` and ``num_classes`` outputs (1 for a regression task).
 
@@ -502,10 +502,21 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
     ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or ``fragment_mlp``'s ``partitions`` (2..5, the
     Fed-RAA Table 4 split; default 3).  The model declares its width groups (:meth:`BlockModel.width_groups`).
     The weights depend only on one 62-bit seed drawn from ``seed_generator`` (seed 0 when it is None).
+
+    Any other ``name`` is a model factory (:func:`user_model`): ``module:function`` (imported from
+    ``base_dirs``, the working directory, then ``sys.path``), a name an installed package registers under the
+    ``fedsim.models`` entry point, or the function itself.
     """
     input_shape = tuple(int(s) for s in input_shape)
     if name not in MODELS + REGRESSION_MODELS:
-        raise ConfigError("model.name", f"unknown model '{name}' (allowed: {', '.join(MODELS + REGRESSION_MODELS)})")
+        from fedsim import components
+
+        factory = components.find("model", name, "model.name", base_dirs)
+        if factory is None:
+            known = ", ".join(MODELS + REGRESSION_MODELS + tuple(sorted(components.installed("model"))))
+            raise ConfigError("model.name", f"unknown model '{name}' (allowed: {known}; or module:function for your own)")
+        return user_model(factory, str(name), input_shape, num_classes, hidden=hidden, width=width, depth=depth,
+                          options=options, seed_generator=seed_generator)
     if not width > 0:
         raise ConfigError("model.width", f"must be > 0, got {width!r}")
     if num_classes < 1:
@@ -565,6 +576,50 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
         #: Fed-RAA: the neurons of these groups are cut into contiguous fragments with these shares.
         model.fragment_ratios = FRAGMENT_RATIOS[extra[0][1]]  # type: ignore[attr-defined]
         model.designated = tuple(groups)  # type: ignore[attr-defined]
+    return model
+
+
+def user_model(factory: Callable[..., Any], ref: str, input_shape: tuple[int, ...], num_classes: int, *,
+               hidden: Any = None, width: float = 1.0, depth: int | None = None,
+               options: Mapping[str, Any] | None = None, seed_generator: torch.Generator | None = None) -> BlockModel:
+    """A model from a user's factory ``factory(input_shape, num_classes, **options)``.
+
+    The factory returns an ``nn.Module`` (one block), a list of modules (the block list split learning cuts
+    and sub-model algorithms window over), or a :class:`BlockModel` (which may declare width groups; a model
+    without them is refused in one line by the algorithms that need them).  Its weights depend only on the
+    run's model seed, as a built-in's do.  ``hidden``, ``width`` and ``depth`` are the built-ins' knobs: a
+    factory takes its own through ``model.options``."""
+    from fedsim import components
+
+    for knob, value, unset in (("hidden", hidden, None), ("width", width, 1.0), ("depth", depth, None)):
+        if value != unset:
+            raise ConfigError(f"model.{knob}", f"applies to the built-in models, not {ref!r}; give your factory its "
+                              "settings under model.options")
+    opts = dict(options or {})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(_seed_from(seed_generator))
+        made = components.call_factory(factory, "model.name", ref, tuple(input_shape), int(num_classes), **opts)
+    if isinstance(made, BlockModel):
+        model = made
+    else:
+        blocks = [made] if isinstance(made, nn.Module) else made
+        if not isinstance(blocks, (list, tuple)) or not blocks or not all(isinstance(b, nn.Module) for b in blocks):
+            raise ConfigError("model.name", f"{ref!r} returned {type(made).__name__}; a model factory returns an "
+                              "nn.Module or a non-empty list of nn.Module blocks")
+        model = BlockModel(list(blocks))
+    frozen = tuple(sorted((str(k), repr(v)) for k, v in opts.items()))
+    model.arch = (ref, tuple(input_shape), int(num_classes), frozen, 0, model.num_blocks())
+    try:
+        with torch.no_grad():
+            out = model.eval()(torch.zeros((2, *input_shape)))
+    except Exception as exc:  # noqa: BLE001 - the user's module: one line
+        raise ConfigError("model.name", f"{ref!r} does not run on inputs of shape {tuple(input_shape)}: "
+                          f"{type(exc).__name__}: {exc}") from None
+    finally:
+        model.train()
+    if out.ndim != 2 or out.shape[1] != num_classes:
+        raise ConfigError("model.name", f"{ref!r} outputs shape {tuple(out.shape[1:])} per sample; the task needs "
+                          f"({num_classes},)")
     return model
 
 

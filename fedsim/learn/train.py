@@ -183,11 +183,61 @@ class TrainStats:
     last_loss: float
 
 
+class LocalObjective:
+    """What a client minimises locally beyond the task loss, and the extra tensors that travels with it.
+
+    A template: override only what your method needs.  :func:`local_sgd` calls :meth:`begin` once with the
+    trainable parameters by name (as they were downloaded), :meth:`loss` on every batch (a differentiable
+    term added to the batch loss), and :meth:`add_gradient` for every trainable parameter after the
+    backward pass (add your term to ``grad`` in place; it joins before gradient masking and clipping, so
+    masked entries stay as downloaded).  :meth:`download` and :meth:`upload` declare the extra tensors a
+    client receives with the model and sends back with its update (SCAFFOLD's control variates); they
+    are costed on the links, and the uploaded ones reach the server rule as ``Update.extras``.  In a
+    systems-only run nothing trains, but both are still called for their sizes.
+    """
+
+    def download(self) -> dict[str, torch.Tensor]:
+        """Extra tensors the client downloads with the model (default: none)."""
+        return {}
+
+    def begin(self, params: dict[str, torch.Tensor]) -> None:
+        """Called once before the first step with the trainable parameters by name."""
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor | None:
+        """A term added to the batch loss (default: none)."""
+        return None
+
+    def add_gradient(self, name: str, param: torch.Tensor, grad: torch.Tensor) -> None:
+        """Add this objective's term to ``grad`` (the gradient of ``param``) in place (default: nothing)."""
+
+    def upload(self) -> dict[str, torch.Tensor]:
+        """Extra tensors the client uploads with its update, after training (default: none)."""
+        return {}
+
+
+class Proximal(LocalObjective):
+    """The proximal term (μ/2)‖w − w₀‖², w₀ the downloaded weights (FedProx, Li et al. 2020; the ρ-term of
+    FedAsync and Fed-RAA): μ(w − w₀) joins the loss gradient."""
+
+    def __init__(self, mu: float) -> None:
+        if not (mu >= 0 and math.isfinite(mu)):
+            raise ConfigError("mu", f"must be a finite number >= 0, got {mu!r}")
+        self.mu = float(mu)
+        self._anchor: dict[str, torch.Tensor] = {}
+
+    def begin(self, params: dict[str, torch.Tensor]) -> None:
+        self._anchor = {k: p.detach().clone() for k, p in params.items()} if self.mu > 0 else {}
+
+    def add_gradient(self, name: str, param: torch.Tensor, grad: torch.Tensor) -> None:
+        if self.mu > 0:
+            grad.add_(param.detach() - self._anchor[name], alpha=self.mu)
+
+
 def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.ndarray | torch.Tensor,
               cfg: SGDConfig, generator: torch.Generator, *, loss_fn: Callable | None = None,
               grad_mask: dict[str, torch.Tensor] | None = None,
               params: Iterable[nn.Parameter] | None = None, task: str = "classification",
-              prox_mu: float = 0.0) -> TrainStats:
+              objective: LocalObjective | None = None) -> TrainStats:
     """Train ``model`` in place with SGD on the samples ``x[indices], y[indices]``.
 
     ``loss_fn(output, target)`` defaults to the loss of ``task`` (:func:`loss_for`; cross-entropy for
@@ -200,15 +250,12 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     so the result equals the textbook ``torch.optim.SGD`` loop bit for bit (:class:`PlainSGD`).  Gradient clipping (if
     ``clip_norm``) acts on the loss gradient after masking, before weight decay, as in a standard loop.
 
-    ``prox_mu > 0`` adds the proximal term (μ/2)‖w − w₀‖² to the local objective, w₀ the weights at the
-    start of the call (FedProx, Li et al. 2020; the ρ-term of FedAsync and Fed-RAA): μ(w − w₀) joins the
-    loss gradient before masking and clipping, so masked entries stay bit-identical.
+    ``objective`` (a :class:`LocalObjective`) adds its terms to the loss and to the gradients (before
+    masking and clipping, so masked entries stay bit-identical), e.g. :class:`Proximal` for FedProx.
 
     Raises :class:`DivergenceError` as soon as a batch loss is not finite.
     """
     cfg.validate()
-    if not (prox_mu >= 0 and math.isfinite(prox_mu)):
-        raise ConfigError("prox_mu", f"must be a finite number >= 0, got {prox_mu!r}")
     loss_fn = loss_for(task) if loss_fn is None else loss_fn
     idx = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices,
                           dtype=torch.int64)
@@ -234,7 +281,11 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
                 raise ConfigError("grad_mask", f"mask for '{key}' has shape {tuple(m.shape)}, parameter has "
                                                f"{tuple(p.shape)}")
             masks.append((p, m.to(dtype=p.dtype)))
-    anchor = [(p, p.detach().clone()) for p in train_params] if prox_mu > 0 else []
+    hooked: list[tuple[str, nn.Parameter]] = []
+    if objective is not None:
+        names = {id(p): k for k, p in named.items()}
+        hooked = [(names.get(id(p), str(i)), p) for i, p in enumerate(train_params)]
+        objective.begin({k: p for k, p in hooked})
     manual_wd = bool(masks) and cfg.weight_decay > 0
     opt = PlainSGD(train_params, lr=cfg.lr, momentum=cfg.momentum,
                    weight_decay=0.0 if manual_wd else cfg.weight_decay)
@@ -250,15 +301,20 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
         for step, pos in enumerate(schedule):
             b = idx[pos]
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[b]), y[b])
+            out = model(x[b])
+            loss = loss_fn(out, y[b])
+            if objective is not None:
+                term = objective.loss(out, y[b])
+                if term is not None:
+                    loss = loss + term
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={cfg.lr}); "
                                       f"lower the learning rate or set clip_norm")
             loss.backward()
-            for p, p0 in anchor:
+            for k, p in hooked:
                 if p.grad is not None:
-                    p.grad.add_(p.detach() - p0, alpha=prox_mu)
+                    objective.add_gradient(k, p, p.grad)  # type: ignore[union-attr]
             for p, m in masks:
                 if p.grad is not None:
                     p.grad = torch.where(m == 0, torch.zeros_like(p.grad), p.grad * m)

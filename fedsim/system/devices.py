@@ -107,8 +107,10 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in _profile_dir().glob("*.yaml"))
 
 
-def _resolve(name_or_path: str | Path) -> Path:
+def _resolve(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
     p = Path(name_or_path)
+    if base_dir is not None and not p.is_absolute() and (Path(base_dir) / p).is_file():
+        return Path(base_dir) / p  # a profile file beside the scenario file that names it
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.exists():
             raise ConfigError("devices.profile", f"profile file {str(p)!r} does not exist")
@@ -173,12 +175,13 @@ class _Reader:
         return value * scale, rec
 
 
-def load_profile(name_or_path: str | Path) -> DeviceProfile:
-    """Load and validate a profile by shipped name (``'jetson-nano'``) or by path to a YAML file.
+def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> DeviceProfile:
+    """Load and validate a profile by shipped name (``'jetson-nano'``) or by path to a YAML file (a relative
+    path is looked up in ``base_dir``, the scenario file's folder, first).
 
     Raises ConfigError naming the file and the field for a missing, negative or unknown entry.
     """
-    path = _resolve(name_or_path)
+    path = _resolve(name_or_path, base_dir)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
@@ -89,10 +90,12 @@ class World:
 
     def __init__(self, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int, *,
                  devices: "DevicesConfig", channel: "ChannelSection", network: "NetworkConfig",
-                 availability: "AvailabilityConfig", server: "ServerConfig") -> None:
+                 availability: "AvailabilityConfig", server: "ServerConfig", source_dir: Path | None = None) -> None:
         """The world from its own config sections (not the whole scenario: it knows nothing of data,
-        models or algorithms).  :meth:`from_scenario` picks the sections out of a scenario."""
+        models or algorithms).  :meth:`from_scenario` picks the sections out of a scenario; ``source_dir``
+        (the scenario file's folder) is where relative profile paths are looked up first."""
         self.env, self.streams, self.trace, self.num_clients = env, streams, trace, num_clients
+        self.source_dir = source_dir
         self.devices_cfg = devices
         self.network_cfg = network
         self.model_name: str | None = None
@@ -102,7 +105,7 @@ class World:
         self._init_network(network)
         srv = server
         try:
-            self.server_profile = load_profile(srv.profile)
+            self.server_profile = load_profile(srv.profile, self.source_dir)
         except ConfigError as exc:
             raise ConfigError("server.profile", str(exc).split(": ", 1)[-1]) from None
         self.server_efficiency = srv.efficiency or self.server_profile.efficiency
@@ -122,14 +125,15 @@ class World:
     def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
                       scenario: "Scenario") -> "World":
         return cls(env, streams, trace, num_clients, devices=scenario.devices, channel=scenario.channel,
-                   network=scenario.network, availability=scenario.availability, server=scenario.server)
+                   network=scenario.network, availability=scenario.availability, server=scenario.server,
+                   source_dir=scenario.source_dir)
 
     # ------------------------------------------------------------------------------ construction
     def _init_devices(self, devices: Any) -> None:
         self.profiles: dict[str, DeviceProfile] = {}
         self._power_w: list[float] = []
         for i, group in enumerate(devices.mix):
-            prof = load_profile(group.profile)
+            prof = load_profile(group.profile, self.source_dir)
             if group.efficiency is not None:
                 prof = replace(prof, efficiency=group.efficiency)
             if group.memory_mb is not None:

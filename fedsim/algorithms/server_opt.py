@@ -1,0 +1,86 @@
+"""Server optimisers (Reddi et al., "Adaptive Federated Optimization", ICLR 2021).
+
+Any algorithm whose server forms an aggregate can hand it to a server optimiser instead of installing it:
+the pseudo-gradient Δ = aggregate − w (or the rule's delta) drives ``sgd``, ``momentum`` (FedAvgM),
+``adam`` (FedAdam), ``yogi`` (FedYogi) or ``adagrad`` (FedAdagrad)::
+
+    m ← β₁ m + (1 − β₁) Δ                    (adam, yogi, adagrad; momentum: m ← β₁ m + Δ)
+    v ← v + Δ²                               (adagrad)
+    v ← β₂ v + (1 − β₂) Δ²                   (adam)
+    v ← v − (1 − β₂) Δ² sign(v − Δ²)         (yogi)
+    w ← w + η m / (√v + τ)                   (sgd and momentum: w ← w + η m)
+
+v starts at τ² (Reddi et al.'s v₋₁ ≥ τ²), m at 0.  Integer entries (BatchNorm's counters) take the
+aggregate's value.  ``sgd`` (and ``momentum`` with β₁ = 0, which is the same step) at η = 1 installs the
+aggregate itself, exactly as plain FedAvg does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from fedsim.config import num, require
+from fedsim.learn.state import State, is_counter, state_axpy, state_sub
+
+OPTIMISERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
+
+
+@dataclass
+class ServerOptConfig:
+    """``algorithm.server_opt``: the server's optimiser over the aggregate's pseudo-gradient."""
+
+    name: Literal["sgd", "momentum", "adam", "yogi", "adagrad"] = "sgd"
+    lr: float = num(1.0, gt=0, le=1e6, doc="server learning rate η")
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    tau: float = num(1e-3, gt=0, le=1e6, doc="adaptivity τ (adam, yogi, adagrad)")
+
+    def validate(self, prefix: str) -> None:
+        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{prefix}.betas",
+                f"must be two numbers in [0, 1), got {self.betas!r}")
+
+
+class ServerOptimizer:
+    """One optimiser's state across versions; :meth:`step` turns an aggregate into the next model."""
+
+    def __init__(self, cfg: ServerOptConfig) -> None:
+        self.cfg = cfg
+        self.m: dict[str, torch.Tensor] = {}
+        self.v: dict[str, torch.Tensor] = {}
+
+    def step(self, base: State, *, target: State | None = None, delta: State | None = None) -> State:
+        """The next model from ``base`` and the aggregate ``target`` (or the pseudo-gradient ``delta``)."""
+        cfg = self.cfg
+        b1, b2 = float(cfg.betas[0]), float(cfg.betas[1])
+        plain = cfg.name == "sgd" or (cfg.name == "momentum" and b1 == 0.0)
+        if plain:  # no state: the step the rules take themselves
+            if delta is None:
+                assert target is not None
+                return dict(target) if cfg.lr == 1.0 else state_axpy(base, state_sub(target, base), cfg.lr)
+            return state_axpy(base, delta, cfg.lr)
+        d = delta if delta is not None else state_sub(target, base)  # type: ignore[arg-type]
+        out: dict[str, torch.Tensor] = {}
+        for k, w in base.items():
+            g = d[k]
+            if is_counter(w):
+                out[k] = target[k] if target is not None else torch.maximum(w, g.to(w.dtype))
+                continue
+            m = self.m.get(k, torch.zeros_like(w))
+            if cfg.name == "momentum":
+                m = b1 * m + g
+                out[k] = w + cfg.lr * m
+            else:
+                m = b1 * m + (1 - b1) * g
+                v = self.v.get(k, torch.full_like(w, cfg.tau ** 2))
+                g2 = g * g
+                if cfg.name == "adagrad":
+                    v = v + g2
+                elif cfg.name == "adam":
+                    v = b2 * v + (1 - b2) * g2
+                else:  # yogi
+                    v = v - (1 - b2) * g2 * torch.sign(v - g2)
+                self.v[k] = v
+                out[k] = w + cfg.lr * m / (torch.sqrt(v) + cfg.tau)
+            self.m[k] = m
+        return out

@@ -1,0 +1,133 @@
+"""Naming the parts a scenario runs: built-in names, ``module:attribute`` references, objects, entry points.
+
+Every user-supplied algorithm, model and dataset is named the same way:
+
+- a built-in name (``fedavg``, ``mlp``, ``digits``);
+- a name a package registers under the entry-point group ``fedsim.algorithms``, ``fedsim.models`` or
+  ``fedsim.datasets``;
+- ``module:attribute``, where ``module`` is imported from the scenario file's folder first, then the
+  working directory, then ``sys.path`` (``attribute`` may be dotted: ``pkg.mod:Outer.Inner``);
+- in the Python API, the class or function object itself (remembered under its ``module:qualname``).
+
+This module knows nothing of what the objects are; the layer that owns each kind checks the object
+(``fedsim.algorithms.resolve``, ``fedsim.learn.models.user_model``, ``fedsim.learn.data.user_dataset``).  A
+bad reference is one :class:`ConfigError` line naming the field and what was not found.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from fedsim.errors import ConfigError
+
+#: kind → entry-point group a package registers its names under
+GROUPS: dict[str, str] = {"algorithm": "fedsim.algorithms", "model": "fedsim.models", "dataset": "fedsim.datasets"}
+
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+#: references registered from Python objects handed to the API (``module:qualname`` → object)
+_OBJECTS: dict[str, Any] = {}
+
+
+def is_reference(name: Any) -> bool:
+    """Whether ``name`` is written as ``module:attribute`` (not a built-in or registered name)."""
+    return isinstance(name, str) and ":" in name
+
+
+def reference_of(obj: Any) -> str:
+    """The ``module:qualname`` under which an object given to the Python API is named in the resolved
+    scenario; the object is remembered, so the name resolves in this process even when its module
+    cannot be imported by name (a notebook's ``__main__``)."""
+    module = getattr(obj, "__module__", None) or "__main__"
+    qual = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if not qual or "<" in qual:
+        raise ConfigError("name", f"{obj!r} has no importable name (define it at the top level of a module)")
+    ref = f"{module}:{qual}"
+    _OBJECTS[ref] = obj
+    return ref
+
+
+@lru_cache(maxsize=None)
+def installed(kind: str) -> dict[str, metadata.EntryPoint]:
+    """The names packages register for ``kind`` (entry points of its group), by name."""
+    try:
+        eps = metadata.entry_points(group=GROUPS[kind])
+    except Exception:  # noqa: BLE001 - a broken distribution on the path must not stop a run
+        return {}
+    return {ep.name: ep for ep in eps}
+
+
+def _search_path(base_dirs: Iterable[Path | str | None]) -> list[str]:
+    dirs = [str(Path(d).resolve()) for d in base_dirs if d is not None]
+    dirs.append(str(Path.cwd()))
+    return [d for i, d in enumerate(dirs) if d not in dirs[:i]]
+
+
+def import_reference(ref: str, field: str, base_dirs: Iterable[Path | str | None] = ()) -> Any:
+    """The object ``module:attribute`` names, importing ``module`` from ``base_dirs`` (the scenario file's
+    folder), the working directory, then ``sys.path``.  One ConfigError line for a malformed reference, a
+    module that is missing or fails to import (the import error is quoted), or a missing attribute."""
+    if ref in _OBJECTS:
+        return _OBJECTS[ref]
+    module, _, attr = ref.partition(":")
+    if not _DOTTED.match(module) or not _DOTTED.match(attr):
+        raise ConfigError(field, f"{ref!r} is not a reference of the form module:attribute (e.g. my_algos:MyAvg)")
+    extra = _search_path(base_dirs)
+    added = [d for d in extra if d not in sys.path]
+    sys.path[:0] = added
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+            raise ConfigError(field, f"module {module!r} of {ref!r} not found (looked in the scenario's folder, the "
+                              "working directory and sys.path)") from None
+        raise ConfigError(field, f"module {module!r} of {ref!r} does not import: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's module: its error becomes the one line
+        raise ConfigError(field, f"module {module!r} of {ref!r} does not import: {type(exc).__name__}: {exc}") from None
+    finally:
+        for d in added:
+            if d in sys.path:
+                sys.path.remove(d)
+    obj: Any = mod
+    for i, part in enumerate(attr.split(".")):
+        if not hasattr(obj, part):
+            where = module if i == 0 else f"{module}:{'.'.join(attr.split('.')[:i])}"
+            names = sorted(n for n in dir(obj) if not n.startswith("_"))[:12]
+            raise ConfigError(field, f"{where!r} has no attribute {part!r} (it has: {', '.join(names) or 'nothing public'})")
+        obj = getattr(obj, part)
+    return obj
+
+
+def find(kind: str, name: Any, field: str, base_dirs: Iterable[Path | str | None] = ()) -> Any | None:
+    """The object behind ``name`` for ``kind``: a Python object as given, a ``module:attribute`` reference
+    imported, or an entry-point name loaded; None when ``name`` is none of these (a built-in name, or an
+    unknown one the caller reports with its list of built-ins)."""
+    if not isinstance(name, str):
+        return name
+    if is_reference(name):
+        return import_reference(name, field, base_dirs)
+    ep = installed(kind).get(name)
+    if ep is None:
+        return None
+    try:
+        return ep.load()
+    except Exception as exc:  # noqa: BLE001 - a package's broken entry point: one line
+        raise ConfigError(field, f"{kind} {name!r} (entry point {ep.value!r}) does not load: "
+                          f"{type(exc).__name__}: {exc}") from None
+
+
+def call_factory(factory: Any, field: str, ref: str, *args: Any, **kwargs: Any) -> Any:
+    """Call a user's factory; any exception it raises becomes one line naming the field and the reference."""
+    try:
+        return factory(*args, **kwargs)
+    except ConfigError:
+        raise
+    except TypeError as exc:
+        raise ConfigError(field, f"{ref!r} cannot be called so: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user's code: its error becomes the one line
+        raise ConfigError(field, f"{ref!r} raised {type(exc).__name__}: {exc}") from None

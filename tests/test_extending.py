@@ -1,0 +1,251 @@
+"""Bringing your own algorithm, model, dataset and server optimiser: the public extension points.
+
+The examples in docs/extending/ are written against the public API only and run here; FedNova and
+FedAdam are checked against FedAvg bit for bit where they must coincide, SCAFFOLD against the closed-form
+minimiser of a federated quadratic (where FedAvg stops at its client-drift fixed point).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fedsim
+from fedsim.runner import prepare_data, run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+EXT = ROOT / "docs" / "extending"
+
+MY_NETS = '''
+from torch import nn
+
+def make_net(input_shape, num_classes, hidden=32):
+    n = 1
+    for s in input_shape:
+        n *= s
+    return [nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU()), nn.Linear(hidden, num_classes)]
+'''
+MY_DATA = '''
+import numpy as np
+
+def load(rng, n=600):
+    centres = rng.normal(0, 3, size=(3, 8))
+    y = rng.integers(0, 3, size=n)
+    x = (centres[y] + rng.normal(0, 1, size=(n, 8))).astype(np.float32)
+    cut = n * 4 // 5
+    return x[:cut], y[:cut], x[cut:], y[cut:]
+'''
+MY_ALGOS = '''
+from fedsim.algorithms import FedAvg
+
+class MyAvg(FedAvg):
+    name = "myavg"
+'''
+MY_YAML = '''
+name: mine
+data: {name: "my_data:load", num_clients: 6, options: {n: 300}, partition: {method: iid}}
+model: {name: "my_nets:make_net", options: {hidden: 16}}
+train: {lr: 0.1, batch_size: 16, local_steps: 3}
+algorithm: {name: "my_algos:MyAvg", clients_per_round: 3}
+stop: {max_versions: 3}
+eval: {every_versions: 1}
+output: {figures: false}
+'''
+
+
+def _folder(tmp_path: Path) -> Path:
+    d = tmp_path / "study"
+    d.mkdir()
+    for name, text in (("my_nets.py", MY_NETS), ("my_data.py", MY_DATA), ("my_algos.py", MY_ALGOS), ("my.yaml", MY_YAML)):
+        (d / name).write_text(textwrap.dedent(text))
+    return d
+
+
+def _fedsim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "import sys; from fedsim.cli import main; sys.exit(main())", *args],
+                          cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_own_model_data_and_algorithm_by_module_attribute(tmp_path):
+    d = _folder(tmp_path)
+    other = tmp_path / "elsewhere"  # run from another folder: names resolve from the scenario's folder
+    other.mkdir()
+    run = _fedsim("run", str(d / "my.yaml"), "--out", str(tmp_path / "out"), cwd=other)
+    assert run.returncode == 0, run.stderr
+    show = _fedsim("show", str(d / "my.yaml"), cwd=other)
+    assert show.returncode == 0, show.stderr
+    for ref in ("my_nets:make_net", "my_data:load", "my_algos:MyAvg"):
+        assert ref in show.stdout
+    metrics = list((tmp_path / "out").rglob("metrics.csv"))
+    assert metrics, "the run wrote no metrics"
+
+
+@pytest.mark.parametrize("override, field, words", [
+    ("algorithm.name=my_algos:MyAvgg", "algorithm.name", "has no attribute 'MyAvgg'"),
+    ("model.name=my_nets:make_nett", "model.name", "has no attribute 'make_nett'"),
+    ("data.name=my_dataa:load", "data.name", "not found"),
+    ("algorithm.name=my_nets:make_net", "algorithm.name", "not a subclass"),
+])
+def test_a_bad_reference_is_one_line_exit_2(tmp_path, override, field, words):
+    d = _folder(tmp_path)
+    out = _fedsim("show", str(d / "my.yaml"), override, cwd=d)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and words in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_a_module_that_fails_to_import_quotes_its_error(tmp_path):
+    d = _folder(tmp_path)
+    (d / "broken.py").write_text("raise RuntimeError('no GPU here')\n")
+    out = _fedsim("show", str(d / "my.yaml"), "model.name=broken:f", cwd=d)
+    assert out.returncode == 2 and "RuntimeError: no GPU here" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_factory_that_raises_is_one_line(tmp_path):
+    d = _folder(tmp_path)
+    out = _fedsim("run", str(d / "my.yaml"), "model.options.hidden=-3", "--out", str(tmp_path / "o"), cwd=d)
+    assert out.returncode == 2 and "model.name" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_python_api_takes_the_objects_themselves(tmp_path):
+    sys.path.insert(0, str(EXT))
+    try:
+        from fednova import FedNova
+    finally:
+        sys.path.remove(str(EXT))
+
+    def blobs(rng, n=200):
+        x = rng.normal(size=(n, 4)).astype(np.float32)
+        y = (x[:, 0] > 0).astype(np.int64)
+        return x[:160], y[:160], x[160:], y[160:]
+
+    globals()["blobs"] = blobs  # a top-level name, as a notebook's would be
+    blobs.__qualname__ = "blobs"
+    sc = fedsim.scenario_from_mapping({"data": {"name": blobs, "num_clients": 4, "partition": {"method": "iid"}},
+                                       "model": {"name": "logreg"}, "algorithm": {"name": FedNova, "clients_per_round": 2},
+                                       "stop": {"max_versions": 2}, "output": {"figures": False}})
+    assert sc.algorithms[0].cls is FedNova and sc.algorithms[0].label == "fednova"
+    assert sc.data.name.endswith(":blobs")
+    run_scenario(sc, tmp_path / "api", progress=False)
+    assert (tmp_path / "api" / "summary.json").exists() or list((tmp_path / "api").rglob("summary.json"))
+
+
+def _tiny(algorithm: dict, **over) -> dict:
+    base = {"data": {"name": "digits", "num_clients": 6, "partition": {"method": "dirichlet", "alpha": 0.5}},
+            "model": {"name": "mlp", "hidden": 16}, "train": {"lr": 0.05, "batch_size": 16, "local_steps": 4},
+            "devices": {"mix": [{"profile": "jetson-nano"}], "jitter": 0.0},
+            "algorithm": algorithm, "stop": {"max_versions": 4}, "eval": {"every_versions": 1},
+            "output": {"figures": False, "checkpoints": 4}}
+    base.update(over)
+    return base
+
+
+def _final(out: Path) -> dict:
+    return torch.load(sorted(out.rglob("v000004.pt"))[0])
+
+
+def _run(mapping: dict, out: Path) -> dict:
+    run_scenario(fedsim.scenario_from_mapping(mapping, source_dir=EXT), out, progress=False)
+    return _final(out)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_fednova_with_equal_local_steps_is_fedavg_bit_for_bit(tmp_path):
+    a = _run(_tiny({"name": "fedavg", "clients_per_round": 3}), tmp_path / "avg")
+    b = _run(_tiny({"name": "fednova:FedNova", "clients_per_round": 3}), tmp_path / "nova")
+    assert _same(a, b)
+    # with local epochs over unequal data sizes the steps differ, and FedNova does differ
+    ep = {"lr": 0.05, "batch_size": 8, "local_epochs": 1}
+    c = _run(_tiny({"name": "fedavg", "clients_per_round": 3}, train=ep), tmp_path / "avg2")
+    d = _run(_tiny({"name": "fednova:FedNova", "clients_per_round": 3}, train=ep), tmp_path / "nova2")
+    assert not _same(c, d)
+
+
+def test_server_momentum_with_beta_0_and_lr_1_is_fedavg_bit_for_bit(tmp_path):
+    a = _run(_tiny({"name": "fedavg", "clients_per_round": 3}), tmp_path / "avg")
+    b = _run(_tiny({"name": "fedavg", "clients_per_round": 3,
+                    "server_opt": {"name": "momentum", "lr": 1.0, "betas": [0.0, 0.99]}}), tmp_path / "m")
+    assert _same(a, b)
+    c = _run(_tiny({"name": "fedavg", "clients_per_round": 3, "server_opt": {"name": "adam", "lr": 0.01}}), tmp_path / "adam")
+    assert not _same(a, c)
+
+
+def test_fedadam_example_scenario_validates():
+    sc = fedsim.load_scenario(str(EXT / "fedadam.yaml"))
+    assert [s.label for s in sc.algorithms] == ["fedavg", "fedadam"]
+    assert sc.algorithms[1].params.server_opt.name == "adam"
+
+
+def test_server_opt_and_server_lr_together_are_refused():
+    with pytest.raises(fedsim.errors.ConfigError, match="server_opt.lr"):
+        fedsim.scenario_from_mapping(_tiny({"name": "fedavg", "server_lr": 0.5, "server_opt": {"name": "adam"}}))
+
+
+def _quadratic(algorithm: str, rounds: int) -> dict:
+    return {"data": {"name": "quadratic", "num_clients": 6, "partition": {"method": "natural"},
+                     "options": {"builder": "heterogeneous", "dim": 5, "L": 1.0, "mu": 0.2, "hessian_spread": 0.5,
+                                 "center_spread": 2.0, "samples": 16}},
+            "model": {"name": "linear"}, "train": {"lr": 0.1, "batch_size": 16, "local_steps": 5},
+            "devices": {"mix": [{"profile": "jetson-agx-orin-32gb"}], "jitter": 0.0},
+            "algorithm": {"name": algorithm, "clients_per_round": 6}, "stop": {"max_versions": rounds},
+            "eval": {"every_versions": rounds}, "output": {"figures": False, "checkpoints": rounds}}
+
+
+def test_scaffold_reaches_the_global_minimiser_where_fedavg_drifts(tmp_path):
+    rounds = 300
+    runs = {}
+    for alg in ("fedavg", "scaffold:Scaffold"):
+        sc = fedsim.scenario_from_mapping(_quadratic(alg, rounds), source_dir=EXT)
+        out = tmp_path / alg.split(":")[0]
+        run_scenario(sc, out, progress=False)
+        state = torch.load(sorted(out.rglob(f"v{rounds:06d}.pt"))[0])
+        (w,) = [v for v in state.values() if v.is_floating_point()]
+        runs[alg] = w.double().flatten().numpy()
+    prep = prepare_data(sc)
+    x, y = prep.data.train.x.double().numpy(), prep.data.train.y.double().numpy()
+    eta, k = 0.1, 5
+    A = [x[p].T @ x[p] / len(p) for p in prep.parts]
+    b = [x[p].T @ y[p] / len(p) for p in prep.parts]
+    w_star = np.linalg.solve(sum(A), sum(b))  # the global minimiser of (1/m) Σ f_i
+    eye = np.eye(len(w_star))
+    drift = [eye - np.linalg.matrix_power(eye - eta * a, k) for a in A]  # FedAvg's K full-batch steps: w ← M w + (I − M) c
+    c = [np.linalg.solve(a, bb) for a, bb in zip(A, b)]
+    w_fedavg = np.linalg.solve(sum(drift), sum(d @ ci for d, ci in zip(drift, c)))
+    gap = np.linalg.norm(w_fedavg - w_star)
+    assert gap > 1e-2  # the problem does drift
+    assert np.linalg.norm(runs["fedavg"] - w_fedavg) < 1e-3 * gap
+    assert np.linalg.norm(runs["scaffold:Scaffold"] - w_star) < 1e-3 * gap
+
+
+def test_scaffold_costs_its_control_variates_on_both_links(tmp_path):
+    import pandas as pd
+
+    def bytes_of(alg: str) -> tuple[float, float]:
+        out = tmp_path / alg.split(":")[0]
+        run_scenario(fedsim.scenario_from_mapping(_quadratic(alg, 2), source_dir=EXT), out, progress=False)
+        trace = pd.read_json(sorted(out.rglob("trace.jsonl"))[0], lines=True)
+        return (trace.loc[trace.kind == "download", "bytes"].sum(), trace.loc[trace.kind == "upload", "bytes"].sum())
+
+    down_avg, up_avg = bytes_of("fedavg")
+    down_s, up_s = bytes_of("scaffold:Scaffold")
+    assert down_s == 2 * down_avg and up_s == 2 * up_avg
+
+
+@pytest.mark.parametrize("path", sorted(EXT.glob("*.py")))
+def test_examples_are_short_and_use_public_names_only(path):
+    text = path.read_text()
+    assert len(text.splitlines()) < 120
+    for line in text.splitlines():
+        if line.startswith(("from fedsim", "import fedsim")):
+            module = line.split()[1]
+            assert module in ("fedsim", "fedsim.algorithms", "fedsim.learn.state", "fedsim.learn.train"), line
