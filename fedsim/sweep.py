@@ -97,6 +97,9 @@ def check_jobs(jobs: int, ray: str | None) -> None:
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 1024:
         raise ConfigError("--jobs", f"got {jobs!r} (allowed: an integer in [1, 1024] processes)")
     if ray is not None:
+        if ray not in ("local", "auto") and ":" not in ray:  # e.g. `--ray default key=...` took the scenario
+            raise ConfigError("--ray", f"got {ray!r} (allowed: no value for a local Ray, auto, HOST:PORT or "
+                                       "ray://HOST:PORT; write --ray=ADDRESS or put --ray after the scenario)")
         try:
             import ray as _ray  # noqa: F401
         except ImportError:
@@ -139,7 +142,13 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
         if ray is not None:
             from fedsim.sim.executor import RayExecutor
 
-            executor = RayExecutor(jobs if jobs > 1 else None, None if ray == "local" else ray, threads=1)
+            try:
+                executor = RayExecutor(jobs if jobs > 1 else None, None if ray == "local" else ray, threads=1)
+            except ConfigError:
+                raise
+            except Exception as exc:  # no cluster at that address, a version mismatch, ...
+                text = " ".join(str(exc).split())[:200]
+                raise ConfigError("--ray", f"cannot start or join Ray at {ray!r}: {type(exc).__name__}: {text}") from None
             try:
                 handles = [(i, executor.submit(_run_unit, units[i].scenario, str(units[i].folder.resolve()),
                                                allow_large)) for i in todo]

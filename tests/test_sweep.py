@@ -208,3 +208,10 @@ def test_ray_sweep_gives_the_serial_runs(tmp_path):
     run_sweep("fedasync", GRID[:1] + TINY, tmp_path / "ray", target=None, ray="local", jobs=2, progress=False)
     a, b = _traces(tmp_path / "serial"), _traces(tmp_path / "ray")
     assert len(a) == 2 and a == b
+
+
+def test_bad_ray_address_is_one_line(tmp_path, capsys):
+    code = main(["sweep", "--ray", "fedasync", GRID[0], *TINY, "--out", str(tmp_path / "s"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("fedsim: error: --ray: got 'fedasync'") and "\n" not in err
+    assert not (tmp_path / "s").exists()
