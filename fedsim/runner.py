@@ -233,7 +233,7 @@ def run_variant(
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
         if scenario.output.figures:
-            from fedsim import report
+            import fedsim.report as report
 
             try:
                 report.run_figures(out, timeline_window=scenario.output.timeline_window,
@@ -564,7 +564,7 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
     if several:
         (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
         if scenario.output.figures:
-            from fedsim import report
+            import fedsim.report as report
 
             report.comparison_figure(out, [s["label"] for s in summaries])
             report.html_report(out)

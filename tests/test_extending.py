@@ -249,3 +249,63 @@ def test_examples_are_short_and_use_public_names_only(path):
         if line.startswith(("from fedsim", "import fedsim")):
             module = line.split()[1]
             assert module in ("fedsim", "fedsim.algorithms", "fedsim.learn.state", "fedsim.learn.train"), line
+
+
+def test_a_package_registers_names_under_the_entry_points(tmp_path):
+    """A distribution on the path declaring ``fedsim.algorithms`` / ``fedsim.models`` / ``fedsim.datasets``
+    entry points: its names work like built-ins, and `fedsim scenarios` lists them."""
+    pkg = tmp_path / "site"
+    (pkg / "myext").mkdir(parents=True)
+    (pkg / "myext" / "__init__.py").write_text(textwrap.dedent(MY_NETS) + textwrap.dedent(MY_DATA)
+                                               + textwrap.dedent(MY_ALGOS))
+    info = pkg / "myext-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: myext\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[fedsim.algorithms]\nmyavg = myext:MyAvg\n\n[fedsim.models]\n"
+                                           "tinynet = myext:make_net\n\n[fedsim.datasets]\nblobs = myext:load\n")
+    scen = tmp_path / "ep.yaml"
+    scen.write_text(MY_YAML.replace('"my_data:load"', "blobs").replace('"my_nets:make_net"', "tinynet")
+                    .replace('"my_algos:MyAvg"', "myavg"))
+    env = {**__import__("os").environ, "PYTHONPATH": f"{ROOT}{__import__('os').pathsep}{pkg}"}
+    code = "import sys; from fedsim.cli import main; sys.exit(main())"
+    listing = subprocess.run([sys.executable, "-c", code, "scenarios"], capture_output=True, text=True, env=env,
+                             timeout=120)
+    assert listing.returncode == 0 and "algorithm `myavg` (myext:MyAvg)" in listing.stdout
+    run = subprocess.run([sys.executable, "-c", code, "run", str(scen), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+
+
+def test_width_algorithms_refuse_a_model_without_width_groups_in_one_line(tmp_path):
+    d = _folder(tmp_path)
+    out = _fedsim("run", str(d / "my.yaml"), "algorithm.name=heterofl", "--out", str(tmp_path / "o"), cwd=d)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_split_learning_cuts_a_user_block_list(tmp_path):
+    d = _folder(tmp_path)
+    out = _fedsim("run", str(d / "my.yaml"), "algorithm={name: async-sfl, cut: 1, concurrency: 2}",
+                  "--out", str(tmp_path / "o"), cwd=d)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_loader_with_client_ids_gives_the_natural_partition_and_a_profile_file_beside_the_scenario(tmp_path):
+    d = _folder(tmp_path)
+    (d / "writers.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def load(rng):
+            x = rng.normal(size=(90, 4)).astype(np.float32)
+            y = (x[:, 0] > 0).astype(np.int64)
+            writer = np.repeat(["w-c", "w-a", "w-b"], 30)  # any labels; clients numbered in sorted order
+            return x, y, x[:20], y[:20], writer
+    '''))
+    prof = (ROOT / "device_profiles" / "jetson-nano.yaml").read_text().replace("name: jetson-nano", "name: my-board")
+    (d / "my-board.yaml").write_text(prof)
+    sc = fedsim.load_scenario(str(d / "my.yaml"), ["data.name=writers:load", "data.num_clients=3", "data.options={}",
+                                                   "data.partition.method=natural", "devices.mix=[{profile: my-board.yaml}]"])
+    prep = prepare_data(sc)
+    assert [list(p) for p in prep.parts] == [list(range(30, 60)), list(range(60, 90)), list(range(0, 30))]
+    run_scenario(sc, tmp_path / "o", progress=False)
+    assert "my-board" in (tmp_path / "o" / "energy.csv").read_text()

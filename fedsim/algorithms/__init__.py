@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from fedsim.algorithms.base import (Algorithm, AsyncSlots, Assignment, LocalTrainer, SlotScheduler, SyncRounds,
                                     TaskCounter, TrainOutcome, Update, staleness_weight)
+import fedsim.components as components
 from fedsim.errors import ConfigError
 
 #: public class → module that defines it (imported on first access)
@@ -48,8 +49,6 @@ def registry() -> dict[str, type[Algorithm]]:
 def installed_algorithms() -> dict[str, type[Algorithm]]:
     """Algorithms installed packages register under the ``fedsim.algorithms`` entry point, by name (those that
     do not load are left out here; naming one in a scenario reports why)."""
-    from fedsim import components
-
     out = {}
     for name in components.installed("algorithm"):
         try:
@@ -63,8 +62,6 @@ def resolve(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path |
     """The algorithm class ``name`` stands for: a class given to the Python API, a built-in name, a name a
     package registers under the ``fedsim.algorithms`` entry point, or ``module:Class``.  A bad name, a
     reference that does not import, or an object that is no ``Algorithm`` subclass is one ConfigError line."""
-    from fedsim import components
-
     builtins = registry()
     if isinstance(name, str) and name in builtins:
         return builtins[name]

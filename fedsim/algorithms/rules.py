@@ -17,13 +17,9 @@ import numpy as np
 import torch
 
 from fedsim.errors import ConfigError
-from fedsim.learn.state import is_counter
+from fedsim.learn.state import state_axpy, state_weighted_sum
 
 State = Mapping[str, torch.Tensor]
-
-
-def _work_dtype(t: torch.Tensor) -> torch.dtype:
-    return t.dtype if t.is_floating_point() else torch.float64
 
 
 def _check_same_keys(reference: State, other: State, field: str) -> None:
@@ -34,21 +30,7 @@ def _check_same_keys(reference: State, other: State, field: str) -> None:
 
 
 def _apply(global_state: State, direction: Mapping[str, torch.Tensor], server_lr: float) -> dict[str, torch.Tensor]:
-    out = {}
-    for k, g in global_state.items():
-        out[k] = g + server_lr * direction[k] if not is_counter(g) else torch.maximum(g, direction[k].to(g.dtype))
-    return out
-
-
-def _weighted_sum(global_state: State, states: Sequence[State], coeffs: Sequence[float]) -> dict[str, torch.Tensor]:
-    acc = {k: torch.zeros_like(g, dtype=_work_dtype(g)) for k, g in global_state.items()}
-    for s, c in zip(states, coeffs):
-        for k in acc:
-            if is_counter(global_state[k]):  # counters: the largest value (fedsim.learn.state's rule)
-                acc[k] = torch.maximum(acc[k], s[k].to(acc[k].dtype))
-            else:
-                acc[k] += float(c) * s[k].to(acc[k].dtype)
-    return acc
+    return state_axpy(global_state, direction, server_lr)
 
 
 def _check_lr(server_lr: float) -> float:
@@ -112,7 +94,7 @@ def ca2fl_apply(
 
     if variant == "canonical":
         cached = list(cache.values())
-        v = _weighted_sum(global_state, cached, [1.0 / num_clients] * len(cached))
+        v = state_weighted_sum(global_state, cached, [1.0 / num_clients] * len(cached))
         m = len(arrivals)
         for i, d in arrivals:
             h_old = cache.get(i)
@@ -136,7 +118,7 @@ def ca2fl_apply(
             raise ConfigError("ca2fl.data_sizes", "sizes must sum to a positive number")
         coeffs = {i: float(data_sizes[i]) / total for i in new_cache}
     keys = list(new_cache)
-    v = _weighted_sum(global_state, [new_cache[i] for i in keys], [coeffs[i] for i in keys])
+    v = state_weighted_sum(global_state, [new_cache[i] for i in keys], [coeffs[i] for i in keys])
     return _apply(global_state, v, lr), new_cache
 
 

@@ -42,7 +42,7 @@ import torch
 from fedsim.algorithms.base import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
-from fedsim.errors import DivergenceError
+from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.submodel import extract, insert, width_submodel
 from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
 
@@ -113,6 +113,11 @@ class WidthFedAvg(FedAvg):
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
+        if not ctx.worker.width_groups():
+            raise ConfigError("model.name", f"{self.name} trains narrower sub-models, but model "
+                              f"{ctx.scenario.model.name!r} declares no width groups (built-ins with them: mlp, cnn, "
+                              "alexnet_cifar, resnet20, vit, femnist_cnn; a model factory can return a BlockModel "
+                              "with groups)")
         world = ctx.world
         classes = [world.device_class(c) for c in range(ctx.num_clients)]
         cfg = self.cfg

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
+import fedsim.components as components
 from fedsim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -724,8 +725,6 @@ def load_dataset(name: str, *, root: str | os.PathLike | None = None, num_client
     if name == "cinic10":
         opts = _check_options(name, options, _CINIC_OPTS)
         return _load_cinic10(_need_root(name, root, "cinic10.npz or train/ and test/ PNG folders"), rng, opts)
-    from fedsim import components
-
     loader = components.find("dataset", name, "data.name", base_dirs)
     if loader is None:
         known = ", ".join(DATASETS + tuple(sorted(components.installed("dataset"))))
@@ -741,8 +740,6 @@ def user_dataset(loader: Callable[..., Any], ref: str, rng: np.random.Generator,
     id per training sample (any hashable labels; clients are numbered in sorted id order), which the
     ``natural`` partition then uses.  Integer labels make a classification task with ``max + 1`` classes;
     floating targets a regression task.  Inputs are used as given (normalise them in the loader)."""
-    from fedsim import components
-
     out = components.call_factory(loader, "data.name", ref, rng, **dict(options or {}))
     if not isinstance(out, (tuple, list)) or len(out) not in (4, 5):
         raise ConfigError("data.name", f"{ref!r} returned {type(out).__name__}; a dataset loader returns "

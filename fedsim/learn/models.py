@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import fedsim.components as components
 from fedsim.errors import ConfigError
 
 __all__ = ["BlockModel", "WidthGroup", "block_of", "MODELS", "REGRESSION_MODELS", "BN_MODES", "FRAGMENT_RATIOS", "build_model",
@@ -509,8 +510,6 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
     """
     input_shape = tuple(int(s) for s in input_shape)
     if name not in MODELS + REGRESSION_MODELS:
-        from fedsim import components
-
         factory = components.find("model", name, "model.name", base_dirs)
         if factory is None:
             known = ", ".join(MODELS + REGRESSION_MODELS + tuple(sorted(components.installed("model"))))
@@ -589,8 +588,6 @@ def user_model(factory: Callable[..., Any], ref: str, input_shape: tuple[int, ..
     without them is refused in one line by the algorithms that need them).  Its weights depend only on the
     run's model seed, as a built-in's do.  ``hidden``, ``width`` and ``depth`` are the built-ins' knobs: a
     factory takes its own through ``model.options``."""
-    from fedsim import components
-
     for knob, value, unset in (("hidden", hidden, None), ("width", width, 1.0), ("depth", depth, None)):
         if value != unset:
             raise ConfigError(f"model.{knob}", f"applies to the built-in models, not {ref!r}; give your factory its "

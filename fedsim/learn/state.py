@@ -70,6 +70,25 @@ def state_mix(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], 
     return {k: torch.maximum(v, new[k]) if is_counter(v) else torch.lerp(v, new[k], alpha) for k, v in old.items()}
 
 
+def state_weighted_sum(reference: Mapping[str, torch.Tensor], states: Sequence[Mapping[str, torch.Tensor]],
+                       coeffs: Sequence[float]) -> State:
+    """``Σ_i c_i · states_i`` over the keys of ``reference``, unnormalised (a rule that weights by its own
+    coefficients, e.g. CA2FL's cached deltas), accumulated in each tensor's own dtype from zero; counters
+    take the largest value (starting from 0), never a sum."""
+    out: State = {}
+    for k, ref in reference.items():
+        if is_counter(ref):
+            acc = torch.zeros_like(ref)
+            for s in states:
+                acc = torch.maximum(acc, s[k].to(ref.dtype))
+        else:
+            acc = torch.zeros_like(ref)
+            for s, c in zip(states, coeffs):
+                acc += float(c) * s[k].to(ref.dtype)
+        out[k] = acc
+    return out
+
+
 def masked_weighted_average(
     updates: Sequence[Contribution],
     base: Mapping[str, torch.Tensor],
