@@ -1,13 +1,14 @@
 """The ``fedsim`` command line.
 
     fedsim run [SCENARIO] [key=value ...] [--out DIR]   run a built-in scenario or a YAML file
-    fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per value, time-to-accuracy figure
+    fedsim sweep [SCENARIO] key=v1,v2,... [--target A]  one run per grid point (and seed), time to accuracy
     fedsim show [SCENARIO] [key=value ...]              print the resolved scenario without running it
     fedsim reference                                    the scenario-field reference (docs/scenario-reference.md)
     fedsim scenarios                                    list the built-in scenarios
     fedsim profiles [NAME]                              list device profiles, or show one
     fedsim models [SCENARIO] [key=value ...]            the scenario's model: width groups, costs per width
     fedsim check RUN_DIR                                measured theory quantities of a finished run
+    fedsim compare RUN_DIR... [--out DIR]               earlier runs side by side: table and overlaid figures
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
@@ -98,7 +99,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     seeds = _parse_seeds(args.seeds) if args.seeds else None
     if args.target is not None and seeds is None:
         raise FedsimError("--target is for --seeds (time to accuracy across seeds); a single run uses stop.target_accuracy")
-    out = Path(args.out) if args.out else _fresh_folder(Path(scenario.output.dir) / _safe_name(scenario.name))
+    if args.resume and args.force:
+        raise FedsimError("--resume keeps the finished runs in the folder and --force clears it: give one of them")
+    default_out = Path(scenario.output.dir) / _safe_name(scenario.name)
+    # --resume continues the folder named (or the default one, not a fresh -2)
+    out = Path(args.out) if args.out else (default_out if args.resume else _fresh_folder(default_out))
 
     def announce() -> None:  # only once every input is known to be good
         print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
@@ -112,19 +117,29 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         if args.target is not None:
             Domain(gt=0, le=1, unit="(an accuracy)").check(args.target, "--target")
-        check_run_dir(out, force=args.force)
+        if not args.resume:
+            check_run_dir(out, force=args.force)
         preflight(dataclasses.replace(scenario, seed=seeds[0]), allow_large=args.allow_large)
         announce()
         table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
-                          allow_large=args.allow_large)
+                          allow_large=args.allow_large, resume=args.resume)
         import pandas as pd
 
         with pd.option_context("display.width", 200):
             print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
         print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
         return EXIT_FAILED if (table["status"] != "ok").any() else 0
-    summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
-                             on_ready=announce)
+    if args.resume:
+        from fedsim.runner import preflight
+        from fedsim.sweep import Unit, run_units
+
+        preflight(scenario, allow_large=args.allow_large)
+        announce()
+        [summaries] = run_units([Unit({}, None, scenario, out)], resume=True, progress=not args.quiet,
+                                allow_large=args.allow_large, what="run")
+    else:
+        summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
+                                 on_ready=announce)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
@@ -133,22 +148,45 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedsim import load_scenario
-    from fedsim.sweep import run_sweep
+    from fedsim.sweep import run_sweep, split_grid
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
+    if args.ray is not None and "=" in args.ray:  # `--ray key=v1,v2`: the override, not an address
+        overrides.append(args.ray)
+        args.ray = "local"
+    if args.resume and args.force:
+        raise FedsimError("--resume keeps the finished runs in the folder and --force clears it: give one of them")
+    seeds = _parse_seeds(args.seeds) if args.seeds else None
     name = load_scenario(source, [o for o in overrides if "," not in o or o.split("=", 1)[-1].lstrip().startswith(("[", "{"))]).name
-    out = Path(args.out) if args.out else Path("runs") / f"sweep-{_safe_name(name)}"
-    table = run_sweep(source, overrides, out, target=args.target, progress=not args.quiet)
+    default_out = Path("runs") / f"sweep-{_safe_name(name)}"
+    # like `fedsim run`: a taken default folder gives -2, -3, ...; --resume continues the folder itself
+    out = Path(args.out) if args.out else (default_out if args.resume else _fresh_folder(default_out))
+    table = run_sweep(source, overrides, out, target=args.target, seeds=seeds, jobs=args.jobs, ray=args.ray,
+                      resume=args.resume, force=args.force, progress=not args.quiet, allow_large=args.allow_large)
     import pandas as pd
 
-    cols = ["value", "label", "status", "final_accuracy", "virtual_time_s", "time_to_target_s"]
+    keys = [k for k, _ in split_grid(overrides)[0]]
+    cols = keys + ["label"] + (["runs"] if seeds else []) + ["status", "final_accuracy", "virtual_time_s",
+                                                             "time_to_target_s"]
     with pd.option_context("display.width", 200):
         print(table[[c for c in cols if c in table]].to_string(index=False))
-    print(f"sweep directory: {out} (sweep.csv, sweep.png)")
+    figure = "sweep.png" if len(keys) == 1 else "sweep_heatmap*.png" if len(keys) == 2 else "no figure for > 2 keys"
+    print(f"sweep directory: {out} (sweep.csv, sweep_runs.csv, {figure})")
     return EXIT_FAILED if (table["status"] != "ok").any() else 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Earlier runs side by side: comparison.csv / .md and overlaid figures."""
+    from fedsim.compare import compare
+
+    out = Path(args.out) if args.out else _fresh_folder(Path("runs") / "compare")
+    table = compare(args.runs, out, target=args.target, force=args.force)
+    print((out / "comparison.md").read_text(encoding="utf-8"), end="")
+    print(f"comparison directory: {out} (comparison.csv, comparison.md, compare_*.png; {len(table)} runs)")
+    return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -265,16 +303,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-large", action="store_true", help="run even when the work estimate is absurd")
     p.add_argument("--seeds", default=None, help="run once per seed (e.g. 0,1,2) and compare the algorithms across seeds")
     p.add_argument("--target", type=float, default=None, help="with --seeds: accuracy for the time-to-target column")
+    p.add_argument("--resume", action="store_true", help="reuse the finished runs already in the folder (same resolved "
+                   "scenario) and run only the rest; an incomplete run is run again")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("sweep", help="one run per value of a field; time-to-accuracy against it",
-                       description="Sweep one field: e.g. `fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9`.")
+    p = sub.add_parser("sweep", help="one run per point of a grid of fields; time-to-accuracy, bytes, energy",
+                       description="Sweep fields: e.g. `fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9`; "
+                                   "several key=v1,v2,... give their grid.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
-    p.add_argument("overrides", nargs="*", help="exactly one key=v1,v2,... plus any key=value overrides")
+    p.add_argument("overrides", nargs="*", help="one or more key=v1,v2,... (their Cartesian grid) plus any key=value overrides")
     p.add_argument("--target", type=float, default=None, help="accuracy whose time-to-reach is plotted (default: stop.target_accuracy)")
-    p.add_argument("--out", default=None, help="sweep directory (default: runs/sweep-<scenario>)")
+    p.add_argument("--seeds", default=None, help="run every point once per seed (e.g. 0,1,2): mean ± std per point")
+    p.add_argument("--jobs", type=int, default=1, help="run points in N local processes (default 1)")
+    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="run points as Ray tasks: a local Ray, or the cluster at ADDRESS (e.g. auto, ray://head:10001)")
+    p.add_argument("--out", default=None, help="sweep directory, new or empty (default: runs/sweep-<scenario>, or -2, -3, ... if taken)")
+    p.add_argument("--force", action="store_true", help="clear a non-empty sweep directory first")
+    p.add_argument("--resume", action="store_true", help="reuse the finished runs already in the sweep directory (same "
+                   "resolved scenario) and run only the rest")
+    p.add_argument("--allow-large", action="store_true", help="run even when a run's work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
+                       description="Compare finished runs (any algorithms, seeds or scenarios): every run under "
+                                   "the folders given, e.g. `fedsim compare runs/default runs/fedasync`.")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run, a multi-algorithm run, --seeds or sweep folders)")
+    p.add_argument("--out", default=None, help="comparison folder, new or empty (default: runs/compare, or -2, ... if taken)")
+    p.add_argument("--target", type=float, default=None, help="accuracy for a time-to-target column")
+    p.add_argument("--force", action="store_true", help="clear a non-empty comparison folder first")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("show", help="print the resolved scenario without running it")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides")

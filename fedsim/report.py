@@ -20,6 +20,12 @@ from fedsim.sim.trace import load_trace, trace_path  # noqa: E402
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
 TIMELINE_MAX_EVENTS = 3000
 
+#: The narrowest timeline bar, in pixels: compute of a few ms next to seconds of upload stays visible.
+MIN_BAR_PX = 2
+
+#: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
+QUEUE_STEP_MAX = 400
+
 PHASE_COLOURS = {
     "download": "#4c9be8",
     "compute": "#f28e2b",
@@ -55,8 +61,11 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
     The window is ``[since, until]`` (default: the whole run).  When it holds more than ``max_bars`` bars,
     each client's bars of one phase closer than a pixel-width apart are merged (so every phase stays
     visible at the scale of the whole run); the title says the window, the clients shown and whether
-    bars were merged."""
+    bars were merged.  Every bar is at least ``MIN_BAR_PX`` pixels wide and compute is drawn last, so a
+    phase far shorter than the window (compute next to seconds of upload) still shows; the legend gives
+    each phase's mean duration, so a widened bar is not mistaken for a long one."""
     fig, ax = plt.subplots(figsize=(9, 0.25 * min(max_clients, 30) + 2))
+    durations: dict[str, float] = {}
     note = ""
     if len(trace) and "client" in trace:
         kinds = trace["kind"].to_numpy(dtype=object)
@@ -73,33 +82,46 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
         e0 = trace["end"].to_numpy(dtype=float, na_value=np.nan)
         visible = np.flatnonzero(phase & (e0 >= since) & (s0 <= end) & np.isin(client, clients))
         merged = len(visible) > max_bars
-        gap = (end - since) / 900.0 if merged else 0.0
-        for kind in sorted(set(kinds[visible].tolist())):  # phases, then clients, in sorted order
+        pixel = (end - since) / 900.0  # about one pixel of the 9-inch axis at 120 dpi
+        gap = pixel if merged else 0.0
+        present_kinds = set(kinds[visible].tolist())
+        # compute last: drawn over its neighbours, so its narrow bars are never covered by a widened transfer
+        for kind in sorted(present_kinds, key=lambda k: (k == "compute", k)):  # phases, then clients
             idx = visible[kinds[visible] == kind]
+            durations[kind] = float(np.nanmean(e0[idx] - s0[idx])) if len(idx) else 0.0
             idx = idx[np.argsort(client[idx], kind="stable")]
             cuts = np.flatnonzero(np.diff(client[idx])) + 1
             for part in np.split(idx, cuts):
-                _bars(ax, s0[part], e0[part], gap, row[int(client[part[0]])], PHASE_COLOURS[kind])
+                _bars(ax, s0[part], e0[part], gap, row[int(client[part[0]])], PHASE_COLOURS[kind],
+                      min_width=MIN_BAR_PX * pixel)
         del visible, s0, e0, client, kinds, phase
         server = trace.loc[(trace["kind"] == "server") & (trace["end"] >= since) & (trace["start"] <= end),
                            [c for c in ("client", "start", "end", "wait") if c in trace]]
         if len(server):
+            durations["server"] = float((server["end"] - server["start"]).mean())
             # one call per row (a call per request made a run with 10^5 server requests take minutes)
-            _bars(ax, server["start"], server["end"], gap, 0, PHASE_COLOURS["server"])
+            _bars(ax, server["start"], server["end"], gap, 0, PHASE_COLOURS["server"], min_width=MIN_BAR_PX * pixel)
             if "client" in server:
                 # a request's queueing is drawn on the row of the client whose update waits
                 waits = server[(server["wait"] > 0) & server["client"].isin(clients)]
+                if len(waits):
+                    durations["wait"] = float(waits["wait"].mean())
                 for c, g in waits.groupby("client"):
-                    _bars(ax, g["start"] - g["wait"], g["start"], gap, row[int(c)], PHASE_COLOURS["wait"])
+                    _bars(ax, g["start"] - g["wait"], g["start"], gap, row[int(c)], PHASE_COLOURS["wait"],
+                          min_width=MIN_BAR_PX * pixel)
         ax.set_yticks([0] + [row[c] for c in clients])
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
         ax.set_xlim(since, end)
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
-        note = f"\n{shown}, virtual time {since:.4g}–{end:.4g} s" + (", nearby bars merged" if merged else "")
+        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s" + (", nearby bars merged" if merged else "")
+                + f"; bars at least {MIN_BAR_PX} px wide")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
-    ax.legend(handles, ["download", "compute", "upload", "queue wait", "server", "offline"], loc="upper center",
-              bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
+    names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
+             "server": "server", "offline": "offline"}
+    labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
+              for k in PHASE_COLOURS]
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
     ax.set_xlabel("virtual time (s)")
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()
@@ -107,9 +129,9 @@ def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, u
     plt.close(fig)
 
 
-def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str) -> None:
-    """One row of a Gantt chart: intervals closer than ``gap`` merged, each at least ``gap`` wide (a bar
-    narrower than a pixel is widened to one, so short phases remain visible), drawn in one call.  Merged in
+def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str, min_width: float = 0.0) -> None:
+    """One row of a Gantt chart: intervals closer than ``gap`` merged, each at least ``max(gap, min_width)``
+    wide (a bar narrower than a pixel or two is widened, so short phases remain visible), drawn in one call.  Merged in
     numpy (sorted by start, then end): a new bar begins where a start lies more than ``gap`` past every
     earlier end, and ends at the largest end of its intervals."""
     s = np.asarray(pd.to_numeric(starts), dtype=float)
@@ -121,7 +143,8 @@ def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str) ->
     reach = np.maximum.accumulate(e)
     first = np.flatnonzero(np.concatenate([[True], s[1:] - reach[:-1] > gap]))
     b0, b1 = s[first], np.maximum.reduceat(e, first)
-    ax.broken_barh(list(zip(b0.tolist(), np.maximum(b1 - b0, gap).tolist())), (y - 0.4, 0.8), facecolors=colour)
+    ax.broken_barh(list(zip(b0.tolist(), np.maximum(b1 - b0, max(gap, min_width)).tolist())), (y - 0.4, 0.8),
+                   facecolors=colour)
 
 
 def link_rate_figure(trace: pd.DataFrame, path: Path) -> bool:
@@ -174,18 +197,70 @@ def queue_length(server: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"t": t[last], "queue": queue[last]})
 
 
+def binned_queue(q: pd.DataFrame, t0: float, t1: float, bins: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queue-length step function ``q`` (from :func:`queue_length`) over ``bins`` equal bins of
+    ``[t0, t1]``: bin edges, the time-averaged length in each bin and its largest value in the bin."""
+    t = q["t"].to_numpy(dtype=float)
+    y = q["queue"].to_numpy(dtype=float)
+    edges = np.linspace(t0, t1, bins + 1)
+    if not len(t):
+        return edges, np.zeros(bins), np.zeros(bins)
+    seg = np.diff(np.append(t, max(t1, t[-1])))
+    area = np.concatenate([[0.0], np.cumsum(y * seg)])  # integral of the queue up to each change
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        ok = i >= 0
+        ic = np.clip(i, 0, None)
+        return np.where(ok, area[ic] + y[ic] * (x - t[ic]), 0.0)
+
+    mean = np.diff(integral(edges)) / np.diff(edges)
+    first = np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, None)
+    last = np.maximum(np.searchsorted(t, edges[1:], side="left"), first + 1)
+    peak = np.array([y[a:b].max() for a, b in zip(first, last)])
+    return edges, mean, peak
+
+
 def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
+    """Requests waiting at the server against virtual time.  A few hundred changes: the step function
+    itself.  More (a solid block as a step plot): per bin of 1/200 of the run, the time-averaged length
+    as a line and the bin's largest length as a light band.  A dashed line is the time average over the
+    run; a server that never queued says so instead of drawing a bare line at zero."""
     is_server = (trace["kind"] == "server").to_numpy()
     if not is_server.any():
         return False
-    server = pd.DataFrame({c: trace[c].to_numpy()[is_server] for c in ("start", "wait")}, copy=False)
+    server = pd.DataFrame({c: trace[c].to_numpy()[is_server] for c in ("start", "wait", "end")}, copy=False)
     q = queue_length(server)
+    t0 = 0.0
+    t1 = float(np.nanmax(server["end"].to_numpy(dtype=float))) if len(server) else 0.0
+    t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
     fig, ax = plt.subplots(figsize=(7, 3))
-    ax.step(q["t"], q["queue"], where="post", color=PHASE_COLOURS["server"])
+    colour = PHASE_COLOURS["server"]
+    _, mean_all, _ = binned_queue(q, t0, t1, bins=1)
+    if len(q) <= QUEUE_STEP_MAX:
+        ax.step(q["t"], q["queue"], where="post", color=colour, label="requests waiting")
+        how = ""
+    else:
+        edges, mean, peak = binned_queue(q, t0, t1)
+        mid = (edges[:-1] + edges[1:]) / 2
+        ax.fill_between(edges[:-1], 0, peak, step="post", color=colour, alpha=0.25, lw=0,
+                        label="largest in the bin")
+        ax.plot(mid, mean, color=colour, lw=1.2, label="time average in the bin")
+        how = f" ({len(q):,} changes in bins of {fmt_seconds((t1 - t0) / len(mean))})"
+    ax.axhline(mean_all[0], color="black", ls="--", lw=1, label=f"time average over the run: {mean_all[0]:.3g}")
+    ax.set_xlim(t0, t1)
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("requests waiting")
     count_axis(ax, q["queue"])
-    ax.set_title(f"server queue (mean wait {server['wait'].mean():.3g} s, max {server['wait'].max():.3g} s)")
+    waits = server["wait"].to_numpy(dtype=float)
+    if not np.nanmax(waits, initial=0.0) > 0:
+        ax.text(0.5, 0.55, f"the server never queued: each of the {len(server):,} requests\nwas served on arrival "
+                "(no request waited)", transform=ax.transAxes, ha="center", va="center", fontsize=9,
+                bbox={"facecolor": "white", "edgecolor": "#999999"})
+    else:
+        ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"server queue{how}\nmean wait {fmt_seconds(float(np.nanmean(waits)))}, "
+                 f"max {fmt_seconds(float(np.nanmax(waits)))}, {len(server):,} requests", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -193,22 +268,39 @@ def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
 
 
 def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
-    """Joules per device class, split into compute, transmit and idle."""
+    """Joules per device class.  Left: totals split into compute, transmit, receive and idle.  Right, on
+    its own axis: the active part alone (compute, transmit, receive), which idle power (often ~99% of a
+    bar) would otherwise hide."""
     if energy.empty or "device_class" not in energy:
         return False
     cols = [c for c in ("compute_j", "tx_j", "rx_j", "idle_j") if c in energy]
     per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
     counts = energy.groupby("device_class").size()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    bottom = np.zeros(len(per))
-    for c, colour in zip(cols, ("#f28e2b", "#59a14f", "#4c9be8", "#d3d3d3")):
-        ax.bar(per.index, per[c], bottom=bottom, label=c.replace("_j", ""), color=colour)
-        bottom += per[c].to_numpy()
-    ax.set_ylabel("energy, all devices of the class (J)")
-    ax.set_title("energy per device class (totals)")
-    ax.set_xticks(range(len(per)), [f"{c}\n({int(counts[c])} devices)" for c in per.index])
-    ax.legend()
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    colours = {"compute_j": "#f28e2b", "tx_j": "#59a14f", "rx_j": "#4c9be8", "idle_j": "#d3d3d3"}
+    names = {"compute_j": "compute", "tx_j": "transmit", "rx_j": "receive", "idle_j": "idle"}
+    active = [c for c in cols if c != "idle_j"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    ticks = [f"{c}\n({int(counts[c])} devices)" for c in per.index]
+    for ax, which, title in ((axes[0], cols, "all energy (totals)"), (axes[1], active, "active energy only")):
+        bottom = np.zeros(len(per))
+        for c in which:
+            ax.bar(range(len(per)), per[c], bottom=bottom, label=names[c], color=colours[c])
+            bottom += per[c].to_numpy()
+        ax.set_xticks(range(len(per)), ticks)
+        plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8)
+    total = per[cols].to_numpy().sum(axis=1)
+    act = per[active].to_numpy().sum(axis=1) if active else np.zeros(len(per))
+    for i, (a, t) in enumerate(zip(act, total)):
+        axes[1].annotate(f"{a / t:.1%} of total" if t > 0 else "", (i, a), ha="center", va="bottom", fontsize=7,
+                         xytext=(0, 2), textcoords="offset points")
+    axes[0].set_ylabel("energy, all devices of the class (J)")
+    axes[1].set_ylabel("active energy (J)")
+    if len(act) and act.max() > 0:
+        axes[1].set_ylim(0, act.max() * 1.15)  # room for the share labels
+    idle_share = float(per["idle_j"].sum() / total.sum()) if "idle_j" in per and total.sum() > 0 else 0.0
+    fig.suptitle(f"energy per device class: idle is {idle_share:.1%} of the total", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -363,9 +455,139 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
     return p
 
 
+#: Bars the interactive timeline of report.html draws at most (an SVG stays responsive); past it, the
+#: first bars in time are kept and the page says so.
+INTERACTIVE_MAX_BARS = 20000
+
+#: Client rows of the interactive timeline at most (the lowest client ids).
+INTERACTIVE_MAX_CLIENTS = 40
+
+#: Kinds drawn as bars, in the order of ``kind`` codes in the page's data (``wait`` is a server request's
+#: queueing, drawn on its client's row).
+INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
+
+
+def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BARS,
+                     max_clients: int = INTERACTIVE_MAX_CLIENTS) -> dict[str, Any] | None:
+    """What report.html's interactive timeline draws, from the run's trace and metrics: one bar per
+    download, compute, upload and offline interval of the shown clients, per server request (server row)
+    and per request that queued (its client's row), each with client, phase, times, bytes, link rate and
+    the staleness of the update its task delivered; the server queue length; the accuracy curve.
+    None when the run has no trace."""
+    run_dir = Path(run_dir)
+    trace_file = trace_path(run_dir)
+    if not trace_file.exists():
+        return None
+    df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server", "apply"),
+                    columns=("client", "start", "end", "wait", "rate_bps", "bytes", "staleness"))
+    for c in ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness"):
+        if c not in df:
+            df[c] = np.nan
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    kind = df["kind"].astype(str)
+    phase = kind.isin(["download", "compute", "upload", "offline"])
+    clients = sorted(int(c) for c in df.loc[phase, "client"].dropna().unique())
+    shown = clients[:max_clients]
+    row = {c: i + 1 for i, c in enumerate(shown)}  # row 0: the server
+    # staleness of the update a task delivered: the first apply of the client at or after the bar's end
+    applied = df[kind == "apply"].dropna(subset=["client"])
+    stale_of: dict[int, tuple[np.ndarray, np.ndarray]] = {
+        int(c): (g["t"].to_numpy(dtype=float), g["staleness"].to_numpy(dtype=float))
+        for c, g in applied.groupby("client")}
+    parts = []
+    bars = df[phase & df["client"].isin(shown)]
+    waits = df[(kind == "server") & (df["wait"] > 0) & df["client"].isin(shown)]
+    server = df[kind == "server"]
+    for frame, code, on_server_row in ((bars, None, False), (server, INTERACTIVE_KINDS.index("server"), True),
+                                       (waits, INTERACTIVE_KINDS.index("wait"), False)):
+        if not len(frame):
+            continue
+        f = pd.DataFrame({
+            "row": 0 if on_server_row else frame["client"].map(row).to_numpy(),
+            "kind": frame["kind"].astype(str).map(INTERACTIVE_KINDS.index).to_numpy() if code is None else code,
+            "start": (frame["start"] - frame["wait"]).to_numpy() if code == INTERACTIVE_KINDS.index("wait")
+            else frame["start"].to_numpy(),
+            "end": frame["start"].to_numpy() if code == INTERACTIVE_KINDS.index("wait") else frame["end"].to_numpy(),
+            "client": frame["client"].to_numpy(), "bytes": frame["bytes"].to_numpy(),
+            "rate": frame["rate_bps"].to_numpy(), "wait": frame["wait"].to_numpy()})
+        parts.append(f)
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["row", "kind", "start", "end", "client", "bytes", "rate", "wait"])
+    table = table.sort_values(["start", "row"], kind="stable").reset_index(drop=True)
+    total = len(table)
+    table = table.iloc[:max_bars]
+    stale = np.full(len(table), np.nan)
+    for c, (ts, st) in stale_of.items():
+        sel = np.flatnonzero(table["client"].to_numpy(dtype=float) == c)
+        if len(sel):
+            i = np.searchsorted(ts, table["end"].to_numpy(dtype=float)[sel] - 1e-12, side="left")
+            ok = i < len(ts)
+            stale[sel[ok]] = st[i[ok]]
+    stale[(table["kind"] == INTERACTIVE_KINDS.index("offline")).to_numpy()] = np.nan
+
+    def clean(a: Any, digits: int | None = None) -> list[Any]:
+        """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
+        arr = np.asarray(a, dtype=float)
+        return [None if not np.isfinite(v) else (float(v) if digits is None else round(float(v), digits)) for v in arr]
+
+    cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
+            clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
+            clean(table["wait"]), clean(stale, 0)]
+    end_t = float(np.nanmax(df[["t"]].to_numpy(dtype=float))) if len(df) else 0.0
+    q = queue_length(server) if len(server) else pd.DataFrame({"t": [], "queue": []})
+    queue_note = ""
+    if len(q) > 4000:  # a path of at most 4000 points: the time average in 2000 bins
+        edges, mean, _ = binned_queue(q, 0.0, max(end_t, 1e-9), bins=2000)
+        q = pd.DataFrame({"t": edges[:-1], "queue": mean})
+        queue_note = "time average in 2000 bins"
+    metrics_path = run_dir / "metrics.csv"
+    acc: dict[str, list[Any]] = {"t": [], "y": []}
+    measure = "accuracy"
+    if metrics_path.exists():
+        m = pd.read_csv(metrics_path)
+        if len(m) and "accuracy" in m and m["accuracy"].notna().any():
+            m = m.dropna(subset=["accuracy"])
+        elif len(m) and "loss" in m and m["loss"].notna().any():
+            measure, m = "loss", m.dropna(subset=["loss"]).rename(columns={"loss": "accuracy"})
+        else:
+            m = m.iloc[0:0]
+        acc = {"t": clean(m["t"]), "y": clean(m["accuracy"], 6)}
+        if len(m):
+            end_t = max(end_t, float(m["t"].max()))  # the last evaluation may follow the last interval
+    return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
+            "clients_total": len(clients), "kinds": list(INTERACTIVE_KINDS),
+            "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
+            "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
+            "curve": {**acc, "measure": measure}}
+
+
+#: Units of the summary fields report.html shows, and how their numbers are written.
+SUMMARY_FORMATS: dict[str, Any] = {
+    "final_accuracy": lambda v: f"{v:.4f}", "best_accuracy": lambda v: f"{v:.4f}", "final_loss": lambda v: f"{v:.4g}",
+    "virtual_time_s": lambda v: fmt_seconds(v), "wall_time_s": lambda v: fmt_seconds(v),
+    "versions": lambda v: f"{int(v):,}", "updates_applied": lambda v: f"{int(v):,}",
+    "mean_staleness": lambda v: f"{v:.2f} versions", "max_staleness": lambda v: f"{int(v):,} versions",
+    "bytes_up": lambda v: fmt_bytes(v), "bytes_down": lambda v: fmt_bytes(v), "energy_j": lambda v: f"{v:,.1f} J",
+    "num_clients": lambda v: f"{int(v):,}", "dropped": lambda v: f"{int(v):,}",
+}
+
+
+def fmt_summary(key: str, value: Any) -> str:
+    """A summary.json value for people: ``bytes_up 10964800`` → ``10.96 MB``, ``wall_time_s 12.0743`` → ``12.1 s``."""
+    if value is None:
+        return ""
+    f = SUMMARY_FORMATS.get(key)
+    if f is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f(value)
+    return _fmt(value)
+
+
 def html_report(run_dir: str | Path) -> Path:
-    """``report.html``: one self-contained page (summary, the check/probe tables when present, every figure
-    embedded as PNG data) that opens in any browser without the run folder's other files."""
+    """``report.html``: one self-contained page that opens in any browser without the run folder's other
+    files and without a network: the summary with units, links to the reports of the runs it holds (per
+    algorithm, per seed), an interactive timeline (zoom and pan over virtual time; hover a bar for client,
+    phase, bytes, link rate and staleness) with the server queue and accuracy on the same time axis (plain
+    SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data."""
     import base64
     import html
     import json
@@ -374,8 +596,14 @@ def html_report(run_dir: str | Path) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}</style></head><body>",
+             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS +
+             "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
+    subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and (d / "summary.json").exists())
+    if subs:
+        parts.append("<h2>Runs in this folder</h2><ul class='runs'>" + "".join(
+            f"<li><a href='{html.escape(d.name)}/report.html'>{html.escape(d.name)}</a>"
+            + ("" if (d / "report.html").exists() else " (no report written)") + "</li>" for d in subs) + "</ul>")
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         data = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -387,9 +615,25 @@ def html_report(run_dir: str | Path) -> Path:
                      "".join(f"<th>{html.escape(str(r.get('label', '')))}</th>" for r in runs) + "</tr>")
         for k in keys:
             if any(k in r for r in runs):
-                cells = "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for r in runs)
+                cells = "".join(f"<td>{html.escape(fmt_summary(k, r.get(k)))}</td>" for r in runs)
                 parts.append(f"<tr><th>{k}</th>{cells}</tr>")
         parts.append("</table>")
+    data = interactive_data(run_dir)
+    if data is not None and data["bars"][0]:
+        shown = len(data["bars"][0])
+        notes = [f"{shown:,} bars"]
+        if data["bars_total"] > shown:
+            notes.append(f"the first {shown:,} of {data['bars_total']:,} in time")
+        if data["clients_total"] > len(data["rows"]) - 1:
+            notes.append(f"clients {html.escape(data['rows'][1])[7:]}–{html.escape(data['rows'][-1])[7:]} of "
+                         f"{data['clients_total']:,}")
+        payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
+                     "see the whole run; hover a bar for its client, phase, bytes, link rate and the staleness of "
+                     "the update it delivered. The queue and accuracy curves share the time axis. "
+                     f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
+                     f"<script type='application/json' id='fedsim-data'>{payload}</script>"
+                     f"<script>{_INTERACTIVE_JS}</script>")
     for name, title in (("check.csv", "Theory check (fedsim check)"), ("probes.csv", "Probes"),
                         ("probes_live.csv", "Live probes"), ("seeds_summary.csv", "Across seeds")):
         path = run_dir / name
@@ -411,6 +655,256 @@ def html_report(run_dir: str | Path) -> Path:
     out = run_dir / "report.html"
     out.write_text("\n".join(parts), encoding="utf-8")
     return out
+
+
+_INTERACTIVE_CSS = (
+    ".fs-wrap{position:relative;user-select:none}.fs-wrap svg{display:block;background:#fff;cursor:grab}"
+    ".fs-wrap svg.drag{cursor:grabbing}.fs-tip{position:absolute;pointer-events:none;background:#222;color:#fff;"
+    "font-size:12px;padding:4px 7px;border-radius:3px;white-space:pre;display:none;z-index:2}"
+    ".fs-bar:hover{stroke:#000;stroke-width:1}.fs-tools button{margin-right:4px}.hint{font-size:13px;color:#555}"
+    ".fs-legend span{display:inline-block;margin-right:12px;font-size:12px}.fs-legend i{display:inline-block;"
+    "width:12px;height:10px;margin-right:4px;vertical-align:middle}")
+
+_INTERACTIVE_HTML = (
+    "<div class='fs-tools'><button id='fs-in' type='button'>zoom in</button><button id='fs-out' type='button'>"
+    "zoom out</button><button id='fs-reset' type='button'>whole run</button> <span id='fs-range' class='hint'>"
+    "</span></div><div class='fs-legend' id='fs-legend'></div><div class='fs-wrap' id='fs-wrap'>"
+    "<svg id='fs-timeline' xmlns='http://www.w3.org/2000/svg'></svg><svg id='fs-queue' "
+    "xmlns='http://www.w3.org/2000/svg'></svg><svg id='fs-curve' xmlns='http://www.w3.org/2000/svg'></svg>"
+    "<div class='fs-tip' id='fs-tip'></div></div>")
+
+# Plain SVG and DOM calls, no library: the page works offline and from a file.
+_INTERACTIVE_JS = r"""
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("fedsim-data").textContent);
+  var NS = "http://www.w3.org/2000/svg";
+  var W = 940, L = 80, R = 12, PW = W - L - R, ROW = 14, MINPX = 1.5;
+  var full = [0, Math.max(D.t_end, 1e-9)], view = [full[0], full[1]];
+  var B = D.bars, n = B[0].length, rects = new Array(n);
+  function el(tag, attrs, parent) {
+    var e = document.createElementNS(NS, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function sx(t) { return L + (t - view[0]) / (view[1] - view[0]) * PW; }
+  function fmtS(s) {
+    if (s === null || s === undefined) return "–";
+    var a = Math.abs(s);
+    if (a === 0) return "0 s";
+    if (a < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
+    if (a < 1) return (s * 1e3).toPrecision(3) + " ms";
+    return s.toPrecision(4) + " s";
+  }
+  function fmtB(b) {
+    if (b === null || b === undefined) return "–";
+    var u = ["B", "kB", "MB", "GB", "TB"], i = 0;
+    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
+    return i === 0 ? b.toFixed(0) + " B" : b.toFixed(2) + " " + u[i];
+  }
+  function fmtRate(r) { return r === null || r === undefined ? "–" : (r / 1e6).toPrecision(4) + " Mbit/s"; }
+  function ticks(a, b) {
+    var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
+    [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });
+    var out = [], t = Math.ceil(a / step) * step;
+    for (; t <= b + step * 1e-9; t += step) out.push(t);
+    return out;
+  }
+  // the three charts: timeline (rows), queue, accuracy; one x axis (view) for all
+  var tl = document.getElementById("fs-timeline"), qs = document.getElementById("fs-queue"),
+      cs = document.getElementById("fs-curve"), tip = document.getElementById("fs-tip");
+  var TH = D.rows.length * ROW + 34, CH = 120;
+  [[tl, TH], [qs, CH], [cs, CH]].forEach(function (p) {
+    p[0].setAttribute("width", W); p[0].setAttribute("height", p[1]);
+    p[0].setAttribute("viewBox", "0 0 " + W + " " + p[1]);
+    var clip = el("clipPath", {id: p[0].id + "-clip"}, el("defs", {}, p[0]));
+    el("rect", {x: L, y: 0, width: PW, height: p[1]}, clip);
+  });
+  D.rows.forEach(function (name, i) {
+    el("text", {x: L - 6, y: 4 + i * ROW + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, tl).textContent = name;
+    if (i % 2 === 0) el("rect", {x: L, y: 4 + i * ROW, width: PW, height: ROW, fill: "#f7f7f7"}, tl);
+  });
+  var legend = document.getElementById("fs-legend");
+  D.kinds.forEach(function (k, i) {
+    var s = document.createElement("span"), sw = document.createElement("i");
+    sw.style.background = D.colours[i]; s.appendChild(sw);
+    s.appendChild(document.createTextNode(k === "wait" ? "queue wait" : k)); legend.appendChild(s);
+  });
+  var barsG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-bars"}, tl);
+  var order = [];  // compute drawn last (on top of its neighbours)
+  for (var i = 0; i < n; i++) if (D.kinds[B[1][i]] !== "compute") order.push(i);
+  for (i = 0; i < n; i++) if (D.kinds[B[1][i]] === "compute") order.push(i);
+  order.forEach(function (j) {
+    var r = el("rect", {"class": "fs-bar", y: 4 + B[0][j] * ROW + 1.5, height: ROW - 3, fill: D.colours[B[1][j]],
+                        "data-i": j}, barsG);
+    rects[j] = r;
+  });
+  var tAxis = el("g", {}, tl), qAxis = el("g", {}, qs), cAxis = el("g", {}, cs);
+  var qPath = el("path", {fill: "none", stroke: D.colours[4], "stroke-width": 1.2, "clip-path": "url(#fs-queue-clip)"}, qs);
+  var cPath = el("path", {fill: "none", stroke: "#1f77b4", "stroke-width": 1.5, "clip-path": "url(#fs-curve-clip)"}, cs);
+  var cDots = el("g", {"clip-path": "url(#fs-curve-clip)"}, cs);
+  var cursors = [tl, qs, cs].map(function (svg) {
+    return el("line", {y1: 0, y2: svg.getAttribute("height"), stroke: "#888", "stroke-dasharray": "3,3",
+                       visibility: "hidden"}, svg);
+  });
+  var qMax = Math.max.apply(null, [1].concat(D.queue.q.filter(function (v) { return v !== null; })));
+  var cy = D.curve.y.filter(function (v) { return v !== null; });
+  var cMin = D.curve.measure === "accuracy" ? 0 : Math.min.apply(null, cy.concat([0])),
+      cMax = D.curve.measure === "accuracy" ? 1 : Math.max.apply(null, cy.concat([1e-12]));
+  function yq(v) { return CH - 22 - v / qMax * (CH - 34); }
+  function yc(v) { return CH - 22 - (v - cMin) / (cMax - cMin) * (CH - 34); }
+  function axis(g, h, label, yTicks, yOf, fmtY) {
+    while (g.firstChild) g.removeChild(g.firstChild);
+    el("line", {x1: L, x2: L + PW, y1: h - 22, y2: h - 22, stroke: "#333"}, g);
+    ticks(view[0], view[1]).forEach(function (t) {
+      var x = sx(t);
+      el("line", {x1: x, x2: x, y1: h - 22, y2: h - 18, stroke: "#333"}, g);
+      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10}, g).textContent = +t.toPrecision(6);
+    });
+    el("text", {x: L + PW, y: h - 24, "text-anchor": "end", "font-size": 10, fill: "#555"}, g).textContent = label;
+    (yTicks || []).forEach(function (v) {
+      el("text", {x: L - 6, y: yOf(v) + 3, "text-anchor": "end", "font-size": 10}, g).textContent = fmtY(v);
+      el("line", {x1: L, x2: L + PW, y1: yOf(v), y2: yOf(v), stroke: "#eee"}, g);
+    });
+  }
+  function stepPath(ts, vs, yOf, step) {
+    var d = "", started = false, lo = view[0], hi = view[1];
+    for (var i = 0; i < ts.length; i++) {
+      if (ts[i] === null || vs[i] === null) continue;
+      var next = i + 1 < ts.length ? ts[i + 1] : full[1];
+      if (next < lo || ts[i] > hi) { if (ts[i] > hi) break; continue; }
+      var x = Math.max(L - 2, Math.min(L + PW + 2, sx(ts[i]))), y = yOf(vs[i]);
+      if (!started) { d += "M" + x.toFixed(1) + "," + y.toFixed(1); started = true; }
+      else if (step) d += "V" + y.toFixed(1);
+      else d += "L" + x.toFixed(1) + "," + y.toFixed(1);
+      if (step) d += "H" + Math.max(L - 2, Math.min(L + PW + 2, sx(Math.min(next, full[1])))).toFixed(1);
+    }
+    return d;
+  }
+  var pending = false;
+  function render() {
+    pending = false;
+    for (var j = 0; j < n; j++) {
+      var x0 = sx(B[2][j]), x1 = sx(B[3][j]);
+      rects[j].setAttribute("x", x0.toFixed(2));
+      rects[j].setAttribute("width", Math.max(MINPX, x1 - x0).toFixed(2));
+    }
+    axis(tAxis, TH, "virtual time (s)");
+    axis(qAxis, CH, "server queue, requests waiting" + (D.queue.note ? " (" + D.queue.note + ")" : ""),
+         [0, qMax], yq, function (v) { return +v.toPrecision(3); });
+    axis(cAxis, CH, "test " + D.curve.measure, [cMin, cMax], yc, function (v) { return +v.toPrecision(3); });
+    qPath.setAttribute("d", stepPath(D.queue.t, D.queue.q, yq, true));
+    cPath.setAttribute("d", stepPath(D.curve.t, D.curve.y, yc, false));
+    while (cDots.firstChild) cDots.removeChild(cDots.firstChild);
+    D.curve.t.forEach(function (t, i) {
+      if (t === null || D.curve.y[i] === null || t < view[0] || t > view[1]) return;
+      el("circle", {cx: sx(t), cy: yc(D.curve.y[i]), r: 2, fill: "#1f77b4"}, cDots);
+    });
+    document.getElementById("fs-range").textContent =
+      "showing " + fmtS(view[0]) + " – " + fmtS(view[1]) + " of " + fmtS(full[1]);
+    window.fedsimView = {start: view[0], end: view[1], bars: n};
+  }
+  function schedule() { if (!pending) { pending = true; window.requestAnimationFrame(render); } }
+  function setView(a, b) {
+    var span = Math.max(b - a, (full[1] - full[0]) * 1e-7);
+    span = Math.min(span, full[1] - full[0]);
+    a = Math.max(full[0], Math.min(a, full[1] - span));
+    view = [a, a + span];
+    schedule();
+  }
+  function zoom(factor, centreT) {
+    var c = centreT === undefined ? (view[0] + view[1]) / 2 : centreT;
+    setView(c - (c - view[0]) * factor, c + (view[1] - c) * factor);
+  }
+  function tAt(svg, ev) {
+    var box = svg.getBoundingClientRect();
+    return view[0] + ((ev.clientX - box.left) * W / box.width - L) / PW * (view[1] - view[0]);
+  }
+  var drag = null;
+  [tl, qs, cs].forEach(function (svg) {
+    svg.addEventListener("wheel", function (ev) {
+      ev.preventDefault();
+      zoom(Math.exp(ev.deltaY * 0.002), tAt(svg, ev));
+    }, {passive: false});
+    svg.addEventListener("mousedown", function (ev) {
+      drag = {x: ev.clientX, view: view.slice(), w: svg.getBoundingClientRect().width};
+      svg.classList.add("drag");
+    });
+    svg.addEventListener("dblclick", function () { setView(full[0], full[1]); });
+    svg.addEventListener("mousemove", function (ev) {
+      var box = svg.getBoundingClientRect(), x = (ev.clientX - box.left) * W / box.width;
+      cursors.forEach(function (c) {
+        c.setAttribute("x1", x); c.setAttribute("x2", x);
+        c.setAttribute("visibility", x >= L && x <= L + PW ? "visible" : "hidden");
+      });
+    });
+    svg.addEventListener("mouseleave", function () {
+      cursors.forEach(function (c) { c.setAttribute("visibility", "hidden"); });
+    });
+  });
+  window.addEventListener("mousemove", function (ev) {
+    if (!drag) return;
+    var dt = -(ev.clientX - drag.x) * W / drag.w / PW * (drag.view[1] - drag.view[0]);
+    setView(drag.view[0] + dt, drag.view[1] + dt);
+  });
+  window.addEventListener("mouseup", function () {
+    drag = null;
+    [tl, qs, cs].forEach(function (svg) { svg.classList.remove("drag"); });
+  });
+  barsG.addEventListener("mouseover", function (ev) {
+    var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
+    if (i === null || i === undefined) return;
+    i = +i;
+    var kind = D.kinds[B[1][i]], lines = [];
+    lines.push((B[0][i] === 0 ? "server, request of client " + B[4][i] : "client " + B[4][i]) + ": " +
+               (kind === "wait" ? "queue wait at the server" : kind));
+    lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
+    if (kind === "download" || kind === "upload") lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+    if (kind === "server" && B[7][i] !== null) lines.push("waited " + fmtS(B[7][i]) + " in the queue");
+    if (kind !== "offline" && kind !== "server" && kind !== "wait")
+      lines.push("staleness of the update " + (B[8][i] === null ? "– (not applied)" : B[8][i] + " versions"));
+    tip.textContent = lines.join("\n");
+    tip.style.display = "block";
+  });
+  barsG.addEventListener("mousemove", function (ev) {
+    var box = document.getElementById("fs-wrap").getBoundingClientRect();
+    tip.style.left = (ev.clientX - box.left + 12) + "px";
+    tip.style.top = (ev.clientY - box.top + 12) + "px";
+  });
+  barsG.addEventListener("mouseout", function () { tip.style.display = "none"; });
+  document.getElementById("fs-in").addEventListener("click", function () { zoom(0.5); });
+  document.getElementById("fs-out").addEventListener("click", function () { zoom(2); });
+  document.getElementById("fs-reset").addEventListener("click", function () { setView(full[0], full[1]); });
+  render();
+})();
+"""
+
+
+def fmt_seconds(s: float) -> str:
+    """Seconds for people: ``12.1 s``, ``3.2 ms``, ``250 µs``, ``2.5 min``."""
+    s = float(s)
+    if not np.isfinite(s):
+        return "–" if np.isnan(s) else "never"
+    if s == 0:
+        return "0 s"
+    if abs(s) < 1e-3:
+        return f"{s * 1e6:.3g} µs"
+    if abs(s) < 1:
+        return f"{s * 1e3:.3g} ms"
+    if abs(s) < 600:
+        return f"{s:.3g} s" if abs(s) < 100 else f"{s:.0f} s"
+    return f"{s / 60:.3g} min" if abs(s) < 6000 else f"{s / 3600:.3g} h"
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes for people, in SI units: 10964800 → ``10.96 MB``."""
+    n = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} TB"
 
 
 def _fmt(value: Any) -> str:

@@ -515,8 +515,8 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
 
 
 def _looks_like_run(folder: Path) -> bool:
-    """A folder fedsim wrote: a run (scenario.yaml/summary.json) or a comparison of runs."""
-    if (folder / "summary.json").exists() or (folder / "scenario.yaml").exists():
+    """A folder fedsim wrote: a run (scenario.yaml/summary.json), a comparison of runs or a sweep."""
+    if any((folder / name).exists() for name in ("summary.json", "scenario.yaml", "sweep.yaml", "comparison.csv")):
         return True
     return any((sub / "scenario.yaml").exists() or (sub / "summary.json").exists() for sub in folder.iterdir() if sub.is_dir())
 
@@ -551,6 +551,45 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
                 entry.unlink()
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, Any]] | None, str]:
+    """What ``out`` holds of a run of ``scenario``, for resuming: ``("new", None, "")`` (missing or empty),
+    ``("finished", summaries, "")`` (every algorithm's summary says ``ok`` and its saved scenario.yaml is
+    ``scenario``'s, resolved), ``("incomplete", None, why)`` (killed, interrupted, failed or diverged: the
+    summary is missing or its status is not ``ok``) or ``("different", None, why)`` (a run of another
+    scenario, or no fedsim run).  A run killed outright writes no summary, so it is never taken as done."""
+    import difflib
+
+    out = Path(out)
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return "new", None, ""
+    if not out.is_dir() or not _looks_like_run(out):
+        return "different", None, f"'{out}' holds no fedsim run"
+    several = len(scenario.algorithms) > 1
+    folders = [(spec, out / spec.label if several else out) for spec in scenario.algorithms]
+    for spec, d in folders:
+        saved = d / "scenario.yaml"
+        if saved.exists():
+            want = dump_scenario(scenario.variant(spec))
+            have = saved.read_text(encoding="utf-8")
+            if have != want:
+                diff = [ln for ln in difflib.unified_diff(have.splitlines(), want.splitlines(), n=0, lineterm="")
+                        if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+                first = " vs ".join(repr(ln[1:].strip()) for ln in diff[:2])
+                return "different", None, f"'{saved}' is another scenario ({first})"
+    summaries = []
+    for spec, d in folders:
+        path = d / "summary.json"
+        if not path.exists() or not (d / "metrics.csv").exists():
+            return "incomplete", None, f"'{d}' has no summary (the run was killed midway)"
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        if summary.get("status") != "ok":
+            return "incomplete", None, f"'{d}' stopped with status {summary.get('status')!r}"
+        summaries.append(summary)
+    if several and not (out / "summary.json").exists():
+        return "incomplete", None, f"'{out}' was stopped before its last algorithm finished"
+    return "finished", summaries, ""
 
 
 def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, force: bool = False,

@@ -1,37 +1,60 @@
-"""Sweeps: one run per value of one scenario field, and time-to-accuracy against that value.
+"""Sweeps: one run per point of a grid of scenario fields (and per seed), and what each point costs.
 
     fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9
+    fedsim sweep default channel.uplink.mbps=0.5,2 devices.jitter=0,0.2 --seeds 0,1 --jobs 2
 
-The swept field is the override whose value is a comma-separated list (outside brackets).  Every run
-gets the same seed, so the runs differ only in the swept value.
+Every override whose value is a comma-separated list (outside brackets) is a swept field; several give
+their Cartesian grid.  Each point runs with the scenario's seed, or once per ``--seeds`` seed, so points
+differ only in the swept values.  A point's runs are independent of each other (every random draw comes
+from the run's own seeded streams), so they may run one after another, in local processes (``jobs``) or
+as Ray tasks (``ray``) and write the same traces.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import math
+import re
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from fedsim.errors import ConfigError  # noqa: E402
 
+#: Per-run numbers a sweep tabulates; sweep.csv gives their mean (and std over seeds) per point.
+RUN_COLUMNS = ("final_accuracy", "best_accuracy", "time_to_target_s", "virtual_time_s", "bytes_up", "bytes_down",
+               "bytes_total", "energy_j")
 
-def split_sweep(overrides: list[str]) -> tuple[str, list[str], list[str]]:
-    """Find the one ``key=v1,v2,...`` override; returns (key, raw values, the other overrides)."""
-    swept = [o for o in overrides if "=" in o and _is_list(o.split("=", 1)[1])]
-    if len(swept) != 1:
-        raise ConfigError("sweep", f"give exactly one key=v1,v2,... to sweep (found {len(swept)}), e.g. channel.uplink.mbps=1,5,20")
-    key, raw = swept[0].split("=", 1)
-    values = [v.strip() for v in raw.split(",") if v.strip()]
-    if len(values) < 2:
-        raise ConfigError(key, "a sweep needs at least two values")
-    return key.strip(), values, [o for o in overrides if o is not swept[0]]
+
+def split_grid(overrides: list[str]) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """The swept fields (every ``key=v1,v2,...``, in the order given) and the other overrides."""
+    grid: list[tuple[str, list[str]]] = []
+    rest: list[str] = []
+    for o in overrides:
+        if "=" in o and _is_list(o.split("=", 1)[1]):
+            key, raw = (x.strip() for x in o.split("=", 1))
+            values = [v.strip() for v in raw.split(",") if v.strip()]
+            if len(values) < 2:
+                raise ConfigError(key, "a swept field needs at least two values (e.g. 1,5,20)")
+            if len(set(values)) != len(values):
+                raise ConfigError(key, f"got {raw!r}: a value is repeated")
+            if key in (k for k, _ in grid):
+                raise ConfigError(key, "is swept twice; give its values in one key=v1,v2,...")
+            grid.append((key, values))
+        else:
+            rest.append(o)
+    if not grid:
+        raise ConfigError("sweep", "give at least one key=v1,v2,... to sweep, e.g. channel.uplink.mbps=1,5,20")
+    return grid, rest
 
 
 def _is_list(raw: str) -> bool:
@@ -45,93 +68,396 @@ def time_to_accuracy(metrics: pd.DataFrame, target: float) -> float:
     return float(hit["t"].iloc[0]) if len(hit) else math.inf
 
 
-def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: float | None, progress: bool = True) -> pd.DataFrame:
-    """Run the scenario once per swept value into ``out/<key>=<value>``; write sweep.csv and sweep.png."""
-    from fedsim.runner import run_scenario
-    from fedsim import load_scenario
+@dataclasses.dataclass
+class Unit:
+    """One run of a sweep: a grid point (raw values per swept key), a seed (None: the scenario's own), the
+    validated scenario and its folder."""
 
-    key, values, rest = split_sweep(overrides)
+    point: dict[str, str]
+    seed: int | None
+    scenario: Any
+    folder: Path
+
+    def name(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.point.items()] + ([f"seed {self.seed}"] if self.seed is not None else [])
+        return ", ".join(parts)
+
+
+def _folder_name(point: dict[str, str]) -> str:
+    """``k1=v1,k2=v2``: readable and one level deep (a value's odd characters become ``-``)."""
+    return ",".join(f"{k}={re.sub(r'[^A-Za-z0-9_.+=-]+', '-', v).strip('-') or 'x'}" for k, v in point.items())
+
+
+def check_target(target: float | None) -> None:
     if target is not None and not (math.isfinite(target) and 0 < target <= 1):
         raise ConfigError("--target", f"got {target!r} (allowed: an accuracy in (0, 1], e.g. 0.9)")
-    scenarios = [load_scenario(source, rest + [f"{key}={v}"]) for v in values]  # validate all before running any
-    if target is not None and any(sc.train.systems_only for sc in scenarios):
+
+
+def check_jobs(jobs: int, ray: str | None) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 1024:
+        raise ConfigError("--jobs", f"got {jobs!r} (allowed: an integer in [1, 1024] processes)")
+    if ray is not None:
+        if ray not in ("local", "auto") and ":" not in ray:  # e.g. `--ray default key=...` took the scenario
+            raise ConfigError("--ray", f"got {ray!r} (allowed: no value for a local Ray, auto, HOST:PORT or "
+                                       "ray://HOST:PORT; write --ray=ADDRESS or put --ray after the scenario)")
+        try:
+            import ray as _ray  # noqa: F401
+        except ImportError:
+            raise ConfigError("--ray", "needs Ray installed (pip install 'fedsim[ray]')") from None
+
+
+def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, resume: bool = False,
+              progress: bool = True, allow_large: bool = False, what: str = "sweep") -> list[list[dict[str, Any]]]:
+    """Run every unit into its folder; returns each unit's summaries (one per algorithm), in order.
+
+    With ``resume``, a folder that holds a finished run of exactly the unit's scenario is reused, an
+    incomplete one (killed, interrupted, failed) is said so and run again, and one of another scenario is
+    refused before anything runs.  ``jobs`` > 1 runs units in that many local processes; ``ray`` (an address,
+    or ``"local"`` for a Ray started here) runs them as Ray tasks.  Either way each run is the run the
+    serial loop would make: same seed, same streams, one torch thread."""
+    from fedsim.runner import run_state
+
+    results: list[list[dict[str, Any]] | None] = [None] * len(units)
+    todo: list[int] = []
+    for i, u in enumerate(units):
+        if resume:
+            state, summaries, why = run_state(u.folder, u.scenario)
+            if state == "different":
+                raise ConfigError("--resume", f"{why}; not resuming into it (give another --out, or --force to clear)")
+            if state == "finished":
+                results[i] = summaries
+                continue
+            if state == "incomplete":
+                print(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again",
+                      file=sys.stderr, flush=True)
+        todo.append(i)
+    if resume and len(todo) < len(units):
+        print(f"fedsim: resuming: {len(units) - len(todo)} of {len(units)} runs already finished, running "
+              f"{len(todo)}", file=sys.stderr, flush=True)
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc=what, unit="run", disable=not progress or not todo, dynamic_ncols=True,
+               position=0, leave=True)
+    try:
+        if ray is not None:
+            from fedsim.sim.executor import RayExecutor
+
+            try:
+                executor = RayExecutor(jobs if jobs > 1 else None, None if ray == "local" else ray, threads=1)
+            except ConfigError:
+                raise
+            except Exception as exc:  # no cluster at that address, a version mismatch, ...
+                text = " ".join(str(exc).split())[:200]
+                raise ConfigError("--ray", f"cannot start or join Ray at {ray!r}: {type(exc).__name__}: {text}") from None
+            try:
+                handles = [(i, executor.submit(_run_unit, units[i].scenario, str(units[i].folder.resolve()),
+                                               allow_large)) for i in todo]
+                for i, h in handles:
+                    bar.set_postfix_str(f"waiting for {units[i].name()}", refresh=True)
+                    results[i] = h.result()
+                    bar.update(1)
+            finally:
+                executor.close()
+        elif jobs > 1 and len(todo) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            # spawn: a fresh interpreter per worker (no forked torch state), importing this same tree
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
+                                     mp_context=multiprocessing.get_context("spawn")) as pool:
+                futures = {pool.submit(_run_unit, units[i].scenario, str(units[i].folder), allow_large): i
+                           for i in todo}
+                for f in as_completed(futures):
+                    i = futures[f]
+                    results[i] = f.result()
+                    bar.set_postfix_str(f"done {units[i].name()}", refresh=False)
+                    bar.update(1)
+        else:
+            from fedsim.runner import run_scenario
+
+            for n, i in enumerate(todo, 1):
+                bar.set_description_str(f"{what} {n}/{len(todo)}: {units[i].name()}")
+                results[i] = run_scenario(units[i].scenario, units[i].folder, progress=progress, force=resume,
+                                          allow_large=allow_large)
+                bar.update(1)
+    finally:
+        bar.close()
+    return [r if r is not None else [] for r in results]
+
+
+def _run_unit(scenario: Any, folder: str, allow_large: bool) -> list[dict[str, Any]]:
+    """One run in a worker process or Ray task (module level, so it pickles)."""
+    import warnings
+
+    from fedsim.runner import run_scenario
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # as the CLI does: results carry NaN/None instead
+        with np.errstate(all="ignore"):
+            return run_scenario(scenario, folder, progress=False, force=True, allow_large=allow_large)
+
+
+def run_row(unit: Unit, summary: dict[str, Any], goal: float | None) -> dict[str, Any]:
+    """One run's row of ``sweep_runs.csv``: the point, seed, algorithm and the run's numbers."""
+    folder = unit.folder / summary["label"] if len(unit.scenario.algorithms) > 1 else unit.folder
+    ttt = None
+    if goal is not None and (folder / "metrics.csv").exists():
+        ttt = time_to_accuracy(pd.read_csv(folder / "metrics.csv"), goal)
+    up, down = summary.get("bytes_up"), summary.get("bytes_down")
+    return {**{k: yaml.safe_load(v) for k, v in unit.point.items()},
+            "seed": unit.scenario.seed, "label": summary["label"], "status": summary["status"],
+            "final_accuracy": summary.get("final_accuracy"), "best_accuracy": summary.get("best_accuracy"),
+            "target": goal, "time_to_target_s": ttt, "reached_target": None if ttt is None else bool(math.isfinite(ttt)),
+            "virtual_time_s": summary.get("virtual_time_s"), "bytes_up": up, "bytes_down": down,
+            "bytes_total": (up or 0) + (down or 0) if up is not None or down is not None else None,
+            "energy_j": summary.get("energy_j"), "wall_time_s": summary.get("wall_time_s"), "run_dir": str(folder)}
+
+
+def aggregate(runs: pd.DataFrame, keys: Sequence[str], seeded: bool) -> pd.DataFrame:
+    """Per point and algorithm: the runs' numbers, or with seeds their mean and std (``<col>_std``).
+
+    Time to target is averaged over the seeds that reached it (inf when none did); ``reached_target``
+    then counts them, out of ``runs``."""
+    rows = []
+    for group_key, g in runs.groupby([*keys, "label"], sort=False, dropna=False):
+        *point, label = group_key
+        row: dict[str, Any] = dict(zip(keys, point))
+        row.update(label=label, runs=len(g), status=",".join(sorted(set(g["status"]))))
+        row["target"] = g["target"].iloc[0]
+        for col in RUN_COLUMNS:
+            vals = pd.to_numeric(g[col], errors="coerce")
+            if col == "time_to_target_s":
+                vals = vals[np.isfinite(vals)]
+                if g[col].isna().all():
+                    row[col] = None
+                    if seeded:
+                        row[f"{col}_std"] = None
+                    continue
+                row[col] = float(vals.mean()) if len(vals) else math.inf
+            else:
+                row[col] = float(vals.mean()) if vals.notna().any() else None
+            if seeded:
+                row[f"{col}_std"] = float(vals.std(ddof=1)) if vals.notna().sum() > 1 else None
+        reached = g["reached_target"]
+        if reached.notna().any():
+            row["reached_target"] = int(reached.sum()) if seeded else bool(reached.iloc[0])
+        else:
+            row["reached_target"] = None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plan_sweep(source: str | None, overrides: list[str], out: Path, *,
+               seeds: Sequence[int] | None = None) -> tuple[list[tuple[str, list[str]]], list[Unit]]:
+    """The grid and its units (validated scenarios and folders), before anything runs."""
+    from fedsim import load_scenario
+
+    grid, rest = split_grid(overrides)
+    if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
+        raise ConfigError("--seeds", f"give distinct seeds, e.g. 0,1,2 (got {list(seeds)})")
+    units = []
+    for values in itertools.product(*(v for _, v in grid)):
+        point = dict(zip((k for k, _ in grid), values))
+        sc = load_scenario(source, rest + [f"{k}={v}" for k, v in point.items()])
+        base = out / _folder_name(point)
+        if seeds is None:
+            units.append(Unit(point, None, sc, base))
+        else:
+            units.extend(Unit(point, s, dataclasses.replace(sc, seed=s), base / f"seed-{s}") for s in seeds)
+    return grid, units
+
+
+def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: float | None,
+              seeds: Sequence[int] | None = None, jobs: int = 1, ray: str | None = None, resume: bool = False,
+              force: bool = False, progress: bool = True, allow_large: bool = False) -> pd.DataFrame:
+    """Run the grid into ``out/<k1=v1,k2=v2>`` (``/seed-<s>`` with seeds); returns sweep.csv's table.
+
+    Writes ``sweep_runs.csv`` (a row per run), ``sweep.csv`` (a row per point and algorithm: mean, and std
+    over seeds), ``sweep.json``, and figures: ``sweep.png`` (a line per algorithm against a 1-D sweep's
+    value, error bars over seeds) or ``sweep_heatmap*.png`` (a 2-D grid: time to target, final accuracy,
+    bytes and energy per cell).  Every scenario is validated, and with ``resume`` every existing folder
+    checked, before the first run."""
+    from fedsim.runner import preflight, prepare_run_dir
+
+    check_target(target)
+    check_jobs(jobs, ray)
+    grid, units = plan_sweep(source, overrides, out, seeds=seeds)
+    if target is not None and any(u.scenario.train.systems_only for u in units):
         raise ConfigError("--target", "a systems-only run (train.systems_only: true) measures no accuracy")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError("--out", f"'{out}' exists and is not an empty folder; give a new folder for the sweep")
-    rows: list[dict[str, Any]] = []
-    for value, sc in zip(values, scenarios):
-        sub = out / f"{key}={value}"
-        for s in run_scenario(sc, sub, progress=progress):
-            several = len(sc.algorithms) > 1
-            metrics = pd.read_csv((sub / s["label"] if several else sub) / "metrics.csv")
-            goal = target if target is not None else sc.stop.target_accuracy
-            rows.append({
-                "key": key, "value": yaml.safe_load(value), "label": s["label"], "status": s["status"],
-                "final_accuracy": s.get("final_accuracy"), "virtual_time_s": s["virtual_time_s"],
-                "target": goal, "time_to_target_s": time_to_accuracy(metrics, goal) if goal is not None else None,
-                "reached_target": (bool(math.isfinite(time_to_accuracy(metrics, goal))) if goal is not None else None),
-                "bytes_up": s.get("bytes_up"), "run_dir": str(sub),
-            })
-    table = pd.DataFrame(rows)
-    out.mkdir(parents=True, exist_ok=True)
+    for u in units:
+        preflight(u.scenario, allow_large=allow_large)
+    if resume:
+        if out.exists() and not out.is_dir():
+            raise ConfigError("--out", f"'{out}' is a file, not a folder")
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        out = prepare_run_dir(out, force=force)
+    (out / "sweep.yaml").write_text(yaml.safe_dump({
+        "scenario": source, "overrides": list(overrides), "grid": {k: v for k, v in grid}, "seeds": seeds,
+        "target": target}, sort_keys=False), encoding="utf-8")
+    summaries = run_units(units, jobs=jobs, ray=ray, resume=resume, progress=progress, allow_large=allow_large)
+    rows = []
+    for u, ss in zip(units, summaries):
+        goal = target if target is not None else u.scenario.stop.target_accuracy
+        rows.extend(run_row(u, s, goal) for s in ss)
+    keys = [k for k, _ in grid]
+    runs = pd.DataFrame(rows)
+    runs.to_csv(out / "sweep_runs.csv", index=False)
+    table = aggregate(runs, keys, seeded=seeds is not None)
     table.to_csv(out / "sweep.csv", index=False)
-    (out / "sweep.json").write_text(json.dumps(rows, indent=2, default=str), encoding="utf-8")
-    sweep_figure(table, out / "sweep.png")
+    (out / "sweep.json").write_text(json.dumps(table.to_dict(orient="records"), indent=2, default=str),
+                                    encoding="utf-8")
+    for stale in [out / "sweep.png", *out.glob("sweep_heatmap*.png")]:
+        stale.unlink(missing_ok=True)
+    if len(keys) == 1:
+        sweep_figure(table, out / "sweep.png", keys[0])
+    elif len(keys) == 2:
+        for label, g in table.groupby("label", sort=False):
+            several = table["label"].nunique() > 1
+            heatmap_figure(g, out / (f"sweep_heatmap_{label}.png" if several else "sweep_heatmap.png"), keys,
+                           title=str(label) if several else "")
     return table
 
 
-def sweep_figure(table: pd.DataFrame, path: Path) -> None:
-    """Time to target accuracy (or final accuracy when no target) against the swept value."""
+def _xs(values: pd.Series) -> tuple[list[Any], bool]:
+    numeric = pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+    return (list(values) if numeric else list(range(len(values)))), numeric
+
+
+def sweep_figure(table: pd.DataFrame, path: Path, key: str) -> None:
+    """Time to target accuracy (or final accuracy when no target) against the swept value; error bars are
+    the std over seeds where the table has it."""
     fig, ax = plt.subplots(figsize=(6, 4))
     use_target = table["time_to_target_s"].notna().any()
     ycol = "time_to_target_s" if use_target else "final_accuracy"
-    numeric = pd.api.types.is_numeric_dtype(table["value"])
-    finite = table[ycol].replace(math.inf, float("nan"))
+    if not use_target and table[ycol].isna().all():  # systems-only: the virtual time of the run
+        ycol = "virtual_time_s"
+    numeric = pd.api.types.is_numeric_dtype(table[key]) and not pd.api.types.is_bool_dtype(table[key])
+    finite = pd.to_numeric(table[ycol], errors="coerce").replace(math.inf, float("nan"))
     top = float(finite.max()) if finite.notna().any() else 1.0
+    order = list(dict.fromkeys(table[key].tolist()))
     for label, group in table.groupby("label", sort=False):
-        x = group["value"] if numeric else list(range(len(group)))
-        y = group[ycol].replace(math.inf, float("nan"))
-        line = ax.plot(x, y, marker="o", label=str(label))[0]
+        x = group[key].tolist() if numeric else [order.index(v) for v in group[key]]
+        y = pd.to_numeric(group[ycol], errors="coerce").replace(math.inf, float("nan"))
+        std = group.get(f"{ycol}_std")
+        if std is not None and pd.to_numeric(std, errors="coerce").notna().any():
+            line = ax.errorbar(x, y, yerr=pd.to_numeric(std, errors="coerce"), marker="o", capsize=3,
+                               label=f"{label} (mean ± std, {int(group['runs'].max())} seeds)").lines[0]
+        else:
+            line = ax.plot(x, y, marker="o", label=str(label))[0]
         if use_target:  # never reached: an open marker above the data, not a missing (or fastest) point
             miss = ~group[ycol].apply(lambda v: v is not None and math.isfinite(v))
             if miss.any():
                 xs = [xv for xv, m in zip(x, miss) if m]
                 ax.scatter(xs, [top * 1.08] * len(xs), marker="^", facecolors="none", edgecolors=line.get_color(),
                            label=f"{label}: target not reached")
-        if not numeric:
-            ax.set_xticks(list(range(len(group))), [str(v) for v in group["value"]])
-    if numeric and (table["value"] > 0).all() and table["value"].max() / table["value"].min() >= 10:
-        from matplotlib.ticker import NullLocator
-
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_locator(NullLocator())  # the swept values are the ticks: no overlapping log labels
     if numeric:
-        values = sorted(set(table["value"]))
-        ax.set_xticks(values, [f"{v:g}" for v in values])
-    key = table["key"].iloc[0] if len(table) else ""
+        vals = sorted(set(table[key]))
+        if all(v > 0 for v in vals) and max(vals) / min(vals) >= 10:
+            from matplotlib.ticker import NullLocator
+
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_locator(NullLocator())  # the swept values are the ticks: no overlapping log labels
+        ax.set_xticks(vals, [f"{v:g}" for v in vals])
+    else:
+        ax.set_xticks(list(range(len(order))), [str(v) for v in order])
     ax.set_xlabel(f"{key} (swept)")
     tgt = table["target"].iloc[0] if use_target else None
-    ax.set_ylabel(f"virtual time to {tgt:.0%} accuracy (s)" if use_target else "final test accuracy")
+    ax.set_ylabel({"time_to_target_s": f"virtual time to {tgt:.0%} accuracy (s)" if use_target else "",
+                   "final_accuracy": "final test accuracy", "virtual_time_s": "virtual time (s)"}[ycol])
     ax.grid(alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+#: Heat-map panels of a 2-D sweep: column, title, how a cell's number is written.
+HEATMAP_PANELS = (("time_to_target_s", "virtual time to target (s)", "{:.3g}"),
+                  ("final_accuracy", "final test accuracy", "{:.3f}"),
+                  ("bytes_total", "bytes moved (up + down)", None),
+                  ("energy_j", "energy, all devices (J)", "{:.3g}"))
+
+
+def heatmap_figure(table: pd.DataFrame, path: Path, keys: Sequence[str], title: str = "") -> bool:
+    """A 2-D sweep as heat maps (rows: the first key's values, columns: the second's), one panel per
+    measure the runs have; each cell is annotated with its value (± std over seeds).  A cell whose runs
+    never reached the target is grey and says so."""
+    from matplotlib import colormaps
+
+    from fedsim.report import fmt_bytes
+
+    ky, kx = keys
+    rows_v = list(dict.fromkeys(table[ky].tolist()))
+    cols_v = list(dict.fromkeys(table[kx].tolist()))
+    panels = [p for p in HEATMAP_PANELS if p[0] in table and pd.to_numeric(table[p[0]], errors="coerce").notna().any()]
+    if not panels:
+        return False
+    ncol = 2 if len(panels) > 1 else 1
+    nrow = math.ceil(len(panels) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(1.2 + 1.6 * len(cols_v) * ncol + 1.5 * ncol,
+                                                  1.2 + 0.9 * len(rows_v) * nrow + 0.8 * nrow), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, (col, name, fmt) in zip(axes.flat, panels):
+        grid = np.full((len(rows_v), len(cols_v)), np.nan)
+        text = [["" for _ in cols_v] for _ in rows_v]
+        for _, r in table.iterrows():
+            i, j = rows_v.index(r[ky]), cols_v.index(r[kx])
+            v = pd.to_numeric(pd.Series([r[col]]), errors="coerce").iloc[0]
+            std = r.get(f"{col}_std")
+            if v is None or (isinstance(v, float) and math.isnan(v)):
+                continue
+            if not math.isfinite(v):
+                text[i][j] = "not\nreached"
+                continue
+            grid[i, j] = v
+            say = fmt_bytes(v) if fmt is None else fmt.format(v)
+            if std is not None and isinstance(std, (int, float)) and math.isfinite(std):
+                say += "\n± " + (fmt_bytes(std) if fmt is None else f"{std:.2g}")
+            if col == "time_to_target_s" and isinstance(r.get("reached_target"), (int, np.integer)) \
+                    and not isinstance(r.get("reached_target"), bool) and r["reached_target"] < r["runs"]:
+                say += f"\n({int(r['reached_target'])}/{int(r['runs'])} seeds)"
+            text[i][j] = say
+        cmap = colormaps["viridis_r" if col != "final_accuracy" else "viridis"].with_extremes(bad="#dddddd")
+        im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto")
+        finite = grid[np.isfinite(grid)]
+        mid = (finite.min() + finite.max()) / 2 if len(finite) else 0.0
+        for i in range(len(rows_v)):
+            for j in range(len(cols_v)):
+                dark = np.isfinite(grid[i, j]) and ((grid[i, j] > mid) == (col != "final_accuracy"))
+                ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8, color="white" if dark else "black")
+        ax.set_xticks(range(len(cols_v)), [f"{v}" for v in cols_v])
+        ax.set_yticks(range(len(rows_v)), [f"{v}" for v in rows_v])
+        ax.set_xlabel(kx)
+        ax.set_ylabel(ky)
+        tgt = table["target"].iloc[0] if "target" in table else None
+        ax.set_title(name.replace("target", f"{tgt:.0%} accuracy") if col == "time_to_target_s" and tgt else name,
+                     fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    runs = int(table["runs"].max()) if "runs" in table else 1
+    head = (f"{title}: " if title else "") + (f"mean ± std over {runs} seeds" if runs > 1 else "one run per cell")
+    fig.suptitle(head, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | None = None, progress: bool = True,
-              force: bool = False, allow_large: bool = False) -> pd.DataFrame:
+              force: bool = False, allow_large: bool = False, resume: bool = False) -> pd.DataFrame:
     """Run ``scenario`` once per seed into ``out/seed-<s>`` and compare algorithms across seeds.
 
     Writes ``seeds.csv`` (one row per algorithm and seed: final/best accuracy, time to ``target``, bytes,
     energy), ``seeds_summary.csv`` (mean and std over seeds per algorithm) and ``seeds.png`` (mean ± std
     of test accuracy against virtual time, each seed's curve held constant between evaluations).  Every
-    seed's scenario is validated before the first run."""
+    seed's scenario is validated before the first run.  With ``resume``, seeds whose run in ``out`` finished
+    (same resolved scenario) are reused and only the others run (see :func:`run_units`)."""
     import dataclasses
 
     import numpy as np
 
-    from fedsim.runner import preflight, prepare_run_dir, run_scenario
+    from fedsim.runner import preflight, prepare_run_dir
 
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError("--seeds", f"give distinct seeds, e.g. 0,1,2 (got {seeds})")
@@ -141,12 +467,17 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
     variants = [dataclasses.replace(scenario, seed=s) for s in seeds]
     for v in variants:
         preflight(v, allow_large=allow_large)
-    out = prepare_run_dir(out, force=force)
+    if resume and out.is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        out = prepare_run_dir(out, force=force)
+    units = [Unit({}, seed, sc, out / f"seed-{seed}") for seed, sc in zip(seeds, variants)]
+    done = run_units(units, resume=resume, progress=progress, allow_large=allow_large, what="seeds")
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {}
-    for seed, sc in zip(seeds, variants):
+    for seed, sc, summaries in zip(seeds, variants, done):
         sub = out / f"seed-{seed}"
-        for s in run_scenario(sc, sub, progress=progress, allow_large=allow_large):
+        for s in summaries:
             folder = sub / s["label"] if len(sc.algorithms) > 1 else sub
             metrics = pd.read_csv(folder / "metrics.csv")
             curves.setdefault(s["label"], []).append(metrics)

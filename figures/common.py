@@ -7,7 +7,6 @@ the job resolves to, but a run made by older code is reused too, so recipes that
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,9 +17,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.runner import run_scenario  # noqa: E402
-from fedsim.scenario import Scenario, dump_scenario  # noqa: E402
-from fedsim import scenario_from_mapping
+from fedsim import scenario_from_mapping  # noqa: E402
+from fedsim.runner import run_scenario, run_state  # noqa: E402
+from fedsim.scenario import Scenario  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
 
 
@@ -38,13 +37,8 @@ def run_dir(out: Path, key: tuple) -> Path:
 
 def finished(d: Path, scenario: Scenario) -> dict[str, Any] | None:
     """The summary of a finished (status ok) run of exactly ``scenario`` in ``d`` (same resolved YAML), else None."""
-    summ, yml = d / "summary.json", d / "scenario.yaml"
-    if not (summ.exists() and yml.exists() and (d / "metrics.csv").exists()):
-        return None
-    if yml.read_text(encoding="utf-8") != dump_scenario(scenario.variant(scenario.algorithms[0])):
-        return None
-    summary = json.loads(summ.read_text(encoding="utf-8"))
-    return summary if summary.get("status") == "ok" else None
+    state, summaries, _ = run_state(d, scenario)
+    return summaries[0] if state == "finished" and summaries else None
 
 
 def run_jobs(jobs: Sequence[Job], out: Path, *, label: str, progress: bool = True,

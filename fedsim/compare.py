@@ -1,0 +1,185 @@
+"""``fedsim compare RUN_DIR...``: earlier runs side by side, whatever their algorithm, seed or scenario.
+
+Every run found under the folders given (a run, a multi-algorithm run, a ``--seeds`` folder, a sweep) is
+one line of ``comparison.csv`` / ``comparison.md`` and one curve of the figures: test accuracy against
+virtual time (``compare_accuracy.png``), bytes moved against virtual time and accuracy against bytes
+(``compare_bytes.png``), and energy per run, active apart from idle (``compare_energy.png``).  A run
+that did not finish is listed with its status, so a comparison never hides one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from fedsim.errors import ConfigError  # noqa: E402
+from fedsim.report import fmt_bytes, fmt_seconds  # noqa: E402
+from fedsim.sweep import time_to_accuracy  # noqa: E402
+
+
+def find_runs(folders: Sequence[str | Path]) -> list[tuple[str, Path]]:
+    """Every single-algorithm run folder (its ``summary.json`` holds one summary) under ``folders``, named by
+    its path from the folders' common parent (so two runs never share a name)."""
+    found: list[Path] = []
+    for f in folders:
+        f = Path(f)
+        if not f.exists():
+            raise ConfigError("RUN_DIR", f"'{f}' does not exist")
+        if not f.is_dir():
+            raise ConfigError("RUN_DIR", f"'{f}' is not a folder (give run folders, e.g. runs/default)")
+        runs = sorted({p.parent for p in f.rglob("summary.json") if _single(p)}, key=lambda p: str(p))
+        if not runs:
+            raise ConfigError("RUN_DIR", f"'{f}' holds no fedsim run (no summary.json)")
+        found.extend(r for r in runs if r.resolve() not in {x.resolve() for x in found})
+    resolved = [r.resolve() for r in found]
+    common = Path(os.path.commonpath(resolved)) if len(resolved) > 1 else resolved[0].parent
+    if any(r == common for r in resolved):
+        common = common.parent
+    return [(str(r.relative_to(common)), p) for r, p in zip(resolved, found)]
+
+
+def _single(summary: Path) -> bool:
+    try:
+        return isinstance(json.loads(summary.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def compare_table(runs: Sequence[tuple[str, Path]], target: float | None = None) -> pd.DataFrame:
+    """One row per run: what it was (scenario, algorithm, seed, status) and what it cost and reached."""
+    rows = []
+    for name, d in runs:
+        s = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        metrics = pd.read_csv(d / "metrics.csv") if (d / "metrics.csv").exists() else pd.DataFrame()
+        ttt = None
+        if target is not None and len(metrics) and metrics["accuracy"].notna().any():
+            ttt = time_to_accuracy(metrics, target)
+        energy = pd.read_csv(d / "energy.csv") if (d / "energy.csv").exists() else pd.DataFrame()
+        active = float(energy[[c for c in ("compute_j", "tx_j", "rx_j") if c in energy]].to_numpy().sum()) \
+            if len(energy) else None
+        rows.append({"run": name, "scenario": s.get("scenario"), "algorithm": s.get("algorithm"),
+                     "seed": s.get("seed"), "status": s.get("status"), "final_accuracy": s.get("final_accuracy"),
+                     "best_accuracy": s.get("best_accuracy"), "time_to_target_s": ttt,
+                     "virtual_time_s": s.get("virtual_time_s"), "versions": s.get("versions"),
+                     "mean_staleness": s.get("mean_staleness"), "bytes_up": s.get("bytes_up"),
+                     "bytes_down": s.get("bytes_down"), "energy_j": s.get("energy_j"), "active_energy_j": active,
+                     "wall_time_s": s.get("wall_time_s"), "path": str(d)})
+    table = pd.DataFrame(rows)
+    if target is None:
+        table = table.drop(columns=["time_to_target_s"])
+    return table
+
+
+def markdown_table(table: pd.DataFrame, target: float | None = None) -> str:
+    """The comparison for people: units and rounded numbers, one line per run."""
+    head = ["run", "algorithm", "seed", "status", "final acc.", "best acc."]
+    if target is not None:
+        head.append(f"time to {target:.0%}")
+    head += ["virtual time", "bytes up", "bytes down", "energy", "active energy"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+
+    def num(v: Any, f: Any) -> str:
+        return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f(v)
+
+    for _, r in table.iterrows():
+        cells = [str(r["run"]), str(r["algorithm"]), num(r["seed"], lambda v: f"{int(v)}"), str(r["status"]),
+                 num(r["final_accuracy"], lambda v: f"{v:.4f}"), num(r["best_accuracy"], lambda v: f"{v:.4f}")]
+        if target is not None:
+            cells.append(num(r["time_to_target_s"], fmt_seconds))
+        cells += [num(r["virtual_time_s"], fmt_seconds), num(r["bytes_up"], fmt_bytes), num(r["bytes_down"], fmt_bytes),
+                  num(r["energy_j"], lambda v: f"{v:.4g} J"), num(r["active_energy_j"], lambda v: f"{v:.4g} J")]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_figures(runs: Sequence[tuple[str, Path]], out: Path) -> list[Path]:
+    """Overlays of the runs' metrics (accuracy and bytes against virtual time, accuracy against bytes) and
+    their energy; returns the figures written."""
+    metrics = {name: pd.read_csv(d / "metrics.csv") for name, d in runs if (d / "metrics.csv").exists()}
+    written = []
+    has_acc = {n: m for n, m in metrics.items() if len(m) and m["accuracy"].notna().any()}
+    if has_acc:
+        from fedsim.report import accuracy_figure
+
+        p = out / "compare_accuracy.png"
+        accuracy_figure(has_acc, p, title="test accuracy of the compared runs")
+        written.append(p)
+    if metrics:
+        fig, axes = plt.subplots(1, 2 if has_acc else 1, figsize=(11 if has_acc else 6, 4), squeeze=False)
+        for name, m in metrics.items():
+            moved = m.get("bytes_up", 0) + m.get("bytes_down", 0)
+            line = axes[0, 0].plot(m["t"], moved / 1e6, marker=".", label=name)[0]
+            if name in has_acc:
+                axes[0, 1].plot(moved / 1e6, m["accuracy"], marker=".", color=line.get_color(), label=name)
+        axes[0, 0].set_xlabel("virtual time (s)")
+        axes[0, 0].set_ylabel("bytes moved, up + down (MB)")
+        axes[0, 0].set_title("traffic", fontsize=9)
+        if has_acc:
+            axes[0, 1].set_xlabel("bytes moved, up + down (MB)")
+            axes[0, 1].set_ylabel("test accuracy")
+            axes[0, 1].set_title("accuracy per byte", fontsize=9)
+        for ax in axes.flat:
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        p = out / "compare_bytes.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        written.append(p)
+    energy = {}
+    for name, d in runs:
+        if (d / "energy.csv").exists():
+            e = pd.read_csv(d / "energy.csv")
+            energy[name] = {c: float(e[c].sum()) for c in ("compute_j", "tx_j", "rx_j", "idle_j") if c in e}
+    if energy:
+        names = list(energy)
+        colours = {"compute_j": "#f28e2b", "tx_j": "#59a14f", "rx_j": "#4c9be8", "idle_j": "#d3d3d3"}
+        labels = {"compute_j": "compute", "tx_j": "transmit", "rx_j": "receive", "idle_j": "idle"}
+        fig, axes = plt.subplots(1, 2, figsize=(11, 0.8 + 0.45 * len(names) + 1.2))
+        for ax, cols, title in ((axes[0], ("compute_j", "tx_j", "rx_j", "idle_j"), "all energy"),
+                                (axes[1], ("compute_j", "tx_j", "rx_j"), "active energy only")):
+            left = np.zeros(len(names))
+            for c in cols:
+                vals = np.array([energy[n].get(c, 0.0) for n in names])
+                ax.barh(range(len(names)), vals, left=left, color=colours[c], label=labels[c])
+                left += vals
+            ax.set_yticks(range(len(names)), names, fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel("energy, all devices (J)")
+            ax.set_title(title, fontsize=9)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        p = out / "compare_energy.png"
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        written.append(p)
+    return written
+
+
+def compare(folders: Sequence[str | Path], out: Path, *, target: float | None = None,
+            force: bool = False) -> pd.DataFrame:
+    """Compare the runs under ``folders`` into ``out`` (new or empty; ``force`` clears an earlier
+    comparison): comparison.csv, comparison.md and the figures."""
+    from fedsim.runner import prepare_run_dir
+    from fedsim.sweep import check_target
+
+    check_target(target)
+    runs = find_runs(folders)
+    outside = out.resolve()
+    if any(outside == d.resolve() or outside in d.resolve().parents for _, d in runs):
+        raise ConfigError("--out", f"'{out}' is one of the compared runs; give a new folder")
+    out = prepare_run_dir(out, force=force)
+    table = compare_table(runs, target)
+    table.to_csv(out / "comparison.csv", index=False)
+    (out / "comparison.md").write_text(markdown_table(table, target), encoding="utf-8")
+    compare_figures(runs, out)
+    return table
