@@ -52,7 +52,7 @@ from torch.func import functional_call
 
 from fedsim.algorithms.base import Contribution, Work
 from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
-from fedsim.config import positive, require
+from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.costs import state_bytes
@@ -133,8 +133,8 @@ class SemiSFL(SplitAlgorithm):
         queue_size: int = 256
         ema: float = 0.99
         head: Literal["mlp", "linear", "none"] = "mlp"
-        head_dim: int = 32
-        head_hidden: int = 64
+        head_dim: int = num(32, ge=1, le=16384, unit="units", doc="projection head output size")
+        head_hidden: int = num(64, ge=1, le=16384, unit="units", doc="projection head hidden size")
         clustering: bool = True
         supcon: bool = True
         adapt: Literal["paper", "code", "none"] = "paper"
