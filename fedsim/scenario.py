@@ -22,7 +22,7 @@ import yaml
 from fedsim.components import find, reference_of
 from fedsim.config import check_domain, coerce, from_mapping, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
-from fedsim.system.channel import PHYSICAL_FIELDS, LinkPhysics
+from fedsim.system.channel import DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, PHYSICAL_FIELDS, LinkPhysics
 
 
 def _names(module: str, attribute: str) -> tuple[str, ...]:
@@ -358,8 +358,6 @@ class ChannelSection:
     def __post_init__(self) -> None:
         """Without a preset, a direction not given is the default fixed-rate link, written out, so the
         resolved scenario (``fedsim show``, a run's scenario.yaml) says what the run used."""
-        from fedsim.system.world import DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS
-
         if self.preset is None:
             if self.uplink is None:
                 self.uplink = LinkConfig(model="fixed", mbps=list(DEFAULT_UPLINK_MBPS))

@@ -33,6 +33,9 @@ from fedsim.sim.rng import Streams
 
 C_LIGHT = 299_792_458.0  #: speed of light (m/s), used by Friis
 C_3GPP = 3.0e8  #: TR 38.901 sec. 7.4.1 note: c = 3.0e8 m/s in the breakpoint distance
+#: the fixed-rate link a scenario gets when it names none: each client's rate drawn log-uniformly in [lo, hi] Mbit/s
+DEFAULT_UPLINK_MBPS = [2.0, 20.0]
+DEFAULT_DOWNLINK_MBPS = [10.0, 50.0]
 N0_W_PER_HZ = 3.981e-21  #: thermal noise PSD, -174 dBm/Hz at 290 K
 
 PATHLOSS_MODELS = ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma", "fixed", "uniform_rate", "ideal")

@@ -27,7 +27,8 @@ from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
 from fedsim.system import positions as pos
 from fedsim.system.availability import AlwaysOn, make_availability
-from fedsim.system.channel import CHANNEL_PRESETS, GAS_DISTANCE_RANGE_M, PHYSICAL_FIELDS, ChannelConfig, LinkModel
+from fedsim.system.channel import (CHANNEL_PRESETS, DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, GAS_DISTANCE_RANGE_M,
+                                   PHYSICAL_FIELDS, ChannelConfig, LinkModel)
 from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
 from fedsim.system.energy import EnergyMeter
 from fedsim.system.medium import Medium, make_medium
@@ -41,8 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["World", "ServiceRecord"]
 
 #: Link used when a scenario gives neither a preset nor explicit links (Mbit/s, per-client log-uniform).
-DEFAULT_UPLINK_MBPS = [2.0, 20.0]
-DEFAULT_DOWNLINK_MBPS = [10.0, 50.0]
 #: Presets that come with a placement of their own (distance range in metres, uniform in distance).
 PRESET_PLACEMENT = {"gas-cell": GAS_DISTANCE_RANGE_M}
 
