@@ -9,7 +9,7 @@ import torch
 
 from fedsim.learn.data import cache_dir, load_dataset
 from fedsim.runner import run_scenario
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 
 
 def _same(a, b) -> bool:

@@ -7,7 +7,7 @@ import pytest
 import simpy
 from scipy import stats
 
-from fedsim.scenario import scenario_from_mapping
+from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams, counter_normals, splitmix64
 from fedsim.sim.trace import Trace
 from fedsim.system.world import World
