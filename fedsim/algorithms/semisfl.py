@@ -84,7 +84,7 @@ def semi_data(ctx: Any, labeled: int, client_labeled_fraction: float, *, need_cl
     if labeled > n:
         raise ConfigError("algorithm.labeled", f"{labeled} labeled samples requested but the training set has only {n}")
     rng = ctx.streams.numpy("semi-data", "labeled")
-    ynp = y.numpy()
+    ynp = y.cpu().numpy()
     chosen: list[np.ndarray] = []
     for c in range(m):
         want = labeled // m + (1 if c < labeled % m else 0)

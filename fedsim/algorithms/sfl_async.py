@@ -177,7 +177,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             a = self.computer.forward(opt.params, x) if opt is not None else None
             yield from timing.client_pass(c, "forward", b)
             yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            msg = _Activation(c, a, y, b, base_version * steps + e + 1, self.y_train[idx].numpy())
+            msg = _Activation(c, a, y, b, base_version * steps + e + 1, self.y_train[idx].cpu().numpy())
             grad = yield from self._receive(msg, prior, e)
             yield from timing.download(c, timing.gradient_bytes(b))
             if opt is not None:

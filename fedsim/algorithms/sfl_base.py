@@ -104,7 +104,7 @@ class SplitAlgorithm(Algorithm):
             self.wc = {k: v.clone() for k, v in wc.items()}
             self.server = SideOptimizer(ws, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
         self.server_steps = 0
-        y = ctx.data.train.y.numpy()
+        y = ctx.data.train.y.cpu().numpy()
         m = ctx.data.train.num_classes
         self.num_classes = m
         self.label_counts = np.stack([np.bincount(y[p], minlength=m) for p in ctx.parts]) if ctx.num_clients else None
