@@ -134,7 +134,8 @@ class SplitAlgorithm(Algorithm):
         return SideOptimizer(state, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
 
     def log_prior(self, client: int) -> torch.Tensor:
-        return label_log_prior(torch.as_tensor(self.label_counts[client], dtype=torch.float32))
+        return label_log_prior(torch.as_tensor(self.label_counts[client], dtype=torch.float32,
+                                               device=self.x_train.device))
 
     # ---------------------------------------------------------------------------------- server
     def aggregate_clients(self, states: list[dict[str, torch.Tensor]], clients: list[int]) -> dict[str, torch.Tensor]:
