@@ -161,6 +161,8 @@ def test_batched_round_reports_and_checks_host_memory(monkeypatch, capsys, tmp_p
 FACTORIES = {torch.zeros, torch.ones, torch.full, torch.empty, torch.arange, torch.tensor, torch.as_tensor, torch.eye,
              torch.linspace, torch.rand, torch.randn, torch.randint, torch.randperm}
 PACKAGE = str(Path(fedsim.__file__).parent)
+ROOT = str(Path(fedsim.__file__).parent.parent)
+OURS = (PACKAGE, str(Path(ROOT) / "analysis"))  # fedsim and the analysis package (live probes)
 TORCH = str(Path(torch.__file__).parent)
 
 
@@ -182,14 +184,15 @@ class _DeviceAudit(TorchFunctionMode):
             frame = sys._getframe(1)
             while frame is not None and frame.f_code.co_filename.startswith(TORCH):
                 frame = frame.f_back
-            if frame is not None and frame.f_code.co_filename.startswith(PACKAGE):
-                self.sites.add(f"{Path(frame.f_code.co_filename).relative_to(PACKAGE)}:{frame.f_lineno} {func.__name__}")
+            if frame is not None and frame.f_code.co_filename.startswith(OURS):
+                self.sites.add(f"{Path(frame.f_code.co_filename).relative_to(ROOT)}:{frame.f_lineno} {func.__name__}")
         if func in FACTORIES:
             self.calls += 1
         return func(*args, **kwargs)
 
 
-@pytest.mark.parametrize("case", ["fedavg", "batched", "static-bn-submodels", "fjord", "split", "async-split"])
+@pytest.mark.parametrize("case", ["fedavg", "batched", "static-bn-submodels", "fjord", "split", "async-split",
+                                  "probes"])
 def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, monkeypatch, case):
     from fedsim.runtime import Context
 
@@ -207,6 +210,8 @@ def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, mon
         raw["algorithm"] = {"name": "fjord", "clients_per_round": 3}
     elif case == "split":
         raw["algorithm"] = {"name": "minibatch-sfl", "cut": 1, "clients_per_round": 3}
+    elif case == "probes":
+        raw["eval"]["probe_every"] = 1
     elif case == "async-split":
         raw["algorithm"] = {"name": "async-sfl", "cut": 1, "logit_adjust": True}
     audit = _DeviceAudit()
