@@ -332,7 +332,8 @@ def walk_fields(cls: type, prefix: str) -> list[FieldInfo]:
         else:
             default = None
         dom = field_domain(f, hints[f.name])
-        out.append(FieldInfo(path, hints[f.name], default, dom, dom.doc if dom else ""))
+        doc = dom.doc if dom else (f.metadata.get("doc", "") if f.metadata else "")  # a non-numeric field's own
+        out.append(FieldInfo(path, hints[f.name], default, dom, doc))
     return out
 
 

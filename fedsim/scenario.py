@@ -109,8 +109,9 @@ class TrainConfig:
     executor: Literal["inprocess", "ray"] = "inprocess"
     workers: int | None = num(None, ge=1, le=4096, doc="Ray workers (null: the machine's cores)")
     ray_address: str | None = None
-    device: str = "auto"
-    deterministic: bool = False
+    device: str = field(default="auto", metadata={"doc": "where training computes: auto, cpu, cuda, cuda:N or mps "
+                                                         "(auto: CUDA, else MPS, else the CPU)"})
+    deterministic: bool = field(default=False, metadata={"doc": "torch.use_deterministic_algorithms for the run"})
 
     def validate(self, prefix: str) -> None:
         require(isinstance(self.device, str) and DEVICE_PATTERN.match(self.device) is not None, f"{prefix}.device",
