@@ -23,8 +23,8 @@ summary and figures for what it did, with ``status`` saying what happened (``ok`
 ``interrupted``, ``error``).
 
 Before anything is written, :func:`preflight` runs every check that can fail (dataset, partition, model,
-device and server profiles, memory, ``train.device``, the work estimate), and :func:`prepare_run_dir` refuses a non-empty
-run folder unless ``force`` (which clears it): a folder never mixes two runs.
+device and server profiles, memory, ``train.device``, the work estimate), and :func:`prepare_run_dir`
+refuses a non-empty run folder unless ``force`` (which clears it): a folder never mixes two runs.
 """
 from __future__ import annotations
 
@@ -164,7 +164,8 @@ def run_variant(
     variant = scenario.variant(spec)
     (out / "scenario.yaml").write_text(dump_scenario(variant), encoding="utf-8")
     data, parts = prepared.data, prepared.parts
-    partition_summary(parts, data.train.y.cpu().numpy(), data.train.num_classes).to_csv(out / "partition.csv", index=False)
+    labels = data.train.y.cpu().numpy()
+    partition_summary(parts, labels, data.train.num_classes).to_csv(out / "partition.csv", index=False)
 
     torch.set_num_threads(1)
     env = simpy.Environment()
