@@ -192,7 +192,7 @@ class _DeviceAudit(TorchFunctionMode):
 
 
 @pytest.mark.parametrize("case", ["fedavg", "batched", "static-bn-submodels", "fjord", "split", "async-split",
-                                  "probes"])
+                                  "gas", "probes"])
 def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, monkeypatch, case):
     from fedsim.runtime import Context
 
@@ -210,6 +210,9 @@ def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, mon
         raw["algorithm"] = {"name": "fjord", "clients_per_round": 3}
     elif case == "split":
         raw["algorithm"] = {"name": "minibatch-sfl", "cut": 1, "clients_per_round": 3}
+    elif case == "gas":  # label-conditional Gaussians, generated activations, the measured gradient gap
+        raw["algorithm"] = {"name": "gas", "cut": 1, "concurrency": 3, "measure_every": 2}
+        raw["stop"] = {"max_versions": 4}
     elif case == "probes":
         raw["eval"]["probe_every"] = 1
     elif case == "async-split":
