@@ -192,7 +192,7 @@ class _DeviceAudit(TorchFunctionMode):
 
 
 @pytest.mark.parametrize("case", ["fedavg", "batched", "static-bn-submodels", "fjord", "split", "async-split",
-                                  "gas", "probes"])
+                                  "gas", "semisfl", "fedmatch", "cos2p", "probes"])
 def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, monkeypatch, case):
     from fedsim.runtime import Context
 
@@ -213,10 +213,19 @@ def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, mon
     elif case == "gas":  # label-conditional Gaussians, generated activations, the measured gradient gap
         raw["algorithm"] = {"name": "gas", "cut": 1, "concurrency": 3, "measure_every": 2}
         raw["stop"] = {"max_versions": 4}
+    elif case in ("semisfl", "fedmatch"):  # augmentation views, feature queue, pseudo-labels
+        raw["channel"] = {"preset": "semisfl-edge"}
+        raw["algorithm"] = {"name": case, "clients_per_round": 3, "labeled": 50, "k_s": 2, "tau": 0.1,
+                            "weak": "crop", "strong": "randaugment",
+                            **({"cut": 2, "queue_size": 32, "adapt": "none"} if case == "semisfl" else {})}
     elif case == "probes":
         raw["eval"]["probe_every"] = 1
     elif case == "async-split":
         raw["algorithm"] = {"name": "async-sfl", "cut": 1, "logit_adjust": True}
+    scenario = fedsim.load_scenario(raw)
+    if case == "cos2p":  # width masks, early exits, segment-wise aggregation
+        scenario = fedsim.load_scenario("cos2p", ["stop.max_versions=2", "stop.max_time_s=null", "output.figures=false",
+                                                  "train.device=cpu"])
     audit = _DeviceAudit()
     start = Context.evaluate
 
@@ -228,10 +237,10 @@ def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, mon
 
     monkeypatch.setattr(Context, "evaluate", audited_evaluate)
     try:
-        [summary] = run_scenario(fedsim.load_scenario(raw), tmp_path, progress=False)
+        summaries = run_scenario(scenario, tmp_path, progress=False)
     finally:
         if audit.calls:
             audit.__exit__(None, None, None)
-    assert summary["status"] == "ok" and summary["device"] == "cpu"
+    assert all(s["status"] == "ok" and s["device"] == "cpu" for s in summaries)
     assert audit.calls > 1
     assert not audit.sites, sorted(audit.sites)
