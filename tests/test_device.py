@@ -23,14 +23,15 @@ from fedsim.scenario import TrainConfig
 def _gpu(monkeypatch, cuda: bool, mps: bool = False, count: int = 1) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count if cuda else 0)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
 
 
 def test_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
     _gpu(monkeypatch, cuda=True, mps=True)
-    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("auto") == torch.device("cuda", 0)  # indexed, as tensors moved there report it
     _gpu(monkeypatch, cuda=False, mps=True)
-    assert resolve_device("auto") == torch.device("mps")
+    assert resolve_device("auto") == torch.device("mps", 0)
     _gpu(monkeypatch, cuda=False, mps=False)
     assert resolve_device("auto") == torch.device("cpu")
     assert resolve_device("cpu") == torch.device("cpu")
@@ -38,9 +39,9 @@ def test_auto_prefers_cuda_then_mps_then_cpu(monkeypatch):
 
 def test_named_accelerators_resolve_when_present(monkeypatch):
     _gpu(monkeypatch, cuda=True, mps=True, count=2)
-    assert resolve_device("cuda") == torch.device("cuda")
+    assert resolve_device("cuda") == torch.device("cuda", 0)
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
-    assert resolve_device("mps") == torch.device("mps")
+    assert resolve_device("mps") == torch.device("mps", 0)
     with pytest.raises(ConfigError, match=r"train.device: got 'cuda:2' but this machine has 2 CUDA device"):
         resolve_device("cuda:2")
 
@@ -57,7 +58,7 @@ def test_ray_and_systems_only_train_on_the_cpu(monkeypatch):
     _gpu(monkeypatch, cuda=True)
     assert run_device(TrainConfig(device="auto", executor="ray")) == torch.device("cpu")
     assert run_device(TrainConfig(device="auto", systems_only=True)) == torch.device("cpu")
-    assert run_device(TrainConfig(device="auto")) == torch.device("cuda")
+    assert run_device(TrainConfig(device="auto")) == torch.device("cuda", 0)
     with pytest.raises(ConfigError, match=r"^train.device: got 'cuda' but executor 'ray'"):
         run_device(TrainConfig(device="cuda", executor="ray"))
 

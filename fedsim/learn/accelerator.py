@@ -47,7 +47,9 @@ def _mps_available() -> bool:
 
 
 def resolve_device(spec: str, field: str = "train.device") -> torch.device:
-    """The torch device for ``spec``; ``auto`` is CUDA if there is one, else MPS, else the CPU.
+    """The torch device for ``spec``; ``auto`` is CUDA if there is one, else MPS, else the CPU.  ``cuda``
+    names the current CUDA device by its index (``cuda:0``), as tensors moved there report it, so a
+    device check never mistakes data already there for data elsewhere.
 
     Refuses (one line naming ``field``, the value and what is allowed) a malformed name and an accelerator
     this machine does not have, so a run that asked for a GPU never silently trains on the CPU."""
@@ -55,9 +57,9 @@ def resolve_device(spec: str, field: str = "train.device") -> torch.device:
         raise ConfigError(field, f"got {spec!r} (allowed: {DEVICE_CHOICES})")
     if spec == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return torch.device("cuda", torch.cuda.current_device())
         if _mps_available():
-            return torch.device("mps")
+            return torch.device("mps", 0)
         return torch.device("cpu")
     if spec.startswith("cuda"):
         if not torch.cuda.is_available():
@@ -67,14 +69,19 @@ def resolve_device(spec: str, field: str = "train.device") -> torch.device:
         if index is not None and index >= count:
             raise ConfigError(field, f"got {spec!r} but this machine has {count} CUDA device(s) "
                                      f"(allowed: {_here()})")
-        return torch.device(spec)
+        return torch.device("cuda", torch.cuda.current_device() if index is None else index)
     if spec == "mps" and not _mps_available():
         raise ConfigError(field, f"got {spec!r} but no MPS device is available (allowed: {_here()})")
-    return torch.device(spec)
+    return torch.device("mps", 0) if spec == "mps" else torch.device(spec)
+
+
+def _on(t: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``t`` is on ``device`` (an index-less device name matches any index of its type)."""
+    return t.device.type == device.type and (device.index is None or t.device.index == device.index)
 
 
 def _dataset_on(ds: Any, device: torch.device) -> Any:
-    if ds.x.device == device and ds.y.device == device:
+    if _on(ds.x, device) and _on(ds.y, device):
         return ds
     return dataclasses.replace(ds, x=ds.x.to(device), y=ds.y.to(device))
 
