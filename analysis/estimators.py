@@ -300,7 +300,8 @@ def torch_hvp(model: torch.nn.Module, loss_fn: LossFn, batch: Sequence[torch.Ten
         grads = torch.autograd.grad(loss, params, create_graph=True)
         vs, off = [], 0
         for p in params:
-            vs.append(torch.from_numpy(np.asarray(v[off:off + p.numel()], dtype=np.float64)).reshape(p.shape).to(p.dtype))
+            vs.append(torch.from_numpy(np.asarray(v[off:off + p.numel()], dtype=np.float64)).reshape(p.shape)
+                      .to(device=p.device, dtype=p.dtype))
             off += p.numel()
         dot = sum(torch.sum(g * u) for g, u in zip(grads, vs))
         hv = torch.autograd.grad(dot, params)
@@ -347,7 +348,7 @@ class TorchClients:
     def stoch_grad(self, i: int, w: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         self._at(w)
         data = self.datasets[i]
-        idx = torch.from_numpy(rng.integers(0, data[0].shape[0], size=self.batch_size))
+        idx = torch.from_numpy(rng.integers(0, data[0].shape[0], size=self.batch_size)).to(data[0].device)
         return torch_grad(self.model, self.loss_fn, tuple(t[idx] for t in data))
 
     def hvp(self, w: np.ndarray, i: int | None = None) -> Callable[[np.ndarray], np.ndarray]:

@@ -166,19 +166,19 @@ class Prober:
                 idx = np.sort(self.streams.numpy("probe", "client", i).choice(idx, s.max_samples_per_client, replace=False))
             if len(idx) == 0:
                 raise ConfigError("partition", f"client {i} has no samples to probe")
-            t = torch.as_tensor(idx)
+            t = torch.as_tensor(idx, device=x.device)  # the run's device (train.device), like the data
             datasets.append((x[t], y[t]))
             take = min(per_client, len(idx))
             hess_idx.append(np.sort(self.streams.numpy("probe", "hessian_subset", i).choice(idx, take, replace=False)))
         loss = model_loss(getattr(data.train, "task", "classification"))
         self.clients = TorchClients(self.model, datasets, loss, batch_size=scenario.train.batch_size,
                                     chunk=s.chunk)
-        h = torch.as_tensor(np.concatenate(hess_idx))
+        h = torch.as_tensor(np.concatenate(hess_idx), device=x.device)
         self.hessian_batch = (x[h], y[h]) if s.hessian_samples > 0 else None
         test_x = data.test.x if len(data.test) else x
         n_act = min(s.activation_samples, len(test_x))
         a_idx = np.sort(self.streams.numpy("probe", "activations").choice(len(test_x), n_act, replace=False))
-        self.probe_inputs = test_x[torch.as_tensor(a_idx)]
+        self.probe_inputs = test_x[torch.as_tensor(a_idx, device=test_x.device)]
         self._previous: tuple[np.ndarray, np.ndarray] | None = None
 
     def activations(self, state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:

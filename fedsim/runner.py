@@ -8,7 +8,7 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
                             ``output.trace_format: compact``)
     <out>/metrics.csv       one row per evaluation (virtual time, version, accuracy, loss, bytes)
     <out>/summary.json      final numbers and why the run stopped
-    <out>/final_model.pt    the final global state dict
+    <out>/final_model.pt    the final global state dict (CPU tensors, whatever ``train.device`` was)
     <out>/*.png             accuracy vs virtual time, per-client timeline
     <out>/checkpoints/v{version:06d}.pt   with ``output.checkpoints: N``: the global state dict at version 0,
                             every N versions and the final version (``fedsim check`` probes them)
@@ -23,8 +23,8 @@ summary and figures for what it did, with ``status`` saying what happened (``ok`
 ``interrupted``, ``error``).
 
 Before anything is written, :func:`preflight` runs every check that can fail (dataset, partition, model,
-device and server profiles, memory, the work estimate), and :func:`prepare_run_dir` refuses a non-empty
-run folder unless ``force`` (which clears it): a folder never mixes two runs.
+device and server profiles, memory, ``train.device``, the work estimate), and :func:`prepare_run_dir`
+refuses a non-empty run folder unless ``force`` (which clears it): a folder never mixes two runs.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import math
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -45,6 +45,8 @@ import simpy
 import torch
 
 from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
+from fedsim.learn.accelerator import (cpu_state, data_on, deterministic_workspace, memory_available, run_device,
+                                      set_deterministic)
 from fedsim.learn.costs import memory_estimate
 from fedsim.learn.data import FederatedData, load_dataset
 from fedsim.learn.models import build_model
@@ -64,6 +66,8 @@ from fedsim.system.world import World
 class Prepared:
     data: FederatedData
     parts: list[np.ndarray]
+    #: one-line findings of :func:`preflight` worth telling the user (e.g. the host device's memory)
+    notes: list[str] = dc_field(default_factory=list)
 
 
 def prepare_data(scenario: Scenario) -> Prepared:
@@ -196,7 +200,8 @@ def run_variant(
     variant = scenario.variant(spec)
     (out / "scenario.yaml").write_text(dump_scenario(variant), encoding="utf-8")
     data, parts = prepared.data, prepared.parts
-    partition_summary(parts, data.train.y.numpy(), data.train.num_classes).to_csv(out / "partition.csv", index=False)
+    labels = data.train.y.cpu().numpy()
+    partition_summary(parts, labels, data.train.num_classes).to_csv(out / "partition.csv", index=False)
 
     torch.set_num_threads(1)
     env = simpy.Environment()
@@ -214,7 +219,12 @@ def run_variant(
     hooks: list[Any] = []
     for stale in [*(out / "checkpoints").glob("v*.pt"), out / "probes.csv", out / "probes_live.csv"]:
         stale.unlink(missing_ok=True)  # outputs of an earlier run in the same directory
+    deterministic_before: bool | None = None
     try:
+        device = run_device(scenario.train)
+        if scenario.train.deterministic:
+            deterministic_before = set_deterministic(True, device)
+        data = data_on(data, device)  # already there when preflight moved it (the same object then)
         world = World.from_scenario(env, streams, trace, len(parts), scenario)
         model = build_global_model(scenario, data)
         if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
@@ -257,6 +267,8 @@ def run_variant(
         status, message = "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FedsimError) else str(exc)
         failure = exc
     finally:
+        if deterministic_before is not None:
+            torch.use_deterministic_algorithms(deterministic_before)
         bar.close(env.now, ctx.version if ctx is not None else 0)
         trace.close()
         if executor is not None:
@@ -293,7 +305,7 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
         return summary
     metrics = pd.DataFrame(ctx.metrics)
     metrics.to_csv(out / "metrics.csv", index=False)
-    torch.save(ctx.global_state, out / "final_model.pt")
+    torch.save(cpu_state(ctx.global_state), out / "final_model.pt")  # loads without the run's accelerator
     if ctx.client_metrics:
         pd.DataFrame(ctx.client_metrics).to_csv(out / "client_metrics.csv", index=False)
     df = load_trace(trace_path(out), kinds=("apply", "drop"), columns=("staleness",))
@@ -321,6 +333,7 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
             "energy_j_by_device_class": ({k: float(v) for k, v in energy.groupby("device_class")["total_j"].sum().items()}
                                          if len(energy) else {}),
             "num_clients": ctx.num_clients,
+            "device": str(ctx.device),
             "model_params": int(ctx.num_params),
             "flops_per_sample": {"forward": ctx.flop_cost.forward, "backward": ctx.flop_cost.backward},
             "trace_events": int(ctx.trace.count),
@@ -493,15 +506,22 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     settings with no effect, the work estimate.  Returns the prepared data for the run."""
     from fedsim.sim.trace import Trace as _Trace
 
+    device = run_device(scenario.train)  # an accelerator this machine lacks is refused before any work
+    if scenario.train.deterministic:
+        deterministic_workspace(device)  # before the first cuBLAS call, which fixes its workspace
     if scenario.train.systems_only and scenario.stop.target_accuracy is not None:
         raise ConfigError("stop.target_accuracy", f"got {scenario.stop.target_accuracy!r}, but a systems-only run "
                           "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
     prepared = prepare_data(scenario)
     world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
     model = build_global_model(scenario, prepared.data)
+    prepared.data = data_on(prepared.data, device)  # moved once; every variant's context shares it
     for spec in scenario.algorithms:
         if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
             _check_memory(world, model, scenario, tuple(prepared.data.train.input_shape))
+        note = _check_host_memory(scenario, spec, model, prepared, device)
+        if note and note not in prepared.notes:
+            prepared.notes.append(note)
         _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
         # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
         variant = scenario.variant(spec)
@@ -512,6 +532,39 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
         ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
         spec.cls(ctx, spec.params)
     return prepared
+
+
+def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.Module, prepared: Prepared,
+                       device: torch.device) -> str:
+    """Batched rounds train a round's clients at once on the host device: refuse a round that does not fit
+    its memory (one line: need, what is free, where), else return that finding as one line ("" when the
+    run trains nothing batched, or the device's memory cannot be read).
+
+    The need is, per client of a round (at most the algorithm's parallel slots), the model's training
+    memory at ``train.batch_size`` (:func:`~fedsim.learn.costs.memory_estimate`: parameters, gradients,
+    momentum, activations), plus the dataset, which lives on the device for the whole run."""
+    from fedsim.learn.batched import can_batch
+
+    tr = scenario.train
+    if not tr.batched or tr.systems_only or not can_batch(model, prepared.data.train.task):
+        return ""
+    clients = max(1, min(int(spec.cls.work(spec.params).slots), len(prepared.parts)))
+    per_client = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size,
+                                 momentum=tr.momentum > 0).total
+    data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
+    need = per_client * clients + data
+    free = memory_available(device)
+    if free is None:
+        return ""
+    have, what = free
+    gib = 2.0 ** 30
+    line = (f"a batched round of {clients} clients needs about {need / gib:.3g} GiB on {device} "
+            f"({per_client / gib:.3g} GiB per client at batch {tr.batch_size}, {data / gib:.3g} GiB of data); "
+            f"{have / gib:.3g} GiB {what}")
+    if need > have:
+        raise ConfigError("train.batched", f"{line} (allowed: a round that fits; fewer clients per round, a smaller "
+                                           "batch_size, or train.batched: false)")
+    return f"train.batched: {line}"
 
 
 def _looks_like_run(folder: Path) -> bool:
@@ -607,8 +660,14 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
         check_label(spec.label, f"algorithm[{i}].label")
     prepared = preflight(scenario, allow_large=allow_large)
     out = prepare_run_dir(out, force=force)
+<<<<<<< HEAD
     if on_ready is not None:
         on_ready()
+=======
+    if progress:
+        for note in prepared.notes:
+            print(f"fedsim: {note}", flush=True)
+>>>>>>> device
     summaries = []
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:

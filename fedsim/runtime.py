@@ -3,6 +3,10 @@
 Client state is data, not live models: a client is its index array, its device/link parameters and
 its named RNG streams.  One worker model is reused for every local training (training happens inside
 a SimPy step, so one at a time), and the global model is a state dict.
+
+Host device (``train.device``): the worker model, the dataset, the client index tensors and so the global
+state and every client state live on ``Context.device``; random streams are CPU generators (the same
+draws on every device) and checkpoints are saved as CPU tensors (``fedsim.learn.accelerator``).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import numpy as np
 import simpy
 import torch
 
+from fedsim.learn.accelerator import cpu_state, data_on, run_device
 from fedsim.learn.costs import FlopCost, flops_per_sample, state_bytes
 from fedsim.learn.data import FederatedData
 from fedsim.learn.models import BlockModel
@@ -122,10 +127,12 @@ class Context:
         self.streams = streams
         self.trace = trace
         self.world = world
-        self.data = data
+        #: where training, evaluation and probes compute (``train.device`` resolved on this machine)
+        self.device: torch.device = run_device(scenario.train)
+        self.data = data = data_on(data, self.device)
         self.parts = parts
         self.num_clients = len(parts)
-        self.worker = model
+        self.worker = model.to(self.device)
         #: the worker's live parameter and buffer tensors by state-dict name: loading a state is one copy
         #: per tensor (what ``load_state_dict`` does, without its per-call module walk)
         self._slots: dict[str, torch.Tensor] = dict(model.state_dict(keep_vars=True))
@@ -158,7 +165,7 @@ class Context:
         test = data.test
         if ev.max_samples is not None and ev.max_samples < len(test):
             idx = streams.numpy("eval", "subset").choice(len(test), size=ev.max_samples, replace=False)
-            idx = torch.as_tensor(np.sort(idx))
+            idx = torch.as_tensor(np.sort(idx), device=self.device)
             test = type(test)(x=test.x[idx], y=test.y[idx], num_classes=test.num_classes, name=test.name, task=test.task)
         self.test = test
         self.bn_data: torch.Tensor | None = None  # static-BN statistics at evaluation (eval.bn_stats: train)
@@ -167,7 +174,7 @@ class Context:
             pool = np.unique(pool)
             if ev.bn_samples is not None and ev.bn_samples < len(pool):
                 pool = np.sort(streams.numpy("eval", "bn").choice(pool, size=ev.bn_samples, replace=False))
-            self.bn_data = data.train.x[torch.as_tensor(pool)]
+            self.bn_data = data.train.x[torch.as_tensor(pool, device=self.device)]
         self._last_eval_time = -math.inf
         self._wall0 = time.perf_counter()
         self.run_dir = None if run_dir is None else Path(run_dir)
@@ -278,10 +285,12 @@ class Context:
                 live.copy_(state[name])
 
     def part_tensor(self, client: int) -> torch.Tensor:
-        """``client``'s sample indices as an int64 tensor (converted once per client, on first use)."""
+        """``client``'s sample indices as an int64 tensor on the run's device (converted once per client, on
+        first use)."""
         t = self._part_tensors.get(client)
         if t is None:
-            t = self._part_tensors[client] = torch.as_tensor(np.asarray(self.parts[client], dtype=np.int64))
+            t = self._part_tensors[client] = torch.as_tensor(np.asarray(self.parts[client], dtype=np.int64),
+                                                             device=self.device)
         return t
 
     def _train_assignment(self, client: int, base_state: State, task: int, assignment: "Assignment") -> TrainResult:
@@ -470,7 +479,7 @@ class Context:
         if due and self.run_dir is not None and self._saved_version != self.version:
             folder = self.run_dir / "checkpoints"
             folder.mkdir(parents=True, exist_ok=True)
-            torch.save(self.global_state, folder / f"v{self.version:06d}.pt")
+            torch.save(cpu_state(self.global_state), folder / f"v{self.version:06d}.pt")  # loads anywhere
             self._saved_version = self.version
         self._snapshot_version = self.version
         for hook in self.version_hooks:

@@ -100,6 +100,11 @@ class ModelConfig:
         positive(self.depth, f"{prefix}.depth")
 
 
+#: What ``train.device`` accepts (resolved against the machine by ``fedsim.learn.accelerator``).
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+
+
 @dataclass
 class TrainConfig:
     """Local training.  ``systems_only``: no training at all; every task is costed from the real model's
@@ -109,7 +114,11 @@ class TrainConfig:
     (``fedsim.learn.batched``); same results as one after another within float tolerance.
     ``executor``: where training runs: ``inprocess``, or ``ray`` (``pip install fedsim[ray]``) with
     ``workers`` Ray workers (None: the machine's cores) on the cluster at ``ray_address`` (None: a local
-    Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster)."""
+    Ray started for the run; ``auto`` or ``ray://host:10001``: an existing cluster).
+    ``device``: where the in-process training computes (``auto``: CUDA, else MPS, else the CPU); the
+    virtual time of every client stays a function of its device profile, never of this machine.
+    ``deterministic``: torch's deterministic algorithms for the run (on a GPU: the same trace on the same
+    machine and software; a GPU run is not bit-identical to a CPU run or to another GPU model)."""
 
     lr: float = num(0.05, gt=0, le=1e12, doc="local SGD step size")
     momentum: float = num(0.0, ge=0, lt=1, doc="SGD momentum (0: plain SGD)")
@@ -127,8 +136,13 @@ class TrainConfig:
     workers: int | None = num(None, ge=1, le=4096, doc="Ray workers (null: the machine's cores)")
     ray_address: str | None = field(default=None,
                                     metadata={"doc": "Ray cluster (null: a local Ray; auto or ray://host:10001)"})
+    device: str = field(default="auto", metadata={"doc": "where training computes: auto, cpu, cuda, cuda:N or mps "
+                                                         "(auto: CUDA, else MPS, else the CPU)"})
+    deterministic: bool = field(default=False, metadata={"doc": "torch.use_deterministic_algorithms for the run"})
 
     def validate(self, prefix: str) -> None:
+        require(isinstance(self.device, str) and DEVICE_PATTERN.match(self.device) is not None, f"{prefix}.device",
+                f"got {self.device!r} (allowed: {DEVICE_CHOICES})")
         positive(self.workers, f"{prefix}.workers")
         positive(self.lr, f"{prefix}.lr")
         positive(self.momentum, f"{prefix}.momentum", allow_zero=True)

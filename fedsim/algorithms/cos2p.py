@@ -317,7 +317,7 @@ class Cos2P(Algorithm):
         server = classification_scores(model, ctx.test.x, ctx.test.y, ctx.test.num_classes)
         rows, sizes = [], []
         for c in range(ctx.num_clients):
-            idx = torch.as_tensor(self.local_test[c], dtype=torch.int64)
+            idx = torch.as_tensor(self.local_test[c], dtype=torch.int64, device=ctx.device)
             if len(idx) == 0:
                 continue
             net = self.personal[c]
@@ -429,9 +429,9 @@ class Cos2P(Algorithm):
         if lg is None:
             if self.cfg.mask == "random":
                 gen = self.ctx.streams.torch("cos2p", "random_mask", client, group)
-                lg = torch.rand(size, generator=gen)
+                lg = torch.rand(size, generator=gen).to(self.ctx.device)  # drawn on the CPU, kept on the device
             else:
-                lg = torch.full((size,), MASK_INIT_LOGIT)
+                lg = torch.full((size,), MASK_INIT_LOGIT, device=self.ctx.device)
             self.logits[client][group] = lg
         return lg
 
@@ -522,7 +522,7 @@ class Cos2P(Algorithm):
         ctx, cfg, world = self.ctx, self.cfg, self.ctx.world
         model = ctx.worker
         states, w, head_in, batch = self._plan(client, task)
-        idx = torch.as_tensor(self.local_train[client], dtype=torch.int64)
+        idx = torch.as_tensor(self.local_train[client], dtype=torch.int64, device=ctx.device)
         gen = ctx.streams.torch("client", client, "task", task)
         full_sub = SubModel.of(model, {}, states)
         full_cost = submodel_costs(model, full_sub, ctx.input_shape, batch, momentum=False)

@@ -46,16 +46,21 @@ class SegmentIndex:
     def count(self) -> int:
         return len(self.names)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the segment ids live: the device of the state they index."""
+        return next((t.device for t in self.ids.values()), torch.device("cpu"))
+
     def sizes(self) -> torch.Tensor:
         """Number of entries of each segment (size(w^i) of Eq. 4)."""
-        out = torch.zeros(self.count, dtype=torch.float64)
+        out = torch.zeros(self.count, dtype=torch.float64, device=self.device)
         for ids in self.ids.values():
-            out.scatter_add_(0, ids.reshape(-1), torch.ones(ids.numel(), dtype=torch.float64))
+            out.scatter_add_(0, ids.reshape(-1), torch.ones(ids.numel(), dtype=torch.float64, device=self.device))
         return out
 
     def sums(self, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Per-segment sum of ``values`` (tensors named like the state; missing names add nothing)."""
-        out = torch.zeros(self.count, dtype=torch.float64)
+        out = torch.zeros(self.count, dtype=torch.float64, device=self.device)
         for name, ids in self.ids.items():
             v = values.get(name)
             if v is not None:
@@ -91,10 +96,10 @@ def segment_index(state: Mapping[str, torch.Tensor], groups: Mapping[str, Any] |
             unit = rows // n_units
             first = len(names)
             names += [f"{key}[{gname}:{u}]" for u in range(n_units)]
-            per_row = first + torch.arange(rows) // unit
+            per_row = first + torch.arange(rows, device=t.device) // unit
             ids[key] = per_row.view(-1, *([1] * (t.dim() - 1))).expand(t.shape).contiguous()
         else:
-            ids[key] = torch.full(t.shape, len(names), dtype=torch.int64)
+            ids[key] = torch.full(t.shape, len(names), dtype=torch.int64, device=t.device)
             names.append(key)
     return SegmentIndex(ids, names)
 

@@ -104,7 +104,7 @@ def _cut_shape(model: BlockModel, input_shape: tuple[int, ...], frozen: int) -> 
         model.eval()
         try:
             p = next(model.parameters())
-            out = model(torch.zeros(1, *input_shape, dtype=p.dtype), 0, frozen)
+            out = model(torch.zeros(1, *input_shape, dtype=p.dtype, device=p.device), 0, frozen)
         finally:
             model.train(was)
     return tuple(out.shape[1:])
@@ -125,7 +125,8 @@ def multi_step_forward_train(model: BlockModel, frozen: int, x: torch.Tensor, y:
     n_blocks = model.num_blocks()
     if not 0 < frozen < n_blocks:
         raise ConfigError("algorithm.splits", f"frozen blocks must be in 1..{n_blocks - 1}, got {frozen}")
-    idx = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices, dtype=torch.int64)
+    idx = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices, dtype=torch.int64,
+                          device=x.device)
     prefix, suffix = split_model(model, frozen)
     input_shape = tuple(x.shape[1:])
     was = prefix.training
@@ -135,8 +136,8 @@ def multi_step_forward_train(model: BlockModel, frozen: int, x: torch.Tensor, y:
             parts = [prefix(x[idx[i:i + chunk]]) for i in range(0, len(idx), chunk)]
     finally:
         prefix.train(was)
-    cache = torch.cat(parts) if parts else torch.zeros(0, *_cut_shape(model, input_shape, frozen))
-    stats = local_sgd(suffix, cache, y[idx], torch.arange(len(idx)), sgd, generator, task=task)
+    cache = torch.cat(parts) if parts else torch.zeros(0, *_cut_shape(model, input_shape, frozen), device=x.device)
+    stats = local_sgd(suffix, cache, y[idx], torch.arange(len(idx), device=x.device), sgd, generator, task=task)
     with _keep_buffers(model):
         fwd = flops_per_sample(model, input_shape, end=frozen).forward * len(idx)
         train = flops_per_sample(suffix, tuple(cache.shape[1:])).total * stats.samples

@@ -97,7 +97,7 @@ class SemiFL(Algorithm):
         opt = PlainSGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         gen = ctx.streams.torch("semi-data", "labeled-batches", rnd)
         for pos in batch_schedule(len(self.labeled_idx), cfg.k_s, self.server_batch, gen):
-            idx = torch.as_tensor(self.labeled_idx[pos.numpy()])
+            idx = torch.as_tensor(self.labeled_idx[pos.numpy()], device=self.ctx.device)
             x = weak_view(ctx.data.train.x[idx], cfg.weak, gen)
             loss = F.cross_entropy(model(x), self.visible_y[idx])
             opt.zero_grad()
@@ -117,7 +117,7 @@ class SemiFL(Algorithm):
         """The client's batches of ``steps`` local steps: indices, inputs, weak and strong views."""
         cfg = self.cfg
         for pos in batch_schedule(len(indices), steps, ctx.sgd.batch_size, gen):
-            idx = torch.as_tensor(indices[pos.numpy()])
+            idx = torch.as_tensor(indices[pos.numpy()], device=self.ctx.device)
             x = ctx.data.train.x[idx]
             weak = weak_view(x, cfg.weak, gen)
             yield idx, x, weak, strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
@@ -144,7 +144,7 @@ class SemiFL(Algorithm):
             conf = torch.nonzero(mask).flatten()
             if len(conf) >= 2:
                 lam = float(lam_rng.beta(cfg.mixup_alpha, cfg.mixup_alpha))
-                perm = conf[torch.randperm(len(conf), generator=gen)]
+                perm = conf[torch.randperm(len(conf), generator=gen).to(conf.device)]  # drawn on the CPU
                 mixed = lam * weak[conf] + (1.0 - lam) * weak[perm]
                 out = module(mixed)
                 loss = loss + lam * F.cross_entropy(out, pl[conf]) + (1.0 - lam) * F.cross_entropy(out, pl[perm])

@@ -84,7 +84,7 @@ def semi_data(ctx: Any, labeled: int, client_labeled_fraction: float, *, need_cl
     if labeled > n:
         raise ConfigError("algorithm.labeled", f"{labeled} labeled samples requested but the training set has only {n}")
     rng = ctx.streams.numpy("semi-data", "labeled")
-    ynp = y.numpy()
+    ynp = y.cpu().numpy()
     chosen: list[np.ndarray] = []
     for c in range(m):
         want = labeled // m + (1 if c < labeled % m else 0)
@@ -100,14 +100,14 @@ def semi_data(ctx: Any, labeled: int, client_labeled_fraction: float, *, need_cl
         raise ConfigError("algorithm.labeled", f"after taking {labeled} labeled samples for the server, {len(empty)} "
                                                f"client(s) hold no data; lower labeled or use fewer clients")
     ctx.parts[:] = parts
-    visible = torch.full((n,), -1, dtype=torch.int64)
-    t = torch.as_tensor(idx)
+    visible = torch.full((n,), -1, dtype=torch.int64, device=y.device)
+    t = torch.as_tensor(idx, device=y.device)
     visible[t] = y[t]
     lrng = ctx.streams.numpy("semi-data", "client-labels")
     for p in parts:
         k = int(math.floor(client_labeled_fraction * len(p) + 1e-9))
         if k:
-            j = torch.as_tensor(np.sort(lrng.choice(p, size=k, replace=False)))
+            j = torch.as_tensor(np.sort(lrng.choice(p, size=k, replace=False)), device=y.device)
             visible[j] = y[j]
     return idx, visible
 
@@ -203,7 +203,7 @@ class SemiSFL(SplitAlgorithm):
         self.t_wc = {k: v.clone() for k, v in self.wc.items()}
         self.t_ws = {k: v.clone() for k, v in self.ws.items()}
         self.t_hp = {k: v.clone() for k, v in self.hp.items()}
-        self.queue = FeatureQueue(self.head.d_out, cfg.queue_size)
+        self.queue = FeatureQueue(self.head.d_out, cfg.queue_size, ctx.device)
         self.ema_steps = 0
         self.head_bytes = state_bytes(self.hp)
         n_head = sum(v.numel() for v in self.hp.values())
@@ -259,7 +259,7 @@ class SemiSFL(SplitAlgorithm):
         x_all = self.ctx.data.train.x
         total = 0.0
         for pos in batch_schedule(len(self.labeled_idx), k_s, self.server_batch, gen):
-            idx = torch.as_tensor(self.labeled_idx[pos.numpy()])
+            idx = torch.as_tensor(self.labeled_idx[pos.numpy()], device=x_all.device)
             x, y = x_all[idx], self.visible_y[idx]
             v1 = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
             p = opt.params
@@ -421,7 +421,7 @@ class SemiSFL(SplitAlgorithm):
             if e == K:
                 yield from timing.upload(c, self.costs.client_model_bytes, "model")
                 return
-            idx = torch.as_tensor(scheds[i][e])
+            idx = torch.as_tensor(scheds[i][e], device=x_all.device)
             x = x_all[idx]
             views[i] = strong_view(x, cfg.strong, gens[i], weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
             weak = weak_view(x, cfg.weak, gens[i])
@@ -436,7 +436,7 @@ class SemiSFL(SplitAlgorithm):
             yield env.all_of([env.process(client(i, e)) for i in range(n)])
             if e == K:
                 break
-            idxs = [torch.as_tensor(scheds[i][e]) for i in range(n)]
+            idxs = [torch.as_tensor(scheds[i][e], device=self.ctx.device) for i in range(n)]
             n_real = sum(len(ix) for ix in idxs)
             yield from timing.serve(None, self.split_flops * n_real, "semisfl-split")
             grads, info = self.split_step(acts, t_acts, idxs, sopt)
@@ -489,10 +489,10 @@ class SemiSFL(SplitAlgorithm):
         ws = {k: params[k] for k in self.ws}
         hp = {k[len(_HEAD):]: params[k] for k in params if k.startswith(_HEAD)}
         gen = self.ctx.streams.torch(self.family, "probe-views")
-        zero = torch.zeros(())
+        zero = torch.zeros((), device=x_all.device)
         ls = lu = zero
         if len(idx_l):
-            idx = torch.as_tensor(idx_l)
+            idx = torch.as_tensor(idx_l, device=x_all.device)
             x, y = x_all[idx], self.visible_y[idx]
             v1 = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
             e = self._bottom(wc, v1)
@@ -501,11 +501,11 @@ class SemiSFL(SplitAlgorithm):
                 v2 = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
                 with torch.no_grad():
                     keys = self._proj(self.t_hp, self._bottom(self.t_wc, v2))
-                q = FeatureQueue(self.queue.dim, self.queue.size)
+                q = FeatureQueue(self.queue.dim, self.queue.size, self.queue.device)
                 q.keys, q.labels, q.masks = self.queue.keys, self.queue.labels, self.queue.masks
                 ls = ls + contrastive_loss(self._proj(hp, e), keys, y, q, cfg.kappa)
         if len(idx_u):
-            idx = torch.as_tensor(idx_u)
+            idx = torch.as_tensor(idx_u, device=x_all.device)
             x = x_all[idx]
             vs = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
             vw = weak_view(x, cfg.weak, gen)
@@ -519,7 +519,7 @@ class SemiSFL(SplitAlgorithm):
             e = self._bottom(wc, vs)
             lu = (F.cross_entropy(self._top(ws, e), pl, reduction="none") * mask.to(e.dtype)).mean()
             if cfg.clustering:
-                q = FeatureQueue(self.queue.dim, self.queue.size)
+                q = FeatureQueue(self.queue.dim, self.queue.size, self.queue.device)
                 q.keys, q.labels, q.masks = self.queue.keys, self.queue.labels, self.queue.masks
                 lu = lu + contrastive_loss(self._proj(hp, e), keys, pl, q, cfg.kappa, masks=mask)
         return ls, lu
@@ -532,7 +532,7 @@ class SemiSFL(SplitAlgorithm):
 
         def sq(loss: torch.Tensor) -> tuple[float, torch.Tensor]:
             if not loss.requires_grad:
-                return 0.0, torch.zeros(sum(p.numel() for p in train))
+                return 0.0, torch.zeros(sum(p.numel() for p in train), device=train[0].device)
             g = torch.cat([x.reshape(-1) for x in _grads_or_zero(torch.autograd.grad(loss, train, allow_unused=True, retain_graph=True), train)])
             return float((g ** 2).sum()), g
 

@@ -130,7 +130,8 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
                                                                               "b": cfg.gaussian_weight_b}
             self.s_of_n = weight_fn(cfg.gaussian_weight, **params)
             self.gaussians = LabelGaussians(self.num_classes, self.costs.activation_dim,
-                                            covariance=cfg.gaussian_covariance, reg=cfg.gaussian_reg)
+                                            covariance=cfg.gaussian_covariance, reg=cfg.gaussian_reg,
+                                            device=ctx.device)
         self.population = self._population() if self.training and cfg.measure_every else None
         self.prior = self.label_counts.sum(0) / self.label_counts.sum()
         self.activations = simpy.Store(env)
@@ -177,7 +178,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             a = self.computer.forward(opt.params, x) if opt is not None else None
             yield from timing.client_pass(c, "forward", b)
             yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            msg = _Activation(c, a, y, b, base_version * steps + e + 1, self.y_train[idx].numpy())
+            msg = _Activation(c, a, y, b, base_version * steps + e + 1, self.y_train[idx].cpu().numpy())
             grad = yield from self._receive(msg, prior, e)
             yield from timing.download(c, timing.gradient_bytes(b))
             if opt is not None:
@@ -218,7 +219,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             gen = None
             if self.gaussians is not None:
                 stream = ("gas", "generate", step) if cfg.generate else ("gas", "counterfactual", step)
-                gen = self.gaussians.generate_for_buffer(torch.as_tensor(labels), self.target,
+                gen = self.gaussians.generate_for_buffer(torch.as_tensor(labels, device=ctx.device), self.target,
                                                          ctx.streams.torch(*stream))
             n_real = int(labels.size)
             if gen is not None:

@@ -109,7 +109,7 @@ class SplitAlgorithm(Algorithm):
             self.wc = {k: v.clone() for k, v in wc.items()}
             self.server = SideOptimizer(ws, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
         self.server_steps = 0
-        y = ctx.data.train.y.numpy()
+        y = ctx.data.train.y.cpu().numpy()
         m = ctx.data.train.num_classes
         self.num_classes = m
         self.label_counts = np.stack([np.bincount(y[p], minlength=m) for p in ctx.parts]) if ctx.num_clients else None
@@ -139,7 +139,8 @@ class SplitAlgorithm(Algorithm):
         return SideOptimizer(state, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
 
     def log_prior(self, client: int) -> torch.Tensor:
-        return label_log_prior(torch.as_tensor(self.label_counts[client], dtype=torch.float32))
+        return label_log_prior(torch.as_tensor(self.label_counts[client], dtype=torch.float32,
+                                               device=self.x_train.device))
 
     # ---------------------------------------------------------------------------------- server
     def aggregate_clients(self, states: list[dict[str, torch.Tensor]], clients: list[int]) -> dict[str, torch.Tensor]:

@@ -136,7 +136,7 @@ class MiniBatchSFL(SplitAlgorithm):
                 mean = [torch.stack(gs).mean(0) for gs in zip(*group_grads)]
                 self.server.step(mean)
             self.server_steps += 1
-            labels = np.concatenate([self.y_train[ix].numpy() for ix in idxs])
+            labels = np.concatenate([self.y_train[ix].cpu().numpy() for ix in idxs])
             ctx.trace.emit(env.now, "server_step", step=self.server_steps, version=ctx.version, n_real=n_real,
                            n_generated=0, clients=list(clients),
                            label_counts=np.bincount(labels, minlength=self.num_classes).tolist(), shrink_factor=1.0,

@@ -222,7 +222,7 @@ class OrderedDropoutTrainer:
         sgd.validate()
         loss_fn = loss_for(ctx.data.train.task)
         x, y = ctx.data.train.x, ctx.data.train.y
-        idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+        idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64, device=x.device)
         steps = num_steps(len(idx), sgd)
         widths = self.draw(steps, generator)
         schedule = batch_schedule(len(idx), steps, sgd.batch_size, generator)
@@ -245,7 +245,7 @@ class OrderedDropoutTrainer:
             small = net.module
             net.load(state)
             small.train()
-            b = idx[pos]
+            b = idx[pos.to(idx.device)]  # positions drawn on the CPU, as in local_sgd
             loss = loss_fn(small(x[b]), y[b])
             value = float(loss.detach())
             if not math.isfinite(value):

@@ -50,6 +50,7 @@ def check_randaugment(n: Any, m: Any, prefix: str) -> None:
 
 
 def _rand(gen: torch.Generator, *shape: int) -> torch.Tensor:
+    """Uniform draws from the (CPU) generator: the same numbers whatever device the images are on."""
     return torch.rand(*shape, generator=gen)
 
 
@@ -58,17 +59,18 @@ def _crop(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     ph, pw = max(1, int(round(h * 0.125))), max(1, int(round(w * 0.125)))
     mode = "reflect" if ph < h and pw < w else "replicate"
     padded = F.pad(x, (pw, pw, ph, ph), mode=mode)
-    oy = torch.randint(0, 2 * ph + 1, (b,), generator=gen)
-    ox = torch.randint(0, 2 * pw + 1, (b,), generator=gen)
-    rows = (oy[:, None] + torch.arange(h)[None, :])  # (B, H)
-    cols = (ox[:, None] + torch.arange(w)[None, :])  # (B, W)
-    bi = torch.arange(b)[:, None, None]
+    dev = x.device
+    oy = torch.randint(0, 2 * ph + 1, (b,), generator=gen).to(dev)
+    ox = torch.randint(0, 2 * pw + 1, (b,), generator=gen).to(dev)
+    rows = (oy[:, None] + torch.arange(h, device=dev)[None, :])  # (B, H)
+    cols = (ox[:, None] + torch.arange(w, device=dev)[None, :])  # (B, W)
+    bi = torch.arange(b, device=dev)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[bi, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()
 
 
 def _flip(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    flip = _rand(gen, x.shape[0]) < 0.5
+    flip = (_rand(gen, x.shape[0]) < 0.5).to(x.device)
     return torch.where(flip[:, None, None, None], x.flip(-1), x)
 
 
@@ -85,10 +87,10 @@ def weak_view(x: torch.Tensor, name: str, gen: torch.Generator) -> torch.Tensor:
 def _cutout(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     b, _, h, w = x.shape
     sh, sw = max(1, h // 2), max(1, w // 2)
-    cy = (_rand(gen, b) * h).long()
-    cx = (_rand(gen, b) * w).long()
-    ys = torch.arange(h)[None, :]
-    xs = torch.arange(w)[None, :]
+    cy = (_rand(gen, b) * h).long().to(x.device)
+    cx = (_rand(gen, b) * w).long().to(x.device)
+    ys = torch.arange(h, device=x.device)[None, :]
+    xs = torch.arange(w, device=x.device)[None, :]
     my = ((ys >= (cy - sh // 2)[:, None]) & (ys < (cy - sh // 2 + sh)[:, None]))
     mx = ((xs >= (cx - sw // 2)[:, None]) & (xs < (cx - sw // 2 + sw)[:, None]))
     hole = (my[:, :, None] & mx[:, None, :])[:, None]  # (B, 1, H, W)
@@ -107,7 +109,7 @@ def _apply_op(x: torch.Tensor, op: str, v: torch.Tensor, sign: torch.Tensor) -> 
     if op == "identity":
         return x
     if op in ("rotate", "shear_x", "shear_y", "translate_x", "translate_y"):
-        theta = torch.zeros(n, 2, 3, dtype=x.dtype)
+        theta = torch.zeros(n, 2, 3, dtype=x.dtype, device=x.device)
         theta[:, 0, 0] = 1.0
         theta[:, 1, 1] = 1.0
         s = (sign * v).to(x.dtype)
@@ -143,7 +145,7 @@ def _apply_op(x: torch.Tensor, op: str, v: torch.Tensor, sign: torch.Tensor) -> 
         u = torch.floor(u * (levels - 1) + 0.5) / (levels - 1)
     elif op == "sharpness":
         c = x.shape[1]
-        k = torch.tensor([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]], dtype=x.dtype) / 13.0
+        k = torch.tensor([[1.0, 1.0, 1.0], [1.0, 5.0, 1.0], [1.0, 1.0, 1.0]], dtype=x.dtype, device=x.device) / 13.0
         blur = F.conv2d(F.pad(u, (1, 1, 1, 1), mode="replicate"), k.expand(c, 1, 3, 3), groups=c)
         u = (blur + (u - blur) * (1.0 + 0.9 * vv * ss)).clamp(0, 1)
     elif op == "solarize":
@@ -163,12 +165,13 @@ def strong_view(x: torch.Tensor, name: str, gen: torch.Generator, *, weak: str =
     x = weak_view(x, weak, gen)
     b = x.shape[0]
     if name == "noise":
-        x = x + 0.1 * (m / 10.0) * torch.randn(x.shape, generator=gen, dtype=x.dtype)
+        x = x + 0.1 * (m / 10.0) * torch.randn(x.shape, generator=gen, dtype=x.dtype).to(x.device)
         return _cutout(x, gen)
     ops = torch.randint(0, len(RAND_OPS), (b, n), generator=gen)
     mags = torch.randint(1, m + 1, (b, n), generator=gen).to(x.dtype) / 10.0
     signs = torch.where(_rand(gen, b, n) < 0.5, -1.0, 1.0)
     apply = _rand(gen, b, n) < 0.5
+    ops, mags, signs, apply = (t.to(x.device) for t in (ops, mags, signs, apply))  # drawn on the CPU
     for j in range(n):
         out = x.clone()
         for o, op in enumerate(RAND_OPS):

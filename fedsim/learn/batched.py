@@ -6,6 +6,10 @@ maps it over the clients, so one vectorised forward/backward per step replaces o
 models on small batches (the usual federated workload) are dominated by per-call overhead, which this
 removes.
 
+On an accelerator (``train.device``) the whole round's batch plan (rows, weights, which clients are
+still training) is drawn on the CPU, as sequential training draws it, and moved to the device in one
+copy; the parameters, data and arithmetic stay there, so a step launches no host-device transfers.
+
 Semantics are those of :func:`fedsim.learn.train.local_sgd`, client by client: the same batch schedule
 from the same stream, the same SGD arithmetic (weight decay, momentum, clipping of the client's own
 gradient norm).  Clients differ in sample count, so batches are padded to ``batch_size`` with rows of
@@ -56,6 +60,21 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
     schedules = [batch_schedule(n, s, bs, g) for n, s, g in zip(sizes, steps, generators)]
     total_steps = max(steps, default=0)
     names = [n for n, _ in model.named_parameters()]
+    device = x.device
+    # the batch plan of every step, built on the CPU from the CPU-drawn schedules, then moved at once
+    rows_all = torch.zeros(total_steps, n_clients, bs, dtype=torch.int64, device="cpu")
+    weight_all = torch.zeros(total_steps, n_clients, bs, dtype=torch.float32, device="cpu")
+    active_all = torch.zeros(total_steps, n_clients, dtype=torch.bool, device="cpu")
+    samples = [0] * n_clients
+    for c in range(n_clients):
+        ix = torch.as_tensor(indices[c], dtype=torch.int64, device="cpu")
+        for step in range(steps[c]):
+            b = ix[schedules[c][step]]
+            rows_all[step, c, : len(b)] = b
+            weight_all[step, c, : len(b)] = 1.0
+            active_all[step, c] = True
+            samples[c] += len(b)
+    rows_all, weight_all, active_all = rows_all.to(device), weight_all.to(device), active_all.to(device)
     params = {n: base_state[n].detach().unsqueeze(0).repeat(n_clients, *([1] * base_state[n].dim())).clone()
               for n in names}
     bufs: dict[str, torch.Tensor] | None = None
@@ -67,21 +86,11 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
 
     step_fn = vmap(grad_and_value(loss_one))
     losses: list[list[float]] = [[] for _ in range(n_clients)]
-    samples = [0] * n_clients
     was_training = model.training
     model.train()
     try:
         for step in range(total_steps):
-            rows = torch.zeros(n_clients, bs, dtype=torch.int64)
-            weight = torch.zeros(n_clients, bs)
-            active = torch.zeros(n_clients, dtype=torch.bool)
-            for c in range(n_clients):
-                if step < steps[c]:
-                    b = indices[c][schedules[c][step]]
-                    rows[c, : len(b)] = b
-                    weight[c, : len(b)] = 1.0
-                    active[c] = True
-                    samples[c] += len(b)
+            rows, weight, active = rows_all[step], weight_all[step], active_all[step]
             grads, values = step_fn(params, x[rows], y[rows], weight)
             vals = values.tolist()
             for c in range(n_clients):

@@ -88,7 +88,7 @@ def distill_loss(exits: Sequence[torch.Tensor], y: torch.Tensor, *, lambda2: flo
         raise ConfigError("exits", "need at least one exit")
     t = float(temperature)
     teacher = exits[-1].detach() if detach_teacher else exits[-1]
-    total = torch.zeros((), dtype=exits[-1].dtype)
+    total = torch.zeros((), dtype=exits[-1].dtype, device=exits[-1].device)
     for i, z in enumerate(exits):
         ce = F.cross_entropy(z, y)
         if i == len(exits) - 1 or lambda2 == 0:

@@ -96,7 +96,9 @@ def _probe_input(model: nn.Module, input_shape: tuple[int, ...], start: int, bat
     g = torch.Generator().manual_seed(0)
     param = next(model.parameters(), None)
     dtype = param.dtype if param is not None else torch.float32
-    x = torch.randn(batch, *input_shape, generator=g, dtype=dtype)
+    x = torch.randn(batch, *input_shape, generator=g, dtype=dtype)  # CPU draw: the same input on every device
+    if param is not None:
+        x = x.to(param.device)
     if start > 0:
         with torch.no_grad():
             x = _run(model, x, 0, start)

@@ -79,14 +79,15 @@ class ArrayDataset:
 
     def subset(self, indices: np.ndarray | torch.Tensor) -> "ArrayDataset":
         """The samples at ``indices`` (a copy), e.g. one client's local data for evaluation."""
-        idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+        idx = torch.as_tensor(np.asarray(indices.cpu() if isinstance(indices, torch.Tensor) else indices),
+                              dtype=torch.int64, device=self.x.device)
         return ArrayDataset(self.x[idx], self.y[idx], self.num_classes, self.name, self.task)
 
     def label_counts(self) -> np.ndarray:
         """How many samples of each class (length ``num_classes``)."""
         if self.task != "classification":
             raise ConfigError("data.name", f"dataset '{self.name}' is a {self.task} task: it has no class labels to count")
-        return np.bincount(self.y.numpy(), minlength=self.num_classes)
+        return np.bincount(self.y.cpu().numpy(), minlength=self.num_classes)
 
 
 @dataclass

@@ -119,7 +119,9 @@ class LabelGaussians:
     no such term, so pass ``reg=0`` for the paper's estimator. Note that this term accumulates: after
     ``k`` equally weighted merges the covariance carries about ``reg * k / 2`` extra variance (about
     ``reg * k / 3`` with linearly growing weights), i.e. ~0.1 after 20,000 merges at ``reg = 1e-5``.
-    Statistics are kept in ``dtype`` (float64 by default, so that long runs do not drift).
+    Statistics are kept in ``dtype`` (float64 by default, so that long runs do not drift) on ``device``
+    (the run's ``train.device``; the CPU by default), where activations and labels are moved as they
+    arrive; samples are drawn from the (CPU) generator, so they are the same numbers on every device.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class LabelGaussians:
         covariance: str = "full",
         reg: float = 1e-5,
         dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
     ) -> None:
         if not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
             raise ConfigError("gaussian.num_classes", f"must be a positive integer, got {num_classes!r}")
@@ -144,9 +147,10 @@ class LabelGaussians:
         self.covariance = covariance
         self.reg = float(reg)
         self.dtype = dtype
-        self.means = torch.zeros(self.num_classes, self.dim, dtype=dtype)
-        self.weight_sums = torch.zeros(self.num_classes, dtype=torch.float64)
-        self.counts = torch.zeros(self.num_classes, dtype=torch.int64)
+        self.device = dev = torch.device("cpu" if device is None else device)
+        self.means = torch.zeros(self.num_classes, self.dim, dtype=dtype, device=dev)
+        self.weight_sums = torch.zeros(self.num_classes, dtype=torch.float64, device=dev)
+        self.counts = torch.zeros(self.num_classes, dtype=torch.int64, device=dev)
         # full: one (dim, dim) matrix per label, allocated when the label is first seen
         self._cov: list[torch.Tensor | None] = [None] * self.num_classes
         self._version = [0] * self.num_classes
@@ -167,7 +171,7 @@ class LabelGaussians:
         c = self._cov[y]
         if c is None:
             shape = (self.dim, self.dim) if self.covariance == "full" else (self.dim,)
-            return torch.zeros(shape, dtype=self.dtype)
+            return torch.zeros(shape, dtype=self.dtype, device=self.device)
         return c.clone()
 
     # -- updates --------------------------------------------------------------------------------------
@@ -203,11 +207,11 @@ class LabelGaussians:
         X = self._flat(A)
         labels = self._labels(Y, X.shape[0])
         if isinstance(weights, torch.Tensor) and weights.dim() > 0:
-            w = weights.detach().to(torch.float64).reshape(-1)
+            w = weights.detach().to(device=self.device, dtype=torch.float64).reshape(-1)
             if w.numel() != X.shape[0]:
                 raise ConfigError("gaussian.weights", f"need one weight per row ({X.shape[0]}), got {w.numel()}")
         else:
-            w = torch.full((X.shape[0],), self._check_weight(float(weights)), dtype=torch.float64)
+            w = torch.full((X.shape[0],), self._check_weight(float(weights)), dtype=torch.float64, device=self.device)
         if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
             raise ConfigError("gaussian.weights", "every weight s(n) must be finite and > 0")
         for y in torch.unique(labels).tolist():
@@ -236,7 +240,7 @@ class LabelGaussians:
             if self.covariance == "full":
                 c = d * (c_old + torch.outer(d_old, d_old)) + (1.0 - d) * (c_new + torch.outer(d_new, d_new))
                 if self.reg:
-                    c = c + self.reg * torch.eye(self.dim, dtype=self.dtype)
+                    c = c + self.reg * torch.eye(self.dim, dtype=self.dtype, device=self.device)
             else:
                 c = d * (c_old + d_old * d_old) + (1.0 - d) * (c_new + d_new * d_new) + self.reg
             self._store(y, mu, c, w_tot, n_rows)
@@ -257,7 +261,7 @@ class LabelGaussians:
         n = int(n)
         if n < 0:
             raise ConfigError("gaussian.sample", f"number of samples must be >= 0, got {n}")
-        z = torch.randn(n, self.dim, generator=generator, dtype=self.dtype)
+        z = torch.randn(n, self.dim, generator=generator, dtype=self.dtype).to(self.device)
         mu = self.means[y]
         if self.covariance == "diag":
             return mu + z * self._cov_or_zero(y).clamp_min(0.0).sqrt()
@@ -282,16 +286,18 @@ class LabelGaussians:
         deficit = (target - n_y).clamp_min(0)
         if not self.all_labels_seen:
             return Generation(
-                torch.empty(0, self.dim, dtype=self.dtype), torch.empty(0, dtype=torch.int64), deficit
+                torch.empty(0, self.dim, dtype=self.dtype, device=self.device),
+                torch.empty(0, dtype=torch.int64, device=self.device), deficit
             )
         acts, labs = [], []
         for y in range(self.num_classes):
             k = int(deficit[y])
             if k > 0:
                 acts.append(self.sample(y, k, generator))
-                labs.append(torch.full((k,), y, dtype=torch.int64))
+                labs.append(torch.full((k,), y, dtype=torch.int64, device=self.device))
         if not acts:
-            return Generation(torch.empty(0, self.dim, dtype=self.dtype), torch.empty(0, dtype=torch.int64), deficit)
+            return Generation(torch.empty(0, self.dim, dtype=self.dtype, device=self.device),
+                              torch.empty(0, dtype=torch.int64, device=self.device), deficit)
         return Generation(torch.cat(acts), torch.cat(labs), deficit)
 
     # -- internals ------------------------------------------------------------------------------------
@@ -309,7 +315,7 @@ class LabelGaussians:
         return w
 
     def _flat(self, A: torch.Tensor) -> torch.Tensor:
-        A = torch.as_tensor(A).detach()
+        A = torch.as_tensor(A, device=self.device).detach()
         if A.dim() == 1:
             A = A[None]
         X = A.reshape(A.shape[0], -1).to(self.dtype)
@@ -318,7 +324,7 @@ class LabelGaussians:
         return X
 
     def _labels(self, Y, n: int | None) -> torch.Tensor:
-        labels = torch.as_tensor(Y, dtype=torch.int64).reshape(-1)
+        labels = torch.as_tensor(Y, dtype=torch.int64, device=self.device).reshape(-1)
         if n is not None and labels.numel() != n:
             raise ConfigError("gaussian.labels", f"need one label per row ({n}), got {labels.numel()}")
         if labels.numel() and (labels.min() < 0 or labels.max() >= self.num_classes):
@@ -330,7 +336,7 @@ class LabelGaussians:
         if c is not None:
             return c
         shape = (self.dim, self.dim) if self.covariance == "full" else (self.dim,)
-        return torch.zeros(shape, dtype=self.dtype)
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def _store(self, y: int, mu: torch.Tensor, c: torch.Tensor, weight_sum: float, n_rows: int) -> None:
         self.means[y] = mu
@@ -347,7 +353,7 @@ class LabelGaussians:
         L, info = torch.linalg.cholesky_ex(sigma)
         eps = 0.0
         if int(info) != 0:
-            eye = torch.eye(self.dim, dtype=self.dtype)
+            eye = torch.eye(self.dim, dtype=self.dtype, device=self.device)
             eps = _JITTER_START
             for _ in range(_JITTER_TRIES):
                 L, info = torch.linalg.cholesky_ex(sigma + eps * eye)

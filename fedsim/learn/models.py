@@ -102,8 +102,9 @@ def scaled(n: int, width: float) -> int:
 
 def _flat_size(blocks: Sequence[nn.Module], input_shape: tuple[int, ...]) -> int:
     """Features per sample after running ``blocks`` on an input of ``input_shape`` (a dry run on zeros)."""
+    param = next((p for blk in blocks for p in blk.parameters()), None)
     with torch.no_grad():
-        x = torch.zeros(1, *input_shape)
+        x = torch.zeros(1, *input_shape, device=None if param is None else param.device)
         for b in blocks:
             x = b(x)
     return int(x[0].numel())
@@ -608,7 +609,7 @@ def user_model(factory: Callable[..., Any], ref: str, input_shape: tuple[int, ..
     model.arch = (ref, tuple(input_shape), int(num_classes), frozen, 0, model.num_blocks())
     try:
         with torch.no_grad():
-            out = model.eval()(torch.zeros((2, *input_shape)))
+            out = model.eval()(torch.zeros((2, *input_shape), device="cpu"))  # models are built on the CPU, then moved
     except Exception as exc:  # noqa: BLE001 - the user's module: one line
         raise ConfigError("model.name", f"{ref!r} does not run on inputs of shape {tuple(input_shape)}: "
                           f"{type(exc).__name__}: {exc}") from None

@@ -44,23 +44,24 @@ def check_semi_settings(cfg: Any, prefix: str) -> None:
 class FeatureQueue:
     """A FIFO of the last ``size`` teacher keys with their (pseudo-)labels and confidence masks."""
 
-    def __init__(self, dim: int, size: int) -> None:
+    def __init__(self, dim: int, size: int, device: torch.device | str | None = None) -> None:
         if size < 1:
             raise ConfigError("algorithm.queue_size", f"must be >= 1, got {size!r}")
         self.dim, self.size = int(dim), int(size)
-        self.keys = torch.zeros(0, self.dim)
-        self.labels = torch.zeros(0, dtype=torch.int64)
-        self.masks = torch.zeros(0, dtype=torch.bool)
+        self.device = dev = torch.device("cpu" if device is None else device)  # the run's train.device
+        self.keys = torch.zeros(0, self.dim, device=dev)
+        self.labels = torch.zeros(0, dtype=torch.int64, device=dev)
+        self.masks = torch.zeros(0, dtype=torch.bool, device=dev)
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
     def clear(self) -> None:
-        self.__init__(self.dim, self.size)
+        self.__init__(self.dim, self.size, self.device)
 
     def push(self, keys: torch.Tensor, labels: torch.Tensor, masks: torch.Tensor | None = None) -> None:
         """Enqueue a batch (oldest entries leave first); afterwards the queue holds the last ``size`` keys."""
-        m = torch.ones(len(labels), dtype=torch.bool) if masks is None else masks.to(torch.bool)
+        m = torch.ones(len(labels), dtype=torch.bool, device=self.device) if masks is None else masks.to(torch.bool)
         self.keys = torch.cat([self.keys, keys.detach().to(self.keys.dtype)])[-self.size:]
         self.labels = torch.cat([self.labels, labels.detach().to(torch.int64)])[-self.size:]
         self.masks = torch.cat([self.masks, m.detach()])[-self.size:]

@@ -86,8 +86,9 @@ def split_costs(model: BlockModel, input_shape: tuple[int, ...], cut: int) -> Sp
     check_cut(model, cut, "split.cut")
     client = flops_per_sample(model, input_shape, start=0, end=cut)
     server = flops_per_sample(model, input_shape, start=cut, end=None)
+    param = next(model.parameters(), None)
     with torch.no_grad():
-        a = model(torch.zeros(1, *input_shape), 0, cut)
+        a = model(torch.zeros(1, *input_shape, device=None if param is None else param.device), 0, cut)
     c_state, s_state = split_state(model.state_dict(), cut)
     return SplitCosts(
         cut=cut,
@@ -97,7 +98,7 @@ def split_costs(model: BlockModel, input_shape: tuple[int, ...], cut: int) -> Sp
         server_backward=server.backward,
         activation_bytes=activation_bytes(model, input_shape, cut, 1),
         activation_shape=tuple(int(s) for s in a.shape[1:]),
-        label_bytes=torch.zeros(1, dtype=torch.int64).element_size(),
+        label_bytes=torch.empty(0, dtype=torch.int64, device="cpu").element_size(),  # a size, never data
         client_model_bytes=state_bytes(c_state),
         server_model_bytes=state_bytes(s_state),
     )

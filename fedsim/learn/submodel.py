@@ -307,21 +307,28 @@ def _shapes(model: BlockModel | Mapping[str, torch.Tensor]) -> dict[str, tuple[t
 
 
 def _plan(groups: Mapping[str, WidthGroup], keep: Mapping[str, tuple[int, ...]],
-          shapes: Mapping[str, tuple[int, ...]]) -> dict[str, dict[int, torch.Tensor]]:
+          shapes: Mapping[str, tuple[int, ...]], device: torch.device | None = None
+          ) -> dict[str, dict[int, torch.Tensor]]:
     """key -> {dim: kept entry indices along dim}: each kept unit u of a group owns entries
-    [u*s, (u+1)*s) of a member's dim, s = shape[dim] // group size."""
+    [u*s, (u+1)*s) of a member's dim, s = shape[dim] // group size.  ``device``: where the indices meet
+    the state they slice (the CPU when None)."""
     plan: dict[str, dict[int, torch.Tensor]] = {}
     for g, idx in keep.items():
         grp = groups[g]
-        units = torch.as_tensor(idx, dtype=torch.int64)
+        units = torch.as_tensor(idx, dtype=torch.int64, device=device)
         for key, dim in grp.members:
             s = int(shapes[key][dim]) // grp.size
-            entries = (units[:, None] * s + torch.arange(s)[None, :]).reshape(-1)
+            entries = (units[:, None] * s + torch.arange(s, device=device)[None, :]).reshape(-1)
             dims = plan.setdefault(key, {})
             if dim in dims:
                 raise ValueError(f"width groups overlap: {key!r} dim {dim} is in two groups (one is {g!r})")
             dims[dim] = entries
     return plan
+
+
+def _device_of(state: Mapping[str, torch.Tensor]) -> torch.device | None:
+    """The device of a state's tensors (None for an empty state)."""
+    return next((v.device for v in state.values()), None)
 
 
 def _sliced_numel(shape: tuple[int, ...], dims: Mapping[int, torch.Tensor] | None) -> int:
@@ -340,7 +347,9 @@ def _grid(dims: Mapping[int, torch.Tensor], shape: tuple[int, ...]) -> tuple[tor
     """Broadcastable index tensors selecting the kept entries of a full tensor (same order as :func:`_slice`)."""
     out = []
     for d, n in enumerate(shape):
-        idx = dims.get(d, torch.arange(n))
+        idx = dims.get(d)
+        if idx is None:
+            idx = torch.arange(n, device=next(iter(dims.values())).device)
         view = [1] * len(shape)
         view[d] = -1
         out.append(idx.view(view))
@@ -393,7 +402,7 @@ def extract(model: BlockModel, state: Mapping[str, torch.Tensor], sub: SubModel)
     validate_submodel(model, sub, "submodel")
     groups = model.width_groups()
     shapes = {k: tuple(v.shape) for k, v in state.items()}
-    plan = _plan(groups, sub.keep, shapes)
+    plan = _plan(groups, sub.keep, shapes, _device_of(state))
     kept = sub.blocks_in("train", "frozen")
     blocks: list[nn.Module] = []
     for k, j in enumerate(kept):
@@ -436,7 +445,7 @@ def insert(global_state: Mapping[str, torch.Tensor], sub: SubModel,
     n_blocks = 1 + max((block_of(k) for k in global_state), default=-1)
     if n_blocks != sub.num_blocks:
         raise ValueError(f"the sub-model has {sub.num_blocks} block states, the state {n_blocks} blocks")
-    plan = _plan(groups, sub.keep, {k: tuple(v.shape) for k, v in global_state.items()})
+    plan = _plan(groups, sub.keep, {k: tuple(v.shape) for k, v in global_state.items()}, _device_of(global_state))
     local = {j: k for k, j in enumerate(sub.blocks_in("train", "frozen"))}
     tensors: dict[str, torch.Tensor] = {}
     mask: dict[str, torch.Tensor] = {}

@@ -258,7 +258,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     cfg.validate()
     loss_fn = loss_for(task) if loss_fn is None else loss_fn
     idx = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices,
-                          dtype=torch.int64)
+                          dtype=torch.int64, device=x.device)
     steps = num_steps(len(idx), cfg)
     schedule = batch_schedule(len(idx), steps, cfg.batch_size, generator)
 
@@ -280,7 +280,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
             if m.shape != p.shape:
                 raise ConfigError("grad_mask", f"mask for '{key}' has shape {tuple(m.shape)}, parameter has "
                                                f"{tuple(p.shape)}")
-            masks.append((p, m.to(dtype=p.dtype)))
+            masks.append((p, m.to(device=p.device, dtype=p.dtype)))
     hooked: list[tuple[str, nn.Parameter]] = []
     if objective is not None:
         names = {id(p): k for k, p in named.items()}
@@ -299,7 +299,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     samples = 0
     try:
         for step, pos in enumerate(schedule):
-            b = idx[pos]
+            b = idx[pos.to(idx.device)]  # positions are drawn on the CPU (the same batches on every device)
             opt.zero_grad(set_to_none=True)
             out = model(x[b])
             loss = loss_fn(out, y[b])
@@ -362,9 +362,9 @@ def static_bn_statistics(model: nn.Module, x: torch.Tensor | None, batch_size: i
         for m in layers:
             ref = m.weight if m.weight is not None else x
             m.track_running_stats, m.momentum = True, None
-            m.running_mean = torch.zeros(m.num_features, dtype=ref.dtype)
-            m.running_var = torch.ones(m.num_features, dtype=ref.dtype)
-            m.num_batches_tracked = torch.zeros((), dtype=torch.long)
+            m.running_mean = torch.zeros(m.num_features, dtype=ref.dtype, device=ref.device)
+            m.running_var = torch.ones(m.num_features, dtype=ref.dtype, device=ref.device)
+            m.num_batches_tracked = torch.zeros((), dtype=torch.long, device=ref.device)
         model.train()
         with torch.no_grad():
             for i in range(0, len(x), batch_size):
