@@ -660,14 +660,11 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
         check_label(spec.label, f"algorithm[{i}].label")
     prepared = preflight(scenario, allow_large=allow_large)
     out = prepare_run_dir(out, force=force)
-<<<<<<< HEAD
     if on_ready is not None:
         on_ready()
-=======
     if progress:
         for note in prepared.notes:
             print(f"fedsim: {note}", flush=True)
->>>>>>> device
     summaries = []
     several = len(scenario.algorithms) > 1
     for spec in scenario.algorithms:
