@@ -137,6 +137,9 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         self.models = simpy.Store(env)
         self.activation_counts = np.zeros(ctx.num_clients, dtype=np.int64)
         self.labels_seen = np.zeros(self.num_classes, dtype=bool)
+        self._all_seen = False  # every label seen: labels_seen needs no more updates
+        self._y_np = self.y_train.numpy()  # labels of a minibatch, read once per local iteration
+        self._h_activation = ctx.trace.kind("activation", ("client", "iteration", "samples", "server_step", "progress"))
         env.process(self._server_steps())
         env.process(self._aggregator())
         self.start_slots(cfg.concurrency)
@@ -171,15 +174,20 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         batches = self.schedule(c, task, steps, ctx.sgd.batch_size)
         opt = self.client_optimizer(wc) if self.training else None
         prior = self.log_prior(c) if (self.training and self.cfg.logit_adjust) else None
+        instant = timing.instant_downloads
+        y_np = self._y_np
         for e, idx in enumerate(batches):
             b = len(idx)
             x, y = (self.x_train[idx], self.y_train[idx]) if self.training else (None, None)
             a = self.computer.forward(opt.params, x) if opt is not None else None
             yield from timing.client_pass(c, "forward", b)
             yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            msg = _Activation(c, a, y, b, base_version * steps + e + 1, self.y_train[idx].numpy())
+            msg = _Activation(c, a, y, b, base_version * steps + e + 1, y_np[idx])
             grad = yield from self._receive(msg, prior, e)
-            yield from timing.download(c, timing.gradient_bytes(b))
+            if instant:
+                timing.instant_download(c, timing.gradient_bytes(b))
+            else:
+                yield from timing.download(c, timing.gradient_bytes(b))
             if opt is not None:
                 self.computer.client_step(opt, x, grad)
             yield from timing.client_pass(c, "backward", b)
@@ -200,9 +208,10 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             if self.gaussians is not None:
                 self.gaussians.update_batch(msg.a, msg.y, float(self.s_of_n(float(msg.progress))))
         self.activation_counts[msg.client] += 1
-        self.labels_seen[msg.labels] = True
-        ctx.trace.emit(env.now, "activation", client=msg.client, iteration=iteration, samples=msg.samples,
-                       server_step=self.server_steps, progress=msg.progress)
+        if not self._all_seen:
+            self.labels_seen[msg.labels] = True
+            self._all_seen = bool(self.labels_seen.all())
+        ctx.trace.put(self._h_activation, (env.now, msg.client, iteration, msg.samples, self.server_steps, msg.progress))
         yield self.activations.put(msg)
         return grad
 

@@ -98,6 +98,8 @@ def trace_path(run_dir: str | Path) -> Path:
 
 #: one compact encoder (``json.dumps`` builds a new one per call when given separators)
 _encode = json.JSONEncoder(separators=(",", ":")).encode
+#: a string as that encoder writes it (``ensure_ascii``)
+_encode_str = json.encoder.encode_basestring_ascii
 
 
 def _clean(value: Any) -> Any:
@@ -143,10 +145,76 @@ def _fragments(values: list[Any] | np.ndarray) -> list[str]:
     return [_fragment(v) for v in values]
 
 
+#: types a record keeps as they are until it is encoded (immutable, encoded exactly as their value)
+_SCALARS = frozenset((int, float, str, bool, type(None)))
+_NULL = "null"
+
+
+def _snapshot(value: Any) -> Any:
+    """A value as a waiting record keeps it: plain values as they are, anything else (lists, arrays,
+    numpy scalars) cleaned into plain values now, so that a later change by the caller does not show."""
+    return value if type(value) in _SCALARS else _clean(value)
+
+
+def _time_fragments(ts: Sequence[Any]) -> list[str]:
+    """JSON text of record times: ``float(t)`` as the encoder writes it (non-finite as NaN/Infinity)."""
+    if not _SCALARS_FLOAT.issuperset(map(type, ts)):
+        ts = list(map(float, ts))
+    total = sum(ts)
+    if total - total == 0.0:  # all finite (a nan or an infinity anywhere makes the sum non-finite)
+        return list(map(float.__repr__, ts))
+    return [float.__repr__(t) if t - t == 0.0 else _encode(t) for t in ts]
+
+
+_SCALARS_FLOAT = frozenset((float,))
+
+
+def _value_fragments(col: Sequence[Any]) -> list[str]:
+    """JSON text of one field of many records, as :func:`_fragment` writes each value; a column of one
+    plain type is mapped in one go."""
+    types = set(map(type, col))
+    if len(types) == 1:
+        tp = types.pop()
+        if tp is float:
+            total = sum(col)
+            if total - total == 0.0:  # all finite
+                return list(map(float.__repr__, col))
+        elif tp is int:
+            return list(map(int.__repr__, col))
+        elif tp is str:
+            return list(map(_encode_str, col))
+        elif tp is type(None):
+            return [_NULL] * len(col)
+    elif types == _INT_OR_NONE:
+        return [_NULL if v is None else int.__repr__(v) for v in col]
+    return list(map(_fragment, col))
+
+
+_INT_OR_NONE = {int, type(None)}
+
+
+def _encode_records(template: str, rows: list[tuple[Any, ...]]) -> list[str]:
+    """Lines of records of one schema (``rows`` of ``(t, v1, v2, ...)``) through the schema's template."""
+    width = template.count("%s")
+    if width == 1:
+        return [template % f for f in _time_fragments([r[0] for r in rows])]
+    cols = list(zip(*rows))
+    if len(cols) != width:
+        raise ValueError(f"a record has {len(rows[0])} values where its schema has {width} (t and its fields)")
+    frags = [_time_fragments(cols[0]), *map(_value_fragments, cols[1:])]
+    return list(map(template.__mod__, zip(*frags)))
+
+
 class Trace:
     """Append-only event log; ``emit`` is cheap, the file is flushed in batches.
 
     ``path`` None keeps the records in memory (tests); ``fmt`` picks the file format (module docstring).
+
+    Records wait in memory as tuples of values, one list per (kind, field names) schema, and are encoded
+    when flushed, a schema's column at a time (``float.__repr__`` mapped over a column of floats, and so
+    on), into the same bytes one JSON encoder call per record would write: the event loop pays for a
+    tuple and two appends per record, not for a JSON encoding.  Hot writers get a handle for their schema
+    once (:meth:`kind`) and pass values by position (:meth:`put`); :meth:`emit` takes keywords.
     """
 
     def __init__(self, path: str | Path | None, flush_every: int = 256, fmt: TraceFormat = "jsonl") -> None:
@@ -155,9 +223,15 @@ class Trace:
         self.path = Path(path) if path is not None else None
         self.fmt = fmt
         self.flush_every = max(1, int(flush_every))
-        self._buffer: list[str] = []
         self._fh: IO[Any] | None = None
         self._schemas: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._keys: list[tuple[str, tuple[str, ...]]] = []  # schema id -> (kind, fields)
+        self._templates: list[str] = []  # schema id -> %-template of one line
+        self._pending: list[list[tuple[Any, ...]]] = []  # schema id -> records waiting, (t, v1, v2, ...)
+        self._lines: list[str] = []  # lines already encoded (schema lines, column writes), in order
+        self._order: list[int] = []  # the schema id of each waiting line in order (-1: from ``_lines``)
+        self._handles: list[tuple[str, tuple[str, ...]]] = []  # handle -> (kind, fields)
+        self._handle_sid: list[int] = []  # handle -> schema id, -1 until its first record
         self.count = 0
         self.records: list[dict[str, Any]] | None = None  # kept in memory only when there is no file
         if self.path is not None:
@@ -165,33 +239,82 @@ class Trace:
             self._fh = open(self.path, "wb" if fmt == "compact" else "w", **({} if fmt == "compact" else {"encoding": "utf-8"}))
         else:
             self.records = []
+            self.put = self._put_record  # type: ignore[method-assign]
 
     def emit(self, t: float, kind: str, **fields: Any) -> None:
         """Record one event at virtual time ``t``."""
-        record = {"t": float(t), "kind": kind}
-        for k, v in fields.items():
-            # plain values and finite floats (v - v == 0 fails for nan and ±inf) as they are
-            record[k] = v if type(v) in _PLAIN or (type(v) is float and v - v == 0.0) else _clean(v)
         self.count += 1
         if self.records is not None:
+            record = {"t": float(t), "kind": kind}
+            for k, v in fields.items():
+                # plain values and finite floats (v - v == 0 fails for nan and ±inf) as they are
+                record[k] = v if type(v) in _PLAIN or (type(v) is float and v - v == 0.0) else _clean(v)
             self.records.append(record)
             return
-        if self.fmt == "compact":
-            key = (kind, tuple(fields))
-            sid = self._schemas.get(key)
-            if sid is None:
-                sid = self._new_schema(key)
-            del record["kind"]
-            self._buffer.append(_encode([sid, *record.values()]))
-        else:
-            self._buffer.append(_encode(record))
-        if len(self._buffer) >= self.flush_every:
+        key = (kind, tuple(fields))
+        sid = self._schemas.get(key)
+        if sid is None:
+            sid = self._new_schema(key)
+        values = fields.values()
+        if _SCALARS.issuperset(map(type, values)):
+            self._pending[sid].append((t, *values))
+        else:  # lists, arrays, numpy scalars: copied as plain values now (the caller may change them later)
+            self._pending[sid].append((t, *map(_snapshot, values)))
+        order = self._order
+        order.append(sid)
+        if len(order) >= self.flush_every:
             self.flush()
 
+    def kind(self, kind: str, fields: Sequence[str]) -> int:
+        """A handle for records of ``kind`` with these fields, in this order, written by :meth:`put`.
+
+        The schema gets its number (and, in the compact format, its line) at its first record, as with
+        :meth:`emit`, so taking a handle writes nothing."""
+        self._handles.append((kind, tuple(fields)))
+        self._handle_sid.append(-1)
+        return len(self._handles) - 1
+
+    def put(self, handle: int, values: tuple[Any, ...]) -> None:
+        """Record one event of a :meth:`kind` handle: ``values`` is ``(t, v1, v2, ...)``, the time and then
+        each field in the handle's order.  The same record as ``emit(t, kind, **fields)``, for less: no
+        keywords, and the values are stored as given, so they must be plain (int, float, str, bool, None)
+        or not changed afterwards."""
+        sid = self._handle_sid[handle]
+        if sid < 0:
+            sid = self._bind(handle)
+        self._pending[sid].append(values)
+        order = self._order
+        order.append(sid)
+        self.count += 1
+        if len(order) >= self.flush_every:
+            self.flush()
+
+    def _put_record(self, handle: int, values: tuple[Any, ...]) -> None:
+        """:meth:`put` of an in-memory trace: the record as :meth:`emit` keeps it."""
+        kind, names = self._handles[handle]
+        self.emit(values[0], kind, **dict(zip(names, values[1:])))
+
+    def _bind(self, handle: int) -> int:
+        key = self._handles[handle]
+        sid = self._schemas.get(key)
+        if sid is None:
+            sid = self._new_schema(key)
+        self._handle_sid[handle] = sid
+        return sid
+
     def _new_schema(self, key: tuple[str, tuple[str, ...]]) -> int:
-        """Number a new (kind, fields) schema of the compact format and write its line."""
+        """Number a new (kind, fields) schema (and write its line, in the compact format)."""
         sid = self._schemas[key] = len(self._schemas)
-        self._buffer.append(json.dumps({"schema": sid, "kind": key[0], "fields": list(key[1])}, separators=(",", ":")))
+        self._keys.append(key)
+        self._pending.append([])
+        kind, names = key
+        if self.fmt == "compact":
+            self._lines.append(json.dumps({"schema": sid, "kind": kind, "fields": list(names)}, separators=(",", ":")))
+            self._order.append(-1)
+            self._templates.append("[" + str(sid) + ",%s" * (len(names) + 1) + "]")
+        else:
+            self._templates.append('{"t":%s,"kind":' + _encode(kind).replace("%", "%%")
+                                   + "".join("," + _encode(k).replace("%", "%%") + ":%s" for k in names) + "}")
         return sid
 
     def write_columns(self, parts: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]],
@@ -261,7 +384,7 @@ class Trace:
             self.records.extend(encoded)
             self.count += len(encoded)
             return
-        buf = self._buffer
+        lines, order = self._lines, self._order
         for i, line in enumerate(encoded):
             if keys is not None:
                 key = keys[i]
@@ -269,20 +392,35 @@ class Trace:
                 if sid is None:
                     sid = self._new_schema(key)
                 line = f"[{sid}{line}"
-            buf.append(line)
-            if len(buf) >= self.flush_every:
+            lines.append(line)
+            order.append(-1)
+            if len(order) >= self.flush_every:
                 self.flush()
         self.count += len(encoded)
 
+    def _encoded(self) -> list[str]:
+        """The waiting lines, encoded, in the order they were recorded (and forgotten here)."""
+        sources: list[Iterator[str]] = []
+        for sid, rows in enumerate(self._pending):
+            if rows:
+                sources.append(iter(_encode_records(self._templates[sid], rows)))
+                self._pending[sid] = []
+            else:
+                sources.append(iter(()))
+        sources.append(iter(self._lines))  # index -1: the lines encoded already
+        out = list(map(next, map(sources.__getitem__, self._order)))
+        self._lines.clear()  # in place: writers hold these lists
+        self._order.clear()
+        return out
+
     def flush(self) -> None:
-        if self._fh is not None and self._buffer:
-            text = "\n".join(self._buffer) + "\n"
+        if self._fh is not None and self._order:
+            text = "\n".join(self._encoded()) + "\n"
             if self.fmt == "compact":
                 self._fh.write(gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0))
             else:
                 self._fh.write(text)
             self._fh.flush()
-            self._buffer.clear()
 
     def close(self) -> None:
         self.flush()
