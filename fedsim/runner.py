@@ -168,7 +168,7 @@ def run_variant(
     for name in TRACE_FILES.values():
         (out / name).unlink(missing_ok=True)  # a trace of an earlier run in another format
     fmt = scenario.output.trace_format
-    trace = Trace(out / TRACE_FILES[fmt], flush_every=scenario.output.flush_every, fmt=fmt)
+    trace = Trace(out / TRACE_FILES[fmt], flush_every=scenario.output.flush_every, fmt=fmt, background=True)
     bar = _Progress(scenario, spec.label, progress)
     status, message = "ok", ""
     failure: BaseException | None = None

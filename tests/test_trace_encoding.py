@@ -71,18 +71,21 @@ def _events(n: int, seed: int):
         typed = rng.random() < 0.5  # a column of one type (the mapped path) or anything
         pool = values[:4] if typed and kind == "compute" else values
         fields = {k: rng.choice(pool) for k in names}
-        if kind == "upload" and typed:
-            fields = {"client": rng.randrange(10), "bytes": rng.randrange(10 ** 9), "rate_bps": rng.random() * 1e7}
+        if kind == "upload" and typed:  # columns of floats only: each distinct value written once a flush
+            fields = {"client": rng.randrange(10), "bytes": rng.randrange(10 ** 9),
+                      "rate_bps": rng.choice([rng.random() * 1e7, 0.0, 0.0, -0.0 if rng.random() < 0.1 else 0.5, t])}
         t = t if rng.random() < 0.2 else t + rng.random()  # the first records at int time 0
         yield t, kind, fields
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "compact"])
 @pytest.mark.parametrize("flush_every", [1, 3, 64, 10_000])
-def test_emit_writes_the_bytes_of_one_encoding_per_record(tmp_path, fmt, flush_every):
-    events = list(_events(600, seed=flush_every))
+@pytest.mark.parametrize("background", [False, True])
+def test_emit_writes_the_bytes_of_one_encoding_per_record(tmp_path, fmt, flush_every, background):
+    """Also with the background writer (the runner's), and past the size where floats go through numpy."""
+    events = list(_events(600 if flush_every < 64 else 3000, seed=flush_every))
     path = tmp_path / f"trace.{fmt}"
-    tr = Trace(path, flush_every=flush_every, fmt=fmt)
+    tr = Trace(path, flush_every=flush_every, fmt=fmt, background=background)
     for t, kind, fields in events:
         tr.emit(t, kind, **fields)
     tr.close()
@@ -116,3 +119,24 @@ def test_in_memory_put_keeps_the_records_emit_keeps():
     a.put(h, (0, 3, np.float64(1e9)))
     b.emit(0, "compute", client=3, flops=np.float64(1e9))
     assert a.records == b.records == [{"t": 0.0, "kind": "compute", "client": 3, "flops": 1e9}]
+
+
+@pytest.mark.parametrize("negative_zero", [False, True])
+def test_repeated_floats_are_written_as_each_record_would_be(tmp_path, negative_zero):
+    """A flush writes each distinct float once (numpy numbers them): times shared by consecutive records,
+    constants, per-client values, zeros, tiny and huge values; -0.0 somewhere keeps its sign."""
+    rng = random.Random(1)
+    rates = [rng.random() * 1e7 for _ in range(7)]
+    events, now = [], 0.0
+    for i in range(5000):
+        start, now = now, now + rng.choice([0.0, rng.random(), 1e-300, 5e-324])
+        c = i % 7
+        wait = -0.0 if negative_zero and i == 4321 else 0.0
+        events.append((now, "upload", {"client": c, "start": start, "end": now, "wait": wait, "rate_bps": rates[c],
+                                       "big": 1e300 * (i % 3), "flops": 1234.5}))
+    path = tmp_path / "trace.gz"
+    tr = Trace(path, flush_every=4096, fmt="compact")
+    for t, kind, fields in events:
+        tr.emit(t, kind, **fields)
+    tr.close()
+    assert path.read_bytes() == _reference(events, "compact", 4096)

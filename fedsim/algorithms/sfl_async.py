@@ -140,6 +140,8 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         self._all_seen = False  # every label seen: labels_seen needs no more updates
         self._y_np = self.y_train.numpy()  # labels of a minibatch, read once per local iteration
         self._h_activation = ctx.trace.kind("activation", ("client", "iteration", "samples", "server_step", "progress"))
+        self._h_step = ctx.trace.kind("server_step", ("step", "version", "n_real", "n_generated", "clients", "label_counts",
+                                                      "shrink_factor", "tv_real", "tv_union"))
         env.process(self._server_steps())
         env.process(self._aggregator())
         self.start_slots(cfg.concurrency)
@@ -232,7 +234,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             n_real = int(labels.size)
             if gen is not None:
                 n_gen = gen.n_generated if cfg.generate else 0
-            elif cfg.generate and self.labels_seen.all():  # systems-only: the top-up count needs no tensors
+            elif cfg.generate and self._all_seen:  # systems-only: the top-up count needs no tensors
                 n_gen = int(np.maximum(self.target - counts, 0).sum())
             else:
                 n_gen = 0
@@ -253,10 +255,9 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
                 self.server.step(grads)
             self.server_steps = step
             union = counts + np.maximum(self.target - counts, 0) * (n_gen > 0)
-            ctx.trace.emit(env.now, "server_step", step=step, version=ctx.version, n_real=n_real, n_generated=n_gen,
-                           clients=[m.client for m in msgs], label_counts=counts.tolist(),
-                           shrink_factor=lemma1_shrink_factor(n_real, n_gen), tv_real=_tv(counts, self.prior),
-                           tv_union=_tv(union, self.prior))
+            ctx.trace.put(self._h_step, (env.now, step, ctx.version, n_real, n_gen, [m.client for m in msgs],
+                                         counts.tolist(), lemma1_shrink_factor(n_real, n_gen), _tv(counts, self.prior),
+                                         _tv(union, self.prior)))
 
     def _measure(self, step: int, a_real: torch.Tensor, y_real: torch.Tensor, a_gen: torch.Tensor | None,
                  y_gen: torch.Tensor | None) -> None:
