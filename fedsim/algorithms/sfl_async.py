@@ -138,6 +138,11 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         self.models = simpy.Store(env)
         self.activation_counts = np.zeros(ctx.num_clients, dtype=np.int64)
         self.labels_seen = np.zeros(self.num_classes, dtype=bool)
+        self._all_seen = False  # every label seen: labels_seen needs no more updates
+        self._y_np = self.y_train.cpu().numpy()  # labels of a minibatch, read once per local iteration
+        self._h_activation = ctx.trace.kind("activation", ("client", "iteration", "samples", "server_step", "progress"))
+        self._h_step = ctx.trace.kind("server_step", ("step", "version", "n_real", "n_generated", "clients", "label_counts",
+                                                      "shrink_factor", "tv_real", "tv_union"))
         env.process(self._server_steps())
         env.process(self._aggregator())
         self.start_slots(cfg.concurrency)
@@ -172,15 +177,20 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         batches = self.schedule(c, task, steps, ctx.sgd.batch_size)
         opt = self.client_optimizer(wc) if self.training else None
         prior = self.log_prior(c) if (self.training and self.cfg.logit_adjust) else None
+        instant = timing.instant_downloads
+        y_np = self._y_np
         for e, idx in enumerate(batches):
             b = len(idx)
             x, y = (self.x_train[idx], self.y_train[idx]) if self.training else (None, None)
             a = self.computer.forward(opt.params, x) if opt is not None else None
             yield from timing.client_pass(c, "forward", b)
             yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            msg = _Activation(c, a, y, b, base_version * steps + e + 1, self.y_train[idx].cpu().numpy())
+            msg = _Activation(c, a, y, b, base_version * steps + e + 1, y_np[idx])
             grad = yield from self._receive(msg, prior, e)
-            yield from timing.download(c, timing.gradient_bytes(b))
+            if instant:
+                timing.instant_download(c, timing.gradient_bytes(b))
+            else:
+                yield from timing.download(c, timing.gradient_bytes(b))
             if opt is not None:
                 self.computer.client_step(opt, x, grad)
             yield from timing.client_pass(c, "backward", b)
@@ -201,9 +211,10 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             if self.gaussians is not None:
                 self.gaussians.update_batch(msg.a, msg.y, float(self.s_of_n(float(msg.progress))))
         self.activation_counts[msg.client] += 1
-        self.labels_seen[msg.labels] = True
-        ctx.trace.emit(env.now, "activation", client=msg.client, iteration=iteration, samples=msg.samples,
-                       server_step=self.server_steps, progress=msg.progress)
+        if not self._all_seen:
+            self.labels_seen[msg.labels] = True
+            self._all_seen = bool(self.labels_seen.all())
+        ctx.trace.put(self._h_activation, (env.now, msg.client, iteration, msg.samples, self.server_steps, msg.progress))
         yield self.activations.put(msg)
         return grad
 
@@ -224,7 +235,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             n_real = int(labels.size)
             if gen is not None:
                 n_gen = gen.n_generated if cfg.generate else 0
-            elif cfg.generate and self.labels_seen.all():  # systems-only: the top-up count needs no tensors
+            elif cfg.generate and self._all_seen:  # systems-only: the top-up count needs no tensors
                 n_gen = int(np.maximum(self.target - counts, 0).sum())
             else:
                 n_gen = 0
@@ -245,10 +256,9 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
                 self.server.step(grads)
             self.server_steps = step
             union = counts + np.maximum(self.target - counts, 0) * (n_gen > 0)
-            ctx.trace.emit(env.now, "server_step", step=step, version=ctx.version, n_real=n_real, n_generated=n_gen,
-                           clients=[m.client for m in msgs], label_counts=counts.tolist(),
-                           shrink_factor=lemma1_shrink_factor(n_real, n_gen), tv_real=_tv(counts, self.prior),
-                           tv_union=_tv(union, self.prior))
+            ctx.trace.put(self._h_step, (env.now, step, ctx.version, n_real, n_gen, [m.client for m in msgs],
+                                         counts.tolist(), lemma1_shrink_factor(n_real, n_gen), _tv(counts, self.prior),
+                                         _tv(union, self.prior)))
 
     def _measure(self, step: int, a_real: torch.Tensor, y_real: torch.Tensor, a_gen: torch.Tensor | None,
                  y_gen: torch.Tensor | None) -> None:

@@ -14,6 +14,7 @@ comes from an offline dataset); no model is trained then, so the cut refers to t
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from dataclasses import dataclass, field
@@ -127,7 +128,14 @@ class SplitAlgorithm(Algorithm):
         """Dataset indices of each minibatch of one participation (the client's stream for this task)."""
         gen = self.ctx.streams.torch("client", client, "task", task)
         part = self.ctx.parts[client]
-        return [part[pos.numpy()] for pos in batch_schedule(len(part), steps, batch, gen)]
+        positions = batch_schedule(len(part), steps, batch, gen)
+        if not positions:
+            return []
+        # one index for the whole participation, then a view per minibatch (not one tensor → numpy
+        # conversion and one gather per minibatch)
+        flat = part[torch.cat(positions).numpy()]
+        ends = list(itertools.accumulate(p.shape[0] for p in positions))
+        return [flat[a:b] for a, b in zip([0, *ends[:-1]], ends)]
 
     def client_optimizer(self, state: dict[str, torch.Tensor]) -> SideOptimizer:
         """A participation's own optimizer: momentum is local to one participation (as in local SGD).

@@ -48,18 +48,27 @@ class TimingConfig:
 
 
 class SplitTiming:
-    """The SimPy processes one split-learning algorithm uses for time (compute, transfer, server)."""
+    """The SimPy processes one split-learning algorithm uses for time (compute, transfer, server).
+
+    Each step is a generator for ``yield from``; where a step is the world's own (an upload, a served
+    request) the world's generator is handed back as it is, one generator fewer per step, and the
+    records written by position (:meth:`Trace.put`), since split learning writes several per minibatch."""
 
     def __init__(self, ctx: "Context", cfg: TimingConfig, costs: SplitCosts) -> None:
         self.ctx = ctx
         self.cfg = cfg
         self.costs = costs
         self.gas_code = cfg.convention == "gas-code"
+        #: downloads take no time (gas-code): :meth:`instant_download` records one without a generator
+        self.instant_downloads = self.gas_code
         self.speeds: list[float] | None = None
         if cfg.client_flops_per_s is not None:
             require(len(cfg.client_flops_per_s) == ctx.num_clients, "algorithm.timing.client_flops_per_s",
                     f"needs one speed per client ({ctx.num_clients}), got {len(cfg.client_flops_per_s)}")
             self.speeds = [float(f) for f in cfg.client_flops_per_s]
+        self.env, self.world, self.trace = ctx.env, ctx.world, ctx.trace
+        self._h_compute = self.trace.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what"))
+        self._h_download = self.trace.kind("download", ("client", "start", "end", "bytes", "wait", "version"))
 
     # ---------------------------------------------------------------------------------- sizes
     def activation_upload_bytes(self, batch: int) -> int:
@@ -82,36 +91,46 @@ class SplitTiming:
             samples = batch
         what = f"sfl-{direction}"
         if self.speeds is None:
-            return (yield from self.ctx.world.compute(client, flops, what=what, steps=1, samples=samples))
-        env = self.ctx.env
+            return self.world.compute(client, flops, what=what, steps=1, samples=samples)
+        return self._pinned_pass(client, flops, what)
+
+    def _pinned_pass(self, client: int, flops: float, what: str) -> Generator[Any, Any, float]:
+        """A client pass at the client's pinned speed (``client_flops_per_s``)."""
+        env = self.env
         start = env.now
-        dt = flops / self.speeds[client]
+        dt = flops / self.speeds[client]  # type: ignore[index]
         yield env.timeout(dt)
-        self.ctx.world.busy_s[client] += dt
-        self.ctx.trace.emit(env.now, "compute", client=client, start=start, end=env.now, wait=0.0, flops=float(flops),
-                            steps=1, what=what)
+        self.world.busy_s[client] += dt
+        now = env.now
+        self.trace.put(self._h_compute, (now, client, start, now, 0.0, float(flops), 1, what))
         return dt
 
     def upload(self, client: int, nbytes: int, what: str) -> Generator[Any, Any, float]:
-        return (yield from self.ctx.world.upload(client, nbytes, what=what))
+        return self.world.upload(client, nbytes, what=what)
 
     def download(self, client: int, nbytes: int, *, version: int | None = None) -> Generator[Any, Any, float]:
         """Server → client transfer; instantaneous (bytes still counted and recorded) under gas-code."""
         if not self.gas_code:
-            return (yield from self.ctx.world.download(client, nbytes, version=version))
-        env = self.ctx.env
-        self.ctx.world.bytes_down += int(nbytes)
-        self.ctx.trace.emit(env.now, "download", client=client, start=env.now, end=env.now, bytes=int(nbytes),
-                            wait=0.0, version=version)
+            return self.world.download(client, nbytes, version=version)
+        return self._instant(client, nbytes, version)
+
+    def _instant(self, client: int, nbytes: int, version: int | None) -> Generator[Any, Any, float]:
+        self.instant_download(client, nbytes, version)
         return 0.0
         yield  # pragma: no cover - makes this a generator
 
+    def instant_download(self, client: int, nbytes: int, version: int | None = None) -> None:
+        """A gas-code download, which takes no time: counted and recorded now (no generator needed)."""
+        self.world.bytes_down += int(nbytes)
+        now = self.env.now
+        self.trace.put(self._h_download, (now, client, now, now, int(nbytes), 0.0, version))
+
     def serve(self, client: int | None, flops: float, what: str) -> Generator[Any, Any, Any]:
         """Queue for a server worker, then hold it for the time ``flops`` take (zero under gas-code)."""
-        world = self.ctx.world
+        world = self.world
         service = 0.0 if self.gas_code else world.server_compute_time(flops)
-        return (yield from world.serve(client, service, what=what))
+        return world.serve(client, service, what=what)
 
     def aggregate(self, n_models: int, model_bytes: int) -> Generator[Any, Any, Any]:
         """Server work to average ``n_models`` client models (2 FLOPs per float32 parameter per model)."""
-        return (yield from self.serve(None, 2.0 * (model_bytes / 4.0) * max(1, n_models), "aggregate"))
+        return self.serve(None, 2.0 * (model_bytes / 4.0) * max(1, n_models), "aggregate")

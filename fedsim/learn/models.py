@@ -609,7 +609,8 @@ def user_model(factory: Callable[..., Any], ref: str, input_shape: tuple[int, ..
     model.arch = (ref, tuple(input_shape), int(num_classes), frozen, 0, model.num_blocks())
     try:
         with torch.no_grad():
-            out = model.eval()(torch.zeros((2, *input_shape), device="cpu"))  # models are built on the CPU, then moved
+            dev = next((t.device for t in model.parameters()), torch.device("cpu"))  # the CPU, or meta while probing
+            out = model.eval()(torch.zeros((2, *input_shape), device=dev))
     except Exception as exc:  # noqa: BLE001 - the user's module: one line
         raise ConfigError("model.name", f"{ref!r} does not run on inputs of shape {tuple(input_shape)}: "
                           f"{type(exc).__name__}: {exc}") from None

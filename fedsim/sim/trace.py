@@ -28,9 +28,11 @@ records one at a time, so readers need not hold a whole trace in memory.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import math
 from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Literal, Mapping, Sequence
 
@@ -98,6 +100,8 @@ def trace_path(run_dir: str | Path) -> Path:
 
 #: one compact encoder (``json.dumps`` builds a new one per call when given separators)
 _encode = json.JSONEncoder(separators=(",", ":")).encode
+#: a string as that encoder writes it (``ensure_ascii``)
+_encode_str = json.encoder.encode_basestring_ascii
 
 
 def _clean(value: Any) -> Any:
@@ -143,55 +147,246 @@ def _fragments(values: list[Any] | np.ndarray) -> list[str]:
     return [_fragment(v) for v in values]
 
 
+#: types a record keeps as they are until it is encoded (immutable, encoded exactly as their value)
+_SCALARS = frozenset((int, float, str, bool, type(None)))
+_NULL = "null"
+
+
+def _snapshot(value: Any) -> Any:
+    """A value as a waiting record keeps it: plain values as they are, anything else (lists, arrays,
+    numpy scalars) cleaned into plain values now, so that a later change by the caller does not show."""
+    return value if type(value) in _SCALARS else _clean(value)
+
+
+def _float_texts(cols: list[Sequence[float]]) -> list[list[str]]:
+    """``float.__repr__`` of each value of columns of finite floats, each distinct value written once.
+
+    A flush's records repeat most of their floats (an interval ends at the next one's start, ``end`` is
+    ``t``, a client's rate and flops stay the same), and a float's shortest repr costs far more than
+    finding its duplicates: the columns are laid end to end in numpy, ``np.unique`` numbers the distinct
+    values, and only those are written.  -0.0 (equal to 0.0, but written "-0.0") is never merged."""
+    total = sum(map(len, cols))
+    if total < 256:  # too few for numpy to pay off
+        return [list(map(float.__repr__, c)) for c in cols]
+    values = np.fromiter(itertools.chain.from_iterable(cols), np.float64, total)
+    if np.signbit(values[values == 0.0]).any():
+        return [list(map(float.__repr__, c)) for c in cols]
+    distinct, inverse = np.unique(values, return_inverse=True)
+    texts = np.array(list(map(float.__repr__, distinct.tolist())), dtype=object)[inverse.reshape(-1)]
+    out, start = [], 0
+    for c in cols:
+        out.append(texts[start:start + len(c)].tolist())
+        start += len(c)
+    return out
+
+
+_FLOAT_ONLY = frozenset((float,))
+
+
+def _value_fragments(col: Sequence[Any]) -> list[str]:
+    """JSON text of one field of many records, as :func:`_fragment` writes each value; a column of one
+    plain type is mapped in one go (finite floats are written by :func:`_float_texts`)."""
+    types = set(map(type, col))
+    if len(types) == 1:
+        tp = types.pop()
+        if tp is int:
+            return list(map(int.__repr__, col))
+        if tp is str:
+            return list(map(_encode_str, col))
+        if tp is type(None):
+            return [_NULL] * len(col)
+        if tp is list:
+            return list(map(_list_fragment, col))
+    elif types == _INT_OR_NONE:
+        return [_NULL if v is None else int.__repr__(v) for v in col]
+    return list(map(_fragment, col))
+
+
+_INT_OR_NONE = {int, type(None)}
+_INT_ONLY = frozenset((int,))
+
+
+def _list_fragment(v: list[Any]) -> str:
+    """JSON text of a list, as :func:`_fragment` writes it; a list of ints without the encoder."""
+    if _INT_ONLY.issuperset(map(type, v)):
+        return "[" + ",".join(map(int.__repr__, v)) + "]"
+    return _fragment(v)
+
+
+def _finite_floats(col: Sequence[Any]) -> bool:
+    """Whether a column holds only floats (not a subclass), all finite."""
+    if not _FLOAT_ONLY.issuperset(map(type, col)):
+        return False
+    total = sum(col)
+    return total - total == 0.0  # a nan or an infinity anywhere makes the sum non-finite
+
+
+def _encode_pending(templates: list[str], pending: list[list[tuple[Any, ...]]], compact: bool
+                    ) -> list[list[str] | None]:
+    """The lines of the records waiting per schema (``pending[sid]``: rows ``(t, v1, v2, ...)``), encoded
+    column by column through the schema's ``%``-template (None where a schema has none waiting)."""
+    frags: list[list[Any] | None] = []
+    floats: list[Sequence[float]] = []  # the flush's columns of finite floats, written together
+    where: list[tuple[list[Any], int]] = []
+    for sid, rows in enumerate(pending):
+        if not rows:
+            frags.append(None)
+            continue
+        width = templates[sid].count("%s")
+        cols = list(zip(*rows))
+        if len(cols) != width:
+            raise ValueError(f"a record has {len(rows[0])} values where its schema has {width} (t and its fields)")
+        out: list[Any] = [None] * width
+        times = cols[0] if _FLOAT_ONLY.issuperset(map(type, cols[0])) else tuple(map(float, cols[0]))
+        for j, col in enumerate(cols):
+            if j == 0:
+                col = times
+            if _finite_floats(col):
+                floats.append(col)
+                where.append((out, j))
+            elif j == 0:  # non-finite times as the encoder writes a float (NaN, Infinity)
+                out[j] = [float.__repr__(t) if t - t == 0.0 else _encode(t) for t in col]
+            else:
+                out[j] = _value_fragments(col)
+        frags.append(out)
+    for (out, j), texts in zip(where, _float_texts(floats)):
+        out[j] = texts
+    return [None if f is None else _lines(templates[sid], f, compact) for sid, f in enumerate(frags)]
+
+
+def _lines(template: str, frags: list[list[str]], compact: bool) -> list[str]:
+    """Fill a schema's template with the text of each record's values (``frags``: one list per column).
+
+    A compact record (template ``[sid,%s,...,%s]``) is its values joined by commas after ``[sid`` and
+    closed by ``]``, which ``str.join`` does in less time than ``%``-formatting; jsonl interleaves keys,
+    so its template is filled."""
+    if compact:
+        n = len(frags[0])
+        last = list(map(str.__add__, frags[-1], itertools.repeat("]", n)))
+        head = template[: template.index(",")]  # "[sid"
+        return list(map(",".join, zip(itertools.repeat(head, n), *frags[:-1], last)))
+    return list(map(template.__mod__, zip(*frags)))
+
+
 class Trace:
     """Append-only event log; ``emit`` is cheap, the file is flushed in batches.
 
     ``path`` None keeps the records in memory (tests); ``fmt`` picks the file format (module docstring).
+
+    Records wait in memory as tuples of values, one list per (kind, field names) schema, and are encoded
+    when flushed, a schema's column at a time (``float.__repr__`` mapped over a column of floats, and so
+    on), into the same bytes one JSON encoder call per record would write: the event loop pays for a
+    tuple and two appends per record, not for a JSON encoding.  Hot writers get a handle for their schema
+    once (:meth:`kind`) and pass values by position (:meth:`put`); :meth:`emit` takes keywords.
+
+    ``background``: blocks are compressed and written by a writer thread (zlib and file writes release
+    the GIL, so on a machine with a second core they cost the event loop nothing); the file holds the
+    same bytes, a block lands a moment after its flush, and :meth:`flush` and :meth:`close` wait for it.
     """
 
-    def __init__(self, path: str | Path | None, flush_every: int = 256, fmt: TraceFormat = "jsonl") -> None:
+    def __init__(self, path: str | Path | None, flush_every: int = 256, fmt: TraceFormat = "jsonl",
+                 background: bool = False) -> None:
         if fmt not in TRACE_FILES:
             raise ValueError(f"unknown trace format {fmt!r} (allowed: {', '.join(TRACE_FILES)})")
         self.path = Path(path) if path is not None else None
         self.fmt = fmt
         self.flush_every = max(1, int(flush_every))
-        self._buffer: list[str] = []
         self._fh: IO[Any] | None = None
         self._schemas: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._keys: list[tuple[str, tuple[str, ...]]] = []  # schema id -> (kind, fields)
+        self._templates: list[str] = []  # schema id -> %-template of one line
+        self._pending: list[list[tuple[Any, ...]]] = []  # schema id -> records waiting, (t, v1, v2, ...)
+        self._lines: list[str] = []  # lines already encoded (schema lines, column writes), in order
+        self._order: list[int] = []  # the schema id of each waiting line in order (-1: from ``_lines``)
+        self._handles: list[tuple[str, tuple[str, ...]]] = []  # handle -> (kind, fields)
+        self._handle_sid: list[int] = []  # handle -> schema id, -1 until its first record
         self.count = 0
         self.records: list[dict[str, Any]] | None = None  # kept in memory only when there is no file
+        self._writer: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None
+        if self.path is not None and background:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedsim-trace")
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "wb" if fmt == "compact" else "w", **({} if fmt == "compact" else {"encoding": "utf-8"}))
         else:
             self.records = []
+            self.put = self._put_record  # type: ignore[method-assign]
 
     def emit(self, t: float, kind: str, **fields: Any) -> None:
         """Record one event at virtual time ``t``."""
-        record = {"t": float(t), "kind": kind}
-        for k, v in fields.items():
-            # plain values and finite floats (v - v == 0 fails for nan and ±inf) as they are
-            record[k] = v if type(v) in _PLAIN or (type(v) is float and v - v == 0.0) else _clean(v)
         self.count += 1
         if self.records is not None:
+            record = {"t": float(t), "kind": kind}
+            for k, v in fields.items():
+                # plain values and finite floats (v - v == 0 fails for nan and ±inf) as they are
+                record[k] = v if type(v) in _PLAIN or (type(v) is float and v - v == 0.0) else _clean(v)
             self.records.append(record)
             return
-        if self.fmt == "compact":
-            key = (kind, tuple(fields))
-            sid = self._schemas.get(key)
-            if sid is None:
-                sid = self._new_schema(key)
-            del record["kind"]
-            self._buffer.append(_encode([sid, *record.values()]))
-        else:
-            self._buffer.append(_encode(record))
-        if len(self._buffer) >= self.flush_every:
-            self.flush()
+        key = (kind, tuple(fields))
+        sid = self._schemas.get(key)
+        if sid is None:
+            sid = self._new_schema(key)
+        values = fields.values()
+        if _SCALARS.issuperset(map(type, values)):
+            self._pending[sid].append((t, *values))
+        else:  # lists, arrays, numpy scalars: copied as plain values now (the caller may change them later)
+            self._pending[sid].append((t, *map(_snapshot, values)))
+        order = self._order
+        order.append(sid)
+        if len(order) >= self.flush_every:
+            self._flush_block()
+
+    def kind(self, kind: str, fields: Sequence[str]) -> int:
+        """A handle for records of ``kind`` with these fields, in this order, written by :meth:`put`.
+
+        The schema gets its number (and, in the compact format, its line) at its first record, as with
+        :meth:`emit`, so taking a handle writes nothing."""
+        self._handles.append((kind, tuple(fields)))
+        self._handle_sid.append(-1)
+        return len(self._handles) - 1
+
+    def put(self, handle: int, values: tuple[Any, ...]) -> None:
+        """Record one event of a :meth:`kind` handle: ``values`` is ``(t, v1, v2, ...)``, the time and then
+        each field in the handle's order.  The same record as ``emit(t, kind, **fields)``, for less: no
+        keywords, and the values are stored as given, so they must be plain (int, float, str, bool, None)
+        or not changed afterwards."""
+        sid = self._handle_sid[handle]
+        if sid < 0:
+            sid = self._bind(handle)
+        self._pending[sid].append(values)
+        order = self._order
+        order.append(sid)
+        self.count += 1
+        if len(order) >= self.flush_every:
+            self._flush_block()
+
+    def _put_record(self, handle: int, values: tuple[Any, ...]) -> None:
+        """:meth:`put` of an in-memory trace: the record as :meth:`emit` keeps it."""
+        kind, names = self._handles[handle]
+        self.emit(values[0], kind, **dict(zip(names, values[1:])))
+
+    def _bind(self, handle: int) -> int:
+        key = self._handles[handle]
+        sid = self._schemas.get(key)
+        if sid is None:
+            sid = self._new_schema(key)
+        self._handle_sid[handle] = sid
+        return sid
 
     def _new_schema(self, key: tuple[str, tuple[str, ...]]) -> int:
-        """Number a new (kind, fields) schema of the compact format and write its line."""
+        """Number a new (kind, fields) schema (and write its line, in the compact format)."""
         sid = self._schemas[key] = len(self._schemas)
-        self._buffer.append(json.dumps({"schema": sid, "kind": key[0], "fields": list(key[1])}, separators=(",", ":")))
+        self._keys.append(key)
+        self._pending.append([])
+        kind, names = key
+        if self.fmt == "compact":
+            self._lines.append(json.dumps({"schema": sid, "kind": kind, "fields": list(names)}, separators=(",", ":")))
+            self._order.append(-1)
+            self._templates.append("[" + str(sid) + ",%s" * (len(names) + 1) + "]")
+        else:
+            self._templates.append('{"t":%s,"kind":' + _encode(kind).replace("%", "%%")
+                                   + "".join("," + _encode(k).replace("%", "%%") + ":%s" for k in names) + "}")
         return sid
 
     def write_columns(self, parts: Sequence[tuple[str, np.ndarray, Mapping[str, Any]]],
@@ -261,7 +456,7 @@ class Trace:
             self.records.extend(encoded)
             self.count += len(encoded)
             return
-        buf = self._buffer
+        lines, order = self._lines, self._order
         for i, line in enumerate(encoded):
             if keys is not None:
                 key = keys[i]
@@ -269,26 +464,65 @@ class Trace:
                 if sid is None:
                     sid = self._new_schema(key)
                 line = f"[{sid}{line}"
-            buf.append(line)
-            if len(buf) >= self.flush_every:
-                self.flush()
+            lines.append(line)
+            order.append(-1)
+            if len(order) >= self.flush_every:
+                self._flush_block()
         self.count += len(encoded)
 
+    def _encoded(self) -> list[str]:
+        """The waiting lines, encoded, in the order they were recorded (and forgotten here)."""
+        encoded = _encode_pending(self._templates, self._pending, self.fmt == "compact")
+        sources: list[Iterator[str]] = [iter(()) if e is None else iter(e) for e in encoded]
+        sources.append(iter(self._lines))  # index -1: the lines encoded already
+        for rows in self._pending:
+            rows.clear()
+        out = list(map(next, map(sources.__getitem__, self._order)))
+        self._lines.clear()  # in place: writers hold these lists
+        self._order.clear()
+        return out
+
+    def _flush_block(self) -> None:
+        """Encode the waiting lines as one block and write it (in the background writer, if there is one;
+        blocks are written one at a time, in order)."""
+        if self._fh is None or not self._order:
+            return
+        text = "\n".join(self._encoded()) + "\n"
+        if self._writer is None:
+            self._write(text)
+            return
+        self._wait_for_writer()
+        self._writing = self._writer.submit(self._write, text)
+
+    def _write(self, text: str) -> None:
+        assert self._fh is not None
+        if self.fmt == "compact":  # each block one gzip member
+            self._fh.write(gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0))
+        else:
+            self._fh.write(text)
+        self._fh.flush()
+
+    def _wait_for_writer(self) -> None:
+        """Wait until the block being written is on disk (and raise what writing it raised)."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
+
     def flush(self) -> None:
-        if self._fh is not None and self._buffer:
-            text = "\n".join(self._buffer) + "\n"
-            if self.fmt == "compact":
-                self._fh.write(gzip.compress(text.encode("utf-8"), compresslevel=1, mtime=0))
-            else:
-                self._fh.write(text)
-            self._fh.flush()
-            self._buffer.clear()
+        """Write every record so far; returns once they are in the file."""
+        self._flush_block()
+        self._wait_for_writer()
 
     def close(self) -> None:
-        self.flush()
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
 
     def frame(self) -> pd.DataFrame:
         """The events so far as a DataFrame (flushes first)."""

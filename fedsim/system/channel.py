@@ -53,7 +53,10 @@ def linear_to_db(x):
 
 
 def _positive(name: str, x: float | np.ndarray) -> None:
-    if np.any(np.asarray(x) <= 0):
+    if isinstance(x, (int, float)):  # a number (numpy float64 too) needs no array: compared as it is
+        if x <= 0:
+            raise ConfigError(f"channel.{name}", f"must be positive, got {x!r}")
+    elif np.any(np.asarray(x) <= 0):
         raise ConfigError(f"channel.{name}", f"must be positive, got {x!r}")
 
 
@@ -371,6 +374,20 @@ def preset(name: str, **overrides) -> DuplexConfig:
 
 # ------------------------------------------------------------------------------------------ link model
 
+def _memo_rate(bandwidth_hz: float, rho_full: float, g: float) -> Callable[[float], float]:
+    """``share -> rate_bps`` of one transmission with fading gain ``g``: B s log2(1 + rho g / s), each share
+    computed once (a medium asks again for the same share)."""
+    memo: dict[float, float] = {}
+
+    def rate(share: float = 1.0) -> float:
+        r = memo.get(share)
+        if r is None:
+            r = memo[share] = shannon_rate(bandwidth_hz * share, rho_full * g / share)
+        return r
+
+    return rate
+
+
 @dataclass
 class LinkModel:
     """Rates of one direction of every client's link, drawing all randomness from named streams.
@@ -389,6 +406,8 @@ class LinkModel:
     _u: dict = field(default_factory=dict, repr=False)
     _fading: dict = field(default_factory=dict, repr=False)
     _fixed_rate: dict = field(default_factory=dict, repr=False)
+    _snr: dict = field(default_factory=dict, repr=False)  # client -> (distance, full-band mean SNR)
+    _static: dict = field(default_factory=dict, repr=False)  # client -> (distance, rate function), no fading
 
     def _shadow_z(self, client) -> float:
         if client not in self._z:
@@ -409,11 +428,22 @@ class LinkModel:
         return self._los_u(client) < self.config.los_probability(distance_m)
 
     def mean_snr(self, client, distance_m: float, bandwidth_share: float = 1.0) -> float:
-        """SNR with path loss and this client's shadowing, before fading."""
+        """SNR with path loss and this client's shadowing, before fading.
+
+        A function of (client, distance) once the client's shadowing and LOS draws are made, so the full-band
+        value is kept per client and reused while the client stays where it is (every transfer of a fixed
+        placement), instead of path loss and SNR recomputed in numpy for each transfer."""
+        if bandwidth_share == 1.0:
+            hit = self._snr.get(client)
+            if hit is not None and hit[0] == distance_m:
+                return hit[1]
         cfg = self.config
         los = self.is_los(client, distance_m)
-        return cfg.mean_snr(distance_m, los=los, shadow_db=cfg.sigma_db(los) * self._shadow_z(client),
-                            bandwidth_share=bandwidth_share)
+        value = cfg.mean_snr(distance_m, los=los, shadow_db=cfg.sigma_db(los) * self._shadow_z(client),
+                             bandwidth_share=bandwidth_share)
+        if bandwidth_share == 1.0:
+            self._snr[client] = (distance_m, value)
+        return value
 
     def rate_fn(self, client, distance_m: float | None = None) -> Callable[[float], float]:
         """Draw this transmission's fading now; return ``share -> rate_bps`` on a fraction of the band.
@@ -437,13 +467,15 @@ class LinkModel:
             return lambda share=1.0: r * share
         if distance_m is None:
             raise ConfigError("channel.distance", f"model {cfg.model!r} needs the client's distance")
+        if cfg.fading == "none":  # nothing drawn per transmission: one rate function per client and place
+            hit = self._static.get(client)
+            if hit is not None and hit[0] == distance_m:
+                return hit[1]
+            fn = _memo_rate(cfg.bandwidth_hz, self.mean_snr(client, distance_m), 1.0)
+            self._static[client] = (distance_m, fn)
+            return fn
         g = fading_gain(self._rng(client), cfg.fading, cfg.rician_k_db)
-        rho_full = self.mean_snr(client, distance_m)
-
-        def rate(share: float = 1.0) -> float:
-            return shannon_rate(cfg.bandwidth_hz * share, rho_full * g / share)
-
-        return rate
+        return _memo_rate(cfg.bandwidth_hz, self.mean_snr(client, distance_m), g)
 
     def rate(self, client, distance_m: float | None = None, bandwidth_share: float = 1.0) -> float:
         """Rate in bit/s of one transmission (draws fading or the per-transmission rate)."""

@@ -8,8 +8,7 @@ W_q = rho / (2 mu (1 - rho)); Erlang C for M/M/c).
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
-from typing import Any, Generator
+from typing import Any, Generator, NamedTuple
 
 import numpy as np
 import simpy
@@ -17,9 +16,10 @@ import simpy
 from fedsim.errors import ConfigError
 
 
-@dataclass(frozen=True)
-class ServiceRecord:
-    """One request: when it arrived, started and ended; ``wait`` is queueing only, ``service`` is work."""
+class ServiceRecord(NamedTuple):
+    """One request: when it arrived, started and ended; ``wait`` is queueing only, ``service`` is work.
+
+    A named tuple: immutable, and made once per request for a fraction of a frozen dataclass's cost."""
 
     what: str
     client: Any
@@ -91,11 +91,13 @@ class Server:
     def serve(self, service_time, *, what: str = "", client: Any = None) -> Generator[simpy.Event, Any, ServiceRecord]:
         """Queue, then hold a worker for ``service_time`` seconds; returns the ServiceRecord."""
         env = self.env
+        resource = self.resource
         self._advance()
         arrival = env.now
-        q0 = len(self.resource.queue)
-        req = self.resource.request()
-        self._max_queue = max(self._max_queue, len(self.resource.queue))
+        q0 = len(resource.queue)
+        req = resource.request()
+        if len(resource.queue) > self._max_queue:
+            self._max_queue = len(resource.queue)
         try:
             yield req
             self._advance()
@@ -105,15 +107,13 @@ class Server:
                 raise ConfigError("server.service_time", f"must be >= 0, got {dur!r}")
             # the queue shrank and a worker became busy at `start`; accumulators were advanced first
             yield env.timeout(dur)
-            self._advance()
             end = env.now
         finally:
-            self._advance()
-            self.resource.release(req)
-        rec = ServiceRecord(what, client, arrival, start, end, q0)
-        self._waits.append(rec.wait)
-        self._services.append(rec.service)
-        return rec
+            self._advance()  # at `end` (or where an interrupt left the request), before the worker is freed
+            resource.release(req)
+        self._waits.append(start - arrival)
+        self._services.append(end - start)
+        return ServiceRecord(what, client, arrival, start, end, q0)
 
     def summary(self) -> dict[str, float]:
         """Statistics since the last reset: waits, services, time-averaged queue length and utilisation."""

@@ -70,6 +70,8 @@ class _Direction:
             lo, hi = math.log(fixed_range_bps[0]), math.log(fixed_range_bps[1])
             self.per_client = np.array(
                 [math.exp(streams.numpy("link", name, c).uniform(lo, hi)) for c in range(num_clients)])
+        #: the same rates as Python floats, read once per transfer
+        self._per_client_list: list[float] | None = None if self.per_client is None else self.per_client.tolist()
 
     @property
     def needs_distance(self) -> bool:
@@ -77,8 +79,8 @@ class _Direction:
 
     def rate(self, client: int, distance_m: float | None) -> Callable[[float], float] | float:
         """This transmission's rate: bit/s, or ``share -> bit/s`` for models where FDMA must be exact."""
-        if self.per_client is not None:
-            return float(self.per_client[client])
+        if self._per_client_list is not None:
+            return self._per_client_list[client]
         return self.model.rate_fn(client, distance_m)
 
 
@@ -117,6 +119,14 @@ class World:
         self.bytes_up = 0
         self.bytes_down = 0
         self.busy_s = np.zeros(num_clients)
+        # the world's records, written by position (Trace.put): one handle per schema
+        tr = trace
+        self._h_compute = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what", "energy"))
+        transfer = ("client", "start", "end", "bytes", "wait", "airtime", "rate_bps", "energy")
+        self._h_download = tr.kind("download", (*transfer, "version"))
+        self._h_upload = tr.kind("upload", transfer)
+        self._h_upload_what = tr.kind("upload", (*transfer, "what"))
+        self._h_server = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue"))
 
     @classmethod
     def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
@@ -216,6 +226,8 @@ class World:
             if len(pts) < self.num_clients:
                 raise ConfigError("channel.positions", f"{len(pts)} positions given for {self.num_clients} clients")
             self.positions = pts[: self.num_clients]
+            #: each client's distance from the base station while nobody moves (read once per transfer)
+            self._distances: list[float] = [float(math.hypot(*p)) for p in self.positions]
             if ch.mobility.kind == "random_waypoint":
                 self.mobility = pos.RandomWaypoint(radius=r_max, streams=self.streams, speed_range=tuple(ch.mobility.speed_mps),
                                                    pause_s=ch.mobility.pause_s, start=self.positions)
@@ -252,7 +264,7 @@ class World:
             return self.mobility.distance(client, self.env.now if t is None else t)
         if self.positions is None:
             return None
-        return float(math.hypot(*self.positions[client]))
+        return self._distances[client]
 
     def uplink_bps(self, client: int) -> float:
         """Nominal full-band uplink rate (no fading draw consumed): for reports and schedulers."""
@@ -391,16 +403,17 @@ class World:
     def compute(self, client: int, flops: float, *, what: str = "train", steps: int | None = None,
                 samples: int | None = None) -> Generator[Any, Any, float]:
         """Occupy the client's device for the time ``flops`` take; returns the service time."""
-        arrival = self.env.now
+        env = self.env
+        arrival = env.now
         with self._device(client).request() as req:
             yield req
-            start = self.env.now
+            start = env.now
             dt = self.compute_seconds(client, flops, samples=samples)
-            yield self.env.timeout(dt)
+            yield env.timeout(dt)
         self.busy_s[client] += dt
         joules = self.energy.compute(client, dt, self._power_w[self._client_group[client]])
-        self.trace.emit(self.env.now, "compute", client=client, start=start, end=self.env.now, wait=start - arrival,
-                        flops=float(flops), steps=steps, what=what, energy=joules)
+        now = env.now
+        self.trace.put(self._h_compute, (now, client, start, now, start - arrival, float(flops), steps, what, joules))
         return dt
 
     # ------------------------------------------------------------------------------ transfers
@@ -419,12 +432,22 @@ class World:
             m = self._media[direction] = make_medium(self._access[direction], self.env, n_scheduled=self._scheduled)
         return m
 
-    def _transfer(self, direction: str, kind: str, client: int, nbytes: int, **extra: Any) -> Generator[Any, Any, float]:
+    def _transfer(self, up: bool, client: int, nbytes: int, handle: int, extra: tuple[Any, ...]
+                  ) -> Generator[Any, Any, float]:
+        """One transfer up or down (counted in ``bytes_up``/``bytes_down`` when it starts); writes its
+        record through ``handle`` with the ``extra`` fields last."""
         env = self.env
+        if up:
+            self.bytes_up += int(nbytes)
+            direction = "up"
+        else:
+            self.bytes_down += int(nbytes)
+            direction = "down"
         t0 = env.now
         bits = 8.0 * nbytes
-        rate = self.links[direction].rate(client, self.distance(client) if self.links[direction].needs_distance else None)
-        medium = self._medium(direction)
+        link = self.links[direction]
+        rate = link.rate(client, self.distance(client) if link.needs_distance else None)
+        medium = self._media[direction] or self._medium(direction)
         if self.topology is None:
             rec = yield from medium.transfer(client, bits, rate)
             wait, airtime = rec.wait, rec.airtime
@@ -435,30 +458,38 @@ class World:
                                                      media={**self._backhaul, **{(client, h.dst): medium for h in self.topology.path(client)[:1]}},
                                                      direction=direction)
             wait = sum(h.wait for h in hops)
-            access = hops[0] if direction == "up" else hops[-1]
+            access = hops[0] if up else hops[-1]
             airtime = access.transmit_s
         joules = 0.0
-        if direction == "up" and airtime > 0:
-            joules = self.energy.transmit(client, airtime, float(self._tx_power_w[self._client_group[client]]))
-        self.trace.emit(env.now, kind, client=client, start=t0, end=env.now, bytes=int(nbytes), wait=wait,
-                        airtime=airtime, rate_bps=(bits / airtime) if airtime > 0 else None, energy=joules, **extra)
-        return env.now - t0
+        if up and airtime > 0:
+            joules = self.energy.transmit(client, airtime, self._client_tx_power_w[client])
+        now = env.now
+        self.trace.put(handle, (now, client, t0, now, int(nbytes), wait, airtime, (bits / airtime) if airtime > 0 else None,
+                                joules, *extra))
+        return now - t0
+
+    @functools.cached_property
+    def _client_tx_power_w(self) -> list[float]:
+        """Each client's transmit power (W), as Python floats (read once per upload)."""
+        return self._tx_power_w[self._client_group].tolist()
 
     def download(self, client: int, nbytes: int, *, version: int | None = None) -> Generator[Any, Any, float]:
-        self.bytes_down += int(nbytes)
-        return (yield from self._transfer("down", "download", client, nbytes, version=version))
+        """Server → client transfer of ``nbytes`` (a SimPy process generator); returns its duration."""
+        return self._transfer(False, client, nbytes, self._h_download, (version,))
 
     def upload(self, client: int, nbytes: int, *, what: str | None = None) -> Generator[Any, Any, float]:
-        self.bytes_up += int(nbytes)
-        extra = {"what": what} if what else {}
-        return (yield from self._transfer("up", "upload", client, nbytes, **extra))
+        """Client → server transfer of ``nbytes`` (a SimPy process generator); returns its duration."""
+        if what:
+            return self._transfer(True, client, nbytes, self._h_upload_what, (what,))
+        return self._transfer(True, client, nbytes, self._h_upload, ())
 
     # ------------------------------------------------------------------------------ server
     def serve(self, client: int | None, service_s: float, *, what: str) -> Generator[Any, Any, ServiceRecord]:
         """Queue at the server, then hold a worker for ``service_s``; waiting is recorded apart."""
         rec = yield from self.server.serve(service_s, what=what, client=client)
-        self.trace.emit(self.env.now, "server", client=client, start=rec.start, end=rec.end, wait=rec.wait,
-                        service=rec.service, what=what, queue=rec.queue_on_arrival)
+        start, end = rec.start, rec.end
+        self.trace.put(self._h_server, (self.env.now, client, start, end, start - rec.arrival, end - start, what,
+                                        rec.queue_on_arrival))
         return rec
 
     # ------------------------------------------------------------------------------ availability
