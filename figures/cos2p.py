@@ -8,15 +8,17 @@ the mix 1/0/3/4, a tiny 8-block ViT on digits32, Dirichlet(1.5) with Table 7's p
 every method runs the same virtual-time budget.
 
 * ``accuracy_vs_time``: server Top-1 against virtual time, FedAvg (full model, sync), FedRolex (sync,
-  width √R_n per class, so its kept parameters match R_n), Co-S²P sync (μ = 1, T_clk = 0), Co-S²P
-  (semi-async, μ = 0.5) and Co-S²P fully async.
+  width √R_n per class with Table 7's R_n, so its kept parameters match them), Co-S²P sync (μ = 1,
+  T_clk = 0), Co-S²P (semi-async, μ = 0.5, R_n balanced per client), Co-S²P fully async, and Co-S²P
+  with Table 7's fixed R_n per class (``rate_rule: table7``).
 * ``methods``: final server/client Top-1, Top-5, F1 and RU (Eq. 17) per method (Tables 1–2's columns).
 * ``sweep_mu`` / ``sweep_tclk``: server and client Top-1, RU, τ̄, N* (over trained segments), mean N_q^i
   and (1/Q) Σ ‖∇F(w_q)‖² against μ and T_clk (Fig. 6, and spec §4.5 T5).  The gradient norm is probed at
   about five checkpoints of each sweep run (full-batch client gradients, F the clients' mean loss);
   ``theorem1_trends``: Theorem 1's trends over each sweep as Spearman correlations (‖∇F‖² should fall as
   N_q^i rises and rise with τ̄).
-* ``efficiency``: training memory and round time per device class for Co-S²P's structured sub-model,
+* ``efficiency``: training memory and round time per device class at Table 7's R_n for Co-S²P's
+  structured sub-model (the ``rate_rule: table7`` run),
   FedRolex-style width-only extraction and unstructured zero masking (the full model: masking saves
   neither memory nor FLOPs), Figs. 1, 9, 10.  Memory from the extracted modules' estimates, round time
   from the runs' traces (zero masking: the FedAvg run, which trains the dense model).
@@ -44,7 +46,7 @@ from fedsim.sim.trace import load_trace  # noqa: E402
 from figures.common import Job, run_jobs, save  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg (full)", "fedrolex": "FedRolex", "cos2p-sync": "Co-S²P sync", "cos2p": "Co-S²P",
-          "cos2p-async": "Co-S²P async"}
+          "cos2p-async": "Co-S²P async", "cos2p-table7": "Co-S²P (Table 7 R_n)"}
 CLASSES = ("jetson-xavier-nx-8gb", "jetson-agx-orin-32gb", "jetson-agx-orin-64gb")
 
 
@@ -58,7 +60,7 @@ def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
     """Algorithm mapping of a method; Co-S²P variants start from the scenario's own settings."""
     if name == "fedavg":
         return {"name": "fedavg", "clients_per_round": 8}
-    if name == "fedrolex":
+    if name == "fedrolex":  # Table 7's rates per class (FedRolex's widths are per device class)
         widths = {c: round(math.sqrt(cos2p["rates"][c]), 6) for c in CLASSES}
         return {"name": "fedrolex", "clients_per_round": 8, "widths": widths}
     a = copy.deepcopy(cos2p)
@@ -66,6 +68,8 @@ def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
         a.update(mu=1.0, t_clk=0.0)
     elif name == "cos2p-async":
         a.update(mode="async")
+    elif name == "cos2p-table7":
+        a.update(rate_rule="table7")
     return a
 
 
@@ -301,10 +305,11 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         rolex = submodel_costs(model, width_submodel(model, math.sqrt(rate)), shape, batch).memory.total
         dense = memory_estimate(model, shape, batch).total
         busy = {}
+        # the structured sub-model at Table 7's R_n (the rates FedRolex's widths come from): same kept share
         for name in ("cos2p", "fedrolex", "fedavg"):
             vals = []
             for s in seeds:
-                tr = load_trace(dirs[("method", name, s)])
+                tr = load_trace(dirs[("method", "cos2p-table7" if name == "cos2p" else name, s)])
                 bt = tm.update_busy_times(tr)
                 clients = [c for c in range(8) if _class_of(base, c) == cls]
                 vals += bt[bt["client"].isin(clients)]["busy"].tolist()
