@@ -43,6 +43,7 @@ import pandas as pd  # noqa: E402
 from analysis import trace_metrics as tm  # noqa: E402
 from fedsim.scenario import load_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.claims import Claim, commit_hash, monotone, ratio_verdict, render_claims, verdict  # noqa: E402
 from figures.common import Job, run_jobs, save  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg (full)", "fedrolex": "FedRolex", "cos2p-sync": "Co-S²P sync", "cos2p": "Co-S²P",
@@ -277,7 +278,96 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     (out / "ratio.md").write_text(_markdown(rat), encoding="utf-8")
     results["ratio"] = rat
     results["efficiency"] = efficiency(base, cos, dirs, seeds, out)
+    command = "python -m figures.cos2p" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    rows = claims(results)
+    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit_hash()),
+                                   encoding="utf-8")
+    results["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return results
+
+
+def claims(r: dict[str, pd.DataFrame]) -> list[Claim]:
+    """The paper's claims against this recipe's tables (``make_all``'s dict: ``methods``, the sweeps,
+    ``distillation``, ``ratio``, ``efficiency``, ``theorem1_trends``); every cell and verdict is computed
+    here from those numbers (Top-1 in %, RU as a fraction)."""
+    m = r["methods"].set_index("method")
+    co, fa, rx = LABELS["cos2p"], LABELS["fedavg"], LABELS["fedrolex"]
+    asy, t7 = LABELS["cos2p-async"], LABELS["cos2p-table7"]
+    ru = m["ru"]
+    top = 100 * m["server_top1"]
+    cl = 100 * m["client_top1"] if "client_top1" in m else pd.Series(dtype=float)
+    out = [Claim("fully async RU = 100%", "100%", f"{ru[asy]:.3f}", verdict(abs(float(ru[asy]) - 1.0) < 1e-9))]
+    x = float(ru[co] / ru[fa])
+    out.append(Claim("RU, Co-S²P vs FedAvg (full)", "87.9 vs 63.5 (1.4×)", f"{ru[co]:.3f} vs {ru[fa]:.3f} ({x:.2f}×)",
+                     ratio_verdict(x, 1.4)))
+    x = float(ru[co] / ru[rx])
+    out.append(Claim("RU, Co-S²P vs FedRolex", "1.2×", f"{ru[co]:.3f} vs {ru[rx]:.3f} ({x:.2f}×)", ratio_verdict(x, 1.2)))
+    x = float(ru[co] / ru[t7])
+    out.append(Claim("R_n set from the available resources (not the paper's Table 7 per class) balances the round",
+                     "R_n chosen \"according to the available resources\"",
+                     f"RU {ru[co]:.3f} (balanced R_n) vs {ru[t7]:.3f} (Table 7 R_n); server Top-1 {top[co]:.1f} vs "
+                     f"{top[t7]:.1f}", verdict(x > 1)))
+    d = float(top[co] - top[rx])
+    out.append(Claim("server Top-1, Co-S²P vs FedRolex", "+8.8 points", f"{top[co]:.1f} vs {top[rx]:.1f} ({d:+.1f})",
+                     verdict(d >= 4.4, partly=d > 0)))
+    out.append(Claim("FedAvg (full) is the upper reference", "38.7 > 33.1", f"{top[fa]:.1f} vs {top[co]:.1f}",
+                     verdict(bool(top[fa] > top[co]))))
+    ds, dc = float(top[co] - top[asy]), float(cl.get(co, np.nan) - cl.get(asy, np.nan))
+    out.append(Claim("semi-async beats fully async", "+5.4 server / +5.1 client",
+                     f"{ds:+.1f} server ({top[co]:.1f} vs {top[asy]:.1f}) / {dc:+.1f} client",
+                     verdict(ds > 0 and dc > 0, partly=ds > 0 or dc > 0)))
+    order = [float(top[co]), float(top[asy]), float(top[rx])]
+    out.append(Claim("ordering on server Top-1: Co-S²P > Co-S²P async > FedRolex", "33.1 > 27.7 > 24.3 (E1)",
+                     " > ".join(f"{v:.1f}" for v in order) + f"; Co-S²P sync (not in the paper) {top[LABELS['cos2p-sync']]:.1f}",
+                     verdict(monotone(order, -1), partly=order[0] == max(order))))
+    for kind, name, paper_acc in (("mu", "μ", "↑"), ("tclk", "T_clk", "↑")):
+        sw = r[f"sweep_{kind}"].sort_values(kind)
+        xs = " / ".join(f"{v:g}" for v in sw[kind])
+        tau_down, n_up = monotone(sw["tau_bar"], -1), monotone(sw["n_mean"], 1)
+        parts = [tau_down, n_up]
+        cell = (f"{name} = {xs}: τ̄ " + " / ".join(f"{v:.2f}" for v in sw["tau_bar"]) + ", mean N_q^i "
+                + " / ".join(f"{v:.1f}" for v in sw["n_mean"]))
+        if kind == "mu":
+            ru_down = monotone(sw["ru"], -1)
+            parts.append(ru_down)
+            cell += ", RU " + " / ".join(f"{v:.3f}" for v in sw["ru"])
+        out.append(Claim(f"larger {name} → " + ("lower RU, " if kind == "mu" else "") + "lower τ̄, larger N_q^i",
+                         "RU ↓" if kind == "mu" else "τ̄ ↓", cell, verdict(all(parts), partly=any(parts))))
+        acc = list(100 * sw["server_top1"])
+        up = monotone(acc, 1)
+        acc_cell = "server Top-1 " + " / ".join(f"{v:.1f}" for v in acc)
+        if kind == "tclk":
+            ru_down = monotone(sw["ru"], -1)
+            acc_cell += ", RU " + " / ".join(f"{v:.3f}" for v in sw["ru"])
+            out.append(Claim("larger T_clk → higher accuracy, lower RU", "acc ↑, RU ↓", acc_cell,
+                             verdict(up and ru_down, partly=up or ru_down or acc[-1] > acc[0])))
+        else:
+            out.append(Claim("larger μ → higher accuracy", paper_acc, acc_cell, verdict(up, partly=acc[-1] > acc[0])))
+    dist = r["distillation"].set_index("distill")
+    gs = 100 * float(dist.loc[True, "server_top1"] - dist.loc[False, "server_top1"])
+    gc = 100 * float(dist.loc[True, "client_top1"] - dist.loc[False, "client_top1"]) if "client_top1" in dist else np.nan
+    out.append(Claim("self-distillation helps clients more than the server", "+9.5 client / +4.9 server",
+                     f"{gc:+.1f} client / {gs:+.1f} server", verdict(gc > gs > 0, partly=gc > 0 or gs > 0)))
+    rat = r["ratio"].set_index("ratio")
+    one = 100 * float(rat.loc[1.0, "server_top1"])
+    others = {k: 100 * float(v) for k, v in rat["server_top1"].items() if k != 1.0}
+    out.append(Claim("R^w/R^d = 1 beats 2 and 0.5 (Table 8)", "33.1 vs 29.7 / 28.4",
+                     f"server {one:.1f} vs " + " / ".join(f"{v:.1f} ({k:g})" for k, v in others.items()),
+                     verdict(all(one > v for v in others.values()), partly=any(one > v for v in others.values()))))
+    eff = r["efficiency"]
+    for what, cols, paper in (("memory", ("memory_structured_MB", "memory_fedrolex_MB"), -22),
+                              ("round time", ("round_s_structured", "round_s_fedrolex"), -24)):
+        ch = [100 * (float(a) / float(b) - 1) for a, b in zip(eff[cols[0]], eff[cols[1]])]
+        out.append(Claim(f"{what} vs FedRolex at Table 7's R_n (Figs. 9-10)", f"{paper}%",
+                         " / ".join(f"{v:+.0f}%" for v in ch) + " (" + " / ".join(c.replace("jetson-", "")
+                                                                           for c in eff["device_class"]) + ")",
+                         verdict(all(v <= paper / 2 for v in ch), partly=any(v < 0 for v in ch))))
+    tr = r["theorem1_trends"]
+    held = [h for h in tr["holds"] if h is not None and h == h]
+    out.append(Claim("Theorem 1's trends: (1/Q) Σ ‖∇F‖² falls as N_q^i rises and as τ̄ falls", "↓",
+                     "; ".join(f"{row.sweep} vs {row.against}: Spearman {row.spearman:+.2f}" for row in tr.itertuples()),
+                     verdict(bool(held) and all(held), partly=any(held)) if held else "n/a"))
+    return out
 
 
 def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path], seeds: Sequence[int],
