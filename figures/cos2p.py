@@ -1,6 +1,6 @@
 """Co-S²P (Li et al., "Unity is Power"): its figures and tables at a scale that runs on two CPU cores.
 
-    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2]
+    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2] [--worker]
 
 Every figure is a PNG next to the CSV of exactly what it plots; the runs (trace, metrics, summary) are
 kept under ``DIR/runs``.  The world is the built-in ``cos2p`` scenario (E1 at small scale: 8 Jetsons in
@@ -167,12 +167,36 @@ def _mean(rows: list[dict[str, Any]], by: list[str]) -> pd.DataFrame:
     return df.groupby(by, as_index=False)[num].mean()
 
 
-def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
-    """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
-    budget of every run; default 2.5 s quick, 8 s full)."""
+def work(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
+         time_s: float | None = None) -> int:
+    """Run the recipe's runs only, as one of several worker processes sharing ``out``: a run is taken by
+    creating ``runs/<name>.claim`` (exclusively), so workers started at any time split the runs between
+    them; finished runs of the identical scenario are skipped.  A later ``make_all`` on the same folder
+    reuses them all and writes the tables.  Returns the number of runs this worker made."""
+    import os
+
+    from figures.common import finished, run_dir
+    from fedsim.runner import run_scenario
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    made = 0
+    for key, mapping in plan(quick, seeds, time_s)[-1].items():
+        d = run_dir(out, key)
+        scenario = scenario_from_mapping(mapping)
+        if finished(d, scenario) is not None:
+            continue
+        try:
+            os.close(os.open(out / "runs" / f"{d.name}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        run_scenario(scenario, d, progress=False, force=True)
+        made += 1
+    return made
+
+
+def plan(quick: bool, seeds: Sequence[int] | None, time_s: float | None) -> tuple:
+    """(seeds, base mapping, Co-S²P settings, time budget, μ values, T_clk values, R^w/R^d values, jobs)."""
     seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
     base = base_mapping()
     cos = dict(base["algorithm"])
@@ -196,6 +220,16 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         for r in ratios:
             if r != 1.0:
                 jobs[("ratio", r, s)] = _job(base, {**cos, "width_depth_ratio": r}, s, time_s)
+    return seeds, base, cos, time_s, mus, tclks, ratios, jobs
+
+
+def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
+             progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
+    """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
+    budget of every run; default 2.5 s quick, 8 s full)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds, base, cos, time_s, mus, tclks, ratios, jobs = plan(quick, seeds, time_s)
     # a finished run of the identical scenario is reused (re-running the recipe only redraws)
     runs = run_jobs([Job(k, m) for k, m in jobs.items()], out, label="Co-S²P", progress=progress, resume=True)
     dirs = {k: r["dir"] for k, r in runs.items()}
@@ -435,7 +469,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--quick", action="store_true", help="one seed, short runs, fewer sweep points")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--worker", action="store_true",
+                   help="only make runs, sharing OUT with other workers (then run without --worker for the tables)")
     args = p.parse_args(argv)
+    if args.worker:
+        n = work(args.out, quick=args.quick, seeds=args.seeds)
+        print(f"Co-S²P worker made {n} runs in {args.out}")
+        return 0
     make_all(args.out, quick=args.quick, seeds=args.seeds)
     print(f"Co-S²P figures written to {args.out}")
     return 0
