@@ -60,6 +60,6 @@ def test_claims_table_is_generated_from_the_recipe_numbers(tmp_path):
         assert row.verdict == expected and row.fedsim.startswith(f"{sync_s:.2f}×")
     # an assignment above K breaks the Theorem 2 row
     bad = runs.copy()
-    bad.loc[bad["method"] == "MP-RAA", "assign_over_K"] = 1
+    bad.loc[bad["method"] == "Gre-RAA", "assign_over_K"] = 1
     thm = [c for c in fedraa.claims(tables["main"], tables["ablation"], bad, tables["beta_m"]) if "Theorem 2" in c.claim]
     assert thm[0].verdict == "no" and thm[0].fedsim.startswith("1 of ")
