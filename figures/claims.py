@@ -82,6 +82,7 @@ def ratio_verdict(measured: float, paper: float) -> str:
 
 
 def monotone(values: Sequence[float], direction: int) -> bool:
-    """Strictly rising (direction +1) or falling (−1) along the sequence."""
+    """Rising (direction +1) or falling (−1) along the sequence: no step against the direction and a net
+    change in it (a plateau where a quantity saturates, e.g. τ̄ = 0 once every update waits, still counts)."""
     v = list(values)
-    return all((b - a) * direction > 0 for a, b in zip(v, v[1:]))
+    return len(v) > 1 and all((b - a) * direction >= 0 for a, b in zip(v, v[1:])) and (v[-1] - v[0]) * direction > 0

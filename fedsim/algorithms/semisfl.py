@@ -162,6 +162,9 @@ class SemiSFL(SplitAlgorithm):
                     f"{self.queue_size!r}")
             positive(self.head_dim, f"{prefix}.head_dim")
             positive(self.head_hidden, f"{prefix}.head_hidden")
+            for name in ("head_dim", "head_hidden"):  # a projection head, not a memory bomb
+                v = getattr(self, name)
+                require(v <= 65536, f"{prefix}.{name}", f"must be an integer in [1, 65536], got {v!r}")
             require(self.alpha >= 1.0, f"{prefix}.alpha", f"K_s decay factor must be >= 1, got {self.alpha!r}")
             positive(self.beta, f"{prefix}.beta", allow_zero=True)
             positive(self.window, f"{prefix}.window")
