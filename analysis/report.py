@@ -352,12 +352,13 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
             rows.append(_row("per-parameter coverage N_q^i: mean over entries and rounds", float(cov["coverage_mean"].mean()),
                              note="clients per entry per round"))
             measured["N_star_entry"] = float(cov["coverage_min"].min())
-        ru = tm.utilisation(trace)
-        if not math.isnan(ru):
-            rows.append(_row("RU (Co-S2P Eq. 17)", ru, note="mean over rounds of mean/max busy time"))
         fair = tm.update_fairness(trace)
         rows.append(_row("update fairness (Jain index)", float(fair["jain"]),
                          note=f"updates per client min {fair['min']:g}, max {fair['max']:g}"))
+    # RU for any run whose updates have jobs (FedAvg too, so Co-S²P's RU can be compared with it)
+    ru = tm.utilisation(trace) if not trace.empty else float("nan")
+    if not math.isnan(ru):
+        rows.append(_row("RU (Co-S2P Eq. 17)", ru, note="mean over rounds of mean/max busy time"))
     cur = tm.accuracy_curve(metrics if metrics is not None and len(metrics) else trace)
     if len(cur):
         rows.append(_row("final accuracy", float(cur["accuracy"].iloc[-1])))

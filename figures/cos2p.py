@@ -1,6 +1,6 @@
 """Co-S²P (Li et al., "Unity is Power"): its figures and tables at a scale that runs on two CPU cores.
 
-    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2]
+    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2] [--worker]
 
 Every figure is a PNG next to the CSV of exactly what it plots; the runs (trace, metrics, summary) are
 kept under ``DIR/runs``.  The world is the built-in ``cos2p`` scenario (E1 at small scale: 8 Jetsons in
@@ -8,15 +8,17 @@ the mix 1/0/3/4, a tiny 8-block ViT on digits32, Dirichlet(1.5) with Table 7's p
 every method runs the same virtual-time budget.
 
 * ``accuracy_vs_time``: server Top-1 against virtual time, FedAvg (full model, sync), FedRolex (sync,
-  width √R_n per class, so its kept parameters match R_n), Co-S²P sync (μ = 1, T_clk = 0), Co-S²P
-  (semi-async, μ = 0.5) and Co-S²P fully async.
+  width √R_n per class with Table 7's R_n, so its kept parameters match them), Co-S²P sync (μ = 1,
+  T_clk = 0), Co-S²P (semi-async, μ = 0.5, R_n balanced per client), Co-S²P fully async, and Co-S²P
+  with Table 7's fixed R_n per class (``rate_rule: table7``).
 * ``methods``: final server/client Top-1, Top-5, F1 and RU (Eq. 17) per method (Tables 1–2's columns).
 * ``sweep_mu`` / ``sweep_tclk``: server and client Top-1, RU, τ̄, N* (over trained segments), mean N_q^i
   and (1/Q) Σ ‖∇F(w_q)‖² against μ and T_clk (Fig. 6, and spec §4.5 T5).  The gradient norm is probed at
   about five checkpoints of each sweep run (full-batch client gradients, F the clients' mean loss);
   ``theorem1_trends``: Theorem 1's trends over each sweep as Spearman correlations (‖∇F‖² should fall as
   N_q^i rises and rise with τ̄).
-* ``efficiency``: training memory and round time per device class for Co-S²P's structured sub-model,
+* ``efficiency``: training memory and round time per device class at Table 7's R_n for Co-S²P's
+  structured sub-model (the ``rate_rule: table7`` run),
   FedRolex-style width-only extraction and unstructured zero masking (the full model: masking saves
   neither memory nor FLOPs), Figs. 1, 9, 10.  Memory from the extracted modules' estimates, round time
   from the runs' traces (zero masking: the FedAvg run, which trains the dense model).
@@ -41,10 +43,11 @@ import pandas as pd  # noqa: E402
 from analysis import trace_metrics as tm  # noqa: E402
 from fedsim import load_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.claims import Claim, commit_hash, monotone, ratio_verdict, render_claims, verdict  # noqa: E402
 from figures.common import Job, run_jobs, save  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg (full)", "fedrolex": "FedRolex", "cos2p-sync": "Co-S²P sync", "cos2p": "Co-S²P",
-          "cos2p-async": "Co-S²P async"}
+          "cos2p-async": "Co-S²P async", "cos2p-table7": "Co-S²P (Table 7 R_n)"}
 CLASSES = ("jetson-xavier-nx-8gb", "jetson-agx-orin-32gb", "jetson-agx-orin-64gb")
 
 
@@ -58,7 +61,7 @@ def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
     """Algorithm mapping of a method; Co-S²P variants start from the scenario's own settings."""
     if name == "fedavg":
         return {"name": "fedavg", "clients_per_round": 8}
-    if name == "fedrolex":
+    if name == "fedrolex":  # Table 7's rates per class (FedRolex's widths are per device class)
         widths = {c: round(math.sqrt(cos2p["rates"][c]), 6) for c in CLASSES}
         return {"name": "fedrolex", "clients_per_round": 8, "widths": widths}
     a = copy.deepcopy(cos2p)
@@ -66,6 +69,8 @@ def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
         a.update(mu=1.0, t_clk=0.0)
     elif name == "cos2p-async":
         a.update(mode="async")
+    elif name == "cos2p-table7":
+        a.update(rate_rule="table7")
     return a
 
 
@@ -162,12 +167,36 @@ def _mean(rows: list[dict[str, Any]], by: list[str]) -> pd.DataFrame:
     return df.groupby(by, as_index=False)[num].mean()
 
 
-def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
-    """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
-    budget of every run; default 2.5 s quick, 8 s full)."""
+def work(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
+         time_s: float | None = None) -> int:
+    """Run the recipe's runs only, as one of several worker processes sharing ``out``: a run is taken by
+    creating ``runs/<name>.claim`` (exclusively), so workers started at any time split the runs between
+    them; finished runs of the identical scenario are skipped.  A later ``make_all`` on the same folder
+    reuses them all and writes the tables.  Returns the number of runs this worker made."""
+    import os
+
+    from figures.common import finished, run_dir
+    from fedsim.runner import run_scenario
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    made = 0
+    for key, mapping in plan(quick, seeds, time_s)[-1].items():
+        d = run_dir(out, key)
+        scenario = scenario_from_mapping(mapping)
+        if finished(d, scenario) is not None:
+            continue
+        try:
+            os.close(os.open(out / "runs" / f"{d.name}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue
+        run_scenario(scenario, d, progress=False, force=True)
+        made += 1
+    return made
+
+
+def plan(quick: bool, seeds: Sequence[int] | None, time_s: float | None) -> tuple:
+    """(seeds, base mapping, Co-S²P settings, time budget, μ values, T_clk values, R^w/R^d values, jobs)."""
     seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
     base = base_mapping()
     cos = dict(base["algorithm"])
@@ -191,6 +220,16 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         for r in ratios:
             if r != 1.0:
                 jobs[("ratio", r, s)] = _job(base, {**cos, "width_depth_ratio": r}, s, time_s)
+    return seeds, base, cos, time_s, mus, tclks, ratios, jobs
+
+
+def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
+             progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
+    """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
+    budget of every run; default 2.5 s quick, 8 s full)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    seeds, base, cos, time_s, mus, tclks, ratios, jobs = plan(quick, seeds, time_s)
     # a finished run of the identical scenario is reused (re-running the recipe only redraws)
     runs = run_jobs([Job(k, m) for k, m in jobs.items()], out, label="Co-S²P", progress=progress, resume=True)
     dirs = {k: r["dir"] for k, r in runs.items()}
@@ -273,7 +312,96 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     (out / "ratio.md").write_text(_markdown(rat), encoding="utf-8")
     results["ratio"] = rat
     results["efficiency"] = efficiency(base, cos, dirs, seeds, out)
+    command = "python -m figures.cos2p" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    rows = claims(results)
+    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit_hash()),
+                                   encoding="utf-8")
+    results["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return results
+
+
+def claims(r: dict[str, pd.DataFrame]) -> list[Claim]:
+    """The paper's claims against this recipe's tables (``make_all``'s dict: ``methods``, the sweeps,
+    ``distillation``, ``ratio``, ``efficiency``, ``theorem1_trends``); every cell and verdict is computed
+    here from those numbers (Top-1 in %, RU as a fraction)."""
+    m = r["methods"].set_index("method")
+    co, fa, rx = LABELS["cos2p"], LABELS["fedavg"], LABELS["fedrolex"]
+    asy, t7 = LABELS["cos2p-async"], LABELS["cos2p-table7"]
+    ru = m["ru"]
+    top = 100 * m["server_top1"]
+    cl = 100 * m["client_top1"] if "client_top1" in m else pd.Series(dtype=float)
+    out = [Claim("fully async RU = 100%", "100%", f"{ru[asy]:.3f}", verdict(abs(float(ru[asy]) - 1.0) < 1e-9))]
+    x = float(ru[co] / ru[fa])
+    out.append(Claim("RU, Co-S²P vs FedAvg (full)", "87.9 vs 63.5 (1.4×)", f"{ru[co]:.3f} vs {ru[fa]:.3f} ({x:.2f}×)",
+                     ratio_verdict(x, 1.4)))
+    x = float(ru[co] / ru[rx])
+    out.append(Claim("RU, Co-S²P vs FedRolex", "1.2×", f"{ru[co]:.3f} vs {ru[rx]:.3f} ({x:.2f}×)", ratio_verdict(x, 1.2)))
+    x = float(ru[co] / ru[t7])
+    out.append(Claim("R_n set from the available resources (not the paper's Table 7 per class) balances the round",
+                     "R_n chosen \"according to the available resources\"",
+                     f"RU {ru[co]:.3f} (balanced R_n) vs {ru[t7]:.3f} (Table 7 R_n); server Top-1 {top[co]:.1f} vs "
+                     f"{top[t7]:.1f}", verdict(x > 1)))
+    d = float(top[co] - top[rx])
+    out.append(Claim("server Top-1, Co-S²P vs FedRolex", "+8.8 points", f"{top[co]:.1f} vs {top[rx]:.1f} ({d:+.1f})",
+                     verdict(d >= 4.4, partly=d > 0)))
+    out.append(Claim("FedAvg (full) is the upper reference", "38.7 > 33.1", f"{top[fa]:.1f} vs {top[co]:.1f}",
+                     verdict(bool(top[fa] > top[co]))))
+    ds, dc = float(top[co] - top[asy]), float(cl.get(co, np.nan) - cl.get(asy, np.nan))
+    out.append(Claim("semi-async beats fully async", "+5.4 server / +5.1 client",
+                     f"{ds:+.1f} server ({top[co]:.1f} vs {top[asy]:.1f}) / {dc:+.1f} client",
+                     verdict(ds > 0 and dc > 0, partly=ds > 0 or dc > 0)))
+    order = [float(top[co]), float(top[asy]), float(top[rx])]
+    out.append(Claim("ordering on server Top-1: Co-S²P > Co-S²P async > FedRolex", "33.1 > 27.7 > 24.3 (E1)",
+                     " > ".join(f"{v:.1f}" for v in order) + f"; Co-S²P sync (not in the paper) {top[LABELS['cos2p-sync']]:.1f}",
+                     verdict(monotone(order, -1), partly=order[0] == max(order))))
+    for kind, name, paper_acc in (("mu", "μ", "↑"), ("tclk", "T_clk", "↑")):
+        sw = r[f"sweep_{kind}"].sort_values(kind)
+        xs = " / ".join(f"{v:g}" for v in sw[kind])
+        tau_down, n_up = monotone(sw["tau_bar"], -1), monotone(sw["n_mean"], 1)
+        parts = [tau_down, n_up]
+        cell = (f"{name} = {xs}: τ̄ " + " / ".join(f"{v:.2f}" for v in sw["tau_bar"]) + ", mean N_q^i "
+                + " / ".join(f"{v:.1f}" for v in sw["n_mean"]))
+        if kind == "mu":
+            ru_down = monotone(sw["ru"], -1)
+            parts.append(ru_down)
+            cell += ", RU " + " / ".join(f"{v:.3f}" for v in sw["ru"])
+        out.append(Claim(f"larger {name} → " + ("lower RU, " if kind == "mu" else "") + "lower τ̄, larger N_q^i",
+                         "RU ↓" if kind == "mu" else "τ̄ ↓", cell, verdict(all(parts), partly=any(parts))))
+        acc = list(100 * sw["server_top1"])
+        up = monotone(acc, 1)
+        acc_cell = "server Top-1 " + " / ".join(f"{v:.1f}" for v in acc)
+        if kind == "tclk":
+            ru_down = monotone(sw["ru"], -1)
+            acc_cell += ", RU " + " / ".join(f"{v:.3f}" for v in sw["ru"])
+            out.append(Claim("larger T_clk → higher accuracy, lower RU", "acc ↑, RU ↓", acc_cell,
+                             verdict(up and ru_down, partly=up or ru_down or acc[-1] > acc[0])))
+        else:
+            out.append(Claim("larger μ → higher accuracy", paper_acc, acc_cell, verdict(up, partly=acc[-1] > acc[0])))
+    dist = r["distillation"].set_index("distill")
+    gs = 100 * float(dist.loc[True, "server_top1"] - dist.loc[False, "server_top1"])
+    gc = 100 * float(dist.loc[True, "client_top1"] - dist.loc[False, "client_top1"]) if "client_top1" in dist else np.nan
+    out.append(Claim("self-distillation helps clients more than the server", "+9.5 client / +4.9 server",
+                     f"{gc:+.1f} client / {gs:+.1f} server", verdict(gc > gs > 0, partly=gc > 0 or gs > 0)))
+    rat = r["ratio"].set_index("ratio")
+    one = 100 * float(rat.loc[1.0, "server_top1"])
+    others = {k: 100 * float(v) for k, v in rat["server_top1"].items() if k != 1.0}
+    out.append(Claim("R^w/R^d = 1 beats 2 and 0.5 (Table 8)", "33.1 vs 29.7 / 28.4",
+                     f"server {one:.1f} vs " + " / ".join(f"{v:.1f} ({k:g})" for k, v in others.items()),
+                     verdict(all(one > v for v in others.values()), partly=any(one > v for v in others.values()))))
+    eff = r["efficiency"]
+    for what, cols, paper in (("memory", ("memory_structured_MB", "memory_fedrolex_MB"), -22),
+                              ("round time", ("round_s_structured", "round_s_fedrolex"), -24)):
+        ch = [100 * (float(a) / float(b) - 1) for a, b in zip(eff[cols[0]], eff[cols[1]])]
+        out.append(Claim(f"{what} vs FedRolex at Table 7's R_n (Figs. 9-10)", f"{paper}%",
+                         " / ".join(f"{v:+.0f}%" for v in ch) + " (" + " / ".join(c.replace("jetson-", "")
+                                                                           for c in eff["device_class"]) + ")",
+                         verdict(all(v <= paper / 2 for v in ch), partly=any(v < 0 for v in ch))))
+    tr = r["theorem1_trends"]
+    held = [h for h in tr["holds"] if h is not None and h == h]
+    out.append(Claim("Theorem 1's trends: (1/Q) Σ ‖∇F‖² falls as N_q^i rises and as τ̄ falls", "↓",
+                     "; ".join(f"{row.sweep} vs {row.against}: Spearman {row.spearman:+.2f}" for row in tr.itertuples()),
+                     verdict(bool(held) and all(held), partly=any(held)) if held else "n/a"))
+    return out
 
 
 def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path], seeds: Sequence[int],
@@ -301,10 +429,11 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         rolex = submodel_costs(model, width_submodel(model, math.sqrt(rate)), shape, batch).memory.total
         dense = memory_estimate(model, shape, batch).total
         busy = {}
+        # the structured sub-model at Table 7's R_n (the rates FedRolex's widths come from): same kept share
         for name in ("cos2p", "fedrolex", "fedavg"):
             vals = []
             for s in seeds:
-                tr = load_trace(dirs[("method", name, s)])
+                tr = load_trace(dirs[("method", "cos2p-table7" if name == "cos2p" else name, s)])
                 bt = tm.update_busy_times(tr)
                 clients = [c for c in range(8) if _class_of(base, c) == cls]
                 vals += bt[bt["client"].isin(clients)]["busy"].tolist()
@@ -340,7 +469,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--quick", action="store_true", help="one seed, short runs, fewer sweep points")
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--worker", action="store_true",
+                   help="only make runs, sharing OUT with other workers (then run without --worker for the tables)")
     args = p.parse_args(argv)
+    if args.worker:
+        n = work(args.out, quick=args.quick, seeds=args.seeds)
+        print(f"Co-S²P worker made {n} runs in {args.out}")
+        return 0
     make_all(args.out, quick=args.quick, seeds=args.seeds)
     print(f"Co-S²P figures written to {args.out}")
     return 0

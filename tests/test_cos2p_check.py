@@ -19,7 +19,8 @@ def test_check_prints_n_star_tau_ru_and_theorem1(tiny, tmp_path):
     sc["model"] = {"name": "vit", "depth": 2, "options": {"embed_dim": 16, "heads": 2, "patch": 4}}
     sc["devices"] = {"mix": [{"profile": "jetson-xavier-nx-8gb", "count": 2}, {"profile": "jetson-agx-orin-64gb", "count": 2}]}
     sc["train"] = {"lr": 0.05, "batch_size": 16, "local_steps": 3}
-    sc["algorithm"] = {"name": "cos2p", "mu": 0.5, "t_clk": 0.0, "rates": {"jetson-xavier-nx-8gb": 0.25}}
+    sc["algorithm"] = {"name": "cos2p", "mu": 0.5, "t_clk": 0.0, "rate_rule": "table7",
+                       "rates": {"jetson-xavier-nx-8gb": 0.25}}
     sc["stop"] = {"max_versions": 5}
     run_scenario(scenario_from_mapping(sc), tmp_path, progress=False)
     measured = {"F0": 2.3, "zeta2": 0.7, "L": 3.0, "sigma2": 1.5, "avg_grad_norm_sq": 0.9, "G": 4.0}

@@ -21,10 +21,13 @@ from fedsim.cli import main
         ("algorithm.kl_direction=sideways", "algorithm.kl_direction", "allowed"),
         ("algorithm.rates.jetson-xavier-nx=0.5", "algorithm.rates.jetson-xavier-nx", "allowed"),
         ("devices.mix=[{profile: jetson-nano, count: 3}]", "devices.mix", "sum to"),
+        ("algorithm.rate_rule=fastest", "algorithm.rate_rule", "allowed"),
+        ("algorithm.rate_max=0", "algorithm.rate_max", "(0, 1]"),
     ],
 )
 def test_bad_cos2p_settings_give_one_line(capsys, tmp_path, override, field, allowed):
-    code = main(["run", "cos2p", override, "stop.max_versions=1", "output.figures=false", "--out", str(tmp_path),
+    # the rates table is read under rate_rule: table7 (the default, balanced, derives R_n instead)
+    code = main(["run", "cos2p", "algorithm.rate_rule=table7", override, "stop.max_versions=1", "output.figures=false", "--out", str(tmp_path),
                  "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2, err

@@ -72,7 +72,7 @@ def test_distillation_loss_matches_eq3_by_hand():
 
 # ------------------------------------------------------------------------------------------ in a run
 
-def _vit_run(tiny, tmp_path, monkeypatch, algo, versions=4):
+def _vit_run(tiny, tmp_path, monkeypatch, algo, versions=4, results=None):
     import copy
 
     import fedsim.algorithms.cos2p as mod
@@ -92,7 +92,10 @@ def _vit_run(tiny, tmp_path, monkeypatch, algo, versions=4):
 
     def spy(global_state, updates, bases, seg, **kw):
         seen.append(([copy.deepcopy(u) for u in updates], bases))
-        return real(global_state, updates, bases, seg, **kw)
+        res = real(global_state, updates, bases, seg, **kw)
+        if results is not None:
+            results.append(({k: v.clone() for k, v in global_state.items()}, res.state))
+        return res
 
     monkeypatch.setattr(runner, "build_global_model", vit)
     monkeypatch.setattr(mod, "cos2p_aggregate", spy)
@@ -110,7 +113,7 @@ def test_frozen_blocks_and_pruned_heads_are_never_sent(tiny, tmp_path, monkeypat
     from fedsim.learn.submodel import block_of
 
     # R = 0.25: R^w = R^d = 0.5, a window of 2 of the 4 encoder blocks that rolls, 2 of 4 heads kept
-    seen = _vit_run(tiny, tmp_path, monkeypatch, {"rates": {"jetson-xavier-nx-8gb": 0.25}, "rolling": "round",
+    seen = _vit_run(tiny, tmp_path, monkeypatch, {"rate_rule": "table7", "rates": {"jetson-xavier-nx-8gb": 0.25}, "rolling": "round",
                                                      "mask_rounds": 1})
     assert seen
     frozen_seen = pruned_seen = 0
@@ -142,7 +145,8 @@ def test_frozen_blocks_and_pruned_heads_are_never_sent(tiny, tmp_path, monkeypat
 
 def test_blocks_outside_every_window_never_change(tiny, tmp_path, monkeypatch):
     # a fixed bottom window of 2 blocks: blocks 3, 4 and the head are never trained by anyone
-    _vit_run(tiny, tmp_path, monkeypatch, {"rates": {"jetson-xavier-nx-8gb": 0.25}, "rolling": "fixed"})
+    _vit_run(tiny, tmp_path, monkeypatch, {"rate_rule": "table7", "rates": {"jetson-xavier-nx-8gb": 0.25},
+                                                 "rolling": "fixed"})
     init = torch.load(tmp_path / "checkpoints" / "v000000.pt") if (tmp_path / "checkpoints").exists() else None
     final = torch.load(tmp_path / "final_model.pt")
     import fedsim.runner as runner  # the patched builder gives the initial model
@@ -158,3 +162,26 @@ def test_blocks_outside_every_window_never_change(tiny, tmp_path, monkeypatch):
             assert torch.equal(v, start[k]), k
         elif j in (1, 2) and k.endswith("fc1.weight"):
             assert not torch.equal(v, start[k]), k
+
+
+def test_server_aggregates_the_classifier_from_windows_that_reach_it_and_exits_stay_local(tiny, tmp_path, monkeypatch):
+    """Paper App. A: the server aggregates the segments the clients trained; each client keeps its
+    classifiers (early exits) and never receives them from the server.  Depth 4, windows of 2 rolling over
+    starts 0, 1, 2: an update carries the global classifier (block 5) exactly when its window reaches the
+    top block, never an exit; the global classifier moves exactly in the rounds that had such an update."""
+    results: list = []
+    seen = _vit_run(tiny, tmp_path, monkeypatch, {"rate_rule": "table7", "rates": {"jetson-xavier-nx-8gb": 0.25},
+                                                  "rolling": "round", "mask_rounds": 0}, versions=6, results=results)
+    assert len(seen) == len(results) == 6
+    tops = 0
+    for (updates, _), (before, after) in zip(seen, results):
+        reaches = []
+        for u in updates:
+            top = u.info["window_start"] + u.info["window"] == 4
+            assert any(k.startswith("blocks.5.") for k in u.tensors) == top
+            assert set(u.tensors) <= set(before)  # only global segments go up: no exit classifier
+            reaches.append(top)
+        moved = any(not torch.equal(before[k], after[k]) for k in before if k.startswith("blocks.5."))
+        assert moved == any(reaches)
+        tops += any(reaches)
+    assert 0 < tops < 6  # some rounds train the global classifier, some do not

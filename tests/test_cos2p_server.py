@@ -85,6 +85,7 @@ def _events(run: Path, kind: str) -> list[dict]:
 
 def test_sync_full_model_without_distillation_equals_fedavg(tiny, tmp_path):
     sync = {"name": "cos2p", "label": "sync", "mu": 1.0, "t_clk": 0.0, "weighting": "samples", "rates": {},
+            "rate_rule": "table7",
             "distill": False, "local_train_fraction": 1.0}
     fedavg = {"name": "fedavg", "clients_per_round": 5}
     run_scenario(_world(tiny, [sync, fedavg]), tmp_path, progress=False)
@@ -127,7 +128,8 @@ def test_recorded_ru_matches_eq17_by_hand(tiny, tmp_path, mode):
     from analysis.trace_metrics import utilisation
     from fedsim.sim.trace import load_trace
 
-    algo = {"name": "cos2p", "mode": mode, "mu": 0.4, "t_clk": 0.0, "rates": {}, "distill": False}
+    algo = {"name": "cos2p", "mode": mode, "mu": 0.4, "t_clk": 0.0, "rates": {}, "distill": False,
+            "rate_rule": "table7"}
     run_scenario(_world(tiny, algo, stop={"max_versions": 6}), tmp_path, progress=False)
     ru = utilisation(load_trace(tmp_path / "trace.jsonl"))
     assert ru == pytest.approx(_ru_by_hand(tmp_path), rel=1e-9)
@@ -172,3 +174,45 @@ def test_size_weighted_dirichlet_follows_the_weights_and_device_counts_are_exact
     world = World.from_scenario(simpy.Environment(), Streams(0), Trace(None), 8, scenario_from_mapping(sc))
     names = [world.device(c).name for c in range(8)]
     assert names == ["jetson-xavier-nx-8gb"] + ["jetson-agx-orin-32gb"] * 3 + ["jetson-agx-orin-64gb"] * 4
+
+
+def test_balanced_rates_by_hand():
+    """T* = max(slowest client at the smallest rate, fastest client at the largest); each client takes the
+    largest rate whose estimated job fits in T*."""
+    from fedsim.algorithms.cos2p import balanced_rates, rate_grid
+
+    grid = [0.1, 0.2, 0.3]
+    # band [max(1, 2, .5), min(3, 5, 1.5)] = [2, 1.5] is empty: T* = 2 (the slowest at its smallest rate)
+    t = [[1.0, 2.0, 3.0], [2.0, 3.0, 5.0], [0.5, 1.0, 1.5]]
+    assert balanced_rates(t, grid).tolist() == [0.2, 0.1, 0.3]
+    # band [max(1, 1.2), min(4, 2.5)] = [1.2, 2.5]: T* = 2.5, the fastest client at the largest rate
+    t = [[1.0, 2.4, 4.0], [1.2, 1.8, 2.5]]
+    assert balanced_rates(t, grid).tolist() == [0.2, 0.3]
+    # the grid of R = (w/L)² for L = 8 up to Table 7's 0.5625 (windows 1..6)
+    assert rate_grid(8, 1.0, 0.5625) == pytest.approx([(w / 8) ** 2 for w in range(1, 7)])
+
+
+def test_balanced_rates_balance_job_times_across_the_e1_mix(tmp_path):
+    """On the built-in E1 world (1 Xavier NX, 3 Orin 32 GB, 4 Orin 64 GB; weight phase only, no jitter) the
+    measured per-client job time spread (max/min of each client's mean busy time) shrinks from Table 7's
+    fixed rates to the balanced rule's (estimated 0.109-0.139 s per job: spread 1.28)."""
+    from analysis.trace_metrics import update_busy_times
+    from fedsim.scenario import load_scenario
+    from fedsim.sim.trace import load_trace
+
+    spreads = {}
+    for rule in ("table7", "balanced"):
+        m = load_scenario("cos2p").as_mapping()
+        m["algorithm"] = {**m["algorithm"], "rate_rule": rule, "mask_rounds": 0, "mu": 1.0, "t_clk": 0.0}
+        m["devices"] = {**m["devices"], "jitter": 0.0}
+        m["stop"] = {"max_versions": 7}  # μ = 1: 7 jobs per client, a full roll of the 2-block window
+        m["eval"] = {"every_versions": 7}
+        m["output"] = {"figures": False, "checkpoints": None}
+        out = tmp_path / rule
+        run_scenario(scenario_from_mapping(m), out, progress=False)
+        busy = update_busy_times(load_trace(out / "trace.jsonl")).groupby("client")["busy"].mean()
+        assert len(busy) == 8
+        spreads[rule] = float(busy.max() / busy.min())
+    # Table 7: the NX (R = 0.0625, 36 samples) takes a fraction of the slowest Orin's time
+    assert spreads["table7"] > 3.0
+    assert spreads["balanced"] < 1.35

@@ -119,6 +119,60 @@ def test_sync_fed_raa_counts_one_update_per_fragment_per_round(tmp_path):
     assert fedraa_metrics.fragment_counts(trace).sum() == len(per_round)
 
 
+def test_async_staleness_is_counted_per_fragment(tmp_path):
+    """Algorithm 1: the worker's timestamp is τ ← q(j), so the staleness of an update of fragment j is the
+    number of updates of fragment j applied since its dispatch: q(j) before the apply − q(j) at dispatch.
+    Worked from the trace's own schedule: each client's assign (fragment, q at dispatch) and the q its
+    fragment reached; α_t = 0.6·(1 + τ)^−0.5 must follow that count, not the global version count."""
+    out = run(tmp_path, {"name": "fedraa", "fragments": 3, "scheduler": "gre", "alpha": 0.6,
+                         "staleness": "polynomial", "staleness_a": 0.5}, stop={"max_versions": 40})
+    trace = load_trace(out / "trace.jsonl")
+    events = trace[trace["kind"].isin(["assign", "fragment"])]
+    last_assign: dict[int, tuple[int, int]] = {}
+    q = [0, 0, 0]
+    taus, taus_global = [], []
+    for _, e in events.iterrows():
+        c, j = int(e["client"]), int(e["fragment"])
+        if e["kind"] == "assign":
+            last_assign[c] = (j, q[j])
+            continue
+        j0, q0 = last_assign.pop(c)
+        assert j0 == j
+        tau = q[j] - q0  # updates of fragment j applied between this client's dispatch and its apply
+        q[j] += 1
+        assert int(e["q"]) == q[j]
+        assert float(e["weight"]) == pytest.approx(0.6 * (1 + tau) ** -0.5, rel=1e-12)
+        taus.append(tau)
+        taus_global.append(int(e["staleness"]))
+    assert len(taus) == 40
+    # the two clocks really differ on this schedule, so the check above tells them apart
+    assert sum(taus) < sum(taus_global) and any(a != b for a, b in zip(taus, taus_global))
+
+
+def test_sync_fed_raa_mixes_the_fragment_average_with_alpha(tmp_path):
+    """Sync differs from async only in waiting: the round's per-fragment average enters with α_t = α·s(0)
+    = α, as an async update of staleness 0 would.  Same clients, streams and bases: the α = 0.6 state after
+    one round is 0.4·w_0 + 0.6·(the α = 1 state, which is the plain per-fragment average)."""
+    common = {"name": "fedraa", "fragments": 3, "aggregation": "sync", "staleness": "polynomial"}
+    a = run(tmp_path / "a06", {**common, "alpha": 0.6}, stop={"max_versions": 1},
+            output={"figures": False, "checkpoints": 1})
+    b = run(tmp_path / "a1", {**common, "alpha": 1.0}, stop={"max_versions": 1},
+            output={"figures": False, "checkpoints": 1})
+    w0 = torch.load(a / "checkpoints" / "v000000.pt")
+    assert all(torch.equal(w0[k], v) for k, v in torch.load(b / "checkpoints" / "v000000.pt").items())
+    mixed, avg = torch.load(a / "final_model.pt"), torch.load(b / "final_model.pt")
+    moved = 0
+    for k in w0:
+        if not torch.is_floating_point(w0[k]):
+            continue
+        torch.testing.assert_close(mixed[k], 0.4 * w0[k] + 0.6 * avg[k], rtol=1e-5, atol=1e-6)
+        moved += int((avg[k] != w0[k]).sum())
+    assert moved > 0
+    fr = load_trace(a / "trace.jsonl", kinds=("fragment",))
+    per_fragment = fr.groupby("fragment")["weight"].sum()
+    assert np.allclose(per_fragment.to_numpy(float), 0.6)  # each fragment's copies share α_t = 0.6
+
+
 @pytest.mark.parametrize("alg", [
     {"name": "fedprox", "mu": 0.1, "clients_per_round": 6},
     {"name": "ramfed-lite", "clients_per_round": 6},

@@ -38,3 +38,14 @@ def test_an_unfinished_run_is_not_reused(tmp_path):
     assert finished(d, sc) is not None
     (d / "summary.json").write_text('{"status": "interrupted"}', encoding="utf-8")
     assert finished(d, sc) is None
+
+
+def test_claim_helpers_by_hand():
+    from figures.claims import monotone, ratio_verdict, verdict
+
+    assert monotone([3.0, 1.0, 0.0, 0.0], -1) and not monotone([3.0, 1.0, 1.5], -1)
+    assert not monotone([1.0, 1.0], 1) and monotone([1.0, 2.0], 1) and not monotone([1.0], 1)
+    # paper 1.4×: yes from 1.2×, partly above 1, no at or below 1
+    assert [ratio_verdict(x, 1.4) for x in (1.25, 1.2, 1.1, 1.0, 0.8)] == ["yes", "yes", "partly", "no", "no"]
+    assert ratio_verdict(float("nan"), 1.4) == "n/a"
+    assert (verdict(True), verdict(False), verdict(False, partly=True), verdict(None)) == ("yes", "no", "partly", "n/a")

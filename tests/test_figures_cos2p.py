@@ -66,3 +66,35 @@ def test_grad_norm_is_the_full_gradient_of_the_mean_client_loss(recipe):
     g = torch.stack(grads).double().mean(0)
     v0 = probes.loc[probes["version"] == 0, "grad_norm_sq"].item()
     assert v0 == pytest.approx(float(g @ g), rel=1e-4)
+
+
+def test_claims_table_is_generated_from_the_recipe_numbers(recipe):
+    """claims.md is the rendering of ``claims()`` on the run's own tables, with its commit and seeds; moving
+    one input number moves the cell and the verdict (nothing in the table is typed)."""
+    import copy
+
+    from figures.claims import commit_hash, render_claims
+
+    out, results = recipe
+    text = (out / "claims.md").read_text(encoding="utf-8")
+    rows = cos2p.claims(results)
+    assert text == render_claims(rows, command="python -m figures.cos2p --quick --seeds 0", seeds=[0],
+                                 commit=commit_hash())
+    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text
+    methods = results["methods"].set_index("method")
+    co, fa = methods.loc["Co-S²P", "ru"], methods.loc["FedAvg (full)", "ru"]
+    row = next(c for c in rows if c.claim == "RU, Co-S²P vs FedAvg (full)")
+    assert row.fedsim == f"{co:.3f} vs {fa:.3f} ({co / fa:.2f}×)"
+    for fedavg_ru, expected in ((co / 1.3, "yes"), (co / 1.1, "partly"), (co / 0.9, "no")):
+        moved = copy.deepcopy(results)
+        moved["methods"].loc[moved["methods"]["method"] == "FedAvg (full)", "ru"] = fedavg_ru
+        again = next(c for c in cos2p.claims(moved) if c.claim == row.claim)
+        assert again.verdict == expected and again.fedsim != row.fedsim
+    # a sweep column reversed flips its monotone verdict
+    moved = copy.deepcopy(results)
+    sw = moved["sweep_mu"]
+    sw["tau_bar"] = sorted(sw["tau_bar"]) if sw["mu"].is_monotonic_increasing else sw["tau_bar"]
+    sw["n_mean"] = sorted(sw["n_mean"], reverse=True)
+    sw["ru"] = sorted(sw["ru"])
+    name = "larger μ → lower RU, lower τ̄, larger N_q^i"
+    assert next(c for c in cos2p.claims(moved) if c.claim == name).verdict == "no"

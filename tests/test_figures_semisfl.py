@@ -22,3 +22,33 @@ def test_crossover_by_hand():
     assert sfl / fl == pytest.approx(8.83, abs=0.01)  # tiny CNN: feature traffic dwarfs the model
     sfl, fl = round_traffic(2_251_584, 33_603_594, 4_096, 1, 64, 1)
     assert sfl < fl  # AlexNet with one split iteration: SFL sends less than the 137 MB model twice
+
+
+def test_claims_table_is_generated_from_the_recipe_numbers(tmp_path):
+    """The quick recipe (shortened to 2 rounds) writes claims.md from its own tables with commit and seeds;
+    moving an input number moves the cell and the verdict."""
+    import copy
+
+    from figures import semisfl
+    from figures.claims import commit_hash, render_claims
+
+    tables = semisfl.make_all(tmp_path, quick=True, seeds=[0], progress=False, rounds=2)
+    text = (tmp_path / "claims.md").read_text(encoding="utf-8")
+    rows = semisfl.claims(tables, [0])
+    assert text == render_claims(rows, command="python -m figures.semisfl --quick --seeds 0", seeds=[0],
+                                 commit=commit_hash())
+    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text
+    name = "SemiSFL beats FedSwitch-SL, more as skew rises"
+    for gap, expected in ((5.0, "partly"), (-5.0, "no")):  # quick: IID and Dir(0.1) only
+        moved = copy.deepcopy(tables)
+        d = moved["dirichlet"]
+        for p in ("iid", "dir0.1"):
+            other = d.loc[(d["partition"] == p) & (d["method"] == "FedSwitch-SL"), "mean"].item()
+            d.loc[(d["partition"] == p) & (d["method"] == "SemiSFL"), "mean"] = other + gap
+        row = next(c for c in semisfl.claims(moved, [0]) if c.claim == name)
+        assert row.verdict == expected
+        assert f"dir0.1 {other + gap:.1f} vs {other:.1f}" in row.fedsim
+    moved = copy.deepcopy(tables)
+    moved["head"]["mean"] = [80.0, 81.0, 82.0]
+    row = next(c for c in semisfl.claims(moved, [0]) if c.claim.startswith("Projection head"))
+    assert row.verdict == "yes" and row.fedsim == "none 80.0 / linear 81.0 / mlp 82.0"

@@ -82,17 +82,38 @@ def test_traffic_per_round_equals_the_byte_formulas(tmp_path):
         assert r["bytes_up"] == N_h * (wc_bytes + K_u * 2 * B * d * 4)
 
 
-def test_ks_controller_paper_version_follows_a_hand_worked_sequence():
-    # K_min = floor(8 · 10/100 · 5) = 4; windows of 2 rounds; R_h over the last 3 indicators
+def test_ks_controller_paper_version_decides_only_on_full_spans_by_hand():
+    """Eq. 10 with R_h = (1/P) Σ I_n over a full span of P = 3 indicators, applied once per span."""
+    # K_min = floor(8 · 10/100 · 5) = 4; windows of 2 rounds, so indicator n lands at round 2(n + 1)
     ctl = KsController(k_s=20, mode="paper", alpha=2.0, beta=8.0, n_labeled=10, n_total=100, window=2, periods=3)
-    f_s = [10, 10, 9, 9, 7, 7, 6.5, 6.5, 6.4, 6.4, 6.3, 6.3]
-    f_u = [5, 5, 3, 3, 2.5, 2.5, 2.4, 2.4, 1.4, 1.4, 0.4, 0.4]
-    # I: w1->w2: u fell 2 > s fell 1 -> 1 (R=1, 20->10); w3: 0.5 < 2 -> 0 (R=.5, 10->5); w4: .1 < .5 -> 0
-    # (R=1/3); w5: 1.0 > .1 -> 1 (R=1/3 over [0,0,1]); w6: 1 > .1 -> 1 (R=2/3, max(floor(5/2), 4) = 4)
-    got = [ctl.record(s, u, 0.1, 5) for s, u in zip(f_s, f_u)]
-    assert got == [20, 20, 20, 10, 10, 5, 5, 5, 5, 5, 5, 4]
-    assert ctl.indicators == [1, 0, 0, 1, 1]
-    assert ctl.r_h == pytest.approx(2 / 3)
+    s_win = [10, 9, 7, 6.5, 6, 5.5, 5, 4.5, 4, 3.5]  # window means (both rounds of a window equal)
+    u_win = [8, 6, 5.5, 4.5, 4.25, 3.25, 3, 2.75, 2.5, 2.25]
+    f_s = [v for v in s_win for _ in range(2)]
+    f_u = [v for v in u_win for _ in range(2)]
+    # drops s: 1, 2, .5, .5, .5, .5, .5, .5, .5;  u: 2, .5, 1, .25, 1, .25, .25, .25, .25
+    # I_n = [u drop > s drop]: 1, 0, 1, 0, 1, 0, 0, 0, 0
+    # span 1 (rounds 4, 6, 8): R_h = 2/3 >= 0.5 at round 8 -> K_s = max(floor(20/2), 4) = 10
+    # span 2 (rounds 10, 12, 14): R_h = 1/3 -> unchanged; span 3 (16, 18, 20): R_h = 0 -> unchanged
+    got = []
+    for h, (s, u) in enumerate(zip(f_s, f_u), start=1):
+        got.append(ctl.record(s, u, 0.1, 5))
+        if h < 8:  # before the first full span: no decision, no R_h (one indicator at round 4 was 1)
+            assert math.isnan(ctl.r_h)
+        if h == 8:
+            assert ctl.r_h == pytest.approx(2 / 3)
+        if h == 14:
+            assert ctl.r_h == pytest.approx(1 / 3)
+    assert ctl.indicators == [1, 0, 1, 0, 1, 0, 0, 0, 0]
+    assert got == [20] * 7 + [10] * 13
+    assert ctl.r_h == 0.0
+
+
+def test_ks_controller_paper_version_ignores_a_partial_span():
+    """One early indicator of 1 (R_h = 1 on partial evidence) must not lower K_s before P indicators exist."""
+    ctl = KsController(k_s=20, mode="paper", alpha=1.5, window=1, periods=10)
+    got = [ctl.record(s, u, 0.1, 5) for s, u in zip([5, 5, 5, 5], [5, 3, 1, 0])]
+    assert ctl.indicators == [1, 1, 1]
+    assert got == [20, 20, 20, 20] and math.isnan(ctl.r_h)
 
 
 def test_ks_controller_code_version_normalises_by_lr_and_steps():
@@ -147,6 +168,58 @@ def test_clustering_loss_by_hand():
         losses.append(-np.mean(logp[pos]) if pos else 0.0)
     assert got == pytest.approx(float(np.mean(losses)), rel=1e-6)
     assert len(queue) == 3  # the batch keys were enqueued after the loss
+
+
+def test_labeled_keys_are_never_positives_of_the_clustering_regulariser():
+    """Eq. 5: a supervised-phase key (pushed without masks) with the anchor's label is not a positive; only
+    the confident batch key is.  Hand computation over the references [batch key, labeled key]."""
+    queue = FeatureQueue(2, 4)
+    labeled_key = torch.tensor([[1.0, 0.0]])
+    queue.push(labeled_key, torch.tensor([0]))  # the supervised phase enqueues without masks
+    assert queue.masks.tolist() == [False]
+    q = torch.tensor([[1.0, 0.0]])
+    k = torch.nn.functional.normalize(torch.tensor([[0.6, 0.8]]), dim=1)
+    kappa = 0.5
+    got = float(contrastive_loss(q, k, torch.tensor([0]), queue, kappa, masks=torch.tensor([True])))
+    a, b = 0.6 / kappa, 1.0 / kappa  # logits of the batch key and of the labeled key
+    assert got == pytest.approx(-(a - math.log(math.exp(a) + math.exp(b))), rel=1e-6)
+    # counting the labeled key as a positive would give the mean over both references instead
+    both = -0.5 * ((a + b) - 2 * math.log(math.exp(a) + math.exp(b)))
+    assert abs(got - both) > 0.1
+    # with no confident batch key the anchor has no positive at all: C = 0 although the labeled key matches
+    queue2 = FeatureQueue(2, 4)
+    queue2.push(labeled_key, torch.tensor([0]))
+    assert float(contrastive_loss(q, k, torch.tensor([0]), queue2, kappa, masks=torch.tensor([False]))) == 0.0
+
+
+@pytest.mark.parametrize("algo, server_views", [("fedswitch-sl", ["weak_view"] * 2),
+                                                ("semisfl", ["strong_view"] * 4)])
+def test_fedswitch_sl_server_sees_weak_views_only(tmp_path, monkeypatch, algo, server_views):
+    """The views drawn inside the supervised phase: FedSwitch-SL weak only (K_s = 2 steps, no T); SemiSFL
+    two strong views per step (CE view + SupCon key view).  Both clients still send strong student views."""
+    import fedsim.algorithms.semisfl as mod
+
+    calls: list[tuple[str, bool]] = []
+    inside = [False]
+    real_sup = mod.SemiSFL.supervised_phase
+
+    def sup(self, *args):
+        inside[0] = True
+        try:
+            return real_sup(self, *args)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(mod.SemiSFL, "supervised_phase", sup)
+    for name in ("strong_view", "weak_view"):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, _n=name, **k: (calls.append((_n, inside[0])), _r(*a, **k))[1])
+    m = copy.deepcopy(BASE)
+    m["stop"]["max_versions"] = 1
+    m["algorithm"]["name"] = algo
+    _run(m, tmp_path / algo)
+    assert [n for n, ins in calls if ins] == server_views
+    assert ("strong_view", False) in calls and ("weak_view", False) in calls
 
 
 FL_ALGO = {"clients_per_round": 3, "labeled": 50, "k_s": 2, "weak": "crop", "strong": "randaugment"}

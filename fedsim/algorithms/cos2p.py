@@ -21,14 +21,27 @@ Server (Algorithm 1), in virtual time:
 The server rule (γ of Eq. 4, segment-wise Eq. 5) is :func:`fedsim.algorithms.cos2p_rules.cos2p_aggregate`,
 a pure function.
 
-Client (Algorithm 2): R_n from the client's device profile (Table 7 by default), R^w·R^d = R_n with
-R^w/R^d = ``width_depth_ratio``; see :mod:`fedsim.learn.cos2p` for the masks, exits and losses.
+Client (Algorithm 2): R_n per client from its device's compute and link speed and its data, so that the
+round's jobs take about equal time (``rate_rule: balanced``, :func:`balanced_rates`; the paper sets R_n
+"according to the available resources"), or from its device profile (``rate_rule: table7``: the
+``rates`` table, Table 7 by default); R^w·R^d = R_n with R^w/R^d = ``width_depth_ratio``; see
+:mod:`fedsim.learn.cos2p` for the masks, exits and losses.
+
+What the server holds and aggregates (paper App. A: "each client maintain[s] the classifiers and only
+updates them through local submodel training, rather [than] updates from the server"; "the server
+aggregates and updates the same segments trained by different clients"): the global model, classifier
+included, segment by segment over the clients that trained each segment (Eq. 5).  A client's early exits
+(the classifiers at the depths of shallower windows, Eq. 3) never leave it and are never aggregated.  The
+global classifier is a segment like any other: it is trained, sent and aggregated only by a participation
+whose window reaches the top block (the paper is silent on how the global classifier is trained when no
+client holds the full model; this is the reading of "the same segments trained by different clients").
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Generator, Literal
+from typing import Any, Generator, Literal, Sequence
 
 import numpy as np
 import simpy
@@ -36,7 +49,7 @@ import torch
 
 from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, Update, Work, client_task
 from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggregate, segment_index
-from fedsim.config import positive, require
+from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State
 
@@ -77,6 +90,33 @@ def quorum(mu: float, n: int) -> int:
     return max(1, min(n, math.ceil(mu * n - 1e-9)))
 
 
+def rate_grid(n_blocks: int, ratio: float, rate_max: float) -> list[float]:
+    """The distinct R_n a depth window can realise, at most ``rate_max``: window w of L blocks has depth
+    rate w/L, so R = (w/L)²·ratio (R^w/R^d = ratio), capped at 1."""
+    out = sorted({min(1.0, (w / n_blocks) ** 2 * ratio) for w in range(1, n_blocks + 1)})
+    kept = [r for r in out if r <= rate_max + 1e-12]
+    return kept or out[:1]
+
+
+def balanced_rates(job_seconds: np.ndarray, grid: Sequence[float]) -> np.ndarray:
+    """R_n per client so that the round's jobs take about equal time (``job_seconds[n, k]``: client n's
+    estimated job time at ``grid[k]``, rising in k).
+
+    Every client can match a common job time T between the slowest client's time at the smallest rate,
+    max_n t_n(grid[0]), and the fastest client's time at the largest, min_n t_n(grid[−1]).  The target is
+    the top of that band, T* = max(max_n t_n(grid[0]), min_n t_n(grid[−1])) (the bottom when the band is
+    empty), and each client takes the largest rate whose job fits in T* (at least the smallest rate): the
+    round's jobs end together while the sub-models are as large as that allows.  Choice: the paper only
+    says R_n is chosen "according to the available resources" from measured per-round times."""
+    t = np.asarray(job_seconds, dtype=float)
+    target = max(float(t[:, 0].max()), float(t[:, -1].min()))
+    out = np.empty(t.shape[0])
+    for n in range(t.shape[0]):
+        fits = np.flatnonzero(t[n] <= target * (1 + 1e-9))
+        out[n] = float(grid[int(fits.max()) if len(fits) else 0])
+    return out
+
+
 class Cos2P(Algorithm):
     name = "cos2p"
 
@@ -96,7 +136,13 @@ class Cos2P(Algorithm):
         weighting: str = "gamma"
         #: η of Eq. 5 applied to the γ-averaged weight change (1: the average itself)
         server_lr: float = 1.0
-        #: overall kept fraction R_n per device profile (default: the paper's Table 7, E1)
+        #: how R_n is chosen: "balanced" (derived per client from its device's compute and link speed so that
+        #: every client's job takes about the same time; the paper picks R_n "according to the available
+        #: resources" from measured round times) or "table7" (the ``rates`` table per device profile)
+        rate_rule: Literal["balanced", "table7"] = "balanced"
+        #: the largest R_n the balanced rule gives (Table 7's largest E1 rate: no client trains the whole model)
+        rate_max: float = num(0.5625, gt=0, le=1, doc="largest kept fraction of the balanced rule")
+        #: overall kept fraction R_n per device profile, used by ``rate_rule: table7`` (default: Table 7, E1)
         rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES))
         #: local batch size per device profile (default: the train section's batch size for all)
         batch_sizes: dict[str, int] = field(default_factory=dict)
@@ -171,17 +217,79 @@ class Cos2P(Algorithm):
             for k in values:
                 require(k in known, f"algorithm.{table}.{k}",
                         f"unknown device profile {k!r} (allowed: {', '.join(sorted(known))})")
-        self.rate = np.ones(n)
-        for c in range(n):
-            prof = ctx.world.device(c).name
-            self.rate[c] = float(config.rates.get(prof, 1.0))
         self.local_train, self.local_test = self._local_split()
+        self.rate = np.ones(n)
+        if config.rate_rule == "table7":
+            for c in range(n):
+                self.rate[c] = float(config.rates.get(ctx.world.device(c).name, 1.0))
+        else:
+            self.rate_grid, self.job_seconds = self._rate_table()
+            self.rate = balanced_rates(self.job_seconds, self.rate_grid)
         self._plan_clients()
         groups = ctx.worker.width_groups() if hasattr(ctx.worker, "width_groups") else None
         self.segments: SegmentIndex = segment_index(ctx.global_state, groups)
         self.history: dict[int, State] = {0: ctx.global_state}
         ctx.version_hooks.append(self._final_metrics)
         self.pending: dict[int, int] = {}  # base version -> updates in flight from it
+
+    def _rate_table(self) -> tuple[list[float], np.ndarray]:
+        """(rate grid, estimated job seconds per client and grid rate) for the balanced rule (a model
+        without encoder blocks between stem and head has nothing to prune: the grid is [1]).
+
+        A job at rate R: the depth window of floor(L·R^d) blocks at width R^w (the weight phase's pruned
+        sub-model, its frozen blocks below the window included), the client's local-train split for the
+        configured local epochs at its batch size; time = download + compute + upload at the device's nominal
+        speed and link rates (no jitter), averaged over the window's rolling positions.  The mask phase of
+        the first Q̂ participations is not in the estimate."""
+        from fedsim.learn.cos2p import final_keep
+        from fedsim.learn.submodel import SubModel, submodel_costs
+        from fedsim.learn.train import num_steps, samples_processed
+
+        ctx, cfg, model, world = self.ctx, self.cfg, self.ctx.worker, self.ctx.world
+        L = model.num_blocks() - 2
+        if L < 1:  # nothing between stem and head to prune: every client keeps the whole model
+            return [1.0], np.zeros((ctx.num_clients, 1))
+        grid = rate_grid(L, cfg.width_depth_ratio, cfg.rate_max)
+        groups = model.width_groups() if hasattr(model, "width_groups") else {}
+        from fedsim.learn.submodel import block_of
+
+        by_block: dict[int, list[str]] = {}
+        for g, wg in groups.items():
+            blocks = {block_of(k) for k, _ in wg.members}
+            if len(blocks) == 1:
+                by_block.setdefault(blocks.pop(), []).append(g)
+        cache: dict[tuple[int, float, int], tuple[float, int, int]] = {}
+        times = np.zeros((ctx.num_clients, len(grid)))
+        for c in range(ctx.num_clients):
+            batch = int(cfg.batch_sizes.get(world.device(c).name, ctx.sgd.batch_size))
+            n = len(self.local_train[c])
+            steps = num_steps(n, dataclasses.replace(ctx.sgd, batch_size=batch))
+            samples = samples_processed(n, steps, batch)
+            for k, rate in enumerate(grid):
+                rw, rd = split_rates(rate, cfg.width_depth_ratio)
+                w = max(1, int(math.floor(L * rd + 1e-9)))
+                per_pos = []
+                for start in range(L - w + 1):
+                    key = (start, rw, batch) + (w,)
+                    if key not in cache:
+                        states = ["train" if start == 0 else "frozen"]
+                        states += ["frozen" if j <= start else "train" if j <= start + w else "removed"
+                                   for j in range(1, L + 1)]
+                        states.append("train" if start + w == L else "removed")
+                        keep: dict[str, tuple[int, ...]] = {}
+                        if rw < 1.0:
+                            for j, names in by_block.items():
+                                if 1 <= j <= L and states[j] == "train":
+                                    for g in names:
+                                        keep.update(final_keep({g: torch.zeros(groups[g].size)}, rw))
+                        cost = submodel_costs(model, SubModel.of(model, keep, tuple(states)), ctx.input_shape, batch,
+                                              momentum=ctx.sgd.momentum > 0)
+                        cache[key] = (cost.flops.total, cost.download_bytes, cost.upload_bytes)
+                    flops, down, up = cache[key]
+                    per_pos.append(world.expected_compute_seconds(c, flops * samples, samples=samples)
+                                   + world.expected_transfer_seconds(c, int(down), int(up)))
+                times[c, k] = float(np.mean(per_pos))
+        return grid, times
 
     def _local_split(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Each client's samples split once at random, ``local_train_fraction`` : rest (the paper's 8:2)."""

@@ -16,16 +16,20 @@ Choices where the paper is silent (documented in the README):
   FLOPs and bytes are the fragment's (the paper's cost ‖θʲ‖·‖Dⁿ‖/cmp_n).  ``mode: frozen``: the client
   downloads the full model and trains only the fragment's entries (gradient mask), paying full-model
   compute and traffic; its update still covers only the fragment.
-- ``staleness_clock``: the staleness given to s(·): ``global`` (server updates since dispatch, the
-  Updater of Alg. 1) or ``fragment`` (updates of this fragment since dispatch, the proof's τ − (q−1)).
-  Both are recorded in the trace either way.
+- ``staleness_clock``: the staleness given to s(·): ``fragment`` (default: updates of this fragment
+  since dispatch; Algorithm 1's worker takes its timestamp τ ← q(j), the fragment's own counter, and the
+  proof bounds the per-fragment delay τ − (q − 1)) or ``global`` (server updates of any fragment since
+  dispatch, the Updater's t − τ read with t the global epoch).  Both are recorded in the trace either way.
 - ``K`` is in seconds of estimated round trip (download + compute + upload at nominal rates, no
   jitter); unset means K_off of the offline assignment on the same cost estimates.
 - ``rho``: the proximal weight of the local objective f + ρ/2‖θ − θ_q‖² (0: plain local SGD).
 - ``aggregation: sync`` is Sync Fed-RAA: every round each available client gets a fragment (Gre-RAA,
   counting this round's assignments as in flight so the round spreads over fragments), the server waits
-  for all, then averages the returned copies of each fragment (entries covered by several clients are
-  averaged, the rest keep their value) and counts one update for every fragment trained in the round.
+  for all, averages the returned copies of each fragment (entries covered by several clients are
+  averaged) and mixes that average in with the same rule as async, θʲ ← (1 − α_t) θʲ + α_t θʲ_avg,
+  α_t = α·s(τ) with τ on the same clock (0 in a barrier round): the paper's Sync Fed-RAA differs only in
+  waiting ("all other aspects remaining identical").  Uncovered entries keep their value; one update is
+  counted for every fragment trained in the round.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ from fedsim.algorithms.base import (
     Assignment,
     TaskCounter,
     Update,
+    staleness_weight,
     validate_staleness,
 )
 from fedsim.algorithms.fedasync import fedasync_rule
@@ -55,7 +60,7 @@ from fedsim.algorithms.fedraa_schedulers import (
 )
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
-from fedsim.learn.state import masked_weighted_average
+from fedsim.learn.state import masked_weighted_average, state_mix
 from fedsim.learn.submodel import extract, fragment_submodel, insert
 from fedsim.learn.train import num_steps, samples_processed
 
@@ -81,7 +86,7 @@ class FedRAA(Algorithm):
         staleness: str = "constant"
         staleness_a: float = 0.5
         staleness_b: float = 4.0
-        staleness_clock: Literal["global", "fragment"] = "global"
+        staleness_clock: Literal["global", "fragment"] = "fragment"
         rho: float = 0.0
         retry_s: float = 10.0
 
@@ -230,6 +235,24 @@ class FedRAA(Algorithm):
             self.q[j] += 1
             ctx.apply(new, [update], [a], round_=ctx.version + 1)
 
+    def _sync_mix(self, base: dict, updates: list[Update], infos: dict[int, dict[str, Any]]
+                  ) -> tuple[dict, list[float]]:
+        """Sync Fed-RAA's server rule: per fragment, the average of its returned copies mixed in with
+        α_t = α·s(τ), the async rule's factor (τ on the configured clock; every copy of a barrier round
+        started from the current fragment, so τ = 0 and α_t = α).  Returns the new state and each update's
+        effective weight α_t · (its share of its fragment's average)."""
+        ctx, cfg = self.ctx, self.cfg
+        taus = [(ctx.version - u.base_version) if cfg.staleness_clock == "global"
+                else int(self.q[infos[u.client]["fragment"]] - infos[u.client]["q_dispatch"]) for u in updates]
+        mixes = {staleness_weight(t, cfg.staleness, cfg.staleness_a, cfg.staleness_b) for t in taus}
+        if len(mixes) != 1:  # unreachable in a barrier round; kept explicit rather than silently averaged
+            raise RuntimeError(f"sync Fed-RAA round with unequal staleness {taus}")
+        a_t = cfg.alpha * mixes.pop()
+        avg = masked_weighted_average(updates, base)
+        per_frag = {j: sum(float(u.weight) for u in updates if infos[u.client]["fragment"] == j) for j in range(self.M)}
+        weights = [a_t * float(u.weight) / per_frag[infos[u.client]["fragment"]] for u in updates]
+        return state_mix(base, avg, a_t), weights
+
     def _rounds(self) -> Generator[simpy.events.Event, Any, None]:
         """Sync Fed-RAA: per round every available client trains a fragment; per-fragment averaging."""
         ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
@@ -264,9 +287,7 @@ class FedRAA(Algorithm):
             yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
             if ctx.done.triggered:
                 break
-            new = masked_weighted_average(updates, base)
-            per_frag = {j: sum(float(u.weight) for u in updates if infos[u.client]["fragment"] == j) for j in range(self.M)}
-            weights = [float(u.weight) / per_frag[infos[u.client]["fragment"]] for u in updates]
+            new, weights = self._sync_mix(base, updates, infos)
             for u, w in zip(updates, weights):
                 self._record(u, infos[u.client], arrivals[u.client], ctx.version - u.base_version, w)
             for j in {infos[u.client]["fragment"] for u in updates}:

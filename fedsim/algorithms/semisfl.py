@@ -29,8 +29,9 @@ bottom is frozen on clients during the K_u steps and updated only on the server 
 the code; Eq. 8 says otherwise); optimizers are rebuilt at the start of each phase (the code); the queue is
 cleared at the end of every client phase (the code); the *teacher* is the evaluated global model (paper
 and code); the learning rate is constant or cosine from ``train.lr`` to ``min_lr`` over
-``stop.max_versions`` rounds.  FedSwitch-SL is SemiSFL without C, without T and without adaptation
-(the spec's inferred reading of the paper's ablation).  Supervised-only trains on the labeled set only.
+``stop.max_versions`` rounds.  FedSwitch-SL is SemiSFL without C, without T and without adaptation (the
+spec's inferred reading of the paper's ablation), and its server trains on weak views of the labeled
+batches (``server_view``: the paper credits strong-augmentation supervised training to SemiSFL alone).  Supervised-only trains on the labeled set only.
 
 Theory probes (every ``probe_every`` rounds): per-sample ‖∇l_s‖² and ‖∇l_u‖² (max and mean over
 ``probe_samples`` fixed samples, w.r.t. all trainable tensors: bottom, top, head) after the supervised and
@@ -144,6 +145,9 @@ class SemiSFL(SplitAlgorithm):
         periods: int = 10
         weak: str = "flip_crop"
         strong: str = "randaugment"
+        #: the view of the server's labeled batches: "strong" (SemiSFL: the code's strong-twice) or "weak"
+        #: (FedSwitch-SL: the paper credits strong-augmentation supervised training to SemiSFL alone)
+        server_view: Literal["strong", "weak"] = "strong"
         rand_n: int = 2
         rand_m: int = 10
         lr_schedule: Literal["constant", "cosine"] = "constant"
@@ -170,6 +174,8 @@ class SemiSFL(SplitAlgorithm):
             positive(self.min_lr, f"{prefix}.min_lr", allow_zero=True)
             positive(self.probe_every, f"{prefix}.probe_every", allow_zero=True)
             positive(self.probe_samples, f"{prefix}.probe_samples")
+            require(self.server_view in ("strong", "weak"), f"{prefix}.server_view",
+                    f"got {self.server_view!r} (allowed: strong, weak)")
 
     # ================================================================================== set-up
     server_phase_field = "k_s"  # the labeled phase: K_s steps per round (the controller only ever lowers K_s)
@@ -248,6 +254,13 @@ class SemiSFL(SplitAlgorithm):
         return SideOptimizer(params, lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
 
     # ================================================================================== server phase
+    def _server_view(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """A view of a labeled batch for the supervised phase: strong (SemiSFL) or weak (FedSwitch-SL)."""
+        cfg = self.cfg
+        if cfg.server_view == "weak":
+            return weak_view(x, cfg.weak, gen)
+        return strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+
     def supervised_phase(self, k_s: int, lr: float, rnd: int) -> float:
         """K_s steps of CE (+ SupCon T) on labeled batches with the teacher EMA after each; mean loss."""
         if k_s == 0:
@@ -261,7 +274,7 @@ class SemiSFL(SplitAlgorithm):
         for pos in batch_schedule(len(self.labeled_idx), k_s, self.server_batch, gen):
             idx = torch.as_tensor(self.labeled_idx[pos.numpy()], device=x_all.device)
             x, y = x_all[idx], self.visible_y[idx]
-            v1 = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+            v1 = self._server_view(x, gen)
             p = opt.params
             wc = {k: p[k] for k in self.wc}
             ws = {k: p[k] for k in self.ws}
@@ -269,7 +282,7 @@ class SemiSFL(SplitAlgorithm):
             e = self._bottom(wc, v1)
             loss = F.cross_entropy(self._top(ws, e), y)
             if cfg.supcon:
-                v2 = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+                v2 = self._server_view(x, gen)
                 with torch.no_grad():
                     keys = self._proj(self.t_hp, self._bottom(self.t_wc, v2))
                 loss = loss + contrastive_loss(self._proj(hp, e), keys, y, self.queue, cfg.kappa)
@@ -563,7 +576,8 @@ class SemiSFL(SplitAlgorithm):
 
 class FedSwitchSL(SemiSFL):
     """FedSwitch-SL: split teacher/student pseudo-labelling with the consistency CE only (no C, no T),
-    fixed K_s (the spec's reading of the paper's 'naive semi-supervised SFL')."""
+    fixed K_s (the spec's reading of the paper's 'naive semi-supervised SFL'), and weak views of the
+    labeled batches on the server: the paper credits strong-augmentation supervised training to SemiSFL."""
 
     name = "fedswitch-sl"
 
@@ -572,6 +586,7 @@ class FedSwitchSL(SemiSFL):
         clustering: bool = False
         supcon: bool = False
         adapt: Literal["paper", "code", "none"] = "none"
+        server_view: Literal["strong", "weak"] = "weak"
 
 
 class SupervisedOnly(SemiSFL):

@@ -5,7 +5,10 @@ The losses follow the SemiSFL code's ``FeatureCache``: anchors are the (L2-norma
 projections of the current batch; references are the batch's own teacher keys followed by the queue;
 positives are references with the anchor's (pseudo-)label, and — for clustering regularisation — whose
 teacher confidence passed the threshold.  The anchor itself is *not* confidence-filtered; an anchor with no
-positive contributes 0.  After the loss is computed the batch's keys enter the queue (FIFO).
+positive contributes 0.  After the loss is computed the batch's keys enter the queue (FIFO).  Keys pushed
+without masks (the server's supervised phase) enter with mask 0: Eq. 5's positives are only entries "whose
+confidences come up to τ", and the authors' ``FeatureCache`` enqueues supervised keys with mask 0, so a
+labeled key is never a positive of C (SupCon T, which takes no masks, still uses them).
 """
 from __future__ import annotations
 
@@ -60,8 +63,12 @@ class FeatureQueue:
         self.__init__(self.dim, self.size, self.device)
 
     def push(self, keys: torch.Tensor, labels: torch.Tensor, masks: torch.Tensor | None = None) -> None:
-        """Enqueue a batch (oldest entries leave first); afterwards the queue holds the last ``size`` keys."""
-        m = torch.ones(len(labels), dtype=torch.bool, device=self.device) if masks is None else masks.to(torch.bool)
+        """Enqueue a batch (oldest entries leave first); afterwards the queue holds the last ``size`` keys.
+
+        ``masks=None`` (labeled keys of the supervised phase) enqueues mask 0: such keys are never positives
+        of the clustering regulariser (Eq. 5 counts only confident entries; the authors' code does the same).
+        """
+        m = torch.zeros(len(labels), dtype=torch.bool, device=self.device) if masks is None else masks.to(torch.bool)
         self.keys = torch.cat([self.keys, keys.detach().to(self.keys.dtype)])[-self.size:]
         self.labels = torch.cat([self.labels, labels.detach().to(torch.int64)])[-self.size:]
         self.masks = torch.cat([self.masks, m.detach()])[-self.size:]
@@ -132,9 +139,12 @@ class KsController:
     (paper: 10) are averaged; I_n = 1 when the semi-supervised loss fell more than the supervised one from
     window n−1 to n; R_h is the mean of the last ``periods`` (paper: 10) indicators.
 
-    ``paper``: at the end of every window with at least one indicator, R_h over the available (≤ periods)
-    indicators; if R_h ≥ 0.5, K_s ← max(floor(K_s/α), K_min).  Choice: the paper does not say how often
-    Eq. 10 is applied; once per observation period avoids dividing K_s every round on the same evidence.
+    ``paper``: R_h = (1/periods)·Σ I_n over a *full* span of ``periods`` indicators (paper: (1/10)Σ_{n=1}^{10}
+    I_n over spans of 100 rounds); Eq. 10 is applied once at the end of each span, and not at all before the
+    first span is complete (no decision on partial evidence): if R_h ≥ 0.5, K_s ← max(floor(K_s/α), K_min).
+    Choice: the paper does not say how often Eq. 10 is applied; once per span (the authors' code checks
+    once per span too) avoids dividing K_s every round on the same evidence.  Until the first span is full
+    R_h is NaN.
     ``code``: every ``window·periods`` rounds, once ``window·(periods+1)`` rounds exist (the code's
     ``system_control``): reductions normalised by the window's mean learning rate and step count,
     R = mean(du − dx ≥ 1e-5), and K_s ← round(max(K_s/α, β·K_u·|D_l|/|D|)).
@@ -160,7 +170,7 @@ class KsController:
             a = np.array(self.history[-2 * self.window:])
             prev, cur = a[: self.window].mean(0), a[self.window:].mean(0)
             self.indicators.append(int((prev[1] - cur[1]) > (prev[0] - cur[0])))
-            if self.mode != "code":
+            if self.mode != "code" and len(self.indicators) % self.periods == 0:
                 self.r_h = float(np.mean(self.indicators[-self.periods:]))
                 if self.mode == "paper" and self.r_h >= 0.5:
                     self.k_s = max(int(math.floor(self.k_s / self.alpha)), k_min(self.beta, self.n_labeled,
