@@ -197,7 +197,7 @@ def test_balanced_rates_balance_job_times_across_the_e1_mix(tmp_path):
     measured per-client job time spread (max/min of each client's mean busy time) shrinks from Table 7's
     fixed rates to the balanced rule's (estimated 0.109-0.139 s per job: spread 1.28)."""
     from analysis.trace_metrics import update_busy_times
-    from fedsim.scenario import load_scenario
+    from fedsim import load_scenario
     from fedsim.sim.trace import load_trace
 
     spreads = {}
