@@ -281,7 +281,7 @@ class Cos2P(Algorithm):
                             for j, names in by_block.items():
                                 if 1 <= j <= L and states[j] == "train":
                                     for g in names:
-                                        keep.update(final_keep({g: torch.zeros(groups[g].size)}, rw))
+                                        keep.update(final_keep({g: torch.zeros(groups[g].size, device=ctx.device)}, rw))
                         cost = submodel_costs(model, SubModel.of(model, keep, tuple(states)), ctx.input_shape, batch,
                                               momentum=ctx.sgd.momentum > 0)
                         cache[key] = (cost.flops.total, cost.download_bytes, cost.upload_bytes)
