@@ -14,7 +14,7 @@ sync; the paper does not say which half).  "Half" of an odd number of blocks rou
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd

@@ -516,7 +516,7 @@ class Cos2P(Algorithm):
         """Kept units of the maskable groups of the trainable blocks (frozen blocks stay whole)."""
         from fedsim.learn.cos2p import final_keep
 
-        cfg, model = self.cfg, self.ctx.worker
+        model = self.ctx.worker
         rw = float(self.rw[client])
         if rw >= 1.0:
             return {}

@@ -34,7 +34,7 @@ Choices where the paper is silent (documented in the README):
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Literal
 
 import numpy as np

@@ -279,7 +279,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
                        shrink_factor=lemma1_shrink_factor(int(a_real.shape[0]), n_gen), used=bool(self.cfg.generate))
 
     def _aggregator(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env = self.ctx, self.ctx.env
+        ctx = self.ctx
         buf: list[_ClientModel] = []
         while True:
             msg: _ClientModel = yield self.models.get()
