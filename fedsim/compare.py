@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.errors import ConfigError  # noqa: E402
-from fedsim.report import fmt_bytes, fmt_seconds  # noqa: E402
+from fedsim.report import ENERGY_PARTS, fmt_bytes, fmt_seconds  # noqa: E402
 from fedsim.sweep import time_to_accuracy  # noqa: E402
 
 
@@ -139,18 +139,16 @@ def compare_figures(runs: Sequence[tuple[str, Path]], out: Path) -> list[Path]:
     for name, d in runs:
         if (d / "energy.csv").exists():
             e = pd.read_csv(d / "energy.csv")
-            energy[name] = {c: float(e[c].sum()) for c in ("compute_j", "tx_j", "rx_j", "idle_j") if c in e}
+            energy[name] = {c: float(e[c].sum()) for c in ENERGY_PARTS if c in e}
     if energy:
         names = list(energy)
-        colours = {"compute_j": "#f28e2b", "tx_j": "#59a14f", "rx_j": "#4c9be8", "idle_j": "#d3d3d3"}
-        labels = {"compute_j": "compute", "tx_j": "transmit", "rx_j": "receive", "idle_j": "idle"}
         fig, axes = plt.subplots(1, 2, figsize=(11, 0.8 + 0.45 * len(names) + 1.2))
-        for ax, cols, title in ((axes[0], ("compute_j", "tx_j", "rx_j", "idle_j"), "all energy"),
-                                (axes[1], ("compute_j", "tx_j", "rx_j"), "active energy only")):
+        for ax, cols, title in ((axes[0], tuple(ENERGY_PARTS), "all energy"),
+                                (axes[1], tuple(c for c in ENERGY_PARTS if c != "idle_j"), "active energy only")):
             left = np.zeros(len(names))
             for c in cols:
                 vals = np.array([energy[n].get(c, 0.0) for n in names])
-                ax.barh(range(len(names)), vals, left=left, color=colours[c], label=labels[c])
+                ax.barh(range(len(names)), vals, left=left, color=ENERGY_PARTS[c][1], label=ENERGY_PARTS[c][0])
                 left += vals
             ax.set_yticks(range(len(names)), names, fontsize=7)
             ax.invert_yaxis()

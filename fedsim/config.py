@@ -87,6 +87,14 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for an error line, cut after ``limit`` characters with the full length stated, so a
+    100 kB value stays one short line."""
+    text = repr(value)
+    size = len(value) if isinstance(value, str) else len(text)  # a string's own length, not its quoted form's
+    return text if len(text) <= limit else f"{text[:limit]}... ({size:,} characters)"
+
+
 def _show(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):

@@ -267,24 +267,27 @@ def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
     return True
 
 
+#: the parts of a device's energy (energy.csv columns): label and colour, for every figure that draws them
+ENERGY_PARTS: dict[str, tuple[str, str]] = {"compute_j": ("compute", "#f28e2b"), "tx_j": ("transmit", "#59a14f"),
+                                            "rx_j": ("receive", "#4c9be8"), "idle_j": ("idle", "#d3d3d3")}
+
+
 def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     """Joules per device class.  Left: totals split into compute, transmit, receive and idle.  Right, on
     its own axis: the active part alone (compute, transmit, receive), which idle power (often ~99% of a
     bar) would otherwise hide."""
     if energy.empty or "device_class" not in energy:
         return False
-    cols = [c for c in ("compute_j", "tx_j", "rx_j", "idle_j") if c in energy]
+    cols = [c for c in ENERGY_PARTS if c in energy]
     per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
     counts = energy.groupby("device_class").size()
-    colours = {"compute_j": "#f28e2b", "tx_j": "#59a14f", "rx_j": "#4c9be8", "idle_j": "#d3d3d3"}
-    names = {"compute_j": "compute", "tx_j": "transmit", "rx_j": "receive", "idle_j": "idle"}
     active = [c for c in cols if c != "idle_j"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
     ticks = [f"{c}\n({int(counts[c])} devices)" for c in per.index]
     for ax, which, title in ((axes[0], cols, "all energy (totals)"), (axes[1], active, "active energy only")):
         bottom = np.zeros(len(per))
         for c in which:
-            ax.bar(range(len(per)), per[c], bottom=bottom, label=names[c], color=colours[c])
+            ax.bar(range(len(per)), per[c], bottom=bottom, label=ENERGY_PARTS[c][0], color=ENERGY_PARTS[c][1])
             bottom += per[c].to_numpy()
         ax.set_xticks(range(len(per)), ticks)
         plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Literal, Mapping
 import yaml
 
 from fedsim.components import find, reference_of
-from fedsim.config import check_domain, coerce, from_mapping, num, positive, require, to_mapping
+from fedsim.config import check_domain, coerce, shown, from_mapping, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
 from fedsim.system.channel import DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, PHYSICAL_FIELDS, LinkPhysics
 
@@ -649,8 +649,7 @@ LABEL = re.compile(r"[A-Za-z0-9._-]{1,100}")
 def check_label(label: Any, field: str) -> None:
     """Refuse a label that is not a plain folder name (``../x``, ``/abs``, ``a/b``, ``.``, ``..``)."""
     if not isinstance(label, str) or not LABEL.fullmatch(label) or label in (".", ".."):
-        shown = repr(label) if len(repr(label)) <= 80 else repr(label)[:80] + "..."
-        raise ConfigError(field, f"got {shown} (allowed: a name of 1-100 letters, digits, '.', '_' or '-', "
+        raise ConfigError(field, f"got {shown(label)} (allowed: a name of 1-100 letters, digits, '.', '_' or '-', "
                           "not '.' or '..'; it names the algorithm's sub-folder of the run)")
 
 
@@ -658,11 +657,11 @@ def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base
     if isinstance(data, (str, type)):
         data = {"name": data}
     if not isinstance(data, Mapping):
-        raise ConfigError(field_name, f"must be an algorithm name or mapping, got {_short(data)}")
+        raise ConfigError(field_name, f"must be an algorithm name or mapping, got {shown(data)}")
     data = dict(data)
     name = data.pop("name", "fedavg")
     if not isinstance(name, (str, type)):
-        raise ConfigError(f"{field_name}.name", f"must be an algorithm name (a string), got {_short(name)}")
+        raise ConfigError(f"{field_name}.name", f"must be an algorithm name (a string), got {shown(name)}")
     cls = resolve(name, f"{field_name}.name", base_dirs)
     if not isinstance(name, str):  # a class given to the Python API: its built-in name, else its module:qualname
         try:
@@ -678,11 +677,6 @@ def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base
         field_name = f"algorithm.{label}"
     params = from_mapping(cls.Config, data, field_name)
     return AlgorithmSpec(name=name, params=params, label=str(label), cls=cls)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _with_preset(channel: Any) -> Any:

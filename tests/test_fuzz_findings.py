@@ -16,17 +16,7 @@ import yaml
 
 from fedsim.cli import main
 
-BASE: dict[str, Any] = {
-    "name": "fuzz", "seed": 0,
-    "data": {"name": "digits", "num_clients": 4, "partition": {"method": "iid"}},
-    "model": {"name": "mlp", "hidden": 16},
-    "train": {"systems_only": True, "local_steps": 2, "batch_size": 8},
-    "devices": {"mix": [{"profile": "jetson-nano"}]},
-    "channel": {"uplink": {"model": "fixed", "mbps": 5}, "downlink": {"model": "fixed", "mbps": 10}},
-    "algorithm": {"name": "fedavg", "clients_per_round": 2},
-    "stop": {"max_versions": 3},
-    "output": {"figures": False},
-}
+from test_fuzz_scenarios import BASE  # noqa: E402 - the same small valid scenario
 
 
 def _run(tmp: Path, capsys: Any, text: str) -> tuple[int, str]:

@@ -22,9 +22,8 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.server_opt import ServerOptConfig
+from fedsim.algorithms.server_opt import ServerOptConfig, check_server_lr
 from fedsim.config import num, positive, require
-from fedsim.errors import ConfigError
 from fedsim.learn.state import Mask, State, state_sub
 from fedsim.learn.costs import state_bytes
 from fedsim.learn.train import LocalObjective, TrainStats
@@ -386,9 +385,7 @@ class RoundsConfig:
         positive(self.retry_s, f"{prefix}.retry_s")
         positive(self.deadline_s, f"{prefix}.deadline_s")
         positive(self.server_lr, f"{prefix}.server_lr")
-        if self.server_opt is not None and self.server_lr != 1.0:
-            raise ConfigError(f"{prefix}.server_lr", f"got {self.server_lr!r} together with server_opt; set the "
-                              "server's learning rate once, as server_opt.lr")
+        check_server_lr(self.server_lr, self.server_opt, prefix)
 
 
 class SyncRounds(Algorithm):

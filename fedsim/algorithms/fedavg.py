@@ -25,7 +25,7 @@ import simpy
 from fedsim.algorithms.base import RoundsConfig, SyncRounds, Update
 from fedsim.algorithms.server_opt import ServerOptimizer
 from fedsim.errors import ConfigError
-from fedsim.learn.state import State, masked_weighted_average, state_axpy, state_sub
+from fedsim.learn.state import State, masked_weighted_average, state_toward
 
 __all__ = ["FedAvg", "RoundsConfig", "fedavg_rule"]
 
@@ -34,7 +34,7 @@ def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> t
     """FedAvg's server rule: the masked weighted average of the updates (weights = samples processed),
     moved by ``server_lr`` from ``base`` when it is not 1.  Returns the new state and each update's share."""
     avg = masked_weighted_average(updates, base)
-    new = avg if server_lr == 1.0 else state_axpy(base, state_sub(avg, base), server_lr)
+    new = state_toward(base, avg, server_lr)
     total = sum(float(u.weight) for u in updates)
     return new, [float(u.weight) / total for u in updates]
 

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
-from fedsim.algorithms.server_opt import ServerOptConfig, ServerOptimizer
+from fedsim.algorithms.server_opt import ServerOptConfig, ServerOptimizer, check_server_lr
 from fedsim.config import num, positive
-from fedsim.errors import ConfigError
 from fedsim.learn.state import State, is_counter, masked_weighted_average, state_axpy
 
 
@@ -53,9 +52,7 @@ class FedBuff(AsyncSlots):
 
         def validate(self, prefix: str) -> None:
             positive(self.buffer_size, f"{prefix}.buffer_size")
-            if self.server_opt is not None and self.server_lr != 1.0:
-                raise ConfigError(f"{prefix}.server_lr", f"got {self.server_lr!r} together with server_opt; set the "
-                                  "server's learning rate once, as server_opt.lr")
+            check_server_lr(self.server_lr, self.server_opt, prefix)
             positive(self.retry_s, f"{prefix}.retry_s")
             positive(self.concurrency, f"{prefix}.concurrency")
             positive(self.server_lr, f"{prefix}.server_lr")

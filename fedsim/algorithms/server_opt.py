@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 
 from fedsim.config import num, require
-from fedsim.learn.state import State, is_counter, state_axpy, state_sub
+from fedsim.learn.state import State, is_counter, state_axpy, state_sub, state_toward
 
 OPTIMISERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 
@@ -41,6 +41,12 @@ class ServerOptConfig:
                 f"must be two numbers in [0, 1), got {self.betas!r}")
 
 
+def check_server_lr(server_lr: float, server_opt: ServerOptConfig | None, prefix: str) -> None:
+    """The server's learning rate is set once: ``server_lr`` without an optimiser, ``server_opt.lr`` with one."""
+    require(server_opt is None or server_lr == 1.0, f"{prefix}.server_lr",
+            f"got {server_lr!r} together with server_opt; set the server's learning rate once, as server_opt.lr")
+
+
 class ServerOptimizer:
     """One optimiser's state across versions; :meth:`step` turns an aggregate into the next model."""
 
@@ -57,7 +63,7 @@ class ServerOptimizer:
         if plain:  # no state: the step the rules take themselves
             if delta is None:
                 assert target is not None
-                return dict(target) if cfg.lr == 1.0 else state_axpy(base, state_sub(target, base), cfg.lr)
+                return state_toward(base, target, cfg.lr)
             return state_axpy(base, delta, cfg.lr)
         d = delta if delta is not None else state_sub(target, base)  # type: ignore[arg-type]
         out: dict[str, torch.Tensor] = {}

@@ -82,8 +82,8 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
     @classmethod
     def work(cls, config: Any) -> Work:
         buffer = config.model_buffer if config.model_buffer is not None else 1
-        return replace(SplitAlgorithm.work.__func__(cls, config), slots=int(config.concurrency),  # type: ignore[attr-defined]
-                       per_version=max(1, int(buffer)), retry_s=config.retry_s)
+        return replace(super().work(config), slots=int(config.concurrency), per_version=max(1, int(buffer)),
+                       retry_s=config.retry_s)
     watch_participation = True  # going offline cuts the whole participation short (see _participate)
     #: client-selection stream shared with GAS, so that a paired comparison dispatches the same clients
     family = "async-sfl"

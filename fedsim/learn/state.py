@@ -65,6 +65,12 @@ def state_axpy(base: Mapping[str, torch.Tensor], delta: Mapping[str, torch.Tenso
     return out
 
 
+def state_toward(base: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor], lr: float) -> State:
+    """``base + lr · (target − base)``: a server step toward an aggregate; at ``lr`` 1 the aggregate itself
+    (exactly, not through the subtraction)."""
+    return dict(target) if lr == 1.0 else state_axpy(base, state_sub(target, base), lr)
+
+
 def state_mix(old: Mapping[str, torch.Tensor], new: Mapping[str, torch.Tensor], alpha: float) -> State:
     """``(1 − α)·old + α·new``, the FedAsync mixing rule; counters take the maximum."""
     return {k: torch.maximum(v, new[k]) if is_counter(v) else torch.lerp(v, new[k], alpha) for k, v in old.items()}

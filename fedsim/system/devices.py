@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 import yaml
 
+from fedsim.config import shown
 from fedsim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -109,11 +110,6 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in _profile_dir().glob("*.yaml"))
 
 
-def _shown(text: str, limit: int = 60) -> str:
-    """A value for an error line: quoted, and cut when it is long (a 100 kB name stays one short line)."""
-    return repr(text) if len(text) <= limit else repr(text[:limit]) + f"... ({len(text):,} characters)"
-
-
 def _exists(p: Path) -> bool:
     """Path.exists for any user text: a name too long for the file system, or with a NUL, does not exist."""
     try:
@@ -131,13 +127,13 @@ def _resolve(name_or_path: str | Path, base_dir: Path | None = None) -> Path:
         return Path(base_dir) / p  # a profile file beside the scenario file that names it
     if p.suffix in (".yaml", ".yml") or _exists(p):
         if not _exists(p):
-            raise ConfigError("devices.profile", f"profile file {_shown(str(p))} does not exist")
+            raise ConfigError("devices.profile", f"profile file {shown(str(p))} does not exist")
         if p.is_dir():
-            raise ConfigError("devices.profile", f"{_shown(str(p))} is a folder, not a profile file ({allowed})")
+            raise ConfigError("devices.profile", f"{shown(str(p))} is a folder, not a profile file ({allowed})")
         return p
     candidate = _profile_dir() / f"{name_or_path}.yaml"
     if not _exists(candidate):
-        raise ConfigError("devices.profile", f"unknown device profile {_shown(str(name_or_path))} ({allowed})")
+        raise ConfigError("devices.profile", f"unknown device profile {shown(str(name_or_path))} ({allowed})")
     return candidate
 
 
