@@ -42,7 +42,7 @@ step gradient (for Lemma 4's deterministic form, with η/(1 − momentum) for he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -51,8 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedsim.algorithms.base import Contribution, Work
-from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
+from fedsim.algorithms.sfl_base import SplitConfig, SplitRounds, SplitSession
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import strong_view, weak_view
@@ -113,14 +112,16 @@ def semi_data(ctx: Any, labeled: int, client_labeled_fraction: float, *, need_cl
     return idx, visible
 
 
-class SemiSFL(SplitAlgorithm):
-    name = "semisfl"
+class SemiSFL(SplitRounds):
+    """SemiSFL on :class:`SplitRounds`: the server's supervised phase, then the clients' unsupervised
+    split iterations (features up, pseudo-labelled consistency and clustering on the server)."""
 
-    @classmethod
-    def work(cls, config: Any) -> Work:
-        k = int(config.clients_per_round)
-        return replace(super().work(config), slots=k, slots_field="clients_per_round", per_version=max(1, k))
+    name = "semisfl"
     family = "semisfl"  # client-selection stream shared by SemiSFL and its split baselines
+    download_models = 2  # the bottom and the teacher bottom
+    upload_what = "features"
+    step_what = "semisfl-split"
+    version_per_round = True  # the supervised phase trains every round, clients or not
 
     @dataclass
     class Config(SplitConfig):
@@ -186,6 +187,7 @@ class SemiSFL(SplitAlgorithm):
         require(self.training, "train.systems_only",
                 f"{self.name} trains pseudo-labels from the model itself; systems-only runs are not supported")
         self.k_u = int(cfg.local_iterations if cfg.local_iterations is not None else (ctx.sgd.local_steps or 0))
+        self.steps = self.k_u
         require(self.k_u >= 1 or cfg.clients_per_round == 0, "algorithm.local_iterations",
                 f"{self.name} needs K_u >= 1 split iterations per round: set it or train.local_steps")
         self.labeled_idx, self.visible_y = semi_data(ctx, cfg.labeled, cfg.client_labeled_fraction,
@@ -347,134 +349,117 @@ class SemiSFL(SplitAlgorithm):
 
     # ================================================================================== the round
     def run(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx = self.ctx
-        self.task_of = np.zeros(ctx.num_clients, dtype=np.int64)
-        rnd = 0
         if self.cfg.probe_every:
             self._probe("init", 0)
-        while not ctx.done.triggered:
-            rnd += 1
-            yield from self._round(rnd)
+        yield from super().run()
 
-    def _round(self, rnd: int) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg, timing = self.ctx, self.ctx.env, self.cfg, self.timing
-        start, base_version = env.now, ctx.version
-        up0, down0 = ctx.world.bytes_up, ctx.world.bytes_down
+    def server_phase(self, rnd: int) -> Generator[simpy.events.Event, Any, bool]:
+        """(i) K_s supervised steps on the labeled set, served as one request; the seesaw probe."""
+        ctx, cfg = self.ctx, self.cfg
+        start, up0, down0 = ctx.env.now, ctx.world.bytes_up, ctx.world.bytes_down
         lr = self.lr_at(rnd)
         k_s = int(self.ctl.k_s)
         f_s = self.supervised_phase(k_s, lr, rnd)
         if k_s:
-            yield from timing.serve(None, self.sup_flops * k_s * self.server_batch, "semisfl-supervised")
+            yield from self.timing.serve(None, self.sup_flops * k_s * self.server_batch, "semisfl-supervised")
         probing = bool(cfg.probe_every) and rnd % cfg.probe_every == 0
         if probing:
             self._probe("after_sup", rnd)
-        clients = self.sample_clients(cfg.clients_per_round, (self.family, "select", rnd)) \
-            if cfg.clients_per_round > 0 and self.k_u > 0 else []
-        f_u, stats = float("nan"), {}
-        if clients:
-            f_u, stats = yield from self._client_phase(clients, lr, rnd, base_version, probing)
-        if ctx.done.triggered:
-            return
-        if probing and clients:
-            self._probe("after_semi", rnd)
-        k_next = self.ctl.record(f_s, f_u, lr, self.k_u)
-        ctx.trace.emit(env.now, "semisfl_round", round=rnd, k_s=k_s, k_s_next=int(k_next), k_u=self.k_u,
-                       f_s=f_s, f_u=f_u, lr=lr, r_h=self.ctl.r_h, indicators=len(self.ctl.indicators),
-                       clients=clients, bytes_up=int(ctx.world.bytes_up - up0),
-                       bytes_down=int(ctx.world.bytes_down - down0), start=start, **stats)
-        if not clients and not k_s:
-            yield env.timeout(1.0)  # nothing to do this round: let virtual time pass
-        applied = [Contribution(client=c, base_version=base_version, download_time=start) for c in clients]
-        self.commit(applied, [1.0 / len(clients) for _ in clients], round_=rnd,
-                    round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
+        self._now = {"start": start, "lr": lr, "k_s": k_s, "f_s": f_s, "probing": probing, "up0": up0, "down0": down0,
+                     "f_u": float("nan"), "stats": {}}
+        return bool(k_s)
 
-    def _client_phase(self, clients: list[int], lr: float, rnd: int, base_version: int, probing: bool
-                      ) -> Generator[simpy.events.Event, Any, tuple[float, dict]]:
-        ctx, env, cfg, timing = self.ctx, self.ctx.env, self.cfg, self.timing
-        B, K = ctx.sgd.batch_size, self.k_u
-        ab, lb = self.costs.activation_bytes, self.costs.label_bytes
-        wc0 = {k: v.clone() for k, v in self.wc.items()}
-        t_wc = {k: v.clone() for k, v in self.t_wc.items()}  # frozen on the clients for the whole phase
-        ctx.world.schedule(len(clients))
-        scheds, opts, gens = [], [], []
-        for c in clients:
-            task = int(self.task_of[c])
-            self.task_of[c] += 1
-            scheds.append(self.schedule(c, task, K, B))
-            opts.append(self._optimizer(self.wc, lr))
-            gens.append(ctx.streams.torch("client", c, "task", task, "augment"))
-            ctx.record_dispatch(c, base_version, rnd)
-        heads = {_HEAD + k: v for k, v in self.hp.items()}
-        sopt = self._optimizer({**self.ws, **heads}, lr)
-        n = len(clients)
-        grads: list[torch.Tensor | None] = [None] * n
-        acts: list[torch.Tensor | None] = [None] * n
-        t_acts: list[torch.Tensor | None] = [None] * n
-        views: list[torch.Tensor | None] = [None] * n
-        drift = np.zeros(K + 1)
-        g_max_sq = 0.0
-        x_all = self.ctx.data.train.x
+    def client_optimizer(self, state: State) -> SideOptimizer:
+        """Rebuilt at each phase with the round's learning rate (the code)."""
+        return self._optimizer(state, self._now["lr"])
 
-        def client(i: int, e: int) -> Generator[simpy.events.Event, Any, None]:
-            nonlocal g_max_sq
-            c = clients[i]
-            if e == 0:
-                yield from timing.download(c, 2 * self.costs.client_model_bytes, version=base_version)
-            else:
-                idx_prev = scheds[i][e - 1]
-                yield from timing.download(c, len(idx_prev) * ab)
-                if probing:
-                    g_max_sq = max(g_max_sq, self._step_grad_sq(opts[i], views[i], grads[i]))
-                self.computer.client_step(opts[i], views[i], grads[i])
-                if probing:
-                    d = sum(float(((opts[i].params[k].detach() - wc0[k]) ** 2).sum()) for k in wc0
-                            if wc0[k].is_floating_point())
-                    drift[e] = max(drift[e], d)
-                yield from timing.client_pass(c, "backward", len(idx_prev))
-            if e == K:
-                yield from timing.upload(c, self.costs.client_model_bytes, "model")
-                return
-            idx = torch.as_tensor(scheds[i][e], device=x_all.device)
-            x = x_all[idx]
-            views[i] = strong_view(x, cfg.strong, gens[i], weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
-            weak = weak_view(x, cfg.weak, gens[i])
-            acts[i] = self.computer.forward(opts[i].params, views[i])
-            t_acts[i] = self.computer.forward(t_wc, weak)
-            yield from timing.client_pass(c, "forward", 2 * len(idx))  # student and teacher forward
-            n_lab = int((self.visible_y[idx] >= 0).sum())
-            yield from timing.upload(c, 2 * len(idx) * ab + n_lab * lb, "features")
+    def begin_round(self, clients: list[int], rnd: int) -> None:
+        """(ii) The client phase's pieces: the teacher bottom frozen on the clients, the server's optimizer
+        over the top and head, the probes' drift per step."""
+        now = self._now
+        now["wc0"] = {k: v.clone() for k, v in self.wc.items()}
+        now["t_wc"] = {k: v.clone() for k, v in self.t_wc.items()}  # frozen on the clients for the whole phase
+        now["heads"] = heads = {_HEAD + k: v for k, v in self.hp.items()}
+        now["sopt"] = self._optimizer({**self.ws, **heads}, now["lr"])
+        now["drift"] = np.zeros(self.k_u + 1)
+        now["g_max_sq"] = 0.0
+        now["tot"] = {"loss": 0.0, "H": 0.0, "C": 0.0, "n_unlabeled": 0, "n_masked_in": 0, "n_wrong_in": 0}
 
-        tot = {"loss": 0.0, "H": 0.0, "C": 0.0, "n_unlabeled": 0, "n_masked_in": 0, "n_wrong_in": 0}
-        for e in range(K + 1):
-            yield env.all_of([env.process(client(i, e)) for i in range(n)])
-            if e == K:
-                break
-            idxs = [torch.as_tensor(scheds[i][e], device=self.ctx.device) for i in range(n)]
-            n_real = sum(len(ix) for ix in idxs)
-            yield from timing.serve(None, self.split_flops * n_real, "semisfl-split")
-            grads, info = self.split_step(acts, t_acts, idxs, sopt)
-            for k in tot:
-                tot[k] += info[k]
-            self.server_steps += 1
-            ctx.trace.emit(env.now, "server_step", step=self.server_steps, version=ctx.version, n_real=n_real,
-                           n_generated=0, clients=list(clients), shrink_factor=1.0, tv_real=None, tv_union=None)
-        yield from timing.aggregate(n, self.costs.client_model_bytes)
-        if ctx.done.triggered:
-            return float("nan"), {}
-        self.wc = self.aggregate_clients([o.state() for o in opts], clients)
-        new = sopt.state()
+    def open_session(self, s: SplitSession, rnd: int) -> None:
+        s.extra["gen"] = self.ctx.streams.torch("client", s.client, "task", s.task, "augment")
+
+    def client_forward(self, s: SplitSession, e: int) -> tuple[int, int]:
+        """Student features of a strong view and teacher features of a weak view; both go up."""
+        cfg, x_all = self.cfg, self.ctx.data.train.x
+        idx = torch.as_tensor(s.batches[e], device=x_all.device)
+        x = x_all[idx]
+        gen = s.extra["gen"]
+        s.x = strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
+        weak = weak_view(x, cfg.weak, gen)
+        s.act = self.computer.forward(s.opt.params, s.x)
+        s.extra["t_act"] = self.computer.forward(self._now["t_wc"], weak)
+        n_lab = int((self.visible_y[idx] >= 0).sum())
+        return 2 * len(idx), 2 * len(idx) * self.costs.activation_bytes + n_lab * self.costs.label_bytes
+
+    def client_backward(self, s: SplitSession, e: int) -> None:
+        now = self._now
+        if now["probing"]:
+            now["g_max_sq"] = max(now["g_max_sq"], self._step_grad_sq(s.opt, s.x, s.grad))
+        self.computer.client_step(s.opt, s.x, s.grad)
+        if now["probing"]:
+            wc0 = now["wc0"]
+            d = sum(float(((s.opt.params[k].detach() - wc0[k]) ** 2).sum()) for k in wc0
+                    if wc0[k].is_floating_point())
+            now["drift"][e + 1] = max(now["drift"][e + 1], d)
+
+    def step_flops(self, samples: int) -> float:
+        return self.split_flops * samples
+
+    def server_step(self, sessions: list[SplitSession], e: int) -> None:
+        ctx, now = self.ctx, self._now
+        idxs = [torch.as_tensor(s.batches[e], device=ctx.device) for s in sessions]
+        grads, info = self.split_step([s.act for s in sessions], [s.extra["t_act"] for s in sessions], idxs,
+                                      now["sopt"])
+        for s, g in zip(sessions, grads):
+            s.grad = g
+        tot = now["tot"]
+        for k in tot:
+            tot[k] += info[k]
+        self.server_steps += 1
+        ctx.trace.emit(ctx.env.now, "server_step", step=self.server_steps, version=ctx.version,
+                       n_real=sum(len(ix) for ix in idxs), n_generated=0, clients=[s.client for s in sessions],
+                       shrink_factor=1.0, tv_real=None, tv_union=None)
+
+    def end_client_phase(self, sessions: list[SplitSession]) -> None:
+        """(iii) The server part and head from the phase's optimizer; the queue cleared; the phase's means."""
+        now, K = self._now, self.k_u
+        new = now["sopt"].state()
         self.ws = {k: new[k] for k in self.ws}
-        self.hp = {k[len(_HEAD):]: new[k] for k in heads}
+        self.hp = {k[len(_HEAD):]: new[k] for k in now["heads"]}
         self.queue.clear()
+        tot = now["tot"]
         nu = max(1, tot["n_unlabeled"])
         stats = {"H": tot["H"] / K, "C": tot["C"] / K,
                  "mask_rate": 1.0 - tot["n_masked_in"] / nu if tot["n_unlabeled"] else float("nan"),
                  "impurity": (tot["n_wrong_in"] / tot["n_masked_in"]) if tot["n_masked_in"] else float("nan")}
-        if probing:
+        if now["probing"]:
+            drift = now["drift"]
             stats["drift"] = [[int(k), float(drift[k])] for k in range(1, K + 1)]
-            stats["G_max_sq"] = g_max_sq
-            stats["eta_eff"] = lr / (1.0 - self.ctx.sgd.momentum) if self.ctx.sgd.momentum < 1 else float("inf")
-        return tot["loss"] / K, stats
+            stats["G_max_sq"] = now["g_max_sq"]
+            stats["eta_eff"] = now["lr"] / (1.0 - self.ctx.sgd.momentum) if self.ctx.sgd.momentum < 1 else float("inf")
+        now["f_u"], now["stats"] = tot["loss"] / K, stats
+
+    def end_round(self, rnd: int, clients: list[int]) -> None:
+        """The seesaw probe, the K_s controller and the round's ``semisfl_round`` record."""
+        ctx, now = self.ctx, self._now
+        if now["probing"] and clients:
+            self._probe("after_semi", rnd)
+        k_next = self.ctl.record(now["f_s"], now["f_u"], now["lr"], self.k_u)
+        ctx.trace.emit(ctx.env.now, "semisfl_round", round=rnd, k_s=now["k_s"], k_s_next=int(k_next), k_u=self.k_u,
+                       f_s=now["f_s"], f_u=now["f_u"], lr=now["lr"], r_h=self.ctl.r_h,
+                       indicators=len(self.ctl.indicators), clients=clients,
+                       bytes_up=int(ctx.world.bytes_up - now["up0"]), bytes_down=int(ctx.world.bytes_down - now["down0"]),
+                       start=now["start"], **now["stats"])
 
     def _step_grad_sq(self, opt: SideOptimizer, x: torch.Tensor, grad_a: torch.Tensor) -> float:
         """‖g‖² of the step the client is about to take (clipped, plus weight decay): Lemma 4's G."""

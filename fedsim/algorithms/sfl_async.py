@@ -39,15 +39,13 @@ server weights (paired; for ``async-sfl`` the generated rows are a counterfactua
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Generator, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
-import simpy
 import torch
 
-from fedsim.algorithms.base import Contribution, SlotScheduler, Work
-from fedsim.algorithms.sfl_base import SplitAlgorithm, SplitConfig
+from fedsim.algorithms.sfl_base import SplitConfig, SplitSession, SplitSlots
 from fedsim.config import positive
 from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor, weight_fn
 
@@ -62,29 +60,16 @@ class _Activation:
     labels: np.ndarray
 
 
-@dataclass
-class _ClientModel:
-    client: int
-    state: dict[str, torch.Tensor] | None
-    base_version: int
-    download_time: float
-    ack: simpy.Event
-
-
 def _tv(counts: np.ndarray, prior: np.ndarray) -> float:
     tot = counts.sum()
     return float(0.5 * np.abs(counts / tot - prior).sum()) if tot > 0 else 0.0
 
 
-class AsyncSFL(SlotScheduler, SplitAlgorithm):
-    name = "async-sfl"
+class AsyncSFL(SplitSlots):
+    """Asynchronous SFL on :class:`SplitSlots`: logit-adjusted client gradients, per-label Gaussians of the
+    activations (for GAS's generation and the dissimilarity measurement), one SGD step per activation buffer."""
 
-    @classmethod
-    def work(cls, config: Any) -> Work:
-        buffer = config.model_buffer if config.model_buffer is not None else 1
-        return replace(super().work(config), slots=int(config.concurrency), per_version=max(1, int(buffer)),
-                       retry_s=config.retry_s)
-    watch_participation = True  # going offline cuts the whole participation short (see _participate)
+    name = "async-sfl"
     #: client-selection stream shared with GAS, so that a paired comparison dispatches the same clients
     family = "async-sfl"
 
@@ -119,10 +104,8 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
             positive(self.retry_s, f"{prefix}.retry_s")
 
     # ---------------------------------------------------------------------------------- set-up
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx, cfg, env = self.ctx, self.cfg, self.ctx.env
-        self.q_s = cfg.activation_buffer or cfg.concurrency
-        self.q_c = cfg.model_buffer or cfg.concurrency
+    def begin(self) -> None:
+        ctx, cfg = self.ctx, self.cfg
         self.target = cfg.per_label_target if cfg.per_label_target is not None else ctx.sgd.batch_size
         self.gaussians: LabelGaussians | None = None
         if self.training and (cfg.generate or cfg.measure_every):
@@ -134,8 +117,6 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
                                             device=ctx.device)
         self.population = self._population() if self.training and cfg.measure_every else None
         self.prior = self.label_counts.sum(0) / self.label_counts.sum()
-        self.activations = simpy.Store(env)
-        self.models = simpy.Store(env)
         self.activation_counts = np.zeros(ctx.num_clients, dtype=np.int64)
         self.labels_seen = np.zeros(self.num_classes, dtype=bool)
         self._all_seen = False  # every label seen: labels_seen needs no more updates
@@ -143,10 +124,6 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         self._h_activation = ctx.trace.kind("activation", ("client", "iteration", "samples", "server_step", "progress"))
         self._h_step = ctx.trace.kind("server_step", ("step", "version", "n_real", "n_generated", "clients", "label_counts",
                                                       "shrink_factor", "tv_real", "tv_union"))
-        env.process(self._server_steps())
-        env.process(self._aggregator())
-        self.start_slots(cfg.concurrency)
-        yield ctx.done
 
     def _population(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A fixed sample of the whole training set (the population of eq. 2) for dissimilarity checks."""
@@ -156,109 +133,79 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         return self.x_train[idx], self.y_train[idx]
 
     # ---------------------------------------------------------------------------------- client
-    def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
-        """One participation; a client going offline mid-way is recorded as a drop and its slot refilled
-        (minibatches it already uploaded stay in the buffer; its client model is lost)."""
-        try:
-            yield from self._local_iterations(c)
-        except simpy.Interrupt as intr:
-            self.ctx.trace.emit(self.ctx.env.now, "drop", client=c, reason=str(intr.cause), round=None)
-        self.active.discard(c)
-        self._launch()
+    def open_session(self, s: SplitSession) -> None:
+        s.extra["prior"] = self.log_prior(s.client) if (self.training and self.cfg.logit_adjust) else None
+        s.extra["steps"] = len(s.batches)
 
-    def _local_iterations(self, c: int) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, timing = self.ctx, self.ctx.env, self.timing
-        task = self.tasks.next(c)
-        base_version, t0 = ctx.version, env.now
-        wc = self.wc
-        ctx.record_dispatch(c, base_version, None)
-        yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
-        steps = self.local_iterations(c)
-        batches = self.schedule(c, task, steps, ctx.sgd.batch_size)
-        opt = self.client_optimizer(wc) if self.training else None
-        prior = self.log_prior(c) if (self.training and self.cfg.logit_adjust) else None
-        instant = timing.instant_downloads
-        y_np = self._y_np
-        for e, idx in enumerate(batches):
-            b = len(idx)
-            x, y = (self.x_train[idx], self.y_train[idx]) if self.training else (None, None)
-            a = self.computer.forward(opt.params, x) if opt is not None else None
-            yield from timing.client_pass(c, "forward", b)
-            yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            msg = _Activation(c, a, y, b, base_version * steps + e + 1, y_np[idx])
-            grad = yield from self._receive(msg, prior, e)
-            if instant:
-                timing.instant_download(c, timing.gradient_bytes(b))
-            else:
-                yield from timing.download(c, timing.gradient_bytes(b))
-            if opt is not None:
-                self.computer.client_step(opt, x, grad)
-            yield from timing.client_pass(c, "backward", b)
-        yield from timing.upload(c, self.costs.client_model_bytes, "model")
-        ack = env.event()
-        yield self.models.put(_ClientModel(c, opt.state() if opt is not None else None, base_version, t0, ack))
-        yield ack
+    def client_forward(self, s: SplitSession, e: int) -> _Activation:
+        idx = s.batches[e]
+        if self.training:
+            s.x, y = self.x_train[idx], self.y_train[idx]
+        else:
+            y = None
+        a = self.computer.forward(s.opt.params, s.x) if s.opt is not None else None
+        return _Activation(s.client, a, y, len(idx), s.base_version * s.extra["steps"] + e + 1, self._y_np[idx])
+
+    def client_backward(self, s: SplitSession, e: int) -> None:
+        if s.opt is not None:
+            self.computer.client_step(s.opt, s.x, s.grad)
 
     # ---------------------------------------------------------------------------------- server
-    def _receive(self, msg: _Activation, prior: torch.Tensor | None, iteration: int
-                 ) -> Generator[simpy.events.Event, Any, torch.Tensor | None]:
-        """The server's handling of one uploaded minibatch: queue, gradient, Gaussians, buffer."""
-        ctx, env = self.ctx, self.ctx.env
-        yield from self.timing.serve(msg.client, self.costs.server_total * msg.samples, "sfl-gradient")
+    def server_gradient(self, s: SplitSession, msg: _Activation, e: int) -> torch.Tensor | None:
+        """∂l/∂A with the server model as it is now (logit-adjusted), the Gaussians, the ``activation`` record."""
+        ctx = self.ctx
         grad = None
         if self.training:
-            grad, _ = self.computer.activation_grad(self.server.params, msg.a, msg.y, prior)
+            grad, _ = self.computer.activation_grad(self.server.params, msg.a, msg.y, s.extra["prior"])
             if self.gaussians is not None:
                 self.gaussians.update_batch(msg.a, msg.y, float(self.s_of_n(float(msg.progress))))
         self.activation_counts[msg.client] += 1
         if not self._all_seen:
             self.labels_seen[msg.labels] = True
             self._all_seen = bool(self.labels_seen.all())
-        ctx.trace.put(self._h_activation, (env.now, msg.client, iteration, msg.samples, self.server_steps, msg.progress))
-        yield self.activations.put(msg)
+        ctx.trace.put(self._h_activation, (ctx.env.now, msg.client, e, msg.samples, self.server_steps, msg.progress))
         return grad
 
-    def _server_steps(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        while True:
-            msgs: list[_Activation] = []
-            for _ in range(self.q_s):
-                msgs.append((yield self.activations.get()))
-            labels = np.concatenate([m.labels for m in msgs])
-            counts = np.bincount(labels, minlength=self.num_classes)
-            step = self.server_steps + 1
-            gen = None
-            if self.gaussians is not None:
-                stream = ("gas", "generate", step) if cfg.generate else ("gas", "counterfactual", step)
-                gen = self.gaussians.generate_for_buffer(torch.as_tensor(labels, device=ctx.device), self.target,
-                                                         ctx.streams.torch(*stream))
-            n_real = int(labels.size)
-            if gen is not None:
-                n_gen = gen.n_generated if cfg.generate else 0
-            elif cfg.generate and self._all_seen:  # systems-only: the top-up count needs no tensors
-                n_gen = int(np.maximum(self.target - counts, 0).sum())
+    def plan_server_step(self, msgs: list[_Activation]) -> tuple[int, tuple]:
+        """The buffer's labels and, for GAS (or a counterfactual measurement), the generated activations."""
+        ctx, cfg = self.ctx, self.cfg
+        labels = np.concatenate([m.labels for m in msgs])
+        counts = np.bincount(labels, minlength=self.num_classes)
+        step = self.server_steps + 1
+        gen = None
+        if self.gaussians is not None:
+            stream = ("gas", "generate", step) if cfg.generate else ("gas", "counterfactual", step)
+            gen = self.gaussians.generate_for_buffer(torch.as_tensor(labels, device=ctx.device), self.target,
+                                                     ctx.streams.torch(*stream))
+        n_real = int(labels.size)
+        if gen is not None:
+            n_gen = gen.n_generated if cfg.generate else 0
+        elif cfg.generate and self._all_seen:  # systems-only: the top-up count needs no tensors
+            n_gen = int(np.maximum(self.target - counts, 0).sum())
+        else:
+            n_gen = 0
+        return n_real + n_gen, (step, counts, gen, n_real, n_gen)
+
+    def server_step(self, msgs: list[_Activation], plan: tuple) -> None:
+        ctx, cfg = self.ctx, self.cfg
+        step, counts, gen, n_real, n_gen = plan
+        if self.training:
+            a_real = torch.cat([m.a for m in msgs])
+            y_real = torch.cat([m.y for m in msgs])
+            a_gen = self.as_activation(gen.activations) if gen is not None and gen.n_generated else None
+            if cfg.measure_every and step % cfg.measure_every == 0:
+                self._measure(step, a_real, y_real, a_gen, gen.labels if a_gen is not None else None)
+            if n_gen:
+                a_cat, y_cat = torch.cat([a_real, a_gen]), torch.cat([y_real, gen.labels])
             else:
-                n_gen = 0
-            yield from self.timing.serve(None, self.costs.server_total * (n_real + n_gen), "sfl-step")
-            if ctx.done.triggered:
-                return
-            if self.training:
-                a_real = torch.cat([m.a for m in msgs])
-                y_real = torch.cat([m.y for m in msgs])
-                a_gen = self.as_activation(gen.activations) if gen is not None and gen.n_generated else None
-                if cfg.measure_every and step % cfg.measure_every == 0:
-                    self._measure(step, a_real, y_real, a_gen, gen.labels if a_gen is not None else None)
-                if n_gen:
-                    a_cat, y_cat = torch.cat([a_real, a_gen]), torch.cat([y_real, gen.labels])
-                else:
-                    a_cat, y_cat = a_real, y_real
-                grads, _ = self.computer.server_grads(self.server, a_cat, y_cat)
-                self.server.step(grads)
-            self.server_steps = step
-            union = counts + np.maximum(self.target - counts, 0) * (n_gen > 0)
-            ctx.trace.put(self._h_step, (env.now, step, ctx.version, n_real, n_gen, [m.client for m in msgs],
-                                         counts.tolist(), lemma1_shrink_factor(n_real, n_gen), _tv(counts, self.prior),
-                                         _tv(union, self.prior)))
+                a_cat, y_cat = a_real, y_real
+            grads, _ = self.computer.server_grads(self.server, a_cat, y_cat)
+            self.server.step(grads)
+        self.server_steps = step
+        union = counts + np.maximum(self.target - counts, 0) * (n_gen > 0)
+        ctx.trace.put(self._h_step, (ctx.env.now, step, ctx.version, n_real, n_gen, [m.client for m in msgs],
+                                     counts.tolist(), lemma1_shrink_factor(n_real, n_gen), _tv(counts, self.prior),
+                                     _tv(union, self.prior)))
 
     def _measure(self, step: int, a_real: torch.Tensor, y_real: torch.Tensor, a_gen: torch.Tensor | None,
                  y_gen: torch.Tensor | None) -> None:
@@ -277,28 +224,6 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         ctx.trace.emit(ctx.env.now, "dissimilarity", step=step, version=ctx.version, without_generation=d_without,
                        with_generation=d_with, n_real=int(a_real.shape[0]), n_generated=n_gen,
                        shrink_factor=lemma1_shrink_factor(int(a_real.shape[0]), n_gen), used=bool(self.cfg.generate))
-
-    def _aggregator(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx = self.ctx
-        buf: list[_ClientModel] = []
-        while True:
-            msg: _ClientModel = yield self.models.get()
-            buf.append(msg)
-            if len(buf) < self.q_c:
-                msg.ack.succeed()
-                continue
-            batch, buf = buf, []
-            yield from self.timing.aggregate(len(batch), self.costs.client_model_bytes)
-            if ctx.done.triggered:
-                return
-            clients = [m.client for m in batch]
-            if self.training:
-                self.wc = self.aggregate_clients([m.state for m in batch], clients)
-            sizes = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
-            applied = [Contribution(client=m.client, base_version=m.base_version, download_time=m.download_time)
-                       for m in batch]
-            self.commit(applied, [w / sum(sizes) for w in sizes], round_=ctx.version + 1)
-            msg.ack.succeed()
 
 
 class GAS(AsyncSFL):

@@ -1,4 +1,5 @@
-"""What every split-federated-learning algorithm shares: the cut model, its costs, timing, the two sides.
+"""What every split-federated-learning algorithm shares: the cut model, its costs, timing, the two sides,
+and the two loop shapes the family runs on (:class:`SplitRounds`, :class:`SplitSlots`).
 
 The global model is kept as two halves: ``wc`` (the aggregated client part) and the server part, which
 the server trains step by step.  A model *version* (``Context.commit``) is one client-side aggregation
@@ -18,12 +19,13 @@ import itertools
 import math
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generator, Literal
 
 import numpy as np
+import simpy
 import torch
 
-from fedsim.algorithms.base import Algorithm, Update
+from fedsim.algorithms.base import Algorithm, Contribution, SlotScheduler, TaskCounter, Update, guarded
 from fedsim.algorithms.split_timing import SplitTiming, TimingConfig
 from fedsim.config import positive, require
 from fedsim.learn.losses import label_log_prior
@@ -160,13 +162,21 @@ class SplitAlgorithm(Algorithm):
     def full_state(self) -> dict[str, torch.Tensor]:
         return merge_state(self.wc, self.server.params, self.order)
 
-    def commit(self, applied: list[Update], weights: list[float], *, round_: int | None = None,
-               round_record: dict[str, Any] | None = None) -> None:
-        """Install the aggregated client part with the server part as it is now (through ``Context.apply``,
-        which records the applied client models)."""
+    def client_shares(self, clients: list[int]) -> list[float]:
+        """Each client model's share in the average (eq. 10): |D_k| / Σ|D_j|, or uniform."""
+        w = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
+        total = sum(w)
+        return [x / total for x in w]
+
+    def install(self, applied: list[Contribution], *, round_: int | None = None,
+                round_record: dict[str, Any] | None = None) -> None:
+        """Install the aggregated client part with the server part as it is now: the shapes' one call of
+        ``Context.apply``, which writes the ``apply`` records (staleness from ``Context.staleness``), the
+        round's record and the ``aggregate`` record."""
         ctx = self.ctx
         state = self.full_state() if self.training else ctx.global_state
-        ctx.apply(state, applied, weights, round_=round_, round_record=round_record)
+        ctx.apply(state, applied, self.client_shares([a.client for a in applied]), round_=round_,
+                  round_record=round_record)
 
     def server_grad_vector(self, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         grads, _ = self.computer.server_grads(self.server, a, y)
@@ -177,3 +187,334 @@ class SplitAlgorithm(Algorithm):
         dtype = next(iter(self.server.params.values())).dtype
         return rows.to(dtype).reshape(rows.shape[0], *self.costs.activation_shape)
 
+
+
+# ------------------------------------------------------------------------------------------ loop shapes
+
+@dataclass
+class SplitSession:
+    """One client's participation: its minibatches (dataset indices), its own copy of the client model and
+    optimizer (None in systems-only runs), and what it exchanged last with the server (activations up, their
+    gradient down).  ``extra`` holds what an algorithm keeps per participation (a label prior, an RNG)."""
+
+    client: int
+    task: int
+    base_version: int
+    download_time: float
+    batches: list[np.ndarray]
+    opt: SideOptimizer | None = None
+    x: torch.Tensor | None = None
+    act: torch.Tensor | None = None
+    grad: torch.Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SplitRounds(SplitAlgorithm):
+    """Loop shape: synchronous split-learning rounds (MiniBatch-SFL, S2FL, SemiSFL and its baselines).
+
+    The framework owns the loop.  Each round: the server's own phase (:meth:`server_phase`, nothing by
+    default); ``clients_per_round`` clients drawn by :meth:`select`; for each a task, a session and the
+    ``dispatch`` record; then the exchange, one barrier per local iteration: each client downloads the
+    client model (then, from the second iteration on, the gradient of its last activations, and runs its
+    backward pass), runs its forward pass and uploads; once the last upload has arrived the server queues
+    for a worker for :meth:`step_flops` and takes its step.  After ``self.steps`` iterations the clients
+    upload their client models, the server queues for the aggregation, averages them (eq. 10) and installs
+    the new version through the one ``apply`` with the round's ``Contribution`` s and its ``round`` record.
+    A round with no client and no server phase records an empty round and waits ``idle_s``.
+
+    A subclass decides only: :meth:`client_forward` and :meth:`client_backward` (the client's computation),
+    :meth:`server_step` (the server's, setting each session's ``grad``), and if it differs :meth:`select`,
+    :meth:`batch_sizes`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
+    :meth:`server_phase` and :meth:`end_round`.  ``steps`` (set in ``setup``) is the common number of local
+    iterations; its ``Config`` has ``clients_per_round``.
+    """
+
+    #: the model a client downloads at the start of a round, in client models (SemiSFL: bottom and teacher)
+    download_models = 1
+    #: what a client's per-iteration upload is called in the trace
+    upload_what = "activations"
+    #: what a server step is called in the trace
+    step_what = "sfl-step"
+    #: a round installs a version even with no client (the server trained on its own)
+    version_per_round = False
+    #: the wait after a round in which nothing happened (no client reachable, no server phase)
+    idle_s = 1.0
+    steps: int = 0
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        k = int(config.clients_per_round)
+        return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k),
+                    steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True,
+                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+
+    # ---------------------------------------------------------------------------------- decisions
+    def select(self, rnd: int) -> list[int]:
+        """The clients of round ``rnd``: drawn uniformly among the reachable ones from the stream
+        ``(family, "select", rnd)`` (shared by the algorithms of one family, for paired comparisons)."""
+        k = int(self.cfg.clients_per_round)
+        if k <= 0 or self.steps <= 0:
+            return []
+        return self.sample_clients(k, (self.family, "select", rnd))
+
+    def batch_sizes(self, clients: list[int]) -> list[int]:
+        """Each client's minibatch size this round (the scenario's batch size by default)."""
+        return [self.ctx.sgd.batch_size] * len(clients)
+
+    def begin_round(self, clients: list[int], rnd: int) -> None:
+        """Before the dispatch: what the algorithm prepares for this round's clients (nothing by default)."""
+
+    def open_session(self, s: SplitSession, rnd: int) -> None:
+        """A new participation (its batches and optimizer are set): per-client extras (nothing by default)."""
+
+    def client_forward(self, s: SplitSession, e: int) -> tuple[int, int]:  # pragma: no cover - abstract
+        """Iteration ``e``'s forward pass on the client (set ``s.act``): (samples of the pass, bytes uploaded)."""
+        raise NotImplementedError
+
+    def client_backward(self, s: SplitSession, e: int) -> None:  # pragma: no cover - abstract
+        """The client's step for iteration ``e`` with the gradient the server returned (``s.grad``)."""
+        raise NotImplementedError
+
+    def step_flops(self, samples: int) -> float:
+        """FLOPs of one server step on ``samples`` activations."""
+        return self.costs.server_total * samples
+
+    def server_step(self, sessions: list[SplitSession], e: int) -> None:  # pragma: no cover - abstract
+        """Iteration ``e``'s server step on every session's activations; sets each session's ``grad``."""
+        raise NotImplementedError
+
+    def end_client_phase(self, sessions: list[SplitSession]) -> None:
+        """After the client models were averaged into ``wc`` (nothing by default)."""
+
+    def server_phase(self, rnd: int) -> Generator[simpy.events.Event, Any, bool]:
+        """The server's own work before the clients (none by default); True if it trained."""
+        return False
+        yield  # pragma: no cover - makes this a generator
+
+    def end_round(self, rnd: int, clients: list[int]) -> None:
+        """After the round's work, before its version is installed (measurement records; nothing by default)."""
+
+    # ---------------------------------------------------------------------------------- the loop
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx = self.ctx
+        self.tasks = TaskCounter(ctx.num_clients)
+        rnd = 0
+        while not ctx.done.triggered:
+            rnd += 1
+            yield from self._round(rnd)
+
+    def _round(self, rnd: int) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env = self.ctx, self.ctx.env
+        start, base_version = env.now, ctx.version
+        worked = yield from self.server_phase(rnd)
+        clients = self.select(rnd)
+        if clients:
+            yield from self._exchange(clients, rnd, base_version, start)
+        if ctx.done.triggered:
+            return
+        self.end_round(rnd, clients)
+        if not clients and not worked:
+            yield env.timeout(self.idle_s)  # nothing to do this round: let virtual time pass
+        if not clients and not self.version_per_round:
+            ctx.record_round(rnd, start=start, clients=[], dropped=[])
+            return
+        applied = [Contribution(client=c, base_version=base_version, download_time=start) for c in clients]
+        self.install(applied, round_=rnd, round_record={"start": start, "end": env.now, "clients": clients,
+                                                        "dropped": []})
+
+    def _exchange(self, clients: list[int], rnd: int, base_version: int, start: float
+                  ) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env, timing = self.ctx, self.ctx.env, self.timing
+        sizes = self.batch_sizes(clients)
+        self.begin_round(clients, rnd)
+        ctx.world.schedule(len(clients))
+        sessions = []
+        for c, b in zip(clients, sizes):
+            task = self.tasks.next(c)
+            s = SplitSession(c, task, base_version, start, self.schedule(c, task, self.steps, b),
+                             self.client_optimizer(self.wc) if self.training else None)
+            self.open_session(s, rnd)
+            sessions.append(s)
+            ctx.record_dispatch(c, base_version, rnd)
+        for e in range(self.steps + 1):
+            yield env.all_of([env.process(self._iteration(s, e)) for s in sessions])
+            if e == self.steps:
+                break
+            yield from timing.serve(None, self.step_flops(sum(len(s.batches[e]) for s in sessions)), self.step_what)
+            self.server_step(sessions, e)
+        yield from timing.aggregate(len(clients), self.costs.client_model_bytes)
+        if ctx.done.triggered:
+            return
+        if self.training:
+            self.wc = self.aggregate_clients([s.opt.state() for s in sessions], clients)
+        self.end_client_phase(sessions)
+
+    def _iteration(self, s: SplitSession, e: int) -> Generator[simpy.events.Event, Any, None]:
+        """One client's part of iteration ``e``: the last gradient down and the backward pass (or, first, the
+        model download), then the forward pass and the upload (or, last, the client model's upload)."""
+        timing, c = self.timing, s.client
+        if e == 0:
+            yield from timing.download(c, self.download_models * self.costs.client_model_bytes,
+                                       version=s.base_version)
+        else:
+            b = len(s.batches[e - 1])
+            yield from timing.download(c, timing.gradient_bytes(b))
+            self.client_backward(s, e - 1)
+            yield from timing.client_pass(c, "backward", b)
+        if e == self.steps:
+            yield from timing.upload(c, self.costs.client_model_bytes, "model")
+            return
+        samples, nbytes = self.client_forward(s, e)
+        yield from timing.client_pass(c, "forward", samples)
+        yield from timing.upload(c, nbytes, self.upload_what)
+
+
+@dataclass
+class _ClientModel:
+    """A client model arriving at the model buffer: acknowledged when the buffer has taken it."""
+
+    session: SplitSession
+    state: dict[str, torch.Tensor] | None
+    ack: simpy.Event
+
+
+class SplitSlots(SlotScheduler, SplitAlgorithm):
+    """Loop shape: asynchronous split learning with an activation buffer and a model buffer (AsyncSFL, GAS).
+
+    The framework owns the loop.  ``concurrency`` slots (``SlotScheduler``; stream ``(family, "select", k)``,
+    ``retry_s`` when nobody is reachable).  A participation: the ``dispatch`` record, the client model's
+    download, then per local iteration the forward pass, the upload of the activations, the server's queue
+    and service for this minibatch's gradient (:meth:`server_gradient`), the activations into the activation
+    buffer, the gradient's download and the backward pass; then the client model's upload into the model
+    buffer, and the slot is refilled once the buffer has taken it.  A client going offline mid-way is a
+    ``drop`` (minibatches it already uploaded stay in the buffer; its client model is lost).  A server-step
+    process takes ``activation_buffer`` minibatches at a time, queues for :meth:`plan_server_step`'s samples
+    and takes :meth:`server_step`; the aggregator averages every ``model_buffer`` client models (eq. 10)
+    after queueing for the aggregation and installs a version through the one ``apply`` with their
+    ``Contribution`` s.  The client that completed the buffer is acknowledged after the aggregation, so
+    its replacement starts from the new model.
+
+    A subclass decides only: :meth:`client_forward`, :meth:`server_gradient`, :meth:`client_backward`,
+    :meth:`plan_server_step` and :meth:`server_step`, and if it needs them :meth:`begin` and
+    :meth:`open_session`.  Its ``Config`` has ``concurrency``, ``activation_buffer``, ``model_buffer``
+    (null: ``concurrency``) and ``retry_s``.
+    """
+
+    watch_participation = True  # going offline cuts the whole participation short
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        buffer = config.model_buffer if config.model_buffer is not None else 1
+        return Work(slots=int(config.concurrency), per_version=max(1, int(buffer)), retry_s=config.retry_s,
+                    steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True,
+                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+
+    # ---------------------------------------------------------------------------------- decisions
+    def begin(self) -> None:
+        """Before the first slot starts: the algorithm's own state (nothing by default)."""
+
+    def open_session(self, s: SplitSession) -> None:
+        """A new participation (its batches and optimizer are set): per-client extras (nothing by default)."""
+
+    def client_forward(self, s: SplitSession, e: int) -> Any:  # pragma: no cover - abstract
+        """Iteration ``e``'s forward pass on the client: the message the server receives."""
+        raise NotImplementedError
+
+    def server_gradient(self, s: SplitSession, msg: Any, e: int) -> torch.Tensor | None:  # pragma: no cover
+        """The server's handling of one arrived minibatch (after its service): the gradient sent back."""
+        raise NotImplementedError
+
+    def client_backward(self, s: SplitSession, e: int) -> None:  # pragma: no cover - abstract
+        """The client's step for iteration ``e`` with the gradient the server returned (``s.grad``)."""
+        raise NotImplementedError
+
+    def plan_server_step(self, msgs: list[Any]) -> tuple[int, Any]:  # pragma: no cover - abstract
+        """What the next server step trains on, drawn when it is triggered: (its samples, real and any
+        generated, which set its service time; the algorithm's plan, handed to :meth:`server_step`)."""
+        raise NotImplementedError
+
+    def server_step(self, msgs: list[Any], plan: Any) -> None:  # pragma: no cover - abstract
+        """One server step on a full activation buffer, at the end of its service."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------------------------- the loop
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx, cfg, env = self.ctx, self.cfg, self.ctx.env
+        self.q_s = cfg.activation_buffer or cfg.concurrency
+        self.q_c = cfg.model_buffer or cfg.concurrency
+        self.begin()
+        self.activations = simpy.Store(env)
+        self.models = simpy.Store(env)
+        env.process(self._server_steps())
+        env.process(self._aggregator())
+        self.start_slots(cfg.concurrency)
+        yield ctx.done
+
+    def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
+        yield from guarded(self.ctx, c, self._session(c))
+        self.active.discard(c)
+        self._launch()
+
+    def _session(self, c: int) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env, timing = self.ctx, self.ctx.env, self.timing
+        task = self.tasks.next(c)
+        base_version, t0 = ctx.version, env.now
+        wc = self.wc  # the client model as dispatched
+        ctx.record_dispatch(c, base_version, None)
+        yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
+        s = SplitSession(c, task, base_version, t0, self.schedule(c, task, self.local_iterations(c), ctx.sgd.batch_size),
+                         self.client_optimizer(wc) if self.training else None)
+        self.open_session(s)
+        instant = timing.instant_downloads
+        server_flops = self.costs.server_total
+        for e, idx in enumerate(s.batches):
+            b = len(idx)
+            msg = self.client_forward(s, e)
+            yield from timing.client_pass(c, "forward", b)
+            yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
+            yield from timing.serve(c, server_flops * b, "sfl-gradient")
+            s.grad = self.server_gradient(s, msg, e)
+            yield self.activations.put(msg)
+            if instant:
+                timing.instant_download(c, timing.gradient_bytes(b))
+            else:
+                yield from timing.download(c, timing.gradient_bytes(b))
+            self.client_backward(s, e)
+            yield from timing.client_pass(c, "backward", b)
+        yield from timing.upload(c, self.costs.client_model_bytes, "model")
+        ack = env.event()
+        yield self.models.put(_ClientModel(s, s.opt.state() if s.opt is not None else None, ack))
+        yield ack
+
+    def _server_steps(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx = self.ctx
+        while True:
+            msgs: list[Any] = []
+            for _ in range(self.q_s):
+                msgs.append((yield self.activations.get()))
+            samples, plan = self.plan_server_step(msgs)
+            yield from self.timing.serve(None, self.costs.server_total * samples, "sfl-step")
+            if ctx.done.triggered:
+                return
+            self.server_step(msgs, plan)
+
+    def _aggregator(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx = self.ctx
+        buf: list[_ClientModel] = []
+        while True:
+            msg: _ClientModel = yield self.models.get()
+            buf.append(msg)
+            if len(buf) < self.q_c:
+                msg.ack.succeed()
+                continue
+            batch, buf = buf, []
+            yield from self.timing.aggregate(len(batch), self.costs.client_model_bytes)
+            if ctx.done.triggered:
+                return
+            clients = [m.session.client for m in batch]
+            if self.training:
+                self.wc = self.aggregate_clients([m.state for m in batch], clients)
+            self.install([Contribution(client=m.session.client, base_version=m.session.base_version,
+                                       download_time=m.session.download_time) for m in batch],
+                         round_=ctx.version + 1)
+            msg.ack.succeed()
