@@ -24,6 +24,7 @@ _BUILTINS: dict[str, str] = {
     "SemiFL": "semifl", "FedSwitch": "semifl", "FedMatch": "semifl", "HeteroFL": "width", "FjORD": "width",
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
     "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "server_opt",
+    "SplitRounds": "sfl_base", "SplitSlots": "sfl_base", "SplitConfig": "sfl_base", "SplitSession": "sfl_base",
 }
 _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncSFL", "GAS", "MiniBatchSFL", "S2FL",
                       "SemiSFL", "FedSwitchSL", "SupervisedOnly", "SemiFL", "FedSwitch", "FedMatch", "HeteroFL",

@@ -9,7 +9,8 @@ reads them): training reads labels through ``visible_y``, where they are −1.  
 ``client_labeled_fraction`` > 0 that share of each client's samples is labeled (Fig. 10; the code replaces
 their pseudo-labels by the true labels, with mask 1).
 
-A round (Algorithm 1).  (i) Server, K_s iterations on labeled batches of ``server_batch``: two strong
+A round (Algorithm 1), on the loop shape ``sfl_base.SplitRounds`` (this module writes its phases and
+steps; the shape owns sampling, dispatch, the exchange timing and the version).  (i) Server, K_s iterations on labeled batches of ``server_batch``: two strong
 views of each image (the code's "strong twice"); the student (bottom, top, head) takes view 1, the
 teacher's bottom and head give the keys from view 2; loss CE + SupCon T (eq. 3-4) against the memory
 queue; after every step the teacher is EMA-updated with the code's warm-up decay min(1 − 1/(t+1), γ).
@@ -348,10 +349,9 @@ class SemiSFL(SplitRounds):
         return {"n_wrong_in": int(((pl != hidden) & mask).sum())}
 
     # ================================================================================== the round
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
+    def begin(self) -> None:
         if self.cfg.probe_every:
             self._probe("init", 0)
-        yield from super().run()
 
     def server_phase(self, rnd: int) -> Generator[simpy.events.Event, Any, bool]:
         """(i) K_s supervised steps on the labeled set, served as one request; the seesaw probe."""

@@ -3,7 +3,8 @@
 GAS: J. Yang and Y. Liu, "GAS: Generative Activation-Aided Asynchronous Split Federated Learning"
 (spec gas.md §2.3–2.7).  ``async-sfl`` is GAS without generated activations (the paper's ablation).
 
-Processes (all SimPy; arrival order comes from the devices, links and the server queue):
+Processes (all SimPy, owned by the loop shape ``sfl_base.SplitSlots``; arrival order comes from the devices,
+links and the server queue; this module writes only the client and server computations):
 
 * ``concurrency`` (C) client processes.  A client downloads the aggregated client model, then for each of
   its E local iterations: forward pass on its device → upload activations and labels → the server queues

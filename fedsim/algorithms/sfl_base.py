@@ -18,21 +18,20 @@ from __future__ import annotations
 import itertools
 import math
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generator, Literal
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import Algorithm, Contribution, SlotScheduler, TaskCounter, Update, guarded
+from fedsim.algorithms.base import Algorithm, Contribution, SlotScheduler, TaskCounter, Update, Work, guarded
 from fedsim.algorithms.split_timing import SplitTiming, TimingConfig
 from fedsim.config import positive, require
 from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_cut, merge_state, split_costs, split_state
-from fedsim.algorithms.base import Work
 from fedsim.learn.train import batch_schedule, num_steps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -188,7 +187,6 @@ class SplitAlgorithm(Algorithm):
         return rows.to(dtype).reshape(rows.shape[0], *self.costs.activation_shape)
 
 
-
 # ------------------------------------------------------------------------------------------ loop shapes
 
 @dataclass
@@ -224,7 +222,7 @@ class SplitRounds(SplitAlgorithm):
 
     A subclass decides only: :meth:`client_forward` and :meth:`client_backward` (the client's computation),
     :meth:`server_step` (the server's, setting each session's ``grad``), and if it differs :meth:`select`,
-    :meth:`batch_sizes`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
+    :meth:`batch_sizes`, :meth:`begin`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
     :meth:`server_phase` and :meth:`end_round`.  ``steps`` (set in ``setup``) is the common number of local
     iterations; its ``Config`` has ``clients_per_round``.
     """
@@ -239,14 +237,15 @@ class SplitRounds(SplitAlgorithm):
     version_per_round = False
     #: the wait after a round in which nothing happened (no client reachable, no server phase)
     idle_s = 1.0
+    #: local iterations per round, common to the round's clients (a subclass sets it in ``setup``)
     steps: int = 0
+    #: names the client-selection stream: algorithms sharing it draw the same clients (paired comparisons)
+    family = ""
 
     @classmethod
     def work(cls, config: Any) -> Work:
         k = int(config.clients_per_round)
-        return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k),
-                    steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True,
-                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+        return replace(super().work(config), slots=k, slots_field="clients_per_round", per_version=max(1, k))
 
     # ---------------------------------------------------------------------------------- decisions
     def select(self, rnd: int) -> list[int]:
@@ -255,11 +254,14 @@ class SplitRounds(SplitAlgorithm):
         k = int(self.cfg.clients_per_round)
         if k <= 0 or self.steps <= 0:
             return []
-        return self.sample_clients(k, (self.family, "select", rnd))
+        return self.sample_clients(k, (self.family or self.name, "select", rnd))
 
     def batch_sizes(self, clients: list[int]) -> list[int]:
         """Each client's minibatch size this round (the scenario's batch size by default)."""
         return [self.ctx.sgd.batch_size] * len(clients)
+
+    def begin(self) -> None:
+        """Before the first round: the algorithm's own measurements or state (nothing by default)."""
 
     def begin_round(self, clients: list[int], rnd: int) -> None:
         """Before the dispatch: what the algorithm prepares for this round's clients (nothing by default)."""
@@ -298,6 +300,7 @@ class SplitRounds(SplitAlgorithm):
     def run(self) -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
         self.tasks = TaskCounter(ctx.num_clients)
+        self.begin()
         rnd = 0
         while not ctx.done.triggered:
             rnd += 1
@@ -305,11 +308,10 @@ class SplitRounds(SplitAlgorithm):
 
     def _round(self, rnd: int) -> Generator[simpy.events.Event, Any, None]:
         ctx, env = self.ctx, self.ctx.env
-        start, base_version = env.now, ctx.version
+        start = env.now
         worked = yield from self.server_phase(rnd)
         clients = self.select(rnd)
-        if clients:
-            yield from self._exchange(clients, rnd, base_version, start)
+        sessions = (yield from self._exchange(clients, rnd)) if clients else []
         if ctx.done.triggered:
             return
         self.end_round(rnd, clients)
@@ -318,20 +320,21 @@ class SplitRounds(SplitAlgorithm):
         if not clients and not self.version_per_round:
             ctx.record_round(rnd, start=start, clients=[], dropped=[])
             return
-        applied = [Contribution(client=c, base_version=base_version, download_time=start) for c in clients]
+        applied = [Contribution(client=s.client, base_version=s.base_version, download_time=s.download_time)
+                   for s in sessions]
         self.install(applied, round_=rnd, round_record={"start": start, "end": env.now, "clients": clients,
                                                         "dropped": []})
 
-    def _exchange(self, clients: list[int], rnd: int, base_version: int, start: float
-                  ) -> Generator[simpy.events.Event, Any, None]:
+    def _exchange(self, clients: list[int], rnd: int) -> Generator[simpy.events.Event, Any, list[SplitSession]]:
         ctx, env, timing = self.ctx, self.ctx.env, self.timing
+        base_version = ctx.version
         sizes = self.batch_sizes(clients)
         self.begin_round(clients, rnd)
         ctx.world.schedule(len(clients))
         sessions = []
         for c, b in zip(clients, sizes):
             task = self.tasks.next(c)
-            s = SplitSession(c, task, base_version, start, self.schedule(c, task, self.steps, b),
+            s = SplitSession(c, task, base_version, env.now, self.schedule(c, task, self.steps, b),
                              self.client_optimizer(self.wc) if self.training else None)
             self.open_session(s, rnd)
             sessions.append(s)
@@ -344,10 +347,11 @@ class SplitRounds(SplitAlgorithm):
             self.server_step(sessions, e)
         yield from timing.aggregate(len(clients), self.costs.client_model_bytes)
         if ctx.done.triggered:
-            return
+            return sessions
         if self.training:
             self.wc = self.aggregate_clients([s.opt.state() for s in sessions], clients)
         self.end_client_phase(sessions)
+        return sessions
 
     def _iteration(self, s: SplitSession, e: int) -> Generator[simpy.events.Event, Any, None]:
         """One client's part of iteration ``e``: the last gradient down and the backward pass (or, first, the
@@ -405,9 +409,8 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
     @classmethod
     def work(cls, config: Any) -> Work:
         buffer = config.model_buffer if config.model_buffer is not None else 1
-        return Work(slots=int(config.concurrency), per_version=max(1, int(buffer)), retry_s=config.retry_s,
-                    steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True,
-                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+        return replace(super().work(config), slots=int(config.concurrency), per_version=max(1, int(buffer)),
+                       retry_s=config.retry_s)
 
     # ---------------------------------------------------------------------------------- decisions
     def begin(self) -> None:
@@ -451,6 +454,7 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
         yield ctx.done
 
     def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
+        """One participation; going offline mid-way is a recorded drop, and either way the slot is refilled."""
         yield from guarded(self.ctx, c, self._session(c))
         self.active.discard(c)
         self._launch()
