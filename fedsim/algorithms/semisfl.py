@@ -10,10 +10,11 @@ reads them): training reads labels through ``visible_y``, where they are −1.  
 their pseudo-labels by the true labels, with mask 1).
 
 A round (Algorithm 1), on the loop shape ``sfl_base.SplitRounds`` (this module writes its phases and
-steps; the shape owns sampling, dispatch, the exchange timing and the version).  (i) Server, K_s iterations on labeled batches of ``server_batch``: two strong
-views of each image (the code's "strong twice"); the student (bottom, top, head) takes view 1, the
-teacher's bottom and head give the keys from view 2; loss CE + SupCon T (eq. 3-4) against the memory
-queue; after every step the teacher is EMA-updated with the code's warm-up decay min(1 − 1/(t+1), γ).
+steps; the shape owns sampling, dispatch, the exchange timing and the version).  (i) Server, K_s
+iterations on labeled batches of ``server_batch``: two strong views of each image (the code's "strong
+twice"); the student (bottom, top, head) takes view 1, the teacher's bottom and head give the keys from
+view 2; loss CE + SupCon T (eq. 3-4) against the memory queue; after every step the teacher is
+EMA-updated with the code's warm-up decay min(1 − 1/(t+1), γ).
 (ii) N_h clients drawn uniformly download the bottom and the teacher bottom (2|w_c|).  Each of K_u
 iterations is a barrier: every client computes student features of a strong view and teacher features of
 a weak view of its batch (``train.batch_size``) and uploads both (2·B·d·4 bytes); the server
@@ -458,7 +459,8 @@ class SemiSFL(SplitRounds):
         ctx.trace.emit(ctx.env.now, "semisfl_round", round=rnd, k_s=now["k_s"], k_s_next=int(k_next), k_u=self.k_u,
                        f_s=now["f_s"], f_u=now["f_u"], lr=now["lr"], r_h=self.ctl.r_h,
                        indicators=len(self.ctl.indicators), clients=clients,
-                       bytes_up=int(ctx.world.bytes_up - now["up0"]), bytes_down=int(ctx.world.bytes_down - now["down0"]),
+                       bytes_up=int(ctx.world.bytes_up - now["up0"]),
+                       bytes_down=int(ctx.world.bytes_down - now["down0"]),
                        start=now["start"], **now["stats"])
 
     def _step_grad_sq(self, opt: SideOptimizer, x: torch.Tensor, grad_a: torch.Tensor) -> float:

@@ -154,16 +154,20 @@ class SplitAlgorithm(Algorithm):
     # ---------------------------------------------------------------------------------- server
     def aggregate_clients(self, states: list[dict[str, torch.Tensor]], clients: list[int]) -> dict[str, torch.Tensor]:
         """GAS eq. (10): the models averaged with |D_k| weights (or uniformly, as GAS's code does)."""
-        w = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
+        w = self.client_weights(clients)
         return masked_weighted_average([Update(client=c, tensors=s, weight=wi) for s, c, wi in zip(states, clients, w)],
                                        states[0])
 
     def full_state(self) -> dict[str, torch.Tensor]:
         return merge_state(self.wc, self.server.params, self.order)
 
+    def client_weights(self, clients: list[int]) -> list[float]:
+        """Each client model's weight in the average (eq. 10): |D_k|, or 1 (``aggregate_weights: uniform``)."""
+        return [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
+
     def client_shares(self, clients: list[int]) -> list[float]:
-        """Each client model's share in the average (eq. 10): |D_k| / Σ|D_j|, or uniform."""
-        w = [1.0 if self.cfg.aggregate_weights == "uniform" else float(self.sizes[c]) for c in clients]
+        """Each client model's share in the average, as the ``apply`` records report it."""
+        w = self.client_weights(clients)
         total = sum(w)
         return [x / total for x in w]
 
@@ -466,8 +470,8 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
         wc = self.wc  # the client model as dispatched
         ctx.record_dispatch(c, base_version, None)
         yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
-        s = SplitSession(c, task, base_version, t0, self.schedule(c, task, self.local_iterations(c), ctx.sgd.batch_size),
-                         self.client_optimizer(wc) if self.training else None)
+        batches = self.schedule(c, task, self.local_iterations(c), ctx.sgd.batch_size)
+        s = SplitSession(c, task, base_version, t0, batches, self.client_optimizer(wc) if self.training else None)
         self.open_session(s)
         instant = timing.instant_downloads
         server_flops = self.costs.server_total
