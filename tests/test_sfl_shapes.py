@@ -163,3 +163,14 @@ def test_a_split_algorithm_of_ones_own_writes_only_its_steps(tmp_path):
     assert counts == {"dispatch": 9, "apply": 9, "drop": 0, "aggregate": 3}
     evals = [r for r in records if r["kind"] == "eval"]
     assert evals[-1]["loss"] < evals[0]["loss"]
+
+
+def test_split_rounds_with_nobody_reachable_record_an_empty_round_and_let_time_pass(tmp_path):
+    """Nobody online: the round is recorded empty and the next one starts ``idle_s`` later (virtual time
+    passes, so the run reaches its horizon instead of spinning at one instant)."""
+    records = _run(tmp_path, "minibatch-sfl", stop={"max_time_s": 6.0},
+                   availability={"model": "bernoulli", "p": 0.05, "slot_s": 0.5})
+    empty = [r for r in records if r["kind"] == "round" and not r["clients"]]
+    assert empty and all(r["end"] - r["start"] == pytest.approx(1.0) for r in empty)
+    assert not [r for r in records if r["kind"] == "apply" and r["round"] in {e["round"] for e in empty}]
+    _check_consistent(records)
