@@ -292,7 +292,8 @@ class _AtTop(LocalObjective):
     """A client's objective seen from a nested step: its gradient term is computed on the w_max tensors
     (the current weights, the nested gradient with zeros elsewhere), and the nested entries are kept."""
 
-    def __init__(self, inner: LocalObjective, top: "_Nested", net: "_Nested", state: Mapping[str, torch.Tensor]) -> None:
+    def __init__(self, inner: LocalObjective, top: "_Nested", net: "_Nested",
+                 state: Mapping[str, torch.Tensor]) -> None:
         self.inner, self.top, self.net, self.state = inner, top, net, state
 
     def add_gradient(self, name: str, param: torch.Tensor, grad: torch.Tensor) -> None:

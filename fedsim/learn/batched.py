@@ -11,11 +11,12 @@ still training) is drawn on the CPU, as sequential training draws it, and moved 
 copy; the parameters, data and arithmetic stay there, so a step launches no host-device transfers.
 
 Semantics are those of :func:`fedsim.learn.train.local_sgd`, client by client: the same batch schedule
-from the same stream, the same SGD arithmetic (``fedsim.learn.train.sgd_update_`` on the stacked tensors:
-weight decay, momentum, the step; ``clip_grads_`` clips each client by its own gradient norm).  Clients differ in sample count, so batches are padded to ``batch_size`` with rows of
-weight 0 (the loss is the mean over the real rows), and a client that has finished its steps stops
-moving (its update is masked out).  Results equal sequential training within float tolerance (batched
-kernels sum in another order), and are deterministic (``tests/test_perf_batched.py``).
+from the same stream, the same SGD step (``fedsim.learn.train.sgd_update_`` on the stacked tensors: weight
+decay, momentum, the update; ``clip_grads_`` clips each client by its own gradient norm).  Clients differ
+in sample count, so batches are padded to ``batch_size`` with rows of weight 0 (the loss is the mean over
+the real rows), and a client that has finished its steps stops moving (``sgd_update_``'s ``active``).
+Results equal sequential training within float tolerance (batched kernels sum in another order), and are
+deterministic (``tests/test_perf_batched.py``).
 
 Where this does not apply, callers train sequentially: models with buffers (BatchNorm statistics),
 regression tasks (the per-sample loss is defined for classification here), gradient masks and frozen

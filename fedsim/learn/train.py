@@ -26,8 +26,8 @@ from fedsim.errors import ConfigError, DivergenceError
 
 from .data import TASKS, ArrayDataset
 
-__all__ = ["SGDConfig", "PlainSGD", "sgd_update_", "clip_grads_", "sgd_step", "TrainStats", "TASKS", "loss_for", "half_squared_error", "num_steps",
-           "batch_schedule", "local_sgd", "evaluate", "static_bn_statistics"]
+__all__ = ["SGDConfig", "PlainSGD", "sgd_update_", "clip_grads_", "sgd_step", "TrainStats", "TASKS", "loss_for",
+           "half_squared_error", "num_steps", "batch_schedule", "local_sgd", "evaluate", "static_bn_statistics"]
 
 
 def half_squared_error(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -208,13 +208,13 @@ def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None
     A None gradient is skipped (its parameter and buffer stay).  The gradient tensors may be changed.
     """
     grads = list(grads)
+    if objective is not None:  # outside no_grad: an objective may differentiate its own term
+        if names is None:
+            raise ValueError("sgd_step: an objective needs the parameters' names")
+        for k, p, g in zip(names, params, grads):
+            if g is not None:
+                objective.add_gradient(k, p, g)
     with torch.no_grad():
-        if objective is not None:
-            if names is None:
-                raise ValueError("sgd_step: an objective needs the parameters' names")
-            for k, p, g in zip(names, params, grads):
-                if g is not None:
-                    objective.add_gradient(k, p, g)
         if masks is not None:
             grads = [g if m is None or g is None else torch.where(m == 0, torch.zeros_like(g), g * m)
                      for g, m in zip(grads, masks)]
