@@ -44,7 +44,7 @@ from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
 from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.submodel import extract, insert, width_submodel
-from fedsim.learn.train import TrainStats, batch_schedule, loss_for, num_steps
+from fedsim.learn.train import LocalObjective, TrainStats, batch_schedule, loss_for, num_steps, sgd_step
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.models import BlockModel
@@ -199,13 +199,21 @@ class OrderedDropoutTrainer:
     Called as ``trainer(module, ctx, client, indices, generator)`` with ``module`` the client's extracted
     w_max sub-model.  Batches follow :func:`fedsim.learn.train.batch_schedule` on ``generator`` (as plain
     local SGD does); the widths are drawn from the same generator before the batches, so both are fixed
-    by the client's task stream.  SGD with the scenario's lr, momentum and weight decay; the momentum
-    buffer has the w_max shape and a step touches only the entries of the prefix it trained.
+    by the client's task stream.  Each step is :func:`fedsim.learn.train.sgd_step` (the scenario's lr,
+    momentum, weight decay and clipping, the arithmetic of plain local SGD) on the nested sub-model's
+    tensors; the momentum buffer has the w_max shape and a step touches only the entries of the prefix it
+    trained.
+
+    ``objective`` (a :class:`~fedsim.learn.train.LocalObjective`; give the same one to the assignment,
+    which costs its extra tensors) is honoured as plain local SGD honours it: :meth:`begin` sees the
+    downloaded w_max parameters, its loss term joins every step's loss, and its gradient term is added in
+    w_max coordinates, of which the step keeps the entries of the nested prefix it trains.
     """
 
-    def __init__(self, widths: list[float], top: "SubModel") -> None:
+    def __init__(self, widths: list[float], top: "SubModel", objective: LocalObjective | None = None) -> None:
         self.widths = [float(w) for w in widths]
         self.top = top
+        self.objective = objective
         #: widths drawn at each step of the last call (for tests and diagnostics)
         self.drawn: list[float] = []
 
@@ -233,6 +241,10 @@ class OrderedDropoutTrainer:
         state = {k: v.clone() for k, v in state.items()}
         param_names = [k for k, _ in full_model.named_parameters()]
         momentum = {k: torch.zeros_like(state[k]) for k in param_names}
+        top: _Nested | None = None
+        if self.objective is not None:
+            self.objective.begin(dict(module.named_parameters()))
+            top = _Nested(full_model, state, self.top, 0.0)
         nested: dict[float, _Nested] = {}
         losses: list[float] = []
         samples = 0
@@ -246,25 +258,25 @@ class OrderedDropoutTrainer:
             net.load(state)
             small.train()
             b = idx[pos.to(idx.device)]  # positions drawn on the CPU, as in local_sgd
-            loss = loss_fn(small(x[b]), y[b])
+            out = small(x[b])
+            loss = loss_fn(out, y[b])
+            if self.objective is not None:
+                term = self.objective.loss(out, y[b])
+                if term is not None:
+                    loss = loss + term
             value = float(loss.detach())
             if not math.isfinite(value):
                 raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={sgd.lr}); "
                                       f"lower the learning rate or set clip_norm")
-            params = dict(small.named_parameters())
-            grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params.values(), grads)]
-            if sgd.clip_norm is not None:  # as torch.nn.utils.clip_grad_norm_ does
-                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-                grads = [g * torch.clamp(sgd.clip_norm / (norm + 1e-6), max=1.0) for g in grads]
-            with torch.no_grad():
-                for (name, p), g in zip(params.items(), grads):
-                    d = g + sgd.weight_decay * p if sgd.weight_decay else g
-                    if sgd.momentum:
-                        buf = net.get(momentum, name) * sgd.momentum + d  # zero-initialised: torch's first step
-                        net.put(momentum, name, buf)
-                        d = buf
-                    p.sub_(sgd.lr * d)
+            names, params = net.names, net.params
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+            buffers = [net.get(momentum, k) if sgd.momentum else None for k in names]  # zero-initialised
+            objective = None if top is None else _AtTop(self.objective, top, net, state)  # type: ignore[arg-type]
+            sgd_step(params, grads, buffers, sgd, objective=objective, names=names)
+            if sgd.momentum:
+                for k, buf in zip(names, buffers):
+                    net.put(momentum, k, buf)  # type: ignore[arg-type]
             net.store(state)
             flops += net.flops * len(b)
             losses.append(value)
@@ -274,6 +286,25 @@ class OrderedDropoutTrainer:
         last = losses[-1] if losses else float("nan")
         return TrainOutcome(stats=TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last),
                             flops=flops)
+
+
+class _AtTop(LocalObjective):
+    """A client's objective seen from a nested step: its gradient term is computed on the w_max tensors
+    (the current weights, the nested gradient with zeros elsewhere), and the nested entries are kept."""
+
+    def __init__(self, inner: LocalObjective, top: "_Nested", net: "_Nested",
+                 state: Mapping[str, torch.Tensor]) -> None:
+        self.inner, self.top, self.net, self.state = inner, top, net, state
+
+    def add_gradient(self, name: str, param: torch.Tensor, grad: torch.Tensor) -> None:
+        at_top = self.top.get(self.state, name)
+        mask = self.net.mask.get(name)
+        inside = (torch.ones_like(at_top, dtype=torch.bool) if mask is None
+                  else self.top.get({name: mask}, name).view(at_top.shape))
+        full = torch.zeros_like(at_top)
+        full[inside] = grad.reshape(-1)
+        self.inner.add_gradient(name, at_top, full)
+        grad.copy_(full[inside].view(grad.shape))
 
 
 class _Nested:
@@ -288,6 +319,9 @@ class _Nested:
         self.mask = {k: m.bool() for k, m in mask.items()}
         self.flops = flops
         self._tensors = self.module.state_dict(keep_vars=True)
+        #: the module's parameters and their names, in order
+        self.names = [k for k, _ in self.module.named_parameters()]
+        self.params = [p for _, p in self.module.named_parameters()]
 
     def get(self, full: Mapping[str, torch.Tensor], name: str) -> torch.Tensor:
         m = self.mask.get(name)

@@ -11,11 +11,12 @@ still training) is drawn on the CPU, as sequential training draws it, and moved 
 copy; the parameters, data and arithmetic stay there, so a step launches no host-device transfers.
 
 Semantics are those of :func:`fedsim.learn.train.local_sgd`, client by client: the same batch schedule
-from the same stream, the same SGD arithmetic (weight decay, momentum, clipping of the client's own
-gradient norm).  Clients differ in sample count, so batches are padded to ``batch_size`` with rows of
-weight 0 (the loss is the mean over the real rows), and a client that has finished its steps stops
-moving (its update is masked out).  Results equal sequential training within float tolerance (batched
-kernels sum in another order), and are deterministic (``tests/test_perf_batched.py``).
+from the same stream, the same SGD step (``fedsim.learn.train.sgd_update_`` on the stacked tensors: weight
+decay, momentum, the update; ``clip_grads_`` clips each client by its own gradient norm).  Clients differ
+in sample count, so batches are padded to ``batch_size`` with rows of weight 0 (the loss is the mean over
+the real rows), and a client that has finished its steps stops moving (``sgd_update_``'s ``active``).
+Results equal sequential training within float tolerance (batched kernels sum in another order), and are
+deterministic (``tests/test_perf_batched.py``).
 
 Where this does not apply, callers train sequentially: models with buffers (BatchNorm statistics),
 regression tasks (the per-sample loss is defined for classification here), gradient masks and frozen
@@ -33,7 +34,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedsim.errors import DivergenceError
 
-from .train import SGDConfig, TrainStats, batch_schedule, num_steps
+from .train import SGDConfig, TrainStats, batch_schedule, clip_grads_, num_steps, sgd_update_
 
 __all__ = ["can_batch", "batched_local_sgd"]
 
@@ -82,7 +83,7 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
     rows_all, weight_all, active_all = rows_all.to(device), weight_all.to(device), active_all.to(device)
     params = {n: base_state[n].detach().unsqueeze(0).repeat(n_clients, *([1] * base_state[n].dim())).clone()
               for n in names}
-    bufs: dict[str, torch.Tensor] | None = None
+    bufs: dict[str, torch.Tensor | None] = {n: None for n in names}  # momentum buffers, stacked like params
 
     def loss_one(p: dict[str, torch.Tensor], xb: torch.Tensor, yb: torch.Tensor, wb: torch.Tensor) -> torch.Tensor:
         out = functional_call(model, p, (xb,))
@@ -104,30 +105,12 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
                         raise DivergenceError(f"training loss became {vals[c]} at step {step} of {steps[c]} "
                                               f"(lr={cfg.lr}); lower the learning rate or set clip_norm")
                     losses[c].append(vals[c])
-            with torch.no_grad():
+            with torch.no_grad():  # the step of local_sgd, on every client's slice (sgd_update_, clip_grads_)
                 if cfg.clip_norm is not None:  # clip_grad_norm_ per client: its own total norm
-                    norms = torch.stack([g.reshape(n_clients, -1).norm(dim=1) for g in grads.values()], dim=1)
-                    total = norms.norm(dim=1)
-                    coef = torch.clamp(cfg.clip_norm / (total + 1e-6), max=1.0)
-                    grads = {n: g * coef.view(-1, *([1] * (g.dim() - 1))) for n, g in grads.items()}
-                mask = active.view(-1, *([1] * 1))
-                new_bufs: dict[str, torch.Tensor] = {}
+                    clip_grads_(list(grads.values()), cfg.clip_norm, per_client=True)
                 for n in names:
-                    p, d = params[n], grads[n]
-                    shape = (-1,) + (1,) * (p.dim() - 1)
-                    act = mask.view(shape)
-                    if cfg.weight_decay != 0:
-                        d = d.add(p, alpha=cfg.weight_decay)
-                    if cfg.momentum != 0:
-                        if bufs is None:
-                            buf = d.clone()
-                        else:
-                            buf = torch.where(act, bufs[n] * cfg.momentum + d, bufs[n])
-                        new_bufs[n] = buf
-                        d = buf
-                    params[n] = torch.where(act, p - cfg.lr * d, p)
-                if cfg.momentum != 0:
-                    bufs = new_bufs
+                    params[n], bufs[n] = sgd_update_(params[n], grads[n], bufs[n], lr=cfg.lr, momentum=cfg.momentum,
+                                                     weight_decay=cfg.weight_decay, active=active)
     finally:
         model.train(was_training)
     out = []

@@ -1,7 +1,11 @@
 """Local training (minibatch SGD on a client's index set) and evaluation.
 
 Training is SGD on in-memory tensors, with exactly the arithmetic of ``torch.optim.SGD`` (its
-single-tensor path, the one it takes on CPU; :class:`PlainSGD`, tested bit for bit against it); the batches come from
+single-tensor path, the one it takes on CPU; :func:`sgd_update_`, tested bit for bit against it).  The step
+is written here once: :func:`sgd_step` (objective term, masking, clipping, then :func:`sgd_update_`) is the
+step of :func:`local_sgd` and of FjORD's ordered dropout, and batched training applies :func:`sgd_update_`
+and :func:`clip_grads_` to its stacked tensors; :class:`PlainSGD` is the optimizer object over
+:func:`sgd_update_` for hand-written loops.  The batches come from
 :func:`batch_schedule`, which depends only on the sample count and a torch generator (a named stream),
 so the same inputs always give the same weights.  A fresh optimizer is built per call: momentum
 state is local to one round of local training, as in FedAvg and its relatives.
@@ -11,7 +15,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -22,8 +26,8 @@ from fedsim.errors import ConfigError, DivergenceError
 
 from .data import TASKS, ArrayDataset
 
-__all__ = ["SGDConfig", "PlainSGD", "TrainStats", "TASKS", "loss_for", "half_squared_error", "num_steps",
-           "batch_schedule", "local_sgd", "evaluate", "static_bn_statistics"]
+__all__ = ["SGDConfig", "PlainSGD", "sgd_update_", "clip_grads_", "sgd_step", "TrainStats", "TASKS", "loss_for",
+           "half_squared_error", "num_steps", "batch_schedule", "local_sgd", "evaluate", "static_bn_statistics"]
 
 
 def half_squared_error(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -135,13 +139,109 @@ def batch_schedule(n_samples: int, steps: int, batch_size: int, generator: torch
     return out
 
 
+def sgd_update_(param: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, *, lr: float,
+                momentum: float = 0.0, weight_decay: float = 0.0, active: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One SGD update of one tensor: weight decay, momentum (dampening 0, no Nesterov), the step.
+
+    The one place local SGD's update arithmetic is written: ``torch.optim.SGD``'s single-tensor path
+    operation for operation (``grad + wd·param`` and ``param − lr·d`` as ``add`` with ``alpha``, which
+    rounds once), so every trainer that goes through it gives the weights ``torch.optim.SGD`` would.
+    ``buf`` is the momentum buffer (None before the first step: it starts as a copy of the gradient);
+    ``param`` and a given ``buf`` are updated in place.  Returns (param, buffer).
+
+    ``active`` (batched training: ``param`` stacks clients along dim 0) is one bool per client; the
+    others keep their weights and buffer, and the returned tensors are new ones.
+    """
+    if torch.is_grad_enabled():  # the in-place step on a leaf needs autograd off (callers in a loop turn it off once)
+        with torch.no_grad():
+            return sgd_update_(param, grad, buf, lr=lr, momentum=momentum, weight_decay=weight_decay, active=active)
+    if weight_decay != 0:
+        grad = grad.add(param, alpha=weight_decay)
+    if active is None:
+        if momentum != 0:
+            if buf is None:
+                buf = grad.detach().clone()
+            else:
+                buf.mul_(momentum).add_(grad, alpha=1.0)
+            grad = buf
+        return param.add_(grad, alpha=-lr), buf
+    act = active.view(-1, *([1] * (param.dim() - 1)))
+    if momentum != 0:
+        buf = grad.clone() if buf is None else torch.where(act, buf * momentum + grad, buf)
+        grad = buf
+    return torch.where(act, param.add(grad, alpha=-lr), param), buf
+
+
+@torch.no_grad()
+def clip_grads_(grads: Sequence[torch.Tensor], max_norm: float, *, per_client: bool = False) -> None:
+    """Scale ``grads`` in place so that their joint 2-norm is at most ``max_norm``, exactly as
+    ``torch.nn.utils.clip_grad_norm_`` does (coefficient ``max_norm / (norm + 1e-6)`` capped at 1).
+
+    ``per_client``: every tensor stacks clients along dim 0 (batched training), and each client is
+    clipped by its own norm over all its tensors.
+    """
+    if not grads:
+        return
+    if per_client:
+        n = len(grads[0])
+        total = torch.stack([g.reshape(n, -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
+    else:
+        total = torch.nn.utils.get_total_norm(grads)
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(coef.view(-1, *([1] * (g.dim() - 1))) if per_client else coef)
+
+
+def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None],
+             buffers: list[torch.Tensor | None], cfg: SGDConfig, *, objective: "LocalObjective | None" = None,
+             names: Sequence[str] | None = None, masks: Sequence[torch.Tensor | None] | None = None) -> None:
+    """One local SGD step from the loss gradients: every trainer's step (:func:`local_sgd`, FjORD's
+    ordered dropout), so the order of its parts is decided here once.
+
+    1. ``objective.add_gradient`` (``names[i]`` names ``params[i]``) adds the objective's term;
+    2. ``masks[i]`` (0/1, or a weight) multiplies gradient ``i``; entries where it is 0 stay bit-identical;
+    3. ``cfg.clip_norm`` clips the gradients jointly (:func:`clip_grads_`);
+    4. :func:`sgd_update_`: weight decay, momentum (``buffers[i]``, replaced as it changes), the step.
+
+    With masks, weight decay is added before the step and masked again, so a masked entry never decays.
+    A None gradient is skipped (its parameter and buffer stay).  The gradient tensors may be changed.
+    """
+    grads = list(grads)
+    if objective is not None:  # outside no_grad: an objective may differentiate its own term
+        if names is None:
+            raise ValueError("sgd_step: an objective needs the parameters' names")
+        for k, p, g in zip(names, params, grads):
+            if g is not None:
+                objective.add_gradient(k, p, g)
+    with torch.no_grad():
+        if masks is not None:
+            grads = [g if m is None or g is None else torch.where(m == 0, torch.zeros_like(g), g * m)
+                     for g, m in zip(grads, masks)]
+        if cfg.clip_norm is not None:
+            clip_grads_([g for g in grads if g is not None], cfg.clip_norm)
+        weight_decay = cfg.weight_decay
+        if masks is not None and any(m is not None for m in masks) and weight_decay > 0:
+            for p, g in zip(params, grads):
+                if g is not None:
+                    g.add_(p.detach(), alpha=weight_decay)
+            grads = [g if m is None or g is None else torch.where(m == 0, torch.zeros_like(g), g)
+                     for g, m in zip(grads, masks)]
+            weight_decay = 0.0
+        for i, (p, g) in enumerate(zip(params, grads)):
+            if g is not None:
+                _, buffers[i] = sgd_update_(p, g, buffers[i], lr=cfg.lr, momentum=cfg.momentum,
+                                            weight_decay=weight_decay)
+
+
 class PlainSGD:
     """``torch.optim.SGD``'s update (weight decay, momentum with dampening 0, no Nesterov), step for step.
 
     Why not ``torch.optim.SGD`` itself: constructing any ``torch.optim`` optimizer imports torch's compiler
     stack (``torch._dynamo``, about 2 s) on first use, a fixed cost of every run that never compiles
-    anything.  The arithmetic below is the optimizer's single-tensor path operation for operation, so the
-    weights are bit-identical (``tests/test_perf_train.py`` checks it against ``torch.optim.SGD``).
+    anything.  The arithmetic is :func:`sgd_update_`, the optimizer's single-tensor path operation for
+    operation, so the weights are bit-identical (``tests/test_perf_train.py`` checks it against
+    ``torch.optim.SGD``).
     """
 
     def __init__(self, params: Iterable[nn.Parameter], *, lr: float, momentum: float = 0.0,
@@ -157,20 +257,9 @@ class PlainSGD:
     @torch.no_grad()
     def step(self) -> None:
         for i, p in enumerate(self.params):
-            grad = p.grad
-            if grad is None:
-                continue
-            if self.weight_decay != 0:
-                grad = grad.add(p, alpha=self.weight_decay)
-            if self.momentum != 0:
-                buf = self.buffers[i]
-                if buf is None:
-                    buf = grad.detach().clone()
-                    self.buffers[i] = buf
-                else:
-                    buf.mul_(self.momentum).add_(grad, alpha=1.0)
-                grad = buf
-            p.add_(grad, alpha=-self.lr)
+            if p.grad is not None:
+                _, self.buffers[i] = sgd_update_(p, p.grad, self.buffers[i], lr=self.lr, momentum=self.momentum,
+                                                 weight_decay=self.weight_decay)
 
 
 @dataclass
@@ -247,8 +336,9 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     bit-identical.  To guarantee that, weight decay is then added to the gradient *before* masking (instead
     of inside the optimizer, which would decay masked entries), and the momentum buffer of a masked entry
     stays exactly zero because its every input is zero.  Without a mask, weight decay is the optimizer's,
-    so the result equals the textbook ``torch.optim.SGD`` loop bit for bit (:class:`PlainSGD`).  Gradient clipping (if
+    so the result equals the textbook ``torch.optim.SGD`` loop bit for bit.  Gradient clipping (if
     ``clip_norm``) acts on the loss gradient after masking, before weight decay, as in a standard loop.
+    Each step is :func:`sgd_step`.
 
     ``objective`` (a :class:`LocalObjective`) adds its terms to the loss and to the gradients (before
     masking and clipping, so masked entries stay bit-identical), e.g. :class:`Proximal` for FedProx.
@@ -269,8 +359,10 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
         train_params = list(params)
     train_ids = {id(p) for p in train_params}
     frozen = [p for p in named.values() if id(p) not in train_ids and p.requires_grad]
-    masks: list[tuple[nn.Parameter, torch.Tensor]] = []
+    masks: list[torch.Tensor | None] | None = None
     if grad_mask:
+        position = {id(p): i for i, p in enumerate(train_params)}
+        masks = [None] * len(train_params)
         for key, m in grad_mask.items():
             if key not in named:
                 raise ConfigError("grad_mask", f"no parameter named '{key}' in the model")
@@ -280,15 +372,13 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
             if m.shape != p.shape:
                 raise ConfigError("grad_mask", f"mask for '{key}' has shape {tuple(m.shape)}, parameter has "
                                                f"{tuple(p.shape)}")
-            masks.append((p, m.to(device=p.device, dtype=p.dtype)))
-    hooked: list[tuple[str, nn.Parameter]] = []
+            masks[position[id(p)]] = m.to(device=p.device, dtype=p.dtype)
+    names: list[str] | None = None
     if objective is not None:
-        names = {id(p): k for k, p in named.items()}
-        hooked = [(names.get(id(p), str(i)), p) for i, p in enumerate(train_params)]
-        objective.begin({k: p for k, p in hooked})
-    manual_wd = bool(masks) and cfg.weight_decay > 0
-    opt = PlainSGD(train_params, lr=cfg.lr, momentum=cfg.momentum,
-                   weight_decay=0.0 if manual_wd else cfg.weight_decay)
+        by_id = {id(p): k for k, p in named.items()}
+        names = [by_id.get(id(p), str(i)) for i, p in enumerate(train_params)]
+        objective.begin(dict(zip(names, train_params)))
+    buffers: list[torch.Tensor | None] = [None] * len(train_params)
 
     was_training = model.training
     if not was_training:  # a module in training mode is left alone (train() walks every submodule)
@@ -300,7 +390,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     try:
         for step, pos in enumerate(schedule):
             b = idx[pos.to(idx.device)]  # positions are drawn on the CPU (the same batches on every device)
-            opt.zero_grad(set_to_none=True)
+            for p in train_params:
+                p.grad = None
             out = model(x[b])
             loss = loss_fn(out, y[b])
             if objective is not None:
@@ -312,22 +403,8 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
                 raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={cfg.lr}); "
                                       f"lower the learning rate or set clip_norm")
             loss.backward()
-            for k, p in hooked:
-                if p.grad is not None:
-                    objective.add_gradient(k, p, p.grad)  # type: ignore[union-attr]
-            for p, m in masks:
-                if p.grad is not None:
-                    p.grad = torch.where(m == 0, torch.zeros_like(p.grad), p.grad * m)
-            if cfg.clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(train_params, cfg.clip_norm)
-            if manual_wd:
-                for p in train_params:
-                    if p.grad is not None:
-                        p.grad.add_(p.detach(), alpha=cfg.weight_decay)
-                for p, m in masks:
-                    if p.grad is not None:
-                        p.grad = torch.where(m == 0, torch.zeros_like(p.grad), p.grad)
-            opt.step()
+            sgd_step(train_params, [p.grad for p in train_params], buffers, cfg, objective=objective, names=names,
+                     masks=masks)
             losses.append(value)
             samples += len(b)
     finally:
