@@ -2,7 +2,8 @@
 Structured Pruning in Resource-Limited Clients"): semi-asynchronous aggregation (Algorithm 1) of
 structurally pruned sub-models trained with learned width masks and self-distillation (Algorithm 2).
 
-Server (Algorithm 1), in virtual time:
+Server (Algorithm 1), in virtual time (the loop is the framework's ``SemiAsyncRounds``; Co-S²P decides the
+quorum, the clock, each participation and the server rule):
 
 * Every client starts training at time 0 ("available clients" = the idle ones).  Round q collects
   updates until ⌈μN⌉ have arrived (the paper's loop ``while cnt < μN`` stops at the first cnt ≥ μN, which

@@ -1,10 +1,11 @@
 """Full-model semi-supervised FL baselines of the SemiSFL paper: SemiFL and FedSwitch (simplified).
 
 Both share SemiSFL's data (``semi_data``: the same labeled server set, unlabeled clients) and its round
-shape: the server first trains the whole model for ``k_s`` steps of cross-entropy on labeled batches
-(weak views), then N_h clients download the model, train on their unlabeled data and upload it, and
-the server averages the uploads (``fedavg_rule``, weights = samples processed).  Each client task is an
-``Assignment`` with its own local trainer.
+shape, run by the framework's ``SyncRounds`` (the labeled phase is its ``server_phase``): the server first
+trains the whole model for ``k_s`` steps of cross-entropy on labeled batches (weak views), then N_h
+clients download the model, train on their unlabeled data and upload it, and the server averages the
+uploads (``fedavg_rule``, weights = samples processed).  Each client task is an ``Assignment`` with its
+own local trainer.
 
 SemiFL (Diao et al., NeurIPS 2022), as the SemiSFL paper summarises it: the downloaded global model
 pseudo-labels the weak views (confidence ≥ ``tau``); the loss is the FixMatch CE of the strong views
