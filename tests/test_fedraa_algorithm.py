@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from analysis import fedraa_metrics
+from fedsim.algorithms import AsyncSlots, FedRAA, SyncRounds
 from fedsim.cli import main
 from fedsim.learn.submodel import fragment_submodel
 from fedsim.learn.models import build_model
@@ -202,3 +203,28 @@ def test_bad_input_one_line_exit_2(capsys, tmp_path, overrides, field, says):
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and field in err and says in err and "Traceback" not in err, err
+
+
+
+_CALLS: list[int] = []
+
+
+class CountingRAA(FedRAA):
+    """A user's Fed-RAA: counts the updates it is about to apply, then does what Fed-RAA does."""
+
+    def before_apply(self, updates, weights, round_):
+        _CALLS.append(len(updates))
+        super().before_apply(updates, weights, round_)
+
+
+def test_fedraa_runs_on_the_framework_shapes_and_a_subclass_keeps_its_overrides(tmp_path):
+    """``FedRAA`` builds its instance on ``AsyncSlots`` (one slot per client) or ``SyncRounds``; a subclass's
+    override of a decision (here ``before_apply``) is used on either shape."""
+    for aggregation, shape in (("async", AsyncSlots), ("sync", SyncRounds)):
+        _CALLS.clear()
+        run(tmp_path / aggregation, {"name": CountingRAA, "aggregation": aggregation}, stop={"max_versions": 3})
+        assert len(_CALLS) == 3
+        frags = load_trace(tmp_path / aggregation / "trace.jsonl", kinds=("fragment",))
+        assert len(frags) == sum(_CALLS)
+        made = FedRAA.__new__(CountingRAA, None, FedRAA.Config(aggregation=aggregation))
+        assert isinstance(made, CountingRAA) and isinstance(made, shape)

@@ -109,6 +109,31 @@ def test_dispatch_and_round_records_are_written_by_the_framework_only():
     assert writers == ["fedsim/runtime.py"]
 
 
+#: the loop shapes (base.py; sfl_base.py for split learning), and the vector engine's column writer
+_SHAPES = {"fedsim/algorithms/base.py", "fedsim/algorithms/sfl_base.py"}
+_COLUMN_WRITER = "fedsim/algorithms/fedavg_vector.py"
+
+
+def _dispatch_writers() -> set[str]:
+    """Modules under fedsim/algorithms that call ``record_dispatch`` or write ``dispatch`` columns."""
+    found = set()
+    for path in (FEDSIM / "algorithms").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            columns = node.func.attr == "write_columns" and any(
+                isinstance(c, ast.Constant) and c.value == "dispatch" for a in node.args for c in ast.walk(a))
+            if node.func.attr == "record_dispatch" or columns:
+                found.add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_only_the_loop_shapes_dispatch():
+    """Every built-in algorithm dispatches through a loop shape: only the shapes call ``record_dispatch`` (the
+    vector engine writes its dispatch records as columns)."""
+    assert _dispatch_writers() == _SHAPES | {_COLUMN_WRITER}
+
+
 def test_apply_records_are_written_in_one_place():
     """Only ``Context.apply`` emits ``apply`` events; algorithms return (state, weights) from pure rules."""
     writers = []

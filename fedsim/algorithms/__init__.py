@@ -1,6 +1,6 @@
 """Algorithms: the public bases an algorithm is written on, every built-in algorithm, and name resolution.
 
-Write your own by subclassing a loop shape (``SyncRounds``, ``AsyncSlots``, or a built-in such as
+Write your own by subclassing a loop shape (``SyncRounds``, ``AsyncSlots``, ``SemiAsyncRounds``, or a built-in such as
 ``FedAvg``) with a ``name`` and a ``Config`` dataclass; name it in a scenario as ``module:Class`` (see
 docs/extending.md).  Every class listed in ``__all__`` is importable from here; the modules are imported on
 first use, so ``import fedsim.algorithms`` stays cheap.
@@ -11,8 +11,8 @@ import importlib
 from pathlib import Path
 from typing import Any, Iterable
 
-from fedsim.algorithms.base import (Algorithm, AsyncSlots, Assignment, LocalTrainer, SlotScheduler, SyncRounds,
-                                    TaskCounter, TrainOutcome, Update, staleness_weight)
+from fedsim.algorithms.base import (Algorithm, AsyncSlots, Assignment, LocalTrainer, SemiAsyncRounds, SlotScheduler,
+                                    SyncRounds, TaskCounter, TrainOutcome, Update, staleness_weight)
 import fedsim.components as components
 from fedsim.errors import ConfigError
 
@@ -30,8 +30,8 @@ _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncS
                       "SemiSFL", "FedSwitchSL", "SupervisedOnly", "SemiFL", "FedSwitch", "FedMatch", "HeteroFL",
                       "FjORD", "FedRolex", "FedProx", "FedRAA", "RAMFedLite", "PruneFLLite", "EmbracingFL")
 
-__all__ = ["Algorithm", "AsyncSlots", "Assignment", "LocalTrainer", "SlotScheduler", "SyncRounds", "TaskCounter",
-           "TrainOutcome", "Update", "staleness_weight", "registry", "resolve", *_BUILTINS]
+__all__ = ["Algorithm", "AsyncSlots", "Assignment", "LocalTrainer", "SemiAsyncRounds", "SlotScheduler", "SyncRounds",
+           "TaskCounter", "TrainOutcome", "Update", "staleness_weight", "registry", "resolve", *_BUILTINS]
 
 
 def __getattr__(name: str) -> Any:

@@ -91,6 +91,9 @@ class Assignment:
     #: what plain local SGD minimises beyond the task loss, and the extra tensors it sends each way
     #: (``fedsim.learn.train.LocalObjective``; e.g. FedProx's ``Proximal``)
     objective: LocalObjective | None = None
+    #: the entries the update covers when the trainer knows better than the sub-model (a whole model trained
+    #: under a gradient mask: Fed-RAA's frozen fragments); None: what training reports
+    coverage: Mask | None = None
 
 
 @dataclass
@@ -190,8 +193,8 @@ def client_task(
     ``base_state`` is the model the server sent at dispatch (the caller snapshots it); training runs
     on exactly that, at the virtual moment computing starts, with the client's own batch stream for
     this task.  Bytes in both directions are those of the tensors that travel (the sub-model's only).
-    Returns the ``Update``; a SimPy interrupt (deadline, going offline) propagates to the caller, who
-    records the drop.
+    Returns the ``Update`` (``info["arrived"]``: when its upload ended); a SimPy interrupt (deadline, going
+    offline) propagates to the caller, who records the drop.
     """
     a = assignment if assignment is not None else Assignment()
     world = ctx.world
@@ -212,13 +215,14 @@ def client_task(
         client=client,
         tensors=tensors,
         kind=a.kind,
-        mask=result.mask,
+        mask=result.mask if a.coverage is None else a.coverage,
         weight=float(result.stats.samples if ctx.weight_by_samples else 1.0),
         base_version=base_version,
         download_time=t0,
         num_samples=int(len(ctx.parts[client])),
         costs={"flops": result.flops, "bytes_up": nbytes, "bytes_down": down},
-        info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a},
+        info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a,
+              "arrived": ctx.env.now},
         extras=extras,
     )
 
@@ -272,8 +276,11 @@ class Algorithm:
         return Assignment(round=round_)
 
     def dispatch(self, client: int, tasks: "TaskCounter", *, kind: Literal["weights", "delta"] = "weights",
-                 round_: int | None = None, assignment: Assignment | None = None) -> simpy.Process:
-        """Send the current global model to ``client`` and start its task (download → train → upload).
+                 round_: int | None = None, assignment: Assignment | None = None,
+                 base: State | None = None) -> simpy.Process:
+        """Send the current global model (or ``base``, a model of the current version the server keeps
+        apart from its global one) to ``client``, record the ``dispatch`` and start its task
+        (:meth:`client_job`).
 
         ``assignment`` defaults to :meth:`assign`; ``kind`` sets its update kind.  The process's value is
         the ``Update``, or None if the task was dropped."""
@@ -282,12 +289,30 @@ class Algorithm:
         a.kind = kind if assignment is None else a.kind
         if a.round is None:
             a.round = round_
-        base, version = ctx.global_state, ctx.version
+        base, version = (ctx.global_state if base is None else base), ctx.version
         ctx.record_dispatch(client, version, round_, submodel=a.submodel)
         k = tasks.next(client)
         ctx.note_dispatch(client, k, base, a)
-        body = client_task(ctx, client, base, version, task=k, assignment=a)
-        return self.launch(client, body, round_)
+        return self.launch(client, self.client_job(client, base, version, k, a), round_)
+
+    def client_job(self, client: int, base: State, version: int, task: int,
+                   assignment: Assignment) -> Generator[simpy.events.Event, Any, Update]:
+        """One participation in virtual time: :func:`client_task` (download, train, upload) of ``assignment``
+        on ``base``.  Override only when a participation moves more than the model and its declared extras
+        (FedSwitch's teacher, FedMatch's helpers) or decides its sub-model on the device after the download
+        (Co-S²P's mask phase); the dispatch, the drop and the records stay the framework's."""
+        return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment))
+
+    def task_done(self, client: int, update: Update | None) -> None:
+        """A client's task ended: its upload arrived (``update``) or it was dropped (None).  The loop shapes
+        call this before the server sees the update, for an algorithm's count of work in flight (Fed-RAA's
+        fragments being trained); no records, no time.  Default: nothing."""
+
+    def before_apply(self, updates: list[Update], weights: list[float], round_: int | None) -> None:
+        """Called by the loop shapes after :meth:`server_rule` and just before its result is installed
+        (``Context.apply``): the place for an algorithm's own measurements (its trace records, e.g. Fed-RAA's
+        ``fragment``, Co-S²P's ``cos2p_round``) and its counters of applied updates (Fed-RAA's q(j)).  The
+        framework's records are not written here.  Default: nothing."""
 
     def launch(self, client: int, body: Generator[simpy.events.Event, Any, Update], round_: int | None = None) -> simpy.Process:
         """Start a client process whose interruption (deadline, going offline) is recorded as a drop."""
@@ -391,14 +416,18 @@ class RoundsConfig:
 class SyncRounds(Algorithm):
     """Loop shape: synchronous rounds (FedAvg and everything built on its rounds).
 
-    The framework owns the loop: each round it samples ``clients_per_round`` clients (:meth:`select`),
-    dispatches to each the current model and its assignment (:meth:`assign`), waits for every upload or, with
-    ``deadline_s``, for the deadline (stragglers are interrupted and recorded as drops), queues for an
-    aggregation worker, and installs what :meth:`server_rule` returns through the one ``apply`` record
-    (with the round's record).  When nobody is reachable it records an empty round and retries after
-    ``retry_s``.  A subclass decides only: :meth:`assign` (what a client trains and its local objective),
-    :meth:`server_rule` (a pure function of the round's updates and the model they started from), and, if
-    it samples differently, :meth:`select`.  Its ``Config`` extends :class:`RoundsConfig`.
+    The framework owns the loop: each round it runs the server's own phase if any (:meth:`server_phase`),
+    samples the round's clients (:meth:`select`), dispatches to each the model (:meth:`client_model`) and
+    its assignment (:meth:`assign`), waits for every upload or, with a deadline, for the deadline
+    (stragglers are interrupted and recorded as drops), queues for an aggregation worker, and installs
+    what :meth:`server_rule` returns through the one ``apply`` record (with the round's record).  When
+    nobody is reachable it records an empty round and retries later.  The round size, deadline and retry
+    wait are those the algorithm declares in :meth:`work` (``slots``, ``deadline_s``, ``retry_s``; from
+    :class:`RoundsConfig` by default), so the estimate and the loop read one declaration.  A subclass
+    decides only: :meth:`assign` (what a client trains and its local objective), :meth:`server_rule` (a
+    pure function of the round's updates and the model they started from), and, if it differs,
+    :meth:`select`, :meth:`server_phase` and :meth:`client_model`.  Its ``Config`` extends
+    :class:`RoundsConfig`.
     """
 
     Config = RoundsConfig
@@ -417,31 +446,46 @@ class SyncRounds(Algorithm):
         reachable ones (stream ``("fedavg", "select", round)``, shared by every algorithm on these rounds)."""
         return self.sample_clients(k, ("fedavg", "select", round_))
 
+    def server_phase(self, round_: int) -> Generator[simpy.events.Event, Any, None]:
+        """The server's own work at the start of round ``round_``, before its clients are sampled (SemiFL's
+        labeled phase): it may take server time (``world.serve``) and change the model the clients get
+        (:meth:`client_model`).  Default: none."""
+        return
+        yield  # pragma: no cover - makes this a generator
+
+    def client_model(self) -> State:
+        """The model this round's clients download and :meth:`server_rule` starts from: the global model by
+        default; a server that evaluates another model than it sends (FedSwitch's teacher) returns the one
+        it sends."""
+        return self.ctx.global_state
+
     def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:  # pragma: no cover
         """The next global state from a round's updates and the model they started from, and each update's
         weight in it (for the trace).  Pure: no time, no records."""
         raise NotImplementedError
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
+        ctx, env = self.ctx, self.ctx.env
+        work = self.work(self.cfg)
         tasks = TaskCounter(ctx.num_clients)
         rnd = 0
         while not ctx.done.triggered:
             rnd += 1
             start = env.now
-            base = ctx.global_state
-            clients = self.select(cfg.clients_per_round, rnd)
+            yield from self.server_phase(rnd)
+            base = self.client_model()
+            clients = self.select(work.slots, rnd)
             if not clients:  # nobody reachable: try again a little later
                 ctx.record_round(rnd, start=start, clients=[], dropped=[])
-                yield env.timeout(cfg.retry_s)
+                yield env.timeout(work.retry_s)
                 continue
             ctx.world.schedule(len(clients))
             procs = {}
             for c in clients:
-                procs[c] = self.dispatch(c, tasks, kind=self.update_kind, round_=rnd)
+                procs[c] = self.dispatch(c, tasks, kind=self.update_kind, round_=rnd, base=base)
             everyone = env.all_of(list(procs.values()))
-            if cfg.deadline_s is not None:
-                yield env.any_of([everyone, env.timeout(cfg.deadline_s)])
+            if work.deadline_s is not None:
+                yield env.any_of([everyone, env.timeout(work.deadline_s)])
             else:
                 yield everyone
             dropped = [c for c, p in procs.items() if not p.triggered]
@@ -449,10 +493,13 @@ class SyncRounds(Algorithm):
                 procs[c].interrupt("deadline")
             if dropped:
                 yield env.timeout(0)  # let the interrupted processes record their drop
+            for c, p in procs.items():
+                self.task_done(c, p.value if p.triggered else None)
             updates = [p.value for c, p in procs.items() if c not in dropped and p.value is not None]
             if updates:
                 yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
                 new, weights = self.server_rule(updates, base)
+                self.before_apply(updates, weights, rnd)
                 ctx.apply(new, updates, weights, round_=rnd, base=base,
                           round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})
             else:
@@ -515,13 +562,17 @@ class AsyncSlots(SlotScheduler):
     returns through the one ``apply`` record.  A slot is refilled as soon as the upload arrives
     (``refill_on_arrival``) or once the server has applied it.  With ``serve_each`` the server serves each
     update as the client's own request (FedAsync's ``apply`` service) instead of one ``aggregate`` request per
-    full buffer.  A subclass decides only: :meth:`assign`, :meth:`server_rule`, :meth:`buffer_size`,
+    full buffer.  With ``client_slots`` every client holds a slot of its own instead (Fed-RAA's workers): it
+    starts again as soon as its last update was applied or dropped, and waits ``retry_s`` while offline.
+    A subclass decides only: :meth:`assign`, :meth:`server_rule`, :meth:`buffer_size`,
     :meth:`max_staleness` and ``update_kind``.  Staleness is the framework's (``Context.staleness``).
     """
 
     update_kind: Literal["weights", "delta"] = "weights"
     refill_on_arrival = True
     serve_each = False
+    #: one slot per client, which the client keeps (``concurrency`` is then the number of clients)
+    client_slots = False
 
     @classmethod
     def work(cls, config: Any) -> Work:
@@ -546,8 +597,27 @@ class AsyncSlots(SlotScheduler):
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
         self.buffer: list[Update] = []
-        self.start_slots(self.cfg.concurrency)
-        yield self.ctx.done
+        ctx = self.ctx
+        if self.client_slots:
+            self.tasks = TaskCounter(ctx.num_clients)
+            ctx.world.schedule(ctx.num_clients)
+            for c in range(ctx.num_clients):
+                ctx.env.process(self._client_slot(c))
+        else:
+            self.start_slots(self.cfg.concurrency)
+        yield ctx.done
+
+    def _client_slot(self, c: int) -> Generator[simpy.events.Event, Any, None]:
+        """Client ``c``'s own slot (``client_slots``): dispatch, arrival, again, until the run ends."""
+        ctx, env = self.ctx, self.ctx.env
+        while not ctx.done.triggered:
+            if not ctx.world.is_available(c):
+                yield env.timeout(self.cfg.retry_s)
+                continue
+            update = yield self.dispatch(c, self.tasks, kind=self.update_kind)
+            self.task_done(c, update)
+            if update is not None and not ctx.done.triggered:
+                yield from self._arrive(c, update)
 
     def _release(self, client: int) -> None:
         self.active.discard(client)
@@ -556,6 +626,7 @@ class AsyncSlots(SlotScheduler):
     def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
         update = yield self.dispatch(c, self.tasks, kind=self.update_kind)
+        self.task_done(c, update)
         if self.refill_on_arrival:
             self._release(c)
         if update is not None and not ctx.done.triggered:
@@ -583,4 +654,138 @@ class AsyncSlots(SlotScheduler):
             if ctx.done.triggered:
                 return
         new, weights = self.server_rule(batch, ctx.global_state)
+        self.before_apply(batch, weights, ctx.version + 1)
         ctx.apply(new, batch, weights, round_=ctx.version + 1)
+
+
+def quorum(mu: float, n: int) -> int:
+    """⌈μN⌉ (at least 1, at most N): the arrivals that open a semi-asynchronous round's clock.  A loop
+    ``while cnt < μN`` stops at the first cnt ≥ μN, which is ⌈μN⌉ (⌊μN⌋ would take one update fewer whenever
+    μN is not an integer)."""
+    return max(1, min(n, math.ceil(mu * n - 1e-9)))
+
+
+class SemiAsyncRounds(Algorithm):
+    """Loop shape: semi-asynchronous rounds (Co-S²P): every client always in flight; a round closes
+    :meth:`quorum` arrivals (⌈μN⌉) and then a clock (:meth:`clock` seconds) later.
+
+    The framework owns the loop: at the start it dispatches every client (:meth:`assign`,
+    :meth:`client_job`); arrivals queue at the server; round q collects them until :meth:`quorum` have
+    arrived, then keeps collecting until the clock runs out (every arrival that is already queued by the
+    close is taken, ones queued while the server was busy included).  The server queues for an
+    aggregation worker, installs what :meth:`server_rule` returns through the one ``apply`` record with the
+    round's record, and sends the new model only to the clients whose updates it consumed; the others keep
+    training on their stale version, and an update arriving after the close counts towards the next
+    round.  A dropped task (the client went offline) is dispatched again ``retry_s`` later.  The framework
+    keeps the model each update started from (the base-state history, only the versions still in flight),
+    so a staleness-aware rule gets them.  A subclass decides only: :meth:`quorum`, :meth:`clock`,
+    :meth:`assign` (and :meth:`client_job` if a participation is more than the pipeline), and
+    :meth:`server_rule`.  Its ``Config`` has ``retry_s``.
+    """
+
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        """Every client works at once; a round's updates are not known before it runs (at least one)."""
+        return Work(retry_s=config.retry_s, server_steps=cls.server_phase_steps(config),
+                    server_field=cls.server_phase_field)
+
+    def quorum(self) -> int:  # pragma: no cover - abstract
+        """Arrivals that open the round's clock (⌈μN⌉: :func:`quorum`; 1 with no clock: asynchronous)."""
+        raise NotImplementedError
+
+    def clock(self) -> float | None:
+        """Seconds the round stays open after its quorum (T_clk).  0 still takes what is already queued;
+        None closes the round at the quorum itself (each round exactly :meth:`quorum` updates)."""
+        return 0.0
+
+    def server_rule(self, updates: list[Update], base: State,
+                    bases: list[State]) -> tuple[State, list[float]]:  # pragma: no cover - abstract
+        """The next global state from a round's updates, the current model ``base`` and the model each update
+        started from (``bases``, parallel to ``updates``), and each update's weight in it.  No time, no
+        records."""
+        raise NotImplementedError
+
+    def run(self) -> Generator[simpy.events.Event, Any, None]:
+        ctx, env = self.ctx, self.ctx.env
+        n = ctx.num_clients
+        self.tasks = TaskCounter(n)
+        self.inbox: simpy.Store = simpy.Store(env)
+        #: the model each version in flight started from, and how many tasks in flight started from it
+        self.history: dict[int, State] = {ctx.version: ctx.global_state}
+        self.pending: dict[int, int] = {}
+        need, clock = self.quorum(), self.clock()
+        ctx.world.schedule(n)
+        for c in range(n):
+            self._send(c)
+        rnd = 0
+        while not ctx.done.triggered:
+            rnd += 1
+            #: when the round started and when its quorum arrived (for an algorithm's own round measurements)
+            self.round_start = start = env.now
+            batch: list[Update] = []
+            while len(batch) < need:
+                batch.append((yield self.inbox.get()))
+            self.quorum_at = env.now
+            if clock is not None:
+                yield from self._collect_until(batch, env.now + clock)
+            if ctx.done.triggered:
+                return
+            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
+            if ctx.done.triggered:
+                return
+            new, weights = self.server_rule(batch, ctx.global_state, [self.history[u.base_version] for u in batch])
+            self.before_apply(batch, weights, rnd)
+            for u in batch:
+                self._forget(u.base_version)
+            self.history[ctx.version + 1] = new
+            ctx.apply(new, batch, weights, round_=rnd,
+                      round_record={"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []})
+            self._forget(None)
+            for u in batch:
+                self._send(u.client)
+
+    def _collect_until(self, batch: list[Update], close: float) -> Generator[simpy.events.Event, Any, None]:
+        """Add to ``batch`` every arrival queued or arriving until ``close``."""
+        env = self.ctx.env
+        while True:
+            if self.inbox.items:
+                batch.append((yield self.inbox.get()))
+                continue
+            if env.now >= close:
+                return
+            get = self.inbox.get()
+            got = yield get | env.timeout(close - env.now)
+            if get in got:
+                batch.append(got[get])
+            else:
+                get.cancel()
+                return
+
+    def _forget(self, version: int | None) -> None:
+        """One task from ``version`` is done with it (None: none); drop the states nobody in flight started
+        from (the current one is always kept)."""
+        if version is not None:
+            self.pending[version] = self.pending.get(version, 1) - 1
+        for v in [v for v in self.history if v != self.ctx.version and self.pending.get(v, 0) <= 0]:
+            del self.history[v]
+            self.pending.pop(v, None)
+
+    def _send(self, client: int) -> None:
+        """Dispatch ``client`` on the current model and deliver its update to the inbox."""
+        ctx = self.ctx
+        version = ctx.version
+        self.history.setdefault(version, ctx.global_state)
+        self.pending[version] = self.pending.get(version, 0) + 1
+        proc = self.dispatch(client, self.tasks)
+        ctx.env.process(self._deliver(client, proc, version))
+
+    def _deliver(self, client: int, proc: simpy.Process, version: int) -> Generator[simpy.events.Event, Any, None]:
+        update = yield proc
+        self.task_done(client, update)
+        if update is None:  # dropped (went offline): try again later from the then-current model
+            self._forget(version)
+            yield self.ctx.env.timeout(self.cfg.retry_s)
+            if not self.ctx.done.triggered:
+                self._send(client)
+            return
+        yield self.inbox.put(update)

@@ -2,7 +2,8 @@
 Structured Pruning in Resource-Limited Clients"): semi-asynchronous aggregation (Algorithm 1) of
 structurally pruned sub-models trained with learned width masks and self-distillation (Algorithm 2).
 
-Server (Algorithm 1), in virtual time:
+Server (Algorithm 1), in virtual time (the loop is the framework's ``SemiAsyncRounds``; Co-S²P decides the
+quorum, the clock, each participation and the server rule):
 
 * Every client starts training at time 0 ("available clients" = the idle ones).  Round q collects
   updates until ⌈μN⌉ have arrived (the paper's loop ``while cnt < μN`` stops at the first cnt ≥ μN, which
@@ -40,14 +41,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Generator, Literal, Sequence
 
 import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, Update, Work, client_task
+from fedsim.algorithms.base import Assignment, SemiAsyncRounds, Update, client_task, quorum
 from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggregate, segment_index
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
@@ -85,11 +86,6 @@ def split_rates(rate: float, ratio: float) -> tuple[float, float]:
     return rw, rd
 
 
-def quorum(mu: float, n: int) -> int:
-    """⌈μN⌉ (at least 1), the number of arrivals that opens the T_clk window."""
-    return max(1, min(n, math.ceil(mu * n - 1e-9)))
-
-
 def rate_grid(n_blocks: int, ratio: float, rate_max: float) -> list[float]:
     """The distinct R_n a depth window can realise, at most ``rate_max``: window w of L blocks has depth
     rate w/L, so R = (w/L)²·ratio (R^w/R^d = ratio), capped at 1."""
@@ -117,12 +113,12 @@ def balanced_rates(job_seconds: np.ndarray, grid: Sequence[float]) -> np.ndarray
     return out
 
 
-class Cos2P(Algorithm):
-    name = "cos2p"
+class Cos2P(SemiAsyncRounds):
+    """Co-S²P on the framework's semi-asynchronous rounds: it decides the quorum (⌈μN⌉, or 1 in ``async``
+    mode), the clock (T_clk), each participation (Algorithm 2: :meth:`client_job`) and the server rule
+    (Eq. 4-5, :func:`cos2p_aggregate`)."""
 
-    @classmethod
-    def work(cls, config: Any) -> Work:
-        return replace(super().work(config), retry_s=config.retry_s)
+    name = "cos2p"
 
     @dataclass
     class Config:
@@ -228,9 +224,7 @@ class Cos2P(Algorithm):
         self._plan_clients()
         groups = ctx.worker.width_groups() if hasattr(ctx.worker, "width_groups") else None
         self.segments: SegmentIndex = segment_index(ctx.global_state, groups)
-        self.history: dict[int, State] = {0: ctx.global_state}
         ctx.version_hooks.append(self._final_metrics)
-        self.pending: dict[int, int] = {}  # base version -> updates in flight from it
 
     def _rate_table(self) -> tuple[list[float], np.ndarray]:
         """(rate grid, estimated job seconds per client and grid rate) for the balanced rule (a model
@@ -307,102 +301,48 @@ class Cos2P(Algorithm):
         return train, test
 
     # ------------------------------------------------------------------------------------ server
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        n = ctx.num_clients
-        self.tasks = TaskCounter(n)
-        self.inbox: simpy.Store = simpy.Store(env)
-        need = 1 if cfg.mode == "async" else quorum(cfg.mu, n)
-        ctx.world.schedule(n)
-        for c in range(n):
-            self._dispatch(c)
-        rnd = 0
-        while not ctx.done.triggered:
-            rnd += 1
-            start = env.now
-            batch: list[Update] = []
-            while len(batch) < need:
-                batch.append((yield self.inbox.get()))
-            opened = env.now
-            if cfg.mode == "semi":
-                close = env.now + cfg.t_clk
-                while True:
-                    if self.inbox.items:
-                        batch.append((yield self.inbox.get()))
-                        continue
-                    if env.now >= close:
-                        break
-                    get = self.inbox.get()
-                    got = yield get | env.timeout(close - env.now)
-                    if get in got:
-                        batch.append(got[get])
-                    else:
-                        get.cancel()
-                        break
-            if ctx.done.triggered:
-                return
-            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
-            if ctx.done.triggered:
-                return
-            self._aggregate(batch, rnd, start, opened)
-            for u in batch:
-                self._dispatch(u.client)
+    def quorum(self) -> int:
+        """⌈μN⌉ (Algorithm 1's ``while cnt < μN``), or 1 in ``async`` mode (each arrival aggregated alone)."""
+        return 1 if self.cfg.mode == "async" else quorum(self.cfg.mu, self.ctx.num_clients)
 
-    def _aggregate(self, batch: list[Update], rnd: int, start: float, opened: float) -> None:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        bases = [self.history[u.base_version] for u in batch]
-        res = cos2p_aggregate(ctx.global_state, batch, bases, self.segments, weighting=cfg.weighting,
-                              server_lr=cfg.server_lr)
-        taus = [ctx.staleness(u) for u in batch]
-        cov = res.coverage
+    def clock(self) -> float | None:
+        """T_clk after the quorum; ``async`` mode has no window (N_q = 1)."""
+        return self.cfg.t_clk if self.cfg.mode == "semi" else None
+
+    def server_rule(self, updates: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
+        """γ of Eq. 4 and the segment-wise average of Eq. 5 (:func:`cos2p_aggregate`); the segment coverage
+        is kept for this round's ``cos2p_round`` record."""
+        res = cos2p_aggregate(base, updates, bases, self.segments, weighting=self.cfg.weighting,
+                              server_lr=self.cfg.server_lr)
+        self._coverage = res.coverage
+        return res.state, res.weights
+
+    def before_apply(self, updates: list[Update], weights: list[float], round_: int | None) -> None:
+        """The ``cos2p_round`` measurement: arrivals, staleness τ, busy time, memory and segment coverage N*."""
+        ctx = self.ctx
+        cov = self._coverage
         trained = cov[cov > 0]
-        ctx.trace.emit(env.now, "cos2p_round", round=rnd, start=start, quorum_at=opened, end=env.now,
-                       clients=[u.client for u in batch], tau=taus, busy=[float(u.info.get("busy_s", math.nan)) for u in batch],
-                       memory=[float(u.info.get("memory_bytes", math.nan)) for u in batch],
+        ctx.trace.emit(ctx.env.now, "cos2p_round", round=round_, start=self.round_start, quorum_at=self.quorum_at,
+                       end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.staleness(u) for u in updates],
+                       busy=[float(u.info.get("busy_s", math.nan)) for u in updates],
+                       memory=[float(u.info.get("memory_bytes", math.nan)) for u in updates],
                        n_star=int(cov.min()), n_star_trained=int(trained.min()) if len(trained) else 0,
                        n_mean=float(cov.mean()), n_segments=int(cov.numel()))
-        for u in batch:
-            self._release(u.base_version)
-        self.history[ctx.version + 1] = res.state
-        ctx.apply(res.state, batch, res.weights, round_=rnd,
-                  round_record={"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []})
-        self._release(ctx.version, hold=False)
-
-    def _release(self, version: int, hold: bool = True) -> None:
-        """Forget global states nobody in flight started from (the current one is always kept)."""
-        if hold:
-            self.pending[version] = self.pending.get(version, 1) - 1
-        for v in [v for v in self.history if v != self.ctx.version and self.pending.get(v, 0) <= 0]:
-            del self.history[v]
-            self.pending.pop(v, None)
 
     # ------------------------------------------------------------------------------------ clients
-    def _dispatch(self, client: int) -> None:
-        ctx = self.ctx
-        version = ctx.version
-        self.history.setdefault(version, ctx.global_state)
-        self.pending[version] = self.pending.get(version, 0) + 1
-        ctx.record_dispatch(client, version, None)
-        proc = self.launch(client, self._job(client, ctx.global_state, version))
-        ctx.env.process(self._deliver(client, proc, version))
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        """A placeholder: a participation's sub-model is decided by :meth:`client_job` when it starts (on the
+        device, after the download, in the mask phase), so the dispatch names none."""
+        return Assignment(kind="weights", round=round_)
 
-    def _deliver(self, client: int, proc: simpy.Process, version: int) -> Generator[simpy.events.Event, Any, None]:
-        update = yield proc
-        if update is None:  # dropped (went offline): try again later from the then-current model
-            self._release(version)
-            yield self.ctx.env.timeout(self.cfg.retry_s)
-            if not self.ctx.done.triggered:
-                self._dispatch(client)
-            return
-        yield self.inbox.put(update)
-
-    def _job(self, client: int, base: State, version: int) -> Generator[simpy.events.Event, Any, Update]:
-        """One participation of ``client`` on the global model ``base`` (version ``version``)."""
+    def client_job(self, client: int, base: State, version: int, task: int,
+                   assignment: Assignment) -> Generator[simpy.events.Event, Any, Update]:
+        """One participation of ``client`` on the global model ``base`` (version ``version``): the whole
+        model for a client that keeps it, else the mask phase's job (task < Q̂) or the pruned sub-model's."""
         ctx = self.ctx
         t0 = ctx.env.now
-        task = self.tasks.next(client)
         if self.plain[client]:
-            update = yield from client_task(ctx, client, base, version, task=task, assignment=Assignment(kind="weights"))
+            update = yield from client_task(ctx, client, base, version, task=task, assignment=assignment)
         else:
             mask_phase = (self.cfg.mask == "learned" and task < self.cfg.mask_rounds and self.rw[client] < 1.0
                           and self.cfg.mask_epochs > 0)

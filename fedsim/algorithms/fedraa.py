@@ -5,8 +5,8 @@ The hidden units of the designated layers (the model's width groups; by default 
 into M disjoint fragments with the ratios of Table 4 (or given ones).  Fragment j is the sub-model that
 keeps units S_j of every designated group: for an MLP the rows W1[S_j, :], b1[S_j] and the columns
 W2[:, S_j], plus the non-split parameters (the output bias), which every fragment carries and mixes.
-Every client runs its own loop: idle → the scheduler picks a fragment (``fedraa_schedulers``) → download
-the fragment → local training → upload.  Arrivals queue at the server (``world.serve``) and are applied
+Every client runs its own loop (``AsyncSlots`` with a slot per client): idle → the scheduler picks a
+fragment (``fedraa_schedulers``; Fed-RAA's ``assign``) → download the fragment → local training → upload.  Arrivals queue at the server (``world.serve``) and are applied
 one at a time with FedAsync's rule restricted to the fragment's entries:
 θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(staleness).  q(j) counts the updates applied to fragment j.
 
@@ -33,19 +33,18 @@ Choices where the paper is silent (documented in the README):
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Generator, Literal
 
 import numpy as np
-import simpy
 
 from fedsim.algorithms.base import (
     Algorithm,
-    Work,
+    AsyncSlots,
     Assignment,
-    TaskCounter,
+    SyncRounds,
     Update,
+    Work,
     staleness_weight,
     validate_staleness,
 )
@@ -60,17 +59,42 @@ from fedsim.algorithms.fedraa_schedulers import (
 )
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
-from fedsim.learn.state import masked_weighted_average, state_mix
+from fedsim.learn.state import State, masked_weighted_average, state_mix
 from fedsim.learn.submodel import extract, fragment_submodel, insert
 from fedsim.learn.train import num_steps, samples_processed
 
 
+#: (FedRAA or a subclass, sync) -> the class that runs it on its loop shape
+_SHAPED: dict[tuple[type, bool], type] = {}
+
+
 class FedRAA(Algorithm):
+    """Fed-RAA's decisions, on the framework's loop shapes: constructing ``FedRAA`` gives
+    :class:`FedRAAAsync` (asynchronous slots, one per client) or, with ``aggregation: sync``,
+    :class:`FedRAASync` (synchronous rounds of every available client).  Fed-RAA decides what a client
+    trains (:meth:`assign`: the scheduler's fragment) and how a fragment is mixed in (``server_rule``); its
+    ``assign`` and ``fragment`` records are its own measurements."""
+
     name = "fedraa"
+
+    def __new__(cls, ctx: Any = None, config: Any = None) -> "FedRAA":
+        """The instance runs on the shape ``config.aggregation`` asks for; a subclass of ``FedRAA`` keeps its
+        overrides (it is combined with the shape's class)."""
+        if config is None or issubclass(cls, (AsyncSlots, SyncRounds)):
+            return super().__new__(cls)
+        sync = config.aggregation == "sync"
+        shaped = _SHAPED.get((cls, sync))
+        if shaped is None:
+            shape = FedRAASync if sync else FedRAAAsync
+            shaped = shape if cls is FedRAA else type(cls.__name__, (cls, shape),
+                                                      {"__module__": cls.__module__, "__doc__": cls.__doc__})
+            _SHAPED[(cls, sync)] = shaped
+        return super().__new__(shaped)
 
     @classmethod
     def work(cls, config: Any) -> Work:
-        return replace(super().work(config), retry_s=config.retry_s)
+        """Every client works at once (one per round, or its own slot); offline ones retry after ``retry_s``."""
+        return Work(retry_s=config.retry_s)
 
     @dataclass
     class Config:
@@ -153,15 +177,18 @@ class FedRAA(Algorithm):
         self.inflight = np.zeros(M, dtype=np.int64)
         self.turns = np.zeros(N, dtype=np.int64)
         self.decisions = 0
-        self.tasks = TaskCounter(N)
+        self._taken: tuple[int | None, np.ndarray] = (None, np.zeros(M, dtype=np.int64))  # this sync round's
+        self._given: dict[int, int] = {}  # client -> the fragment it is training
 
     def _assignment(self, j: int, round_: int | None = None) -> Assignment:
         cfg = self.cfg
+        info = {"fragment": j, "q_dispatch": int(self.q[j])}
         if cfg.mode == "isolated":
             trainer = prox_trainer(cfg.rho) if cfg.rho > 0 else None
-            return Assignment(submodel=self.subs[j], trainer=trainer, round=round_, info={"fragment": j})
+            return Assignment(submodel=self.subs[j], trainer=trainer, round=round_, info=info)
+        # frozen: the whole model under a gradient mask; the update covers the fragment's entries only
         return Assignment(submodel=None, trainer=prox_trainer(cfg.rho, grad_mask=self.masks[j]), round=round_,
-                          info={"fragment": j})
+                          info=info, coverage=self.masks[j])
 
     def pick(self, client: int, extra: np.ndarray | None = None) -> tuple[int, bool]:
         """One scheduling decision; the tie-break stream is ("fedraa", "schedule", k) for the k-th decision."""
@@ -182,115 +209,97 @@ class FedRAA(Algorithm):
                        cost=[[round(float(x), 6) for x in row] for row in self.cost], offline=self.offline,
                        capability=None if caps is None else [float(x) for x in caps])
 
-    def _dispatch(self, c: int, j: int, empty: bool, round_: int | None = None) -> tuple[simpy.Process, dict[str, Any]]:
+    @staticmethod
+    def fragment_of(update: Update) -> int:
+        return int(update.info["assignment"].info["fragment"])
+
+    def _tau(self, update: Update) -> int:
+        """The staleness given to s(·), on the configured clock: versions since dispatch (the framework's
+        ``Context.staleness``) or updates of this fragment since dispatch."""
+        if self.cfg.staleness_clock == "global":
+            return self.ctx.staleness(update)
+        j = self.fragment_of(update)
+        return int(self.q[j] - update.info["assignment"].info["q_dispatch"])
+
+    # ---------------------------------------------------------------------------------- decisions
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        """The scheduler's fragment for ``client`` (recorded as ``assign``).  In a sync round the fragments
+        already given this round count as in flight, so the round spreads over fragments."""
         ctx = self.ctx
-        ctx.trace.emit(ctx.env.now, "assign", client=c, fragment=j, q=int(self.q[j]), version=ctx.version,
-                       cost=float(self.cost[c, j]), K=self.K, empty=bool(empty), round=round_)
-        info = {"fragment": j, "q_dispatch": int(self.q[j]), "t_dispatch": ctx.env.now}
+        extra = None
+        if round_ is not None:
+            if self._taken[0] != round_:
+                self._taken = (round_, np.zeros(self.M, dtype=np.int64))
+            extra = self._taken[1]
+        j, empty = self.pick(client, extra=extra)
+        if extra is not None:
+            extra[j] += 1
+        self._given[client] = j
+        ctx.trace.emit(ctx.env.now, "assign", client=client, fragment=j, q=int(self.q[j]), version=ctx.version,
+                       cost=float(self.cost[client, j]), K=self.K, empty=bool(empty), round=round_)
         self.inflight[j] += 1
-        return self.dispatch(c, self.tasks, assignment=self._assignment(j, round_), round_=round_), info
+        return self._assignment(j, round_)
 
-    def _record(self, update: Update, info: dict[str, Any], arrival: float, staleness_g: int, weight: float) -> None:
-        ctx, j = self.ctx, info["fragment"]
-        ctx.trace.emit(ctx.env.now, "fragment", client=update.client, fragment=j, q=int(self.q[j]) + 1,
-                       staleness=staleness_g, staleness_fragment=int(self.q[j] - info["q_dispatch"]),
-                       realised_c=arrival - info["t_dispatch"], cost=float(self.cost[update.client, j]),
-                       steps=int(update.info.get("steps", 0)), weight=float(weight))
+    def task_done(self, client: int, update: Update | None) -> None:
+        """The fragment is no longer being trained (counted by ``count_inflight``)."""
+        self.inflight[self._given[client]] -= 1
 
-    # ---------------------------------------------------------------------------------- run
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
+    def before_apply(self, updates: list[Update], weights: list[float], round_: int | None) -> None:
+        """The ``fragment`` measurements, then q(j) += 1 for every fragment applied."""
         ctx = self.ctx
-        self._emit_setup()
-        ctx.world.schedule(ctx.num_clients)
-        if self.cfg.aggregation == "sync":
-            yield from self._rounds()
-            return
-        for c in range(ctx.num_clients):
-            ctx.env.process(self._client(c))
-        yield ctx.done
-
-    def _client(self, c: int) -> Generator[simpy.events.Event, Any, None]:
-        """One client's loop: idle → scheduled a fragment → train → upload, until the run ends."""
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        while not ctx.done.triggered:
-            if not ctx.world.is_available(c):
-                yield env.timeout(cfg.retry_s)
-                continue
-            j, empty = self.pick(c)
-            proc, info = self._dispatch(c, j, empty)
-            update = yield proc
-            self.inflight[j] -= 1
-            if update is None or ctx.done.triggered:
-                continue
-            arrival = env.now
-            yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
-            if ctx.done.triggered:
-                break
-            tau_g = ctx.version - update.base_version
-            tau = tau_g if cfg.staleness_clock == "global" else int(self.q[j] - info["q_dispatch"])
-            if cfg.mode == "frozen":
-                update = dataclasses.replace(update, mask=self.masks[j])
-            new, a = fedasync_rule(update, ctx.global_state, tau, cfg.alpha, cfg.staleness, cfg.staleness_a, cfg.staleness_b)
-            self._record(update, info, arrival, tau_g, a)
+        for u, w in zip(updates, weights):
+            j = self.fragment_of(u)
+            a = u.info["assignment"]
+            ctx.trace.emit(ctx.env.now, "fragment", client=u.client, fragment=j, q=int(self.q[j]) + 1,
+                           staleness=ctx.staleness(u), staleness_fragment=int(self.q[j] - a.info["q_dispatch"]),
+                           realised_c=u.info["arrived"] - u.download_time, cost=float(self.cost[u.client, j]),
+                           steps=int(u.info.get("steps", 0)), weight=float(w))
+        for j in {self.fragment_of(u) for u in updates}:
             self.q[j] += 1
-            ctx.apply(new, [update], [a], round_=ctx.version + 1)
 
-    def _sync_mix(self, base: dict, updates: list[Update], infos: dict[int, dict[str, Any]]
-                  ) -> tuple[dict, list[float]]:
-        """Sync Fed-RAA's server rule: per fragment, the average of its returned copies mixed in with
-        α_t = α·s(τ), the async rule's factor (τ on the configured clock; every copy of a barrier round
-        started from the current fragment, so τ = 0 and α_t = α).  Returns the new state and each update's
-        effective weight α_t · (its share of its fragment's average)."""
-        ctx, cfg = self.ctx, self.cfg
-        taus = [(ctx.version - u.base_version) if cfg.staleness_clock == "global"
-                else int(self.q[infos[u.client]["fragment"]] - infos[u.client]["q_dispatch"]) for u in updates]
+    def run(self) -> Generator[Any, Any, None]:
+        self._emit_setup()
+        return (yield from super().run())
+
+
+class FedRAAAsync(FedRAA, AsyncSlots):
+    """Asynchronous Fed-RAA: every client is its own worker (idle → a fragment → train → upload); arrivals
+    are served one at a time and mixed in with FedAsync's rule restricted to the fragment's entries."""
+
+    client_slots = True
+    serve_each = True
+    refill_on_arrival = False
+
+    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
+        """θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(τ) on the configured staleness clock."""
+        cfg = self.cfg
+        (update,) = batch
+        new, a = fedasync_rule(update, base, self._tau(update), cfg.alpha, cfg.staleness, cfg.staleness_a,
+                               cfg.staleness_b)
+        return new, [a]
+
+
+class FedRAASync(FedRAA, SyncRounds):
+    """Sync Fed-RAA: every round each available client trains the fragment Gre-RAA gives it; the server
+    waits for all, averages each fragment's copies and mixes the average in with the async rule's α_t."""
+
+    def select(self, k: int, round_: int) -> list[int]:
+        """Every available client, every round."""
+        return [c for c in range(self.ctx.num_clients) if self.ctx.world.is_available(c)]
+
+    def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
+        """Per fragment, the average of its returned copies mixed in with α_t = α·s(τ), the async rule's
+        factor (τ on the configured clock; every copy of a barrier round started from the current fragment,
+        so τ = 0 and α_t = α).  Each update's weight is α_t · (its share of its fragment's average)."""
+        cfg = self.cfg
+        taus = [self._tau(u) for u in updates]
         mixes = {staleness_weight(t, cfg.staleness, cfg.staleness_a, cfg.staleness_b) for t in taus}
         if len(mixes) != 1:  # unreachable in a barrier round; kept explicit rather than silently averaged
             raise RuntimeError(f"sync Fed-RAA round with unequal staleness {taus}")
         a_t = cfg.alpha * mixes.pop()
         avg = masked_weighted_average(updates, base)
-        per_frag = {j: sum(float(u.weight) for u in updates if infos[u.client]["fragment"] == j) for j in range(self.M)}
-        weights = [a_t * float(u.weight) / per_frag[infos[u.client]["fragment"]] for u in updates]
+        per_frag: dict[int, float] = {}
+        for u in updates:
+            per_frag[self.fragment_of(u)] = per_frag.get(self.fragment_of(u), 0.0) + float(u.weight)
+        weights = [a_t * float(u.weight) / per_frag[self.fragment_of(u)] for u in updates]
         return state_mix(base, avg, a_t), weights
-
-    def _rounds(self) -> Generator[simpy.events.Event, Any, None]:
-        """Sync Fed-RAA: per round every available client trains a fragment; per-fragment averaging."""
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        rnd = 0
-        while not ctx.done.triggered:
-            rnd += 1
-            start = env.now
-            clients = [c for c in range(ctx.num_clients) if ctx.world.is_available(c)]
-            if not clients:
-                yield env.timeout(cfg.retry_s)
-                continue
-            base = ctx.global_state
-            taken = np.zeros(self.M, dtype=np.int64)
-            procs, infos = {}, {}
-            for c in clients:
-                j, empty = self.pick(c, extra=taken)
-                taken[j] += 1
-                procs[c], infos[c] = self._dispatch(c, j, empty, round_=rnd)
-            arrivals: dict[int, float] = {}
-            for c, p in procs.items():
-                p.callbacks.append(lambda _ev, c=c: arrivals.__setitem__(c, env.now))
-            yield env.all_of(list(procs.values()))
-            updates = []
-            for c in clients:
-                self.inflight[infos[c]["fragment"]] -= 1
-                u = procs[c].value
-                if u is not None:
-                    updates.append(u if cfg.mode == "isolated" else dataclasses.replace(u, mask=self.masks[infos[c]["fragment"]]))
-            dropped = [c for c in clients if procs[c].value is None]
-            if not updates:
-                continue
-            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
-            if ctx.done.triggered:
-                break
-            new, weights = self._sync_mix(base, updates, infos)
-            for u, w in zip(updates, weights):
-                self._record(u, infos[u.client], arrivals[u.client], ctx.version - u.base_version, w)
-            for j in {infos[u.client]["fragment"] for u in updates}:
-                self.q[j] += 1
-            ctx.apply(new, updates, weights, round_=rnd,
-                      round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})

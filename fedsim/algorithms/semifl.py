@@ -1,10 +1,11 @@
 """Full-model semi-supervised FL baselines of the SemiSFL paper: SemiFL and FedSwitch (simplified).
 
 Both share SemiSFL's data (``semi_data``: the same labeled server set, unlabeled clients) and its round
-shape: the server first trains the whole model for ``k_s`` steps of cross-entropy on labeled batches
-(weak views), then N_h clients download the model, train on their unlabeled data and upload it, and
-the server averages the uploads (``fedavg_rule``, weights = samples processed).  Each client task is an
-``Assignment`` with its own local trainer.
+shape, run by the framework's ``SyncRounds`` (the labeled phase is its ``server_phase``): the server first
+trains the whole model for ``k_s`` steps of cross-entropy on labeled batches (weak views), then N_h
+clients download the model, train on their unlabeled data and upload it, and the server averages the
+uploads (``fedavg_rule``, weights = samples processed).  Each client task is an ``Assignment`` with its
+own local trainer.
 
 SemiFL (Diao et al., NeurIPS 2022), as the SemiSFL paper summarises it: the downloaded global model
 pseudo-labels the weak views (confidence ≥ ``tau``); the loss is the FixMatch CE of the strong views
@@ -24,7 +25,7 @@ from __future__ import annotations
 __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Generator, Iterator
 
 import numpy as np
@@ -33,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedsim.algorithms.base import Algorithm, Assignment, TaskCounter, TrainOutcome, Update, Work, client_task
+from fedsim.algorithms.base import Assignment, SyncRounds, TrainOutcome, Update, Work, client_task
 from fedsim.algorithms.fedavg import fedavg_rule
 from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
@@ -43,14 +44,20 @@ from fedsim.learn.state import State, clone_state, masked_weighted_average, stat
 from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
 
 
-class SemiFL(Algorithm):
+class SemiFL(SyncRounds):
+    """SemiFL on the framework's synchronous rounds: the labeled phase is its :meth:`server_phase`, the
+    clients' pseudo-labelling trainer its :meth:`assign`, FedAvg of the uploads its :meth:`server_rule`."""
+
     name = "semifl"
+    family = "semisfl"  # the same client-selection stream as SemiSFL: same clients per round
+    #: seconds to wait when no client is reachable
+    retry_s = 1.0
 
     @classmethod
     def work(cls, config: Any) -> Work:
         k = int(config.clients_per_round)
-        return replace(super().work(config), slots=k, slots_field="clients_per_round", per_version=max(1, k))
-    family = "semisfl"  # the same client-selection stream as SemiSFL: same clients per round
+        return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k), retry_s=cls.retry_s,
+                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
 
     @dataclass
     class Config:
@@ -84,6 +91,8 @@ class SemiFL(Algorithm):
         self.server_batch = int(config.server_batch or ctx.sgd.batch_size)
         self.teacher: State | None = None
         self.ema_steps = 0
+        #: the model the clients download and the labeled phase trains (FedSwitch evaluates its teacher)
+        self.student = clone_state(ctx.global_state)
 
     # ---------------------------------------------------------------------------------- server
     def supervised_phase(self, state: State, rnd: int) -> State:
@@ -160,45 +169,35 @@ class SemiFL(Algorithm):
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 
     # ---------------------------------------------------------------------------------- rounds
+    def server_phase(self, round_: int) -> Generator[simpy.events.Event, Any, None]:
+        """The labeled phase: K_s SGD steps on the student, in server time, before the round's clients."""
+        ctx, cfg = self.ctx, self.cfg
+        self.student = self.supervised_phase(self.student, round_)
+        if cfg.k_s:
+            yield from ctx.world.serve(None, ctx.world.server_compute_time(
+                ctx.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
+
+    def select(self, k: int, round_: int) -> list[int]:
+        """``k`` clients drawn from SemiSFL's selection stream, so both methods train the same clients."""
+        return self.sample_clients(k, (self.family, "select", round_))
+
+    def client_model(self) -> State:
+        """Clients download the student (the global model may be FedSwitch's teacher)."""
+        return self.student
+
+    def assign(self, client: int, round_: int | None = None) -> Assignment:
+        """The whole model, trained with the method's pseudo-labelling trainer."""
+        return Assignment(trainer=self.local_trainer, round=round_)
+
+    def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
+        """FedAvg of the uploaded students (weights = samples processed), then :meth:`after_aggregation`;
+        the installed model is :meth:`evaluated_state` of the new student."""
+        self.student, weights = fedavg_rule(updates, base)
+        self.after_aggregation(updates)
+        return self.evaluated_state(self.student), weights
+
     def evaluated_state(self, student: State) -> State:
         return student
-
-    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
-                    ) -> Generator[simpy.events.Event, Any, Update]:
-        return (yield from client_task(self.ctx, client, base, version, task=task,
-                                       assignment=Assignment(trainer=self.local_trainer, round=rnd)))
-
-    def run(self) -> Generator[simpy.events.Event, Any, None]:
-        ctx, env, cfg = self.ctx, self.ctx.env, self.cfg
-        tasks = TaskCounter(ctx.num_clients)
-        self.student = clone_state(ctx.global_state)
-        rnd = 0
-        while not ctx.done.triggered:
-            rnd += 1
-            start = env.now
-            self.student = self.supervised_phase(self.student, rnd)
-            if cfg.k_s:
-                yield from ctx.world.serve(None, ctx.world.server_compute_time(
-                    ctx.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
-            clients = self.sample_clients(cfg.clients_per_round, (self.family, "select", rnd))
-            if not clients:
-                yield env.timeout(1.0)
-                continue
-            ctx.world.schedule(len(clients))
-            base, version = self.student, ctx.version
-            procs = []
-            for c in clients:
-                ctx.record_dispatch(c, version, rnd)
-                procs.append(self.launch(c, self.client_body(c, base, version, tasks.next(c), rnd), rnd))
-            yield env.all_of(procs)
-            updates = [p.value for p in procs if p.value is not None]
-            if not updates:
-                continue
-            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
-            self.student, weights = fedavg_rule(updates, base)
-            self.after_aggregation(updates)
-            ctx.apply(self.evaluated_state(self.student), updates, weights, round_=rnd,
-                      round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 
     def after_aggregation(self, updates: list[Update]) -> None:
         """Hook for methods that aggregate more than the model (FedSwitch's teachers)."""
@@ -215,12 +214,13 @@ class FedSwitch(SemiFL):
     def evaluated_state(self, student: State) -> State:
         return clone_state(self.teacher)
 
-    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
-                    ) -> Generator[simpy.events.Event, Any, Update]:
+    def client_job(self, client: int, base: State, version: int, task: int, assignment: Assignment
+                   ) -> Generator[simpy.events.Event, Any, Update]:
+        """The student's task, with the global teacher downloaded before it and the client's teacher
+        uploaded after it."""
         world = self.ctx.world
         yield from world.download(client, self.ctx.model_bytes, version=version)  # the global teacher
-        upd = yield from client_task(self.ctx, client, base, version, task=task,
-                                     assignment=Assignment(trainer=self.local_trainer, round=rnd))
+        upd = yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment)
         yield from world.upload(client, self.ctx.model_bytes, what="teacher")
         upd.info["teacher"] = self.client_teachers.pop(client)
         return upd
@@ -312,14 +312,14 @@ class FedMatch(SemiFL):
             scores.append((float(F.cosine_similarity(v0, v, dim=0)), c))
         return [c for _, c in sorted(scores, reverse=True)[: self.cfg.helpers]]
 
-    def client_body(self, client: int, base: State, version: int, task: int, rnd: int
-                    ) -> Generator[simpy.events.Event, Any, Update]:
+    def client_job(self, client: int, base: State, version: int, task: int, assignment: Assignment
+                   ) -> Generator[simpy.events.Event, Any, Update]:
+        """The ψ task, with the ``helpers`` closest clients' models downloaded before it."""
         helpers = self._helpers_of(client)
         if helpers:
             yield from self.ctx.world.download(client, len(helpers) * self.ctx.model_bytes, version=version)
         self._helpers[client] = helpers
-        return (yield from client_task(self.ctx, client, base, version, task=task,
-                                       assignment=Assignment(trainer=self.local_trainer, round=rnd)))
+        return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment))
 
     def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
