@@ -111,7 +111,7 @@ class FedRAA(Algorithm):
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         cfg = self.cfg
-        model = ctx.worker
+        model = ctx.training.worker
         groups = model.width_groups()
         default = getattr(model, "designated", None) or list(groups)
         names = list(default) if cfg.layers is None else list(cfg.layers)
@@ -131,18 +131,18 @@ class FedRAA(Algorithm):
                       for sub in self.subs]
         self.frag_params = np.array([sum(int(m.sum()) for m in mask.values()) for mask in self.masks])
         if cfg.mode == "isolated":
-            costs = [ctx.submodel_costs(sub) for sub in self.subs]
+            costs = [ctx.training.submodel_costs(sub) for sub in self.subs]
             fps = np.array([c.flops.total for c in costs])
             down = np.array([c.download_bytes for c in costs])
             up = np.array([c.upload_bytes for c in costs])
         else:
-            fps = np.full(M, ctx.flop_cost.total)
-            down = up = np.full(M, ctx.model_bytes)
+            fps = np.full(M, ctx.training.flop_cost.total)
+            down = up = np.full(M, ctx.training.model_bytes)
         self.frag_bytes = down
         world, N = ctx.world, ctx.num_clients
         self.cost = np.zeros((N, M))
         for n in range(N):
-            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.sgd), ctx.sgd.batch_size)
+            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.training.sgd), ctx.training.sgd.batch_size)
             for j in range(M):
                 self.cost[n, j] = (world.expected_compute_seconds(n, fps[j] * samples, samples=samples)
                                    + world.expected_transfer_seconds(n, int(down[j]), int(up[j])))
@@ -233,7 +233,7 @@ class FedRAA(Algorithm):
             new, a = fedasync_rule(update, ctx.global_state, tau, cfg.alpha, cfg.staleness, cfg.staleness_a, cfg.staleness_b)
             self._record(update, info, arrival, tau_g, a)
             self.q[j] += 1
-            ctx.apply(new, [update], [a], round_=ctx.version + 1)
+            ctx.versions.apply(new, [update], [a], round_=ctx.version + 1)
 
     def _sync_mix(self, base: dict, updates: list[Update], infos: dict[int, dict[str, Any]]
                   ) -> tuple[dict, list[float]]:
@@ -292,5 +292,5 @@ class FedRAA(Algorithm):
                 self._record(u, infos[u.client], arrivals[u.client], ctx.version - u.base_version, w)
             for j in {infos[u.client]["fragment"] for u in updates}:
                 self.q[j] += 1
-            ctx.apply(new, updates, weights, round_=rnd,
+            ctx.versions.apply(new, updates, weights, round_=rnd,
                       round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})

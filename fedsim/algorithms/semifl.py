@@ -25,7 +25,7 @@ __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
 from dataclasses import dataclass, replace
-from typing import Any, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
 import simpy
@@ -41,6 +41,9 @@ from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.semi import check_semi_settings
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
 from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
 
 
 class SemiFL(Algorithm):
@@ -81,7 +84,7 @@ class SemiFL(Algorithm):
         self.labeled_idx, self.visible_y = semi_data(ctx, config.labeled, config.client_labeled_fraction)
         require(config.k_s == 0 or len(self.labeled_idx) > 0, "algorithm.labeled",
                 f"the server's labeled phase (k_s = {config.k_s}) needs labeled >= 1")
-        self.server_batch = int(config.server_batch or ctx.sgd.batch_size)
+        self.server_batch = int(config.server_batch or ctx.training.sgd.batch_size)
         self.teacher: State | None = None
         self.ema_steps = 0
 
@@ -91,9 +94,9 @@ class SemiFL(Algorithm):
         ctx, cfg = self.ctx, self.cfg
         if cfg.k_s == 0:
             return state
-        model = ctx.worker
+        model = ctx.training.worker
         model.load_state_dict(state)
-        sgd = ctx.sgd
+        sgd = ctx.training.sgd
         opt = PlainSGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         gen = ctx.streams.torch("semi-data", "labeled-batches", rnd)
         for pos in batch_schedule(len(self.labeled_idx), cfg.k_s, self.server_batch, gen):
@@ -112,13 +115,13 @@ class SemiFL(Algorithm):
         return clone_state(model.state_dict())
 
     # ---------------------------------------------------------------------------------- clients
-    def _views(self, ctx: Any, indices: np.ndarray, steps: int,
+    def _views(self, training: "TrainingExecutor", indices: np.ndarray, steps: int,
                gen: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         """The client's batches of ``steps`` local steps: indices, inputs, weak and strong views."""
         cfg = self.cfg
-        for pos in batch_schedule(len(indices), steps, ctx.sgd.batch_size, gen):
-            idx = torch.as_tensor(indices[pos.numpy()], device=self.ctx.device)
-            x = ctx.data.train.x[idx]
+        for pos in batch_schedule(len(indices), steps, training.sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()], device=training.device)
+            x = training.data.train.x[idx]
             weak = weak_view(x, cfg.weak, gen)
             yield idx, x, weak, strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
 
@@ -128,16 +131,16 @@ class SemiFL(Algorithm):
         has = vis >= 0
         return torch.where(has, vis, pl), (conf >= self.cfg.tau) | has
 
-    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+    def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
         """FixMatch CE on strong views + Mixup among confident samples, labels from the downloaded model."""
-        cfg, sgd = self.cfg, ctx.sgd
+        cfg, sgd = self.cfg, training.sgd
         teacher = copy.deepcopy(module).eval()
         opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         lam_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         losses, samples = [], 0
-        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
+        for idx, x, weak, strong in self._views(training, indices, steps, gen):
             with torch.no_grad():
                 pl, mask = self._pseudo(teacher(weak), idx)
             loss = (F.cross_entropy(module(strong), pl, reduction="none") * mask.to(x.dtype)).mean()
@@ -155,7 +158,7 @@ class SemiFL(Algorithm):
             opt.step()
             losses.append(float(loss.detach()))
             samples += len(idx)
-        fc = ctx.flop_cost  # teacher forward + strong fwd/bwd + mixup fwd/bwd
+        fc = training.flop_cost  # teacher forward + strong fwd/bwd + mixup fwd/bwd
         flops = samples * (fc.forward + 2.0 * fc.total)
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 
@@ -179,7 +182,7 @@ class SemiFL(Algorithm):
             self.student = self.supervised_phase(self.student, rnd)
             if cfg.k_s:
                 yield from ctx.world.serve(None, ctx.world.server_compute_time(
-                    ctx.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
+                    ctx.training.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
             clients = self.sample_clients(cfg.clients_per_round, (self.family, "select", rnd))
             if not clients:
                 yield env.timeout(1.0)
@@ -188,7 +191,7 @@ class SemiFL(Algorithm):
             base, version = self.student, ctx.version
             procs = []
             for c in clients:
-                ctx.record_dispatch(c, version, rnd)
+                ctx.versions.record_dispatch(c, version, rnd)
                 procs.append(self.launch(c, self.client_body(c, base, version, tasks.next(c), rnd), rnd))
             yield env.all_of(procs)
             updates = [p.value for p in procs if p.value is not None]
@@ -197,7 +200,7 @@ class SemiFL(Algorithm):
             yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
             self.student, weights = fedavg_rule(updates, base)
             self.after_aggregation(updates)
-            ctx.apply(self.evaluated_state(self.student), updates, weights, round_=rnd,
+            ctx.versions.apply(self.evaluated_state(self.student), updates, weights, round_=rnd,
                       round_record={"start": start, "end": env.now, "clients": clients, "dropped": []})
 
     def after_aggregation(self, updates: list[Update]) -> None:
@@ -218,24 +221,24 @@ class FedSwitch(SemiFL):
     def client_body(self, client: int, base: State, version: int, task: int, rnd: int
                     ) -> Generator[simpy.events.Event, Any, Update]:
         world = self.ctx.world
-        yield from world.download(client, self.ctx.model_bytes, version=version)  # the global teacher
+        yield from world.download(client, self.ctx.training.model_bytes, version=version)  # the global teacher
         upd = yield from client_task(self.ctx, client, base, version, task=task,
                                      assignment=Assignment(trainer=self.local_trainer, round=rnd))
-        yield from world.upload(client, self.ctx.model_bytes, what="teacher")
+        yield from world.upload(client, self.ctx.training.model_bytes, what="teacher")
         upd.info["teacher"] = self.client_teachers.pop(client)
         return upd
 
-    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+    def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
         """Masked CE on strong views; labels from the more confident of teacher and student; client EMA."""
-        cfg, sgd = self.cfg, ctx.sgd
+        cfg, sgd = self.cfg, training.sgd
         teacher = copy.deepcopy(module)
         teacher.load_state_dict(self.teacher)
         teacher.eval()
         opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples, switched = [], 0, 0
-        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
+        for idx, x, weak, strong in self._views(training, indices, steps, gen):
             with torch.no_grad():
                 lt, ls = teacher(weak), module(weak)
                 use_student = bool(torch.softmax(ls, 1).max(1).values.mean() > torch.softmax(lt, 1).max(1).values.mean())
@@ -252,7 +255,7 @@ class FedSwitch(SemiFL):
             losses.append(float(loss.detach()))
             samples += len(idx)
         self.client_teachers[client] = clone_state(teacher.state_dict())
-        fc = ctx.flop_cost  # teacher and student forward on the weak view + strong fwd/bwd
+        fc = training.flop_cost  # teacher and student forward on the weak view + strong fwd/bwd
         flops = samples * (2.0 * fc.forward + fc.total)
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 
@@ -316,15 +319,15 @@ class FedMatch(SemiFL):
                     ) -> Generator[simpy.events.Event, Any, Update]:
         helpers = self._helpers_of(client)
         if helpers:
-            yield from self.ctx.world.download(client, len(helpers) * self.ctx.model_bytes, version=version)
+            yield from self.ctx.world.download(client, len(helpers) * self.ctx.training.model_bytes, version=version)
         self._helpers[client] = helpers
         return (yield from client_task(self.ctx, client, base, version, task=task,
                                        assignment=Assignment(trainer=self.local_trainer, round=rnd)))
 
-    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+    def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
         """ψ-only training: masked CE on strong views with agreement pseudo-labels + helper KL + L1(ψ)."""
-        cfg, sgd = self.cfg, ctx.sgd
+        cfg, sgd = self.cfg, training.sgd
         w0 = clone_state(module.state_dict())
         sigma = self._sigma(w0)
         psi = {k: (w0[k] - sigma[k]).clone().requires_grad_(True) for k in w0 if w0[k].is_floating_point()}
@@ -340,7 +343,7 @@ class FedMatch(SemiFL):
             params = {k: sigma[k] + psi[k] if k in psi else sigma[k] for k in sigma}
             return functional_call(module, params, (x,))
 
-        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
+        for idx, x, weak, strong in self._views(training, indices, steps, gen):
             with torch.no_grad():
                 own = torch.softmax(forward(weak), 1)
                 helper_probs = [torch.softmax(h(weak), 1) for h in helper_models]
@@ -365,7 +368,7 @@ class FedMatch(SemiFL):
         new_psi = {k: v.detach().clone() for k, v in psi.items()}
         self.client_psi[client] = new_psi
         module.load_state_dict({k: (sigma[k] + new_psi[k]) if k in new_psi else sigma[k] for k in sigma})
-        fc = ctx.flop_cost  # own weak forward, strong fwd/bwd, weak fwd/bwd (consistency), helpers' forwards
+        fc = training.flop_cost  # own weak forward, strong fwd/bwd, weak fwd/bwd (consistency), helpers' forwards
         flops = samples * ((2 + len(helper_models)) * fc.forward + 2.0 * fc.total)
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 

@@ -123,7 +123,7 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         ctx, cfg, env = self.ctx, self.cfg, self.ctx.env
         self.q_s = cfg.activation_buffer or cfg.concurrency
         self.q_c = cfg.model_buffer or cfg.concurrency
-        self.target = cfg.per_label_target if cfg.per_label_target is not None else ctx.sgd.batch_size
+        self.target = cfg.per_label_target if cfg.per_label_target is not None else ctx.training.sgd.batch_size
         self.gaussians: LabelGaussians | None = None
         if self.training and (cfg.generate or cfg.measure_every):
             params = {} if cfg.gaussian_weight in ("linear", "constant") else {"a": cfg.gaussian_weight_a,
@@ -171,10 +171,10 @@ class AsyncSFL(SlotScheduler, SplitAlgorithm):
         task = self.tasks.next(c)
         base_version, t0 = ctx.version, env.now
         wc = self.wc
-        ctx.record_dispatch(c, base_version, None)
+        ctx.versions.record_dispatch(c, base_version, None)
         yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
         steps = self.local_iterations(c)
-        batches = self.schedule(c, task, steps, ctx.sgd.batch_size)
+        batches = self.schedule(c, task, steps, ctx.training.sgd.batch_size)
         opt = self.client_optimizer(wc) if self.training else None
         prior = self.log_prior(c) if (self.training and self.cfg.logit_adjust) else None
         instant = timing.instant_downloads

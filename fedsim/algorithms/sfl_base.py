@@ -1,7 +1,7 @@
 """What every split-federated-learning algorithm shares: the cut model, its costs, timing, the two sides.
 
 The global model is kept as two halves: ``wc`` (the aggregated client part) and the server part, which
-the server trains step by step.  A model *version* (``Context.commit``) is one client-side aggregation
+the server trains step by step.  A model *version* (``VersionKeeper.commit``) is one client-side aggregation
 ("global iteration"); the evaluated model is ``wc`` composed with the server part as it is then.
 
 Client state is data: a participating client holds its own copy of ``wc`` (and its momentum buffer) only
@@ -85,7 +85,7 @@ class SplitAlgorithm(Algorithm):
         require(task == "classification", "data.name",
                 f"split learning here trains classifiers (label priors, cross-entropy); dataset "
                 f"'{ctx.data.train.name}' is a {task} task (use fedavg, fedasync, fedbuff or ca2fl)")
-        model = ctx.worker
+        model = ctx.training.worker
         if cfg.cost_input_shape is not None:
             require(not self.training, "algorithm.cost_input_shape",
                     "only allowed with train.systems_only: true (a trained model's costs come from that model)")
@@ -101,10 +101,10 @@ class SplitAlgorithm(Algorithm):
         else:
             check_cut(model, cfg.cut)
             self.computer = SplitComputer(model, cfg.cut)
-            self.costs = split_costs(model, ctx.input_shape, cfg.cut)
+            self.costs = split_costs(model, ctx.training.input_shape, cfg.cut)
         self.timing = SplitTiming(ctx, cfg.timing, self.costs)
         self.order = list(ctx.global_state)
-        sgd = ctx.sgd
+        sgd = ctx.training.sgd
         if self.computer is not None:
             wc, ws = split_state(ctx.global_state, cfg.cut)
             self.wc = {k: v.clone() for k, v in wc.items()}
@@ -122,7 +122,7 @@ class SplitAlgorithm(Algorithm):
         """E: ``local_iterations`` if set, else the scenario's local steps (or epochs) for this client."""
         if self.cfg.local_iterations is not None:
             return int(self.cfg.local_iterations)
-        return num_steps(int(self.sizes[client]), self.ctx.sgd)
+        return num_steps(int(self.sizes[client]), self.ctx.training.sgd)
 
     def schedule(self, client: int, task: int, steps: int, batch: int) -> list[np.ndarray]:
         """Dataset indices of each minibatch of one participation (the client's stream for this task)."""
@@ -143,7 +143,7 @@ class SplitAlgorithm(Algorithm):
         Choice: GAS's code shares one optimizer object (and its momentum) across all clients; a real
         deployment cannot, since each client trains on its own device.
         """
-        sgd = self.ctx.sgd
+        sgd = self.ctx.training.sgd
         return SideOptimizer(state, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
 
     def log_prior(self, client: int) -> torch.Tensor:
@@ -162,11 +162,11 @@ class SplitAlgorithm(Algorithm):
 
     def commit(self, applied: list[Update], weights: list[float], *, round_: int | None = None,
                round_record: dict[str, Any] | None = None) -> None:
-        """Install the aggregated client part with the server part as it is now (through ``Context.apply``,
+        """Install the aggregated client part with the server part as it is now (through ``VersionKeeper.apply``,
         which records the applied client models)."""
         ctx = self.ctx
         state = self.full_state() if self.training else ctx.global_state
-        ctx.apply(state, applied, weights, round_=round_, round_record=round_record)
+        ctx.versions.apply(state, applied, weights, round_=round_, round_record=round_record)
 
     def server_grad_vector(self, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         grads, _ = self.computer.server_grads(self.server, a, y)

@@ -60,7 +60,7 @@ class MiniBatchSFL(SplitAlgorithm):
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
         ctx, cfg = self.ctx, self.cfg
-        steps = cfg.local_iterations if cfg.local_iterations is not None else ctx.sgd.local_steps
+        steps = cfg.local_iterations if cfg.local_iterations is not None else ctx.training.sgd.local_steps
         if steps is None:
             raise ConfigError("algorithm.local_iterations",
                               f"{self.name} needs a common number of local iterations: set it or train.local_steps")
@@ -85,7 +85,7 @@ class MiniBatchSFL(SplitAlgorithm):
         if not clients:
             yield env.timeout(0)
             return
-        B = ctx.sgd.batch_size
+        B = ctx.training.sgd.batch_size
         if cfg.batch_rule == "data_share":
             bs = minibatch_sfl_batch_sizes([int(self.sizes[c]) for c in clients], B, len(clients))
         else:
@@ -98,7 +98,7 @@ class MiniBatchSFL(SplitAlgorithm):
             self.task_of[c] += 1
             scheds.append(self.schedule(c, task, self.steps, b))
             opts.append(self.client_optimizer(self.wc) if self.training else None)
-            ctx.record_dispatch(c, base_version, rnd)
+            ctx.versions.record_dispatch(c, base_version, rnd)
         grads: list[torch.Tensor | None] = [None] * len(clients)
         acts: list[torch.Tensor | None] = [None] * len(clients)
 
