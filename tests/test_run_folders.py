@@ -9,7 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from fedsim.cli import main
 from fedsim.scenario import dump_scenario
 from fedsim import load_scenario
