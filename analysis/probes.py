@@ -223,7 +223,7 @@ class LiveProbes:
 
     def __init__(self, ctx: Any, every: int, settings: ProbeSettings | None = None) -> None:
         self.every = int(every)
-        self.prober = Prober(ctx.scenario, ctx.data, ctx.parts, ctx.worker, settings)
+        self.prober = Prober(ctx.scenario, ctx.data, ctx.parts, ctx.training.worker, settings)
         self.rows: list[dict[str, float]] = []
 
     def __call__(self, ctx: Any, final: bool) -> None:

@@ -203,7 +203,7 @@ def n_star(df: pd.DataFrame, segments: Sequence[str] | None = None, min_fraction
 def entry_coverage(df: pd.DataFrame) -> pd.DataFrame:
     """Per-parameter coverage N_q^i at the level of single entries, per round q: ``coverage_min`` (the
     entry covered by the fewest clients of the round) and ``coverage_mean`` (clients per entry, averaged
-    over the model's floating entries), as ``Context.apply`` records them on each ``aggregate`` event of a
+    over the model's floating entries), as ``VersionKeeper.apply`` records them on each ``aggregate`` event of a
     round with partial updates.  Rounds whose updates were all full models have N_q^i = updates applied
     for every entry.  Empty when no aggregate carries coverage (no sub-model in the run)."""
     ag = _kind(df, "aggregate")

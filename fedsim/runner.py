@@ -54,6 +54,7 @@ from fedsim.learn.partition import partition, partition_summary
 from fedsim.learn.train import num_steps
 from fedsim.plugins import plugin_version_hooks
 from fedsim.runtime import Context
+from fedsim.training import sgd_config
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
 from fedsim.sim.executor import Executor, make_executor
 from fedsim.sim.rng import Streams
@@ -236,28 +237,28 @@ def run_variant(
         for make in (version_hooks if version_hooks is not None else plugin_version_hooks()):
             hook = make(ctx)
             if hook is not None:
-                ctx.version_hooks.append(hook)
+                ctx.versions.version_hooks.append(hook)
                 hooks.append(hook)
         if scenario.eval.probe_every is not None and not hooks:
             raise ConfigError("eval.probe_every", "needs a probe hook (the analysis package provides one: install "
                                                   "fedsim with its analysis package, or pass version_hooks)")
-        ctx.evaluate(round_=0)
-        ctx.snapshot()
+        ctx.versions.evaluate(round_=0)
+        ctx.versions.snapshot()
         algo = spec.cls(ctx, spec.params)
         env.process(algo.run())
-        env.process(ctx.stop_clock())
-        env.process(ctx.eval_clock())
+        env.process(ctx.versions.stop_clock())
+        env.process(ctx.versions.eval_clock())
         try:
             with few_collections():
                 env.run(until=ctx.done)
         except RuntimeError as exc:  # SimPy: nothing left to happen before the stop rule
             if "until" not in str(exc) and "No scheduled events" not in str(exc):
                 raise
-            ctx.stop_reason = "no more events (no client can participate)"
-        if not ctx.metrics or ctx.metrics[-1]["version"] != ctx.version or ctx.metrics[-1]["t"] != env.now:
-            ctx.evaluate()
-        ctx.snapshot(final=True)
-        message = ctx.stop_reason
+            ctx.versions.stop_reason = "no more events (no client can participate)"
+        if not ctx.versions.metrics or ctx.versions.metrics[-1]["version"] != ctx.version or ctx.versions.metrics[-1]["t"] != env.now:
+            ctx.versions.evaluate()
+        ctx.versions.snapshot(final=True)
+        message = ctx.versions.stop_reason
     except DivergenceError as exc:
         status, message = "diverged", str(exc)
     except KeyboardInterrupt as exc:
@@ -303,11 +304,11 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
                                "status": status, "stop_reason": message, "virtual_time_s": float(now), "wall_time_s": wall}
     if ctx is None:
         return summary
-    metrics = pd.DataFrame(ctx.metrics)
+    metrics = pd.DataFrame(ctx.versions.metrics)
     metrics.to_csv(out / "metrics.csv", index=False)
     torch.save(cpu_state(ctx.global_state), out / "final_model.pt")  # loads without the run's accelerator
-    if ctx.client_metrics:
-        pd.DataFrame(ctx.client_metrics).to_csv(out / "client_metrics.csv", index=False)
+    if ctx.versions.client_metrics:
+        pd.DataFrame(ctx.versions.client_metrics).to_csv(out / "client_metrics.csv", index=False)
     df = load_trace(trace_path(out), kinds=("apply", "drop"), columns=("staleness",))
     applied = df[df["kind"] == "apply"] if len(df) else df
     acc = metrics["accuracy"] if len(metrics) else pd.Series(dtype=float)
@@ -334,8 +335,8 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
                                          if len(energy) else {}),
             "num_clients": ctx.num_clients,
             "device": str(ctx.device),
-            "model_params": int(ctx.num_params),
-            "flops_per_sample": {"forward": ctx.flop_cost.forward, "backward": ctx.flop_cost.backward},
+            "model_params": int(ctx.training.num_params),
+            "flops_per_sample": {"forward": ctx.training.flop_cost.forward, "backward": ctx.training.flop_cost.backward},
             "trace_events": int(ctx.trace.count),
         }
     )
@@ -428,10 +429,8 @@ def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, pr
 def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: torch.nn.Module,
                   prepared: Prepared) -> Estimate:
     """Tasks, SGD steps and events the stop rules allow, from the algorithm's knobs and the fastest task."""
-    from fedsim.runtime import Context
-
     work = spec.cls.work(spec.params)  # declared by the algorithm, never guessed from its config
-    sgd = Context.sgd_config(scenario)
+    sgd = sgd_config(scenario)
     fixed = work.steps_per_task
     steps = [int(fixed) if fixed is not None else num_steps(len(ix), sgd) for ix in prepared.parts]
     slots = int(work.slots)

@@ -104,6 +104,10 @@ def check_jobs(jobs: int, ray: str | None) -> None:
             import ray as _ray  # noqa: F401
         except ImportError:
             raise ConfigError("--ray", "needs Ray installed (pip install 'fedsim[ray]')") from None
+        if ray != "local":
+            from fedsim.sim.executor import check_ray_address
+
+            check_ray_address(ray, "--ray")  # before any folder or progress bar: Ray would retry for minutes
 
 
 def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, resume: bool = False,
@@ -143,7 +147,8 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
             from fedsim.sim.executor import RayExecutor
 
             try:
-                executor = RayExecutor(jobs if jobs > 1 else None, None if ray == "local" else ray, threads=1)
+                executor = RayExecutor(jobs if jobs > 1 else None, None if ray == "local" else ray, threads=1,
+                                       field="--ray")
             except ConfigError:
                 raise
             except Exception as exc:  # no cluster at that address, a version mismatch, ...

@@ -142,3 +142,38 @@ def test_a_huge_server_phase_is_refused_before_the_run_naming_k_s(capsys, tmp_pa
     assert code == 2 and len(err.splitlines()) == 1, err
     assert err.startswith("fedsim: error: algorithm.k_s:") and "server steps per version" in err and "--allow-large" in err
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on once this socket closes
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_ray_address_is_one_line_within_seconds(capsys, tmp_path):
+    """Ray retries an unreachable head for minutes; fedsim probes the address first and refuses in one line."""
+    import time
+
+    pytest.importorskip("ray")
+    port = _closed_port()
+    t0 = time.perf_counter()
+    code, err = _run_cli(capsys, "sweep", "default", "seed=0,1", "stop.max_versions=1", "--ray", f"127.0.0.1:{port}",
+                         "--out", str(tmp_path / "out"))
+    assert time.perf_counter() - t0 < 30
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("fedsim: error: --ray: cannot reach Ray at") and f"127.0.0.1:{port}" in err
+
+
+@pytest.mark.parametrize("address, words", [("127.0.0.1", "is not a Ray address"),
+                                            ("ray://head", "is not a Ray address"),
+                                            ("CLOSED", "cannot reach Ray")])
+def test_ray_address_check(address, words):
+    from fedsim.errors import ConfigError
+    from fedsim.sim.executor import check_ray_address
+
+    address = address.replace("CLOSED", f"ray://localhost:{_closed_port()}")
+    with pytest.raises(ConfigError, match=words):
+        check_ray_address(address, "train.ray_address", timeout=1.0)
+    check_ray_address("auto", "train.ray_address")  # left to Ray: finds a local cluster or says at once

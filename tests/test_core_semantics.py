@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.learn.models import build_model
 from fedsim.learn.train import batch_schedule
 from fedsim.runner import build_global_model, prepare_data, run_scenario
 from fedsim import scenario_from_mapping

@@ -195,7 +195,7 @@ class _DeviceAudit(TorchFunctionMode):
 @pytest.mark.parametrize("case", ["fedavg", "batched", "static-bn-submodels", "fjord", "split", "async-split",
                                   "gas", "semisfl", "fedmatch", "cos2p", "probes"])
 def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, monkeypatch, case):
-    from fedsim.runtime import Context
+    from fedsim.versions import VersionKeeper
 
     raw = {"seed": 4, "data": {"name": "digits", "num_clients": 4, "partition": {"method": "iid"}},
            "model": {"name": "cnn"}, "train": {"local_steps": 2, "batch_size": 8, "device": "cpu", "clip_norm": 1.0},
@@ -228,7 +228,7 @@ def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, mon
         scenario = fedsim.load_scenario("cos2p", ["stop.max_versions=2", "stop.max_time_s=null", "output.figures=false",
                                                   "train.device=cpu"])
     audit = _DeviceAudit()
-    start = Context.evaluate
+    start = VersionKeeper.evaluate
 
     def audited_evaluate(self, **kw):  # from the first evaluation (after set-up) to the end of the run
         if not audit.calls:
@@ -236,7 +236,7 @@ def test_training_path_names_the_device_of_every_tensor_it_creates(tmp_path, mon
             audit.calls = 1
         return start(self, **kw)
 
-    monkeypatch.setattr(Context, "evaluate", audited_evaluate)
+    monkeypatch.setattr(VersionKeeper, "evaluate", audited_evaluate)
     try:
         summaries = run_scenario(scenario, tmp_path, progress=False)
     finally:

@@ -78,7 +78,7 @@ def test_fragment_updates_touch_only_their_fragment_and_q_recounts(tmp_path):
         assert torch.equal(after[b1][others], before[b1][others])
         assert torch.equal(after[w2][:, others], before[w2][:, others])
         assert not torch.equal(after[w1][rows], before[w1][rows])
-    # q(j) recount: the fragment each apply covered, read from ctx.apply's own coverage record
+    # q(j) recount: the fragment each apply covered, read from ctx.versions.apply's own coverage record
     applies = trace[trace["kind"] == "apply"]
     cov = [c["blocks.0.1.bias"] for c in applies["coverage"]]
     recount = [sum(abs(f - len(u) / 20) < 1e-9 for f in cov) for u in units]

@@ -1,4 +1,4 @@
-"""The one pipeline: assignment → client task → Update with mask → pure server rule → Context.apply.
+"""The one pipeline: assignment → client task → Update with mask → pure server rule → VersionKeeper.apply.
 
 Architecture checks read the source (what imports what, where ``apply`` records are written); the
 state-operation checks are hand-worked.
@@ -98,7 +98,7 @@ def test_scenario_module_never_imports_the_algorithms():
 
 
 def test_dispatch_and_round_records_are_written_by_the_framework_only():
-    """``dispatch`` records come from ``Context.record_dispatch`` (the vector engine's column writer aside)."""
+    """``dispatch`` records come from ``VersionKeeper.record_dispatch`` (the vector engine's column writer aside)."""
     writers = []
     for path in FEDSIM.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -106,7 +106,7 @@ def test_dispatch_and_round_records_are_written_by_the_framework_only():
                     and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
                     and node.args[1].value == "dispatch"):
                 writers.append(str(path.relative_to(ROOT)))
-    assert writers == ["fedsim/runtime.py"]
+    assert writers == ["fedsim/versions.py"]
 
 
 #: the loop shapes (base.py; sfl_base.py for split learning), and the vector engine's column writer
@@ -135,14 +135,38 @@ def test_only_the_loop_shapes_dispatch():
 
 
 def test_apply_records_are_written_in_one_place():
-    """Only ``Context.apply`` emits ``apply`` events; algorithms return (state, weights) from pure rules."""
+    """Only ``VersionKeeper.apply`` emits ``apply`` events; algorithms return (state, weights) from pure rules."""
     writers = []
     for path in FEDSIM.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit"
                     and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value == "apply"):
                 writers.append(str(path.relative_to(ROOT)))
-    assert writers == ["fedsim/runtime.py"]
+    assert writers == ["fedsim/versions.py"]
+
+
+def _emitted_kinds(path: Path) -> set[str]:
+    kinds = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "emit"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+            kinds.add(node.args[1].value)
+    return kinds
+
+
+def test_context_is_split_into_a_training_executor_and_a_version_keeper():
+    """The training executor computes and records nothing about versions; the version keeper writes the
+    bookkeeping records and computes nothing (evaluation runs on the executor); the context only wires them."""
+    training, versions, runtime = (FEDSIM / f"{m}.py" for m in ("training", "versions", "runtime"))
+    assert _emitted_kinds(training) == set() and "fedsim.versions" not in _imports(training, top_level_only=False)
+    assert {"dispatch", "apply", "round", "aggregate", "eval"} <= _emitted_kinds(versions)
+    assert not {"fedsim.learn.train", "fedsim.learn.submodel.extract"} & _imports(versions, top_level_only=False)
+    assert _emitted_kinds(runtime) == set()
+    tree = ast.parse(training.read_text(encoding="utf-8"))
+    executor = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainingExecutor")
+    assigned = {t.attr for n in ast.walk(executor) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Attribute)}
+    assert not {"version", "global_state", "trace"} & assigned
 
 
 def test_masked_average_coverage_counts_hand_worked():

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from fedsim.report import fmt_bytes, fmt_seconds, fmt_summary, html_report, interactive_data
 from fedsim.runner import run_scenario
 from fedsim import load_scenario

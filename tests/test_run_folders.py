@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from fedsim.cli import main
 from fedsim.scenario import dump_scenario
 from fedsim import load_scenario
@@ -67,10 +65,10 @@ def test_model_dataset_profile_and_clients_are_checked_before_the_folder_is_crea
 
 
 def test_internal_error_is_one_line_exit_3_and_keeps_trace_and_summary(tmp_path, capsys, monkeypatch):
-    from fedsim import runtime
+    from fedsim import versions
 
     calls = {"n": 0}
-    original = runtime.Context.snapshot
+    original = versions.VersionKeeper.snapshot
 
     def failing(self, *, final=False):
         calls["n"] += 1
@@ -78,7 +76,7 @@ def test_internal_error_is_one_line_exit_3_and_keeps_trace_and_summary(tmp_path,
             raise RuntimeError("boom in the middle\nof a run")
         return original(self, final=final)
 
-    monkeypatch.setattr(runtime.Context, "snapshot", failing)
+    monkeypatch.setattr(versions.VersionKeeper, "snapshot", failing)
     out = tmp_path / "R"
     code, err = _cli(capsys, "run", "fedasync", *TINY, "--out", str(out), "--quiet")
     assert code == 3
@@ -166,15 +164,15 @@ def test_numpy_warnings_do_not_reach_the_terminal(tmp_path, capsys, monkeypatch)
 
     import numpy as np
 
-    from fedsim import runtime
+    from fedsim import versions
 
-    original = runtime.Context.snapshot
+    original = versions.VersionKeeper.snapshot
 
     def noisy(self, *, final=False):
         np.log(np.zeros(2))                       # numpy: divide by zero encountered in log
         warnings.warn("mean of empty slice", RuntimeWarning)
         return original(self, final=final)
 
-    monkeypatch.setattr(runtime.Context, "snapshot", noisy)
+    monkeypatch.setattr(versions.VersionKeeper, "snapshot", noisy)
     code, err = _cli(capsys, "run", "fedasync", *TINY, "--out", str(tmp_path / "r"), "--quiet")
     assert code == 0 and "Warning" not in err and err == ""

@@ -41,7 +41,7 @@ class QuorumAvg(SemiAsyncRounds):
         return self.cfg.t_clk
 
     def server_rule(self, updates: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
-        weights = [1.0 / (1 + self.ctx.staleness(u)) for u in updates]
+        weights = [1.0 / (1 + self.ctx.versions.staleness(u)) for u in updates]
         QuorumAvg.seen.append({"bases_ok": all(b is self.history[u.base_version] for u, b in zip(updates, bases)),
                                "base_is_global": base is self.ctx.global_state})
         avg = masked_weighted_average([u.scaled(w) for u, w in zip(updates, weights)], base)

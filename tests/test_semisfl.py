@@ -242,7 +242,7 @@ def test_hidden_labels_never_reach_a_loss(tmp_path, monkeypatch, algo):
 
     def scrambled(self, *args):
         original(self, *args)
-        if self.ctx.run_dir is None:  # the pre-flight's throwaway context (same data): leave it to the run
+        if self.ctx.versions.run_dir is None:  # the pre-flight's throwaway context (same data): leave it to the run
             return
         y = self.ctx.data.train.y
         hidden = self.visible_y < 0

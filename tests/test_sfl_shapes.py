@@ -54,7 +54,7 @@ def test_only_the_shapes_in_sfl_base_write_framework_records():
     assert outside == []
     writers = {name for name, c in classes.items() if _loop_uses(c)}
     assert writers == {"SplitAlgorithm", "SplitRounds", "SplitSlots"}
-    # the base's one writer is ``install`` (the family's one ctx.apply); ``aggregate_clients`` only borrows
+    # the base's one writer is ``install`` (the family's one ctx.versions.apply); ``aggregate_clients`` only borrows
     # ``Update`` as the input of the one averaging rule
     install = [f.name for f in classes["SplitAlgorithm"].body if isinstance(f, ast.FunctionDef)
                and [u for u in _loop_uses(f) if not u.startswith("Update ")]]

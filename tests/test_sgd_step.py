@@ -152,17 +152,17 @@ def test_ordered_dropout_with_one_width_is_plain_local_sgd_bit_for_bit(tiny, mon
     s = _width_scenario(copy.deepcopy(tiny), {"name": "fjord", "widths": {NANO: 0.5, ORIN: 0.5}})
     s["train"]["clip_norm"] = clip
     ctx = _algo(s).ctx
-    model, state = ctx.worker, ctx.global_state
+    model, state = ctx.training.worker, ctx.global_state
     top, small = width_submodel(model, 0.5), width_submodel(model, width)
     trainer = OrderedDropoutTrainer([width], top, objective=Proximal(mu) if mu else None)
     module = extract(model, state, top)
     idx = ctx.parts[0]
     trainer(module, ctx, 0, idx, torch.Generator().manual_seed(11))
-    assert calls[0] == ctx.sgd.local_steps
+    assert calls[0] == ctx.training.sgd.local_steps
     ref = extract(model, state, small)
     g = torch.Generator().manual_seed(11)
-    torch.randint(1, (ctx.sgd.local_steps,), generator=g)  # the width draws come first
-    local_sgd(ref, ctx.data.train.x, ctx.data.train.y, idx, ctx.sgd, g, objective=Proximal(mu) if mu else None)
+    torch.randint(1, (ctx.training.sgd.local_steps,), generator=g)  # the width draws come first
+    local_sgd(ref, ctx.data.train.x, ctx.data.train.y, idx, ctx.training.sgd, g, objective=Proximal(mu) if mu else None)
     got, mask_top = insert(state, top, module.state_dict())
     want, mask_small = insert(state, small, ref.state_dict())
     for k in state:

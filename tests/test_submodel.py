@@ -330,7 +330,7 @@ def _task(ctx, sub, client=0):
 def test_a_client_task_trains_downloads_and_uploads_only_the_submodel(tiny):
     tiny["model"] = {"name": "mlp", "hidden": [32, 16]}
     ctx = _context(tiny)
-    model, base = ctx.worker, _clone(ctx.global_state)
+    model, base = ctx.training.worker, _clone(ctx.global_state)
     sub = with_states(width_submodel(model, 0.5, "rolling", offset=30), {0: "frozen"})
     up = _task(ctx, sub)
     assert len(ctx.parts[0]) >= 48
@@ -353,7 +353,7 @@ def test_a_client_task_trains_downloads_and_uploads_only_the_submodel(tiny):
 def test_the_full_submodel_is_plain_local_sgd(tiny):
     tiny["model"] = {"name": "mlp", "hidden": [32]}
     a, b = _context(tiny), _context(tiny)
-    up_sub = _task(a, full_submodel(a.worker))
+    up_sub = _task(a, full_submodel(a.training.worker))
     up_plain = _task(b, None)
     assert up_sub.mask is None and up_sub.costs == up_plain.costs
     assert all(torch.equal(up_sub.tensors[k], up_plain.tensors[k]) for k in up_plain.tensors)
@@ -372,15 +372,15 @@ def test_memory_fit_picks_the_largest_submodel_that_fits_and_refuses_in_one_line
         profiles[name] = str(p)
     tiny["devices"] = {"mix": [{"profile": profiles["tiny-a"]}], "jitter": 0.0}
     ctx = _context(tiny)
-    subs = [width_submodel(ctx.worker, w) for w in (1.0, 0.5, 0.25)]
-    need = [ctx.submodel_costs(s).memory.total for s in subs]
+    subs = [width_submodel(ctx.training.worker, w) for w in (1.0, 0.5, 0.25)]
+    need = [ctx.training.submodel_costs(s).memory.total for s in subs]
     assert need[0] > 0.3 * 2**20 > need[2] and need[0] > need[1] > need[2]
-    fit = ctx.fit_submodel(0, subs)
+    fit = ctx.training.fit_submodel(0, subs)
     assert fit == subs[next(i for i, n in enumerate(need) if n <= 0.3 * 2**20)]
     tiny["devices"] = {"mix": [{"profile": profiles["tiny-b"]}], "jitter": 0.0}
     ctx = _context(tiny)
     with pytest.raises(ConfigError) as e:
-        ctx.fit_submodel(0, subs)
+        ctx.training.fit_submodel(0, subs)
     msg = str(e.value)
     assert "\n" not in msg and "'tiny-b'" in msg and "model 'mlp'" in msg
     assert f"({need[2]:.0f} bytes)" in msg and f"({0.01 * 2**20:.0f} bytes)" in msg
@@ -476,7 +476,7 @@ def test_a_resnet_run_evaluates_static_bn_with_train_statistics(tiny):
     tiny["model"] = {"name": "resnet20", "depth": 8, "width": 0.25}
     tiny["eval"] = {"bn_stats": "train", "bn_samples": 64, "max_samples": 64}
     ctx = _context(tiny)
-    assert ctx.bn_data.shape == (64, 3, 32, 32)
-    keys = set(ctx.worker.state_dict())
-    row = ctx.evaluate()
-    assert 0.0 <= row["accuracy"] <= 1.0 and math.isfinite(row["loss"]) and set(ctx.worker.state_dict()) == keys
+    assert ctx.training.bn_data.shape == (64, 3, 32, 32)
+    keys = set(ctx.training.worker.state_dict())
+    row = ctx.versions.evaluate()
+    assert 0.0 <= row["accuracy"] <= 1.0 and math.isfinite(row["loss"]) and set(ctx.training.worker.state_dict()) == keys

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import simpy
@@ -13,11 +11,11 @@ import torch
 import yaml
 
 from fedsim.algorithms import registry
-from fedsim.algorithms.width import FedRolex, FjORD, HeteroFL, OrderedDropoutTrainer
+from fedsim.algorithms.width import FedRolex, FjORD, OrderedDropoutTrainer
 from fedsim.cli import main
 from fedsim.report import submodel_table
 from fedsim.learn.submodel import extract, insert, sub_state_bytes, width_submodel
-from fedsim.learn.train import SGDConfig, local_sgd
+from fedsim.learn.train import local_sgd
 from fedsim.runner import build_global_model, prepare_data, run_scenario
 from fedsim.runtime import Context
 from fedsim.scenario import load_raw
@@ -80,13 +78,13 @@ def test_heterofl_half_width_trains_only_the_prefix(tiny, tmp_path):
     algo = _algo(s)
     init = algo.ctx.global_state
     final = torch.load(tmp_path / "h" / "final_model.pt")
-    _, mask = insert(init, width_submodel(algo.ctx.worker, 0.5), extract(algo.ctx.worker, init, width_submodel(algo.ctx.worker, 0.5)).state_dict())
+    _, mask = insert(init, width_submodel(algo.ctx.training.worker, 0.5), extract(algo.ctx.training.worker, init, width_submodel(algo.ctx.training.worker, 0.5)).state_dict())
     for k, m in mask.items():
         outside = m == 0
         assert torch.equal(final[k][outside], init[k][outside]), k
         assert not torch.equal(final[k][~outside], init[k][~outside]), k
     summary = json.loads((tmp_path / "h" / "summary.json").read_text())
-    half = sub_state_bytes(algo.ctx.worker, width_submodel(algo.ctx.worker, 0.5))
+    half = sub_state_bytes(algo.ctx.training.worker, width_submodel(algo.ctx.training.worker, 0.5))
     full = sum(v.numel() * v.element_size() for v in init.values())
     assert summary["bytes_down"] == summary["bytes_up"] == 6 * half and half < 0.3 * full
     agg = load_trace(tmp_path / "h" / "trace.jsonl", kinds=("aggregate",))
@@ -165,17 +163,17 @@ def test_fjord_step_trains_the_drawn_prefix_like_plain_sgd(tiny):
     not move."""
     algo = _algo(_width_scenario(tiny, {"name": "fjord", "widths": {NANO: 0.5, ORIN: 0.5}}))
     ctx = algo.ctx
-    model, state = ctx.worker, ctx.global_state
+    model, state = ctx.training.worker, ctx.global_state
     top, small = width_submodel(model, 0.5), width_submodel(model, 0.25)
     trainer = OrderedDropoutTrainer([0.25], top)
     module = extract(model, state, top)
     idx = ctx.parts[0]
-    out = trainer(module, ctx, 0, idx, torch.Generator().manual_seed(11))
-    assert trainer.drawn == [0.25] * ctx.sgd.local_steps
+    out = trainer(module, ctx.training, 0, idx, torch.Generator().manual_seed(11))
+    assert trainer.drawn == [0.25] * ctx.training.sgd.local_steps
     ref = extract(model, state, small)
     g = torch.Generator().manual_seed(11)
-    torch.randint(1, (ctx.sgd.local_steps,), generator=g)  # the width draws come first
-    stats = local_sgd(ref, ctx.data.train.x, ctx.data.train.y, idx, ctx.sgd, g)
+    torch.randint(1, (ctx.training.sgd.local_steps,), generator=g)  # the width draws come first
+    stats = local_sgd(ref, ctx.data.train.x, ctx.data.train.y, idx, ctx.training.sgd, g)
     got, _ = insert(state, top, module.state_dict())
     want, mask_small = insert(state, small, ref.state_dict())
     _, mask_top = insert(state, top, module.state_dict())
@@ -188,7 +186,7 @@ def test_fjord_step_trains_the_drawn_prefix_like_plain_sgd(tiny):
     assert out.stats.samples == stats.samples
     from fedsim.learn.costs import flops_per_sample
 
-    assert out.flops == pytest.approx(flops_per_sample(ref, ctx.input_shape).total * stats.samples)
+    assert out.flops == pytest.approx(flops_per_sample(ref, ctx.training.input_shape).total * stats.samples)
 
 
 def _cli(capsys, *args: str) -> tuple[int, str]:
@@ -250,7 +248,7 @@ def test_check_reports_per_entry_coverage(tiny, tmp_path):
     s["stop"] = {"max_versions": 1}
     run_scenario(scenario_from_mapping(s), tmp_path / "r", progress=False)
     algo = _algo(s)
-    model = algo.ctx.worker
+    model = algo.ctx.training.worker
     n_orin = sum(algo.ctx.world.device_class(c) == ORIN for c in range(6))
     kept_half = sub_state_bytes(model, width_submodel(model, 0.5)) / sub_state_bytes(model, width_submodel(model, 1.0))
     table = check_run(tmp_path / "r", figures=False, progress=False).set_index("quantity")["measured"]

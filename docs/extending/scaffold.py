@@ -58,7 +58,7 @@ class Scaffold(FedAvg):
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:
         c_i = self.c_local.get(client, {k: torch.zeros_like(v) for k, v in self.c.items()})
-        return Assignment(objective=ControlVariates(self.c, c_i, self.ctx.sgd.lr), round=round_)
+        return Assignment(objective=ControlVariates(self.c, c_i, self.ctx.training.sgd.lr), round=round_)
 
     def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
         new, weights = super().server_rule(updates, base)

@@ -1,7 +1,7 @@
 """The shared pieces every algorithm is built from: one pipeline from assignment to applied update.
 
     Assignment (what this client trains) → client_task (download, train, upload, in virtual time)
-    → Update (tensors + coverage mask) → a pure server rule → ``Context.apply`` (records every ``apply``
+    → Update (tensors + coverage mask) → a pure server rule → ``VersionKeeper.apply`` (records every ``apply``
     event, staleness and coverage once, and installs the new version)
 
 - ``Assignment``: the sub-model a client trains (``fedsim.learn.submodel.SubModel``; None = the whole
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.models import BlockModel
     from fedsim.learn.submodel import SubModel
     from fedsim.runtime import Context
+    from fedsim.training import TrainingExecutor
 
 
 @dataclass
@@ -68,9 +69,10 @@ class Work:
     deadline_s: float | None = None
 
 
-#: ``trainer(module, ctx, client, indices, generator) -> TrainOutcome``: trains ``module`` (the client's
-#: extracted sub-model, already holding the downloaded weights) in place.
-LocalTrainer = Callable[["BlockModel", "Context", int, np.ndarray, torch.Generator], TrainOutcome]
+#: ``trainer(module, training, client, indices, generator) -> TrainOutcome``: trains ``module`` (the client's
+#: extracted sub-model, already holding the downloaded weights) in place; ``training`` is the run's
+#: :class:`fedsim.training.TrainingExecutor` (data, SGD settings, costs).
+LocalTrainer = Callable[["BlockModel", "TrainingExecutor", int, np.ndarray, torch.Generator], TrainOutcome]
 
 
 @dataclass
@@ -137,7 +139,7 @@ class Update:
 @dataclass(frozen=True)
 class Contribution:
     """A client's part in a new version when what it sent is not a model update (split learning: the server
-    trained on its activations): who, from which version, downloaded when.  ``Context.apply`` records it
+    trained on its activations): who, from which version, downloaded when.  ``VersionKeeper.apply`` records it
     as it records an ``Update``."""
 
     client: int
@@ -199,15 +201,15 @@ def client_task(
     a = assignment if assignment is not None else Assignment()
     world = ctx.world
     t0 = ctx.env.now
-    down = ctx.download_bytes(a)
+    down = ctx.training.download_bytes(a)
     if a.objective is not None:  # declared extra tensors travel with the model (costed)
         down += state_bytes(a.objective.download())
     yield from world.download(client, down, version=base_version)
-    pending = ctx.start_training(client, base_state, task=task, assignment=a)
+    pending = ctx.training.start(client, base_state, task=task, assignment=a)
     yield from world.compute(client, pending.flops, what="train", steps=pending.steps, samples=pending.samples)
     result = pending.result()  # a remote executor computed it meanwhile; in-process it is already done
     tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
-    nbytes = ctx.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
+    nbytes = ctx.training.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
     extras = a.objective.upload() if a.objective is not None else {}
     nbytes += state_bytes(extras) if extras else 0
     yield from world.upload(client, nbytes)
@@ -216,7 +218,7 @@ def client_task(
         tensors=tensors,
         kind=a.kind,
         mask=result.mask if a.coverage is None else a.coverage,
-        weight=float(result.stats.samples if ctx.weight_by_samples else 1.0),
+        weight=float(result.stats.samples),
         base_version=base_version,
         download_time=t0,
         num_samples=int(len(ctx.parts[client])),
@@ -231,7 +233,7 @@ class Algorithm:
     """Base class: an algorithm is a SimPy process over a Context, with a validated Config."""
 
     name = "base"
-    #: True for algorithms that fit a sub-model to each client's device themselves (``Context.fit_submodel``):
+    #: True for algorithms that fit a sub-model to each client's device themselves (``TrainingExecutor.fit_submodel``):
     #: the runner then skips its check that the whole model fits every device.
     fits_submodels: bool = False
 
@@ -290,9 +292,9 @@ class Algorithm:
         if a.round is None:
             a.round = round_
         base, version = (ctx.global_state if base is None else base), ctx.version
-        ctx.record_dispatch(client, version, round_, submodel=a.submodel)
+        ctx.versions.record_dispatch(client, version, round_, submodel=a.submodel)
         k = tasks.next(client)
-        ctx.note_dispatch(client, k, base, a)
+        ctx.training.note_dispatch(client, k, base, a)
         return self.launch(client, self.client_job(client, base, version, k, a), round_)
 
     def client_job(self, client: int, base: State, version: int, task: int,
@@ -310,7 +312,7 @@ class Algorithm:
 
     def before_apply(self, updates: list[Update], weights: list[float], round_: int | None) -> None:
         """Called by the loop shapes after :meth:`server_rule` and just before its result is installed
-        (``Context.apply``): the place for an algorithm's own measurements (its trace records, e.g. Fed-RAA's
+        (``VersionKeeper.apply``): the place for an algorithm's own measurements (its trace records, e.g. Fed-RAA's
         ``fragment``, Co-S²P's ``cos2p_round``) and its counters of applied updates (Fed-RAA's q(j)).  The
         framework's records are not written here.  Default: nothing."""
 
@@ -476,7 +478,7 @@ class SyncRounds(Algorithm):
             base = self.client_model()
             clients = self.select(work.slots, rnd)
             if not clients:  # nobody reachable: try again a little later
-                ctx.record_round(rnd, start=start, clients=[], dropped=[])
+                ctx.versions.record_round(rnd, start=start, clients=[], dropped=[])
                 yield env.timeout(work.retry_s)
                 continue
             ctx.world.schedule(len(clients))
@@ -500,10 +502,10 @@ class SyncRounds(Algorithm):
                 yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
                 new, weights = self.server_rule(updates, base)
                 self.before_apply(updates, weights, rnd)
-                ctx.apply(new, updates, weights, round_=rnd, base=base,
+                ctx.versions.apply(new, updates, weights, round_=rnd, base=base,
                           round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})
             else:
-                ctx.record_round(rnd, start=start, clients=clients, dropped=dropped)
+                ctx.versions.record_round(rnd, start=start, clients=clients, dropped=dropped)
 
 
 class SlotScheduler(Algorithm):
@@ -565,7 +567,7 @@ class AsyncSlots(SlotScheduler):
     full buffer.  With ``client_slots`` every client holds a slot of its own instead (Fed-RAA's workers): it
     starts again as soon as its last update was applied or dropped, and waits ``retry_s`` while offline.
     A subclass decides only: :meth:`assign`, :meth:`server_rule`, :meth:`buffer_size`,
-    :meth:`max_staleness` and ``update_kind``.  Staleness is the framework's (``Context.staleness``).
+    :meth:`max_staleness` and ``update_kind``.  Staleness is the framework's (``VersionKeeper.staleness``).
     """
 
     update_kind: Literal["weights", "delta"] = "weights"
@@ -639,7 +641,7 @@ class AsyncSlots(SlotScheduler):
         if self.serve_each:
             yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
         limit = self.max_staleness()
-        tau = ctx.staleness(update)
+        tau = ctx.versions.staleness(update)
         if limit is not None and tau > limit:
             ctx.trace.emit(ctx.env.now, "drop", client=c, reason=f"staleness {tau} > {limit}", round=None)
             return
@@ -655,7 +657,7 @@ class AsyncSlots(SlotScheduler):
                 return
         new, weights = self.server_rule(batch, ctx.global_state)
         self.before_apply(batch, weights, ctx.version + 1)
-        ctx.apply(new, batch, weights, round_=ctx.version + 1)
+        ctx.versions.apply(new, batch, weights, round_=ctx.version + 1)
 
 
 def quorum(mu: float, n: int) -> int:
@@ -738,7 +740,7 @@ class SemiAsyncRounds(Algorithm):
             for u in batch:
                 self._forget(u.base_version)
             self.history[ctx.version + 1] = new
-            ctx.apply(new, batch, weights, round_=rnd,
+            ctx.versions.apply(new, batch, weights, round_=rnd,
                       round_record={"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []})
             self._forget(None)
             for u in batch:

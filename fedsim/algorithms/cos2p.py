@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Generator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Literal, Sequence
 
 import numpy as np
 import simpy
@@ -53,6 +53,10 @@ from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggreg
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
+
 
 #: Table 7 (E1): overall kept fraction R_n per device class.
 PAPER_RATES = {
@@ -222,9 +226,9 @@ class Cos2P(SemiAsyncRounds):
             self.rate_grid, self.job_seconds = self._rate_table()
             self.rate = balanced_rates(self.job_seconds, self.rate_grid)
         self._plan_clients()
-        groups = ctx.worker.width_groups() if hasattr(ctx.worker, "width_groups") else None
+        groups = ctx.training.worker.width_groups() if hasattr(ctx.training.worker, "width_groups") else None
         self.segments: SegmentIndex = segment_index(ctx.global_state, groups)
-        ctx.version_hooks.append(self._final_metrics)
+        ctx.versions.version_hooks.append(self._final_metrics)
 
     def _rate_table(self) -> tuple[list[float], np.ndarray]:
         """(rate grid, estimated job seconds per client and grid rate) for the balanced rule (a model
@@ -239,7 +243,7 @@ class Cos2P(SemiAsyncRounds):
         from fedsim.learn.submodel import SubModel, submodel_costs
         from fedsim.learn.train import num_steps, samples_processed
 
-        ctx, cfg, model, world = self.ctx, self.cfg, self.ctx.worker, self.ctx.world
+        ctx, cfg, model, world = self.ctx, self.cfg, self.ctx.training.worker, self.ctx.world
         L = model.num_blocks() - 2
         if L < 1:  # nothing between stem and head to prune: every client keeps the whole model
             return [1.0], np.zeros((ctx.num_clients, 1))
@@ -255,9 +259,9 @@ class Cos2P(SemiAsyncRounds):
         cache: dict[tuple[int, float, int], tuple[float, int, int]] = {}
         times = np.zeros((ctx.num_clients, len(grid)))
         for c in range(ctx.num_clients):
-            batch = int(cfg.batch_sizes.get(world.device(c).name, ctx.sgd.batch_size))
+            batch = int(cfg.batch_sizes.get(world.device(c).name, ctx.training.sgd.batch_size))
             n = len(self.local_train[c])
-            steps = num_steps(n, dataclasses.replace(ctx.sgd, batch_size=batch))
+            steps = num_steps(n, dataclasses.replace(ctx.training.sgd, batch_size=batch))
             samples = samples_processed(n, steps, batch)
             for k, rate in enumerate(grid):
                 rw, rd = split_rates(rate, cfg.width_depth_ratio)
@@ -276,8 +280,8 @@ class Cos2P(SemiAsyncRounds):
                                 if 1 <= j <= L and states[j] == "train":
                                     for g in names:
                                         keep.update(final_keep({g: torch.zeros(groups[g].size, device=ctx.device)}, rw))
-                        cost = submodel_costs(model, SubModel.of(model, keep, tuple(states)), ctx.input_shape, batch,
-                                              momentum=ctx.sgd.momentum > 0)
+                        cost = submodel_costs(model, SubModel.of(model, keep, tuple(states)), ctx.training.input_shape, batch,
+                                              momentum=ctx.training.sgd.momentum > 0)
                         cache[key] = (cost.flops.total, cost.download_bytes, cost.upload_bytes)
                     flops, down, up = cache[key]
                     per_pos.append(world.expected_compute_seconds(c, flops * samples, samples=samples)
@@ -323,7 +327,7 @@ class Cos2P(SemiAsyncRounds):
         cov = self._coverage
         trained = cov[cov > 0]
         ctx.trace.emit(ctx.env.now, "cos2p_round", round=round_, start=self.round_start, quorum_at=self.quorum_at,
-                       end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.staleness(u) for u in updates],
+                       end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.versions.staleness(u) for u in updates],
                        busy=[float(u.info.get("busy_s", math.nan)) for u in updates],
                        memory=[float(u.info.get("memory_bytes", math.nan)) for u in updates],
                        n_star=int(cov.min()), n_star_trained=int(trained.min()) if len(trained) else 0,
@@ -360,9 +364,9 @@ class Cos2P(SemiAsyncRounds):
             return
         from fedsim.learn.cos2p import classification_scores
 
-        model = ctx.worker
+        model = ctx.training.worker
         model.load_state_dict(ctx.global_state)
-        server = classification_scores(model, ctx.test.x, ctx.test.y, ctx.test.num_classes)
+        server = classification_scores(model, ctx.training.test.x, ctx.training.test.y, ctx.training.test.num_classes)
         rows, sizes = [], []
         for c in range(ctx.num_clients):
             idx = torch.as_tensor(self.local_test[c], dtype=torch.int64, device=ctx.device)
@@ -374,7 +378,7 @@ class Cos2P(SemiAsyncRounds):
                 fn = model
             else:
                 fn = (lambda x, net=net: net(x)[-1])
-            rows.append(classification_scores(fn, ctx.data.train.x[idx], ctx.data.train.y[idx], ctx.test.num_classes))
+            rows.append(classification_scores(fn, ctx.data.train.x[idx], ctx.data.train.y[idx], ctx.training.test.num_classes))
             sizes.append(len(idx))
         client = {}
         if rows:
@@ -389,7 +393,7 @@ class Cos2P(SemiAsyncRounds):
     def _plan_clients(self) -> None:
         """R_n, (R^w, R^d), window length and exit depths per client (spec §2.2–2.4)."""
         ctx, cfg = self.ctx, self.cfg
-        model = ctx.worker
+        model = ctx.training.worker
         n_blocks = model.num_blocks()
         self.L = n_blocks - 2  # block 0 is the stem (patch embedding), the last block the classifier
         n = ctx.num_clients
@@ -456,7 +460,7 @@ class Cos2P(SemiAsyncRounds):
         """Kept units of the maskable groups of the trainable blocks (frozen blocks stay whole)."""
         from fedsim.learn.cos2p import final_keep
 
-        model = self.ctx.worker
+        model = self.ctx.training.worker
         rw = float(self.rw[client])
         if rw >= 1.0:
             return {}
@@ -490,7 +494,7 @@ class Cos2P(SemiAsyncRounds):
         if ex is None:
             import copy
 
-            model = self.ctx.worker
+            model = self.ctx.training.worker
             model.load_state_dict(self.ctx.global_state)
             ex = copy.deepcopy(model.blocks[-1])
             for p in ex.parameters():
@@ -501,7 +505,7 @@ class Cos2P(SemiAsyncRounds):
     def _plan(self, client: int, task: int) -> tuple[tuple[str, ...], int, bool, int]:
         """(block states, window length, whether the window holds the head, batch size) of a participation."""
         prof = self.ctx.world.device(client).name
-        batch = int(self.cfg.batch_sizes.get(prof, self.ctx.sgd.batch_size))
+        batch = int(self.cfg.batch_sizes.get(prof, self.ctx.training.sgd.batch_size))
         states = self.block_states(client, self.window_start(client, task))
         return states, int(self.window[client]), states[-1] == "train", batch
 
@@ -520,7 +524,8 @@ class Cos2P(SemiAsyncRounds):
         w = int(self.window[client])
         head_in = states[-1] == "train"
 
-        def train(module: Any, ctx: Any, c: int, indices: np.ndarray, generator: torch.Generator) -> TrainOutcome:
+        def train(module: Any, training: "TrainingExecutor", c: int, indices: np.ndarray,
+                  generator: torch.Generator) -> TrainOutcome:
             local = [k for k, j in enumerate(module.block_ids) if 1 <= j <= self.L and states[j] == "train"]
             exits = {local[d - 1]: self._exit_module(client, d) for d in self.exit_depths[client]
                      if not (d == w and head_in)}
@@ -533,8 +538,8 @@ class Cos2P(SemiAsyncRounds):
                 return distill_loss(outs, y, lambda2=lam2, temperature=cfg.temperature, direction=cfg.kl_direction,
                                     detach_teacher=cfg.detach_teacher)
 
-            sgd = dataclasses.replace(ctx.sgd, batch_size=batch)
-            stats = local_sgd(net, ctx.data.train.x, ctx.data.train.y, self.local_train[client], sgd, generator,
+            sgd = dataclasses.replace(training.sgd, batch_size=batch)
+            stats = local_sgd(net, training.data.train.x, training.data.train.y, self.local_train[client], sgd, generator,
                               loss_fn=loss_fn)
             self.personal[client] = net
             return TrainOutcome(stats=stats)
@@ -547,12 +552,12 @@ class Cos2P(SemiAsyncRounds):
         from fedsim.learn.submodel import SubModel, submodel_costs
 
         ctx = self.ctx
-        model = ctx.worker
+        model = ctx.training.worker
         states, w, _, batch = self._plan(client, task)
         sub = SubModel.of(model, self._keep(client, states), states)
         a = Assignment(submodel=sub, kind="weights", trainer=self.trainer(client, states, batch))
         update = yield from client_task(ctx, client, base, version, task=task, assignment=a)
-        mem = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0).memory.total
+        mem = submodel_costs(model, sub, ctx.training.input_shape, batch, momentum=ctx.training.sgd.momentum > 0).memory.total
         update.info.update(window_start=self.window_start(client, task), window=w, memory_bytes=float(mem),
                            submodel=sub.summary(model))
         return update
@@ -568,12 +573,12 @@ class Cos2P(SemiAsyncRounds):
         from fedsim.learn.train import samples_processed
 
         ctx, cfg, world = self.ctx, self.cfg, self.ctx.world
-        model = ctx.worker
+        model = ctx.training.worker
         states, w, head_in, batch = self._plan(client, task)
         idx = torch.as_tensor(self.local_train[client], dtype=torch.int64, device=ctx.device)
         gen = ctx.streams.torch("client", client, "task", task)
         full_sub = SubModel.of(model, {}, states)
-        full_cost = submodel_costs(model, full_sub, ctx.input_shape, batch, momentum=False)
+        full_cost = submodel_costs(model, full_sub, ctx.training.input_shape, batch, momentum=False)
         t_download = ctx.env.now
         yield from world.download(client, full_cost.download_bytes, version=version)
         # mask learning, then weight training, at the virtual moment computing starts
@@ -591,9 +596,9 @@ class Cos2P(SemiAsyncRounds):
                              batch_size=batch, target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr,
                              generator=gen, readout=None if head_in else self._exit_module(client, w))
         sub = SubModel.of(model, self._keep(client, states), states)
-        costs = submodel_costs(model, sub, ctx.input_shape, batch, momentum=ctx.sgd.momentum > 0)
+        costs = submodel_costs(model, sub, ctx.training.input_shape, batch, momentum=ctx.training.sgd.momentum > 0)
         module = extract(model, base, sub)
-        outcome = self.trainer(client, states, batch)(module, ctx, client, self.local_train[client], gen)
+        outcome = self.trainer(client, states, batch)(module, ctx.training, client, self.local_train[client], gen)
         st = outcome.stats
         flops = full_cost.flops.total * samples_processed(len(idx), steps, batch) + costs.flops.total * st.samples
         yield from world.compute(client, flops, what="train", steps=st.steps, samples=st.samples)
@@ -603,7 +608,7 @@ class Cos2P(SemiAsyncRounds):
                 "memory_bytes": float(max(full_cost.memory.total, costs.memory.total)), "submodel": sub.summary(model),
                 **mstats}
         return Update(client=client, tensors=tensors, kind="weights", mask=mask,
-                      weight=float(st.samples if ctx.weight_by_samples else 1.0), base_version=version,
+                      weight=float(st.samples), base_version=version,
                       download_time=t_download, num_samples=len(idx),
                       costs={"flops": flops, "bytes_up": costs.upload_bytes, "bytes_down": full_cost.download_bytes},
                       info=info)

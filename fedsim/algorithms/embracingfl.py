@@ -37,14 +37,14 @@ Choices where the paper is silent (spec §10), documented and tested:
 The pipeline does the rest: a partial client's ``Assignment`` holds a ``SubModel`` (input-side blocks
 frozen, the rest trained) and :class:`MultiStepForward` as its trainer; the context extracts the module,
 calls the trainer and inserts the trained blocks with their coverage; FedAvg's server rule (the masked
-weighted average) and ``Context.apply`` finish the round.
+weighted average) and ``VersionKeeper.apply`` finish the round.
 """
 from __future__ import annotations
 
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Iterator, Literal
 
 import numpy as np
 import torch
@@ -57,6 +57,9 @@ from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estima
 from fedsim.learn.models import BlockModel, split_model
 from fedsim.learn.submodel import SubModel, block_of
 from fedsim.learn.train import SGDConfig, TrainStats, local_sgd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
 
 __all__ = ["EmbracingFL", "CLIENT_TYPES", "MultiStepForward", "MultiStepResult", "multi_step_forward_train",
            "block_keys", "type_memory", "TypeCost"]
@@ -238,7 +241,7 @@ class EmbracingFL(FedAvg):
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
-        model: BlockModel = ctx.worker
+        model: BlockModel = ctx.training.worker
         n = model.num_blocks()
         self.frozen: dict[str, int] = {"strong": 0}
         for t in ("weak", "moderate"):   # a type missing from ``splits`` freezes as much as the weak one
@@ -248,8 +251,8 @@ class EmbracingFL(FedAvg):
                                   f"freezes {k} of the model's {n} blocks, leaving a {t} client nothing to train "
                                   f"(allowed: 1..{n - 1})")
             self.frozen[t] = k
-        sgd = ctx.sgd
-        self.costs = {t: type_memory(model, k, ctx.input_shape, sgd.batch_size, momentum=sgd.momentum > 0)
+        sgd = ctx.training.sgd
+        self.costs = {t: type_memory(model, k, ctx.training.input_shape, sgd.batch_size, momentum=sgd.momentum > 0)
                       for t, k in self.frozen.items()}
         self.client_types = self._assign_types()
         counts = {t: self.client_types.count(t) for t in CLIENT_TYPES}
@@ -298,8 +301,8 @@ class EmbracingFL(FedAvg):
                        round=round_)
         if ctype == "strong":
             return Assignment(round=round_, info={"client_type": ctype})
-        n = ctx.worker.num_blocks()
-        sub = SubModel.of(ctx.worker, states=("frozen",) * k + ("train",) * (n - k))
+        n = ctx.training.worker.num_blocks()
+        sub = SubModel.of(ctx.training.worker, states=("frozen",) * k + ("train",) * (n - k))
         return Assignment(submodel=sub, trainer=MultiStepForward(k), round=round_, info={"client_type": ctype})
 
 
@@ -310,8 +313,8 @@ class MultiStepForward:
 
     frozen: int
 
-    def __call__(self, module: BlockModel, ctx: Any, client: int, indices: np.ndarray,
+    def __call__(self, module: BlockModel, training: "TrainingExecutor", client: int, indices: np.ndarray,
                  generator: torch.Generator) -> TrainOutcome:
-        res = multi_step_forward_train(module, self.frozen, ctx.data.train.x, ctx.data.train.y, indices, ctx.sgd,
-                                       generator, task=ctx.data.train.task)
+        res = multi_step_forward_train(module, self.frozen, training.data.train.x, training.data.train.y, indices, training.sgd,
+                                       generator, task=training.data.train.task)
         return TrainOutcome(stats=res.stats, flops=res.flops)

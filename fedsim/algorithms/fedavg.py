@@ -71,7 +71,7 @@ class FedAvg(SyncRounds):
         ctx = self.ctx
         if not ctx.scenario.devices.check_memory:
             return np.ones(ctx.num_clients, dtype=bool)
-        need = ctx.submodel_costs(full_submodel(ctx.worker)).memory.total
+        need = ctx.training.submodel_costs(full_submodel(ctx.training.worker)).memory.total
         have = np.array([ctx.world.device(c).memory_bytes for c in range(ctx.num_clients)], dtype=np.float64)
         fits = have >= need
         if not fits.any():

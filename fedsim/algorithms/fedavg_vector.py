@@ -107,13 +107,13 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
         uniq, inv = np.unique(sizes, return_inverse=True)
         for k in uniq.tolist():
             if k not in cost_of:
-                steps = num_steps(k, ctx.sgd)
-                cost_of[k] = (steps, samples_processed(k, steps, ctx.sgd.batch_size))
+                steps = num_steps(k, ctx.training.sgd)
+                cost_of[k] = (steps, samples_processed(k, steps, ctx.training.sgd.batch_size))
         table = np.array([cost_of[k] for k in uniq.tolist()], dtype=np.int64).reshape(-1, 2)
         return table[inv, 0], table[inv, 1]
 
     latency = float(ctx.scenario.network.latency_s)
-    nbytes = int(ctx.model_bytes)
+    nbytes = int(ctx.training.model_bytes)
     bits = 8.0 * nbytes
     rnd = 0
     while not ctx.done.triggered:
@@ -131,7 +131,7 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
         version = ctx.version
         trace.write_columns([("dispatch", np.full(n, float(t0)), {"client": c, "version": version, "round": rnd})])
         steps, samples = costs(c)
-        flops = ctx.flop_cost.total * samples
+        flops = ctx.training.flop_cost.total * samples
         down_access, down_share = world.transfer_share("down")
         up_access, up_share = world.transfer_share("up")
         # download: the medium's airtime, then the link latency
@@ -203,9 +203,9 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
         if ctx.done.triggered:
             return
         yield from world.serve(None, ctx.aggregation_service_time(n), what="aggregate")
-        w = samples.astype(np.float64) if ctx.weight_by_samples else np.ones(n)
+        w = samples.astype(np.float64)
         total = sum(w.tolist())  # left to right, as the event engine's rule sums its updates' weights
-        ctx.apply_columns(base, c, w / total, np.full(n, version), np.full(n, float(t0)), round_=rnd,
+        ctx.versions.apply_columns(base, c, w / total, np.full(n, version), np.full(n, float(t0)), round_=rnd,
                           round_record={"start": t0, "end": env.now, "clients": clients, "dropped": []})
 
 

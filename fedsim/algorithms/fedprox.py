@@ -7,7 +7,7 @@ Fed-RAA its ρ-term together with its fragment's gradient mask.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -16,14 +16,17 @@ from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import num
 from fedsim.learn.train import Proximal, local_sgd
 
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
+
 
 def prox_trainer(mu: float, grad_mask: dict | None = None) -> Callable[..., TrainOutcome]:
     """A local trainer: local SGD with the scenario's settings, the proximal term μ/2‖w − w₀‖² (w₀ the
     downloaded weights) and an optional gradient mask (entries where it is 0 stay as downloaded)."""
 
-    def train(module: Any, ctx: Any, client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
-        tr = ctx.data.train
-        stats = local_sgd(module, tr.x, tr.y, indices, ctx.sgd, generator, task=tr.task, objective=Proximal(mu),
+    def train(module: Any, training: "TrainingExecutor", client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
+        tr = training.data.train
+        stats = local_sgd(module, tr.x, tr.y, indices, training.sgd, generator, task=tr.task, objective=Proximal(mu),
                           grad_mask=grad_mask)
         return TrainOutcome(stats=stats)
 

@@ -135,7 +135,7 @@ class FedRAA(Algorithm):
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)
         cfg = self.cfg
-        model = ctx.worker
+        model = ctx.training.worker
         groups = model.width_groups()
         default = getattr(model, "designated", None) or list(groups)
         names = list(default) if cfg.layers is None else list(cfg.layers)
@@ -155,18 +155,18 @@ class FedRAA(Algorithm):
                       for sub in self.subs]
         self.frag_params = np.array([sum(int(m.sum()) for m in mask.values()) for mask in self.masks])
         if cfg.mode == "isolated":
-            costs = [ctx.submodel_costs(sub) for sub in self.subs]
+            costs = [ctx.training.submodel_costs(sub) for sub in self.subs]
             fps = np.array([c.flops.total for c in costs])
             down = np.array([c.download_bytes for c in costs])
             up = np.array([c.upload_bytes for c in costs])
         else:
-            fps = np.full(M, ctx.flop_cost.total)
-            down = up = np.full(M, ctx.model_bytes)
+            fps = np.full(M, ctx.training.flop_cost.total)
+            down = up = np.full(M, ctx.training.model_bytes)
         self.frag_bytes = down
         world, N = ctx.world, ctx.num_clients
         self.cost = np.zeros((N, M))
         for n in range(N):
-            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.sgd), ctx.sgd.batch_size)
+            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.training.sgd), ctx.training.sgd.batch_size)
             for j in range(M):
                 self.cost[n, j] = (world.expected_compute_seconds(n, fps[j] * samples, samples=samples)
                                    + world.expected_transfer_seconds(n, int(down[j]), int(up[j])))
@@ -215,9 +215,9 @@ class FedRAA(Algorithm):
 
     def _tau(self, update: Update) -> int:
         """The staleness given to s(·), on the configured clock: versions since dispatch (the framework's
-        ``Context.staleness``) or updates of this fragment since dispatch."""
+        ``VersionKeeper.staleness``) or updates of this fragment since dispatch."""
         if self.cfg.staleness_clock == "global":
-            return self.ctx.staleness(update)
+            return self.ctx.versions.staleness(update)
         j = self.fragment_of(update)
         return int(self.q[j] - update.info["assignment"].info["q_dispatch"])
 
@@ -251,7 +251,7 @@ class FedRAA(Algorithm):
             j = self.fragment_of(u)
             a = u.info["assignment"]
             ctx.trace.emit(ctx.env.now, "fragment", client=u.client, fragment=j, q=int(self.q[j]) + 1,
-                           staleness=ctx.staleness(u), staleness_fragment=int(self.q[j] - a.info["q_dispatch"]),
+                           staleness=ctx.versions.staleness(u), staleness_fragment=int(self.q[j] - a.info["q_dispatch"]),
                            realised_c=u.info["arrived"] - u.download_time, cost=float(self.cost[u.client, j]),
                            steps=int(u.info.get("steps", 0)), weight=float(w))
         for j in {self.fragment_of(u) for u in updates}:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -29,6 +29,9 @@ from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
 from fedsim.config import require
 from fedsim.learn.state import State
 from fedsim.learn.train import local_sgd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
 
 
 class RAMFedLite(FedAvg):
@@ -53,10 +56,10 @@ class RAMFedLite(FedAvg):
         ctx = self.ctx
         if not hasattr(self, "_widths"):
             self._widths = self.widths()
-        base = full_submodel(ctx.worker)
+        base = full_submodel(ctx.training.worker)
         rng = ctx.streams.numpy("ramfed", "units", round_, client)
         keep = dict(base.keep)
-        for name, g in ctx.worker.width_groups().items():
+        for name, g in ctx.training.worker.width_groups().items():
             units = g.size // max(1, g.unit)
             k = max(1, int(math.ceil(self._widths[client] * units - 1e-9)))
             keep[name] = tuple(int(u) for u in np.sort(rng.choice(units, size=k, replace=False)))
@@ -80,14 +83,14 @@ def pruned_trainer(mask: dict[str, torch.Tensor], density: float) -> Callable[..
     """Local SGD on the pruned model: the downloaded weights are pruned with ``mask`` and the pruned
     entries stay zero; FLOPs charged at ``density`` × the measured dense count."""
 
-    def train(module: Any, ctx: Any, client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
-        tr = ctx.data.train
+    def train(module: Any, training: "TrainingExecutor", client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
+        tr = training.data.train
         with torch.no_grad():
             for name, p in module.named_parameters():
                 if name in mask:
                     p.mul_(mask[name])
-        stats = local_sgd(module, tr.x, tr.y, indices, ctx.sgd, generator, task=tr.task, grad_mask=mask)
-        return TrainOutcome(stats=stats, flops=density * ctx.flop_cost.total * stats.samples)
+        stats = local_sgd(module, tr.x, tr.y, indices, training.sgd, generator, task=tr.task, grad_mask=mask)
+        return TrainOutcome(stats=stats, flops=density * training.flop_cost.total * stats.samples)
 
     return train
 

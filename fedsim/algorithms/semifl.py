@@ -26,7 +26,7 @@ __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
 import simpy
@@ -42,6 +42,9 @@ from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.semi import check_semi_settings
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
 from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
 
 
 class SemiFL(SyncRounds):
@@ -88,7 +91,7 @@ class SemiFL(SyncRounds):
         self.labeled_idx, self.visible_y = semi_data(ctx, config.labeled, config.client_labeled_fraction)
         require(config.k_s == 0 or len(self.labeled_idx) > 0, "algorithm.labeled",
                 f"the server's labeled phase (k_s = {config.k_s}) needs labeled >= 1")
-        self.server_batch = int(config.server_batch or ctx.sgd.batch_size)
+        self.server_batch = int(config.server_batch or ctx.training.sgd.batch_size)
         self.teacher: State | None = None
         self.ema_steps = 0
         #: the model the clients download and the labeled phase trains (FedSwitch evaluates its teacher)
@@ -100,9 +103,9 @@ class SemiFL(SyncRounds):
         ctx, cfg = self.ctx, self.cfg
         if cfg.k_s == 0:
             return state
-        model = ctx.worker
+        model = ctx.training.worker
         model.load_state_dict(state)
-        sgd = ctx.sgd
+        sgd = ctx.training.sgd
         opt = PlainSGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         gen = ctx.streams.torch("semi-data", "labeled-batches", rnd)
         for pos in batch_schedule(len(self.labeled_idx), cfg.k_s, self.server_batch, gen):
@@ -121,13 +124,13 @@ class SemiFL(SyncRounds):
         return clone_state(model.state_dict())
 
     # ---------------------------------------------------------------------------------- clients
-    def _views(self, ctx: Any, indices: np.ndarray, steps: int,
+    def _views(self, training: "TrainingExecutor", indices: np.ndarray, steps: int,
                gen: torch.Generator) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         """The client's batches of ``steps`` local steps: indices, inputs, weak and strong views."""
         cfg = self.cfg
-        for pos in batch_schedule(len(indices), steps, ctx.sgd.batch_size, gen):
-            idx = torch.as_tensor(indices[pos.numpy()], device=self.ctx.device)
-            x = ctx.data.train.x[idx]
+        for pos in batch_schedule(len(indices), steps, training.sgd.batch_size, gen):
+            idx = torch.as_tensor(indices[pos.numpy()], device=training.device)
+            x = training.data.train.x[idx]
             weak = weak_view(x, cfg.weak, gen)
             yield idx, x, weak, strong_view(x, cfg.strong, gen, weak=cfg.weak, n=cfg.rand_n, m=cfg.rand_m)
 
@@ -137,16 +140,16 @@ class SemiFL(SyncRounds):
         has = vis >= 0
         return torch.where(has, vis, pl), (conf >= self.cfg.tau) | has
 
-    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+    def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
         """FixMatch CE on strong views + Mixup among confident samples, labels from the downloaded model."""
-        cfg, sgd = self.cfg, ctx.sgd
+        cfg, sgd = self.cfg, training.sgd
         teacher = copy.deepcopy(module).eval()
         opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         lam_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         losses, samples = [], 0
-        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
+        for idx, x, weak, strong in self._views(training, indices, steps, gen):
             with torch.no_grad():
                 pl, mask = self._pseudo(teacher(weak), idx)
             loss = (F.cross_entropy(module(strong), pl, reduction="none") * mask.to(x.dtype)).mean()
@@ -164,7 +167,7 @@ class SemiFL(SyncRounds):
             opt.step()
             losses.append(float(loss.detach()))
             samples += len(idx)
-        fc = ctx.flop_cost  # teacher forward + strong fwd/bwd + mixup fwd/bwd
+        fc = training.flop_cost  # teacher forward + strong fwd/bwd + mixup fwd/bwd
         flops = samples * (fc.forward + 2.0 * fc.total)
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 
@@ -175,7 +178,7 @@ class SemiFL(SyncRounds):
         self.student = self.supervised_phase(self.student, round_)
         if cfg.k_s:
             yield from ctx.world.serve(None, ctx.world.server_compute_time(
-                ctx.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
+                ctx.training.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
 
     def select(self, k: int, round_: int) -> list[int]:
         """``k`` clients drawn from SemiSFL's selection stream, so both methods train the same clients."""
@@ -219,23 +222,23 @@ class FedSwitch(SemiFL):
         """The student's task, with the global teacher downloaded before it and the client's teacher
         uploaded after it."""
         world = self.ctx.world
-        yield from world.download(client, self.ctx.model_bytes, version=version)  # the global teacher
+        yield from world.download(client, self.ctx.training.model_bytes, version=version)  # the global teacher
         upd = yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment)
-        yield from world.upload(client, self.ctx.model_bytes, what="teacher")
+        yield from world.upload(client, self.ctx.training.model_bytes, what="teacher")
         upd.info["teacher"] = self.client_teachers.pop(client)
         return upd
 
-    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+    def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
         """Masked CE on strong views; labels from the more confident of teacher and student; client EMA."""
-        cfg, sgd = self.cfg, ctx.sgd
+        cfg, sgd = self.cfg, training.sgd
         teacher = copy.deepcopy(module)
         teacher.load_state_dict(self.teacher)
         teacher.eval()
         opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples, switched = [], 0, 0
-        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
+        for idx, x, weak, strong in self._views(training, indices, steps, gen):
             with torch.no_grad():
                 lt, ls = teacher(weak), module(weak)
                 use_student = bool(torch.softmax(ls, 1).max(1).values.mean() > torch.softmax(lt, 1).max(1).values.mean())
@@ -252,7 +255,7 @@ class FedSwitch(SemiFL):
             losses.append(float(loss.detach()))
             samples += len(idx)
         self.client_teachers[client] = clone_state(teacher.state_dict())
-        fc = ctx.flop_cost  # teacher and student forward on the weak view + strong fwd/bwd
+        fc = training.flop_cost  # teacher and student forward on the weak view + strong fwd/bwd
         flops = samples * (2.0 * fc.forward + fc.total)
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 
@@ -317,14 +320,14 @@ class FedMatch(SemiFL):
         """The ψ task, with the ``helpers`` closest clients' models downloaded before it."""
         helpers = self._helpers_of(client)
         if helpers:
-            yield from self.ctx.world.download(client, len(helpers) * self.ctx.model_bytes, version=version)
+            yield from self.ctx.world.download(client, len(helpers) * self.ctx.training.model_bytes, version=version)
         self._helpers[client] = helpers
         return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment))
 
-    def local_trainer(self, module: torch.nn.Module, ctx: Any, client: int, indices: np.ndarray,
+    def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:
         """ψ-only training: masked CE on strong views with agreement pseudo-labels + helper KL + L1(ψ)."""
-        cfg, sgd = self.cfg, ctx.sgd
+        cfg, sgd = self.cfg, training.sgd
         w0 = clone_state(module.state_dict())
         sigma = self._sigma(w0)
         psi = {k: (w0[k] - sigma[k]).clone().requires_grad_(True) for k in w0 if w0[k].is_floating_point()}
@@ -340,7 +343,7 @@ class FedMatch(SemiFL):
             params = {k: sigma[k] + psi[k] if k in psi else sigma[k] for k in sigma}
             return functional_call(module, params, (x,))
 
-        for idx, x, weak, strong in self._views(ctx, indices, steps, gen):
+        for idx, x, weak, strong in self._views(training, indices, steps, gen):
             with torch.no_grad():
                 own = torch.softmax(forward(weak), 1)
                 helper_probs = [torch.softmax(h(weak), 1) for h in helper_models]
@@ -365,7 +368,7 @@ class FedMatch(SemiFL):
         new_psi = {k: v.detach().clone() for k, v in psi.items()}
         self.client_psi[client] = new_psi
         module.load_state_dict({k: (sigma[k] + new_psi[k]) if k in new_psi else sigma[k] for k in sigma})
-        fc = ctx.flop_cost  # own weak forward, strong fwd/bwd, weak fwd/bwd (consistency), helpers' forwards
+        fc = training.flop_cost  # own weak forward, strong fwd/bwd, weak fwd/bwd (consistency), helpers' forwards
         flops = samples * ((2 + len(helper_models)) * fc.forward + 2.0 * fc.total)
         return TrainOutcome(TrainStats(steps, samples, float(np.mean(losses)), losses[-1]), flops=flops)
 

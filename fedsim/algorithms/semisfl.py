@@ -188,7 +188,7 @@ class SemiSFL(SplitRounds):
         ctx, cfg = self.ctx, self.cfg
         require(self.training, "train.systems_only",
                 f"{self.name} trains pseudo-labels from the model itself; systems-only runs are not supported")
-        self.k_u = int(cfg.local_iterations if cfg.local_iterations is not None else (ctx.sgd.local_steps or 0))
+        self.k_u = int(cfg.local_iterations if cfg.local_iterations is not None else (ctx.training.sgd.local_steps or 0))
         self.steps = self.k_u
         require(self.k_u >= 1 or cfg.clients_per_round == 0, "algorithm.local_iterations",
                 f"{self.name} needs K_u >= 1 split iterations per round: set it or train.local_steps")
@@ -225,16 +225,16 @@ class SemiSFL(SplitRounds):
         self.split_flops = c.server_forward * 2 + c.server_backward + 8.0 * n_head
         self.ctl = KsController(k_s=int(cfg.k_s), mode=cfg.adapt, alpha=cfg.alpha, beta=cfg.beta,
                                 n_labeled=int(len(self.labeled_idx)), n_total=n, window=cfg.window, periods=cfg.periods)
-        self.server_batch = int(cfg.server_batch or ctx.sgd.batch_size)
+        self.server_batch = int(cfg.server_batch or ctx.training.sgd.batch_size)
         self._probe_prev: tuple[torch.Tensor, torch.Tensor] | None = None
         self._probe_sets()
 
     # ================================================================================== model pieces
     def _bottom(self, p: State, x: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.ctx.worker, p, (x, 0, self.cfg.cut), strict=False)
+        return functional_call(self.ctx.training.worker, p, (x, 0, self.cfg.cut), strict=False)
 
     def _top(self, p: State, e: torch.Tensor) -> torch.Tensor:
-        return functional_call(self.ctx.worker, p, (e, self.cfg.cut, None), strict=False)
+        return functional_call(self.ctx.training.worker, p, (e, self.cfg.cut, None), strict=False)
 
     def _proj(self, p: State, e: torch.Tensor) -> torch.Tensor:
         return functional_call(self.head, p, (e,))
@@ -246,7 +246,7 @@ class SemiSFL(SplitRounds):
 
     def lr_at(self, rnd: int) -> float:
         """Learning rate of round ``rnd`` (1-based): constant, or cosine to ``min_lr`` over stop.max_versions."""
-        lr, cfg = self.ctx.sgd.lr, self.cfg
+        lr, cfg = self.ctx.training.sgd.lr, self.cfg
         total = self.ctx.scenario.stop.max_versions
         if cfg.lr_schedule == "constant" or not total:
             return float(lr)
@@ -254,7 +254,7 @@ class SemiSFL(SplitRounds):
         return float(cfg.min_lr + 0.5 * (lr - cfg.min_lr) * (1.0 + math.cos(math.pi * prog)))
 
     def _optimizer(self, params: State, lr: float) -> SideOptimizer:
-        sgd = self.ctx.sgd
+        sgd = self.ctx.training.sgd
         return SideOptimizer(params, lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
 
     # ================================================================================== server phase
@@ -447,7 +447,7 @@ class SemiSFL(SplitRounds):
             drift = now["drift"]
             stats["drift"] = [[int(k), float(drift[k])] for k in range(1, K + 1)]
             stats["G_max_sq"] = now["g_max_sq"]
-            stats["eta_eff"] = now["lr"] / (1.0 - self.ctx.sgd.momentum) if self.ctx.sgd.momentum < 1 else float("inf")
+            stats["eta_eff"] = now["lr"] / (1.0 - self.ctx.training.sgd.momentum) if self.ctx.training.sgd.momentum < 1 else float("inf")
         now["f_u"], now["stats"] = tot["loss"] / K, stats
 
     def end_round(self, rnd: int, clients: list[int]) -> None:
@@ -468,7 +468,7 @@ class SemiSFL(SplitRounds):
         a = self._bottom(opt.params, x)
         gs = _grads_or_zero(torch.autograd.grad(a, opt.trainable, grad_outputs=grad_a, allow_unused=True),
                             opt.trainable)
-        sgd = self.ctx.sgd
+        sgd = self.ctx.training.sgd
         norm = math.sqrt(sum(float((g ** 2).sum()) for g in gs))
         scale = min(1.0, sgd.clip_norm / (norm + 1e-6)) if sgd.clip_norm is not None else 1.0
         return sum(float(((g * scale + sgd.weight_decay * p.detach()) ** 2).sum()) for g, p in zip(gs, opt.trainable))

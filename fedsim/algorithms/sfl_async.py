@@ -107,7 +107,7 @@ class AsyncSFL(SplitSlots):
     # ---------------------------------------------------------------------------------- set-up
     def begin(self) -> None:
         ctx, cfg = self.ctx, self.cfg
-        self.target = cfg.per_label_target if cfg.per_label_target is not None else ctx.sgd.batch_size
+        self.target = cfg.per_label_target if cfg.per_label_target is not None else ctx.training.sgd.batch_size
         self.gaussians: LabelGaussians | None = None
         if self.training and (cfg.generate or cfg.measure_every):
             params = {} if cfg.gaussian_weight in ("linear", "constant") else {"a": cfg.gaussian_weight_a,

@@ -2,7 +2,7 @@
 and the two loop shapes the family runs on (:class:`SplitRounds`, :class:`SplitSlots`).
 
 The global model is kept as two halves: ``wc`` (the aggregated client part) and the server part, which
-the server trains step by step.  A model *version* (``Context.commit``) is one client-side aggregation
+the server trains step by step.  A model *version* (``VersionKeeper.commit``) is one client-side aggregation
 ("global iteration"); the evaluated model is ``wc`` composed with the server part as it is then.
 
 Client state is data: a participating client holds its own copy of ``wc`` (and its momentum buffer) only
@@ -86,7 +86,7 @@ class SplitAlgorithm(Algorithm):
         require(task == "classification", "data.name",
                 f"split learning here trains classifiers (label priors, cross-entropy); dataset "
                 f"'{ctx.data.train.name}' is a {task} task (use fedavg, fedasync, fedbuff or ca2fl)")
-        model = ctx.worker
+        model = ctx.training.worker
         if cfg.cost_input_shape is not None:
             require(not self.training, "algorithm.cost_input_shape",
                     "only allowed with train.systems_only: true (a trained model's costs come from that model)")
@@ -102,10 +102,10 @@ class SplitAlgorithm(Algorithm):
         else:
             check_cut(model, cfg.cut)
             self.computer = SplitComputer(model, cfg.cut)
-            self.costs = split_costs(model, ctx.input_shape, cfg.cut)
+            self.costs = split_costs(model, ctx.training.input_shape, cfg.cut)
         self.timing = SplitTiming(ctx, cfg.timing, self.costs)
         self.order = list(ctx.global_state)
-        sgd = ctx.sgd
+        sgd = ctx.training.sgd
         if self.computer is not None:
             wc, ws = split_state(ctx.global_state, cfg.cut)
             self.wc = {k: v.clone() for k, v in wc.items()}
@@ -123,7 +123,7 @@ class SplitAlgorithm(Algorithm):
         """E: ``local_iterations`` if set, else the scenario's local steps (or epochs) for this client."""
         if self.cfg.local_iterations is not None:
             return int(self.cfg.local_iterations)
-        return num_steps(int(self.sizes[client]), self.ctx.sgd)
+        return num_steps(int(self.sizes[client]), self.ctx.training.sgd)
 
     def schedule(self, client: int, task: int, steps: int, batch: int) -> list[np.ndarray]:
         """Dataset indices of each minibatch of one participation (the client's stream for this task)."""
@@ -144,7 +144,7 @@ class SplitAlgorithm(Algorithm):
         Choice: GAS's code shares one optimizer object (and its momentum) across all clients; a real
         deployment cannot, since each client trains on its own device.
         """
-        sgd = self.ctx.sgd
+        sgd = self.ctx.training.sgd
         return SideOptimizer(state, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
 
     def log_prior(self, client: int) -> torch.Tensor:
@@ -174,11 +174,11 @@ class SplitAlgorithm(Algorithm):
     def install(self, applied: list[Contribution], *, round_: int | None = None,
                 round_record: dict[str, Any] | None = None) -> None:
         """Install the aggregated client part with the server part as it is now: the shapes' one call of
-        ``Context.apply``, which writes the ``apply`` records (staleness from ``Context.staleness``), the
+        ``VersionKeeper.apply``, which writes the ``apply`` records (staleness from ``VersionKeeper.staleness``), the
         round's record and the ``aggregate`` record."""
         ctx = self.ctx
         state = self.full_state() if self.training else ctx.global_state
-        ctx.apply(state, applied, self.client_shares([a.client for a in applied]), round_=round_,
+        ctx.versions.apply(state, applied, self.client_shares([a.client for a in applied]), round_=round_,
                   round_record=round_record)
 
     def server_grad_vector(self, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -262,7 +262,7 @@ class SplitRounds(SplitAlgorithm):
 
     def batch_sizes(self, clients: list[int]) -> list[int]:
         """Each client's minibatch size this round (the scenario's batch size by default)."""
-        return [self.ctx.sgd.batch_size] * len(clients)
+        return [self.ctx.training.sgd.batch_size] * len(clients)
 
     def begin(self) -> None:
         """Before the first round: the algorithm's own measurements or state (nothing by default)."""
@@ -322,7 +322,7 @@ class SplitRounds(SplitAlgorithm):
         if not clients and not worked:
             yield env.timeout(self.idle_s)  # nothing to do this round: let virtual time pass
         if not clients and not self.version_per_round:
-            ctx.record_round(rnd, start=start, clients=[], dropped=[])
+            ctx.versions.record_round(rnd, start=start, clients=[], dropped=[])
             return
         applied = [Contribution(client=s.client, base_version=s.base_version, download_time=s.download_time)
                    for s in sessions]
@@ -342,7 +342,7 @@ class SplitRounds(SplitAlgorithm):
                              self.client_optimizer(self.wc) if self.training else None)
             self.open_session(s, rnd)
             sessions.append(s)
-            ctx.record_dispatch(c, base_version, rnd)
+            ctx.versions.record_dispatch(c, base_version, rnd)
         for e in range(self.steps + 1):
             yield env.all_of([env.process(self._iteration(s, e)) for s in sessions])
             if e == self.steps:
@@ -468,9 +468,9 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
         task = self.tasks.next(c)
         base_version, t0 = ctx.version, env.now
         wc = self.wc  # the client model as dispatched
-        ctx.record_dispatch(c, base_version, None)
+        ctx.versions.record_dispatch(c, base_version, None)
         yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
-        batches = self.schedule(c, task, self.local_iterations(c), ctx.sgd.batch_size)
+        batches = self.schedule(c, task, self.local_iterations(c), ctx.training.sgd.batch_size)
         s = SplitSession(c, task, base_version, t0, batches, self.client_optimizer(wc) if self.training else None)
         self.open_session(s)
         instant = timing.instant_downloads

@@ -56,14 +56,14 @@ class MiniBatchSFL(SplitRounds):
 
     def setup(self) -> None:
         super().setup()
-        steps = self.cfg.local_iterations if self.cfg.local_iterations is not None else self.ctx.sgd.local_steps
+        steps = self.cfg.local_iterations if self.cfg.local_iterations is not None else self.ctx.training.sgd.local_steps
         if steps is None:
             raise ConfigError("algorithm.local_iterations",
                               f"{self.name} needs a common number of local iterations: set it or train.local_steps")
         self.steps = int(steps)
 
     def batch_sizes(self, clients: list[int]) -> list[int]:
-        B = self.ctx.sgd.batch_size
+        B = self.ctx.training.sgd.batch_size
         if self.cfg.batch_rule == "data_share":
             return minibatch_sfl_batch_sizes([int(self.sizes[c]) for c in clients], B, len(clients))
         return [B] * len(clients)

@@ -47,6 +47,7 @@ from fedsim.learn.submodel import extract, insert, width_submodel
 from fedsim.learn.train import LocalObjective, TrainStats, batch_schedule, loss_for, num_steps, sgd_step
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.training import TrainingExecutor
     from fedsim.learn.models import BlockModel
     from fedsim.learn.submodel import SubModel
     from fedsim.runtime import Context
@@ -113,7 +114,7 @@ class WidthFedAvg(FedAvg):
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
-        if not ctx.worker.width_groups():
+        if not ctx.training.worker.width_groups():
             raise ConfigError("model.name", f"{self.name} trains narrower sub-models, but model "
                               f"{ctx.scenario.model.name!r} declares no width groups (built-ins with them: mlp, cnn, "
                               "alexnet_cifar, resnet20, vit, femnist_cnn; a model factory can return a BlockModel "
@@ -122,7 +123,7 @@ class WidthFedAvg(FedAvg):
         classes = [world.device_class(c) for c in range(ctx.num_clients)]
         cfg = self.cfg
         allowed = sorted({float(w) for w in cfg.allowed_widths}, reverse=True)
-        subs = [width_submodel(ctx.worker, w, scheme="prefix") for w in allowed]
+        subs = [width_submodel(ctx.training.worker, w, scheme="prefix") for w in allowed]
         self.class_width: dict[str, float] = {}
         widths = np.zeros(ctx.num_clients, dtype=np.float64)
         fitted: dict[tuple[str, float], float] = {}  # (class, memory): groups of one class may differ in memory_mb
@@ -131,9 +132,9 @@ class WidthFedAvg(FedAvg):
             if key not in fitted:
                 if isinstance(cfg.widths, Mapping):
                     fitted[key] = float(cfg.widths[cls_name])
-                    ctx.check_submodel_memory(c, width_submodel(ctx.worker, fitted[key], scheme="prefix"))
+                    ctx.training.check_submodel_memory(c, width_submodel(ctx.training.worker, fitted[key], scheme="prefix"))
                 else:
-                    fitted[key] = allowed[subs.index(ctx.fit_submodel(c, subs))]
+                    fitted[key] = allowed[subs.index(ctx.training.fit_submodel(c, subs))]
             widths[c] = fitted[key]
             self.class_width.setdefault(cls_name, fitted[key])
         #: width of every client (from its device class and its group's memory)
@@ -141,7 +142,7 @@ class WidthFedAvg(FedAvg):
 
     def memory_at(self, width: float) -> int:
         """Training memory of the prefix sub-model at ``width`` (bytes), as the run measures it."""
-        return int(self.ctx.submodel_costs(width_submodel(self.ctx.worker, width, scheme="prefix")).memory.total)
+        return int(self.ctx.training.submodel_costs(width_submodel(self.ctx.training.worker, width, scheme="prefix")).memory.total)
 
     # --------------------------------------------------------------------------------- assignment
     def assign(self, client: int, round_: int | None = None) -> Assignment:
@@ -157,7 +158,7 @@ class HeteroFL(WidthFedAvg):
     name = "heterofl"
 
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":
-        return width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="prefix")
+        return width_submodel(self.ctx.training.worker, float(self.client_width[client]), scheme="prefix")
 
 
 class FedRolex(WidthFedAvg):
@@ -171,7 +172,7 @@ class FedRolex(WidthFedAvg):
         return max(0, int(round_ or 1) - 1)
 
     def submodel_for(self, client: int, round_: int | None) -> "SubModel":
-        return width_submodel(self.ctx.worker, float(self.client_width[client]), scheme="rolling",
+        return width_submodel(self.ctx.training.worker, float(self.client_width[client]), scheme="rolling",
                               offset=self.offset(round_))
 
 
@@ -187,7 +188,7 @@ class FjORD(WidthFedAvg):
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:
         top = float(self.client_width[client])
-        sub = width_submodel(self.ctx.worker, top, scheme="prefix")
+        sub = width_submodel(self.ctx.training.worker, top, scheme="prefix")
         trainer = OrderedDropoutTrainer(self.client_widths(client), sub)
         return Assignment(submodel=sub, trainer=trainer, round=round_, info={"widths": trainer.widths})
 
@@ -196,7 +197,7 @@ class OrderedDropoutTrainer:
     """FjORD's local training: per SGD step, draw a width uniformly from ``widths`` and train the nested
     prefix sub-model of that width on the step's batch.
 
-    Called as ``trainer(module, ctx, client, indices, generator)`` with ``module`` the client's extracted
+    Called as ``trainer(module, training, client, indices, generator)`` with ``module`` the client's extracted
     w_max sub-model.  Batches follow :func:`fedsim.learn.train.batch_schedule` on ``generator`` (as plain
     local SGD does); the widths are drawn from the same generator before the batches, so both are fixed
     by the client's task stream.  Each step is :func:`fedsim.learn.train.sgd_step` (the scenario's lr,
@@ -224,18 +225,18 @@ class OrderedDropoutTrainer:
         idx = torch.randint(len(self.widths), (steps,), generator=generator)
         return [self.widths[int(i)] for i in idx]
 
-    def __call__(self, module: "BlockModel", ctx: "Context", client: int, indices: np.ndarray,
+    def __call__(self, module: "BlockModel", training: "TrainingExecutor", client: int, indices: np.ndarray,
                  generator: torch.Generator) -> TrainOutcome:
-        sgd = ctx.sgd
+        sgd = training.sgd
         sgd.validate()
-        loss_fn = loss_for(ctx.data.train.task)
-        x, y = ctx.data.train.x, ctx.data.train.y
+        loss_fn = loss_for(training.data.train.task)
+        x, y = training.data.train.x, training.data.train.y
         idx = torch.as_tensor(np.asarray(indices), dtype=torch.int64, device=x.device)
         steps = num_steps(len(idx), sgd)
         widths = self.draw(steps, generator)
         schedule = batch_schedule(len(idx), steps, sgd.batch_size, generator)
         self.drawn = list(widths)
-        full_model = ctx.worker
+        full_model = training.worker
         # the client's weights in full-model coordinates (entries outside its w_max prefix are never read)
         state, _ = insert(full_model.state_dict(), self.top, module.state_dict())
         state = {k: v.clone() for k, v in state.items()}
@@ -253,7 +254,7 @@ class OrderedDropoutTrainer:
             net = nested.get(w)
             if net is None:
                 sub = width_submodel(full_model, w, scheme="prefix")
-                net = nested[w] = _Nested(full_model, state, sub, ctx.submodel_costs(sub).flops.total)
+                net = nested[w] = _Nested(full_model, state, sub, training.submodel_costs(sub).flops.total)
             small = net.module
             net.load(state)
             small.train()

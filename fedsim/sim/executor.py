@@ -15,6 +15,7 @@ run on Ray writes a trace byte-identical to the in-process one (``tests/test_per
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any, Callable, Generic, Hashable, Protocol, TypeVar
 
 from fedsim.errors import ConfigError
@@ -96,6 +97,29 @@ def _in_worker(fn: Callable[..., T], threads: int, *args: Any, **kwargs: Any) ->
     return fn(*args, **kwargs)
 
 
+#: seconds a Ray address may take to accept a connection before it counts as unreachable
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str, field: str, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse, in one line and within ``timeout`` seconds, a Ray address ``host:port`` or ``ray://host:port``
+    that accepts no connection: Ray itself retries an unreachable head for minutes.  ``auto`` (find the
+    local cluster) is left to Ray, which answers at once."""
+    if address == "auto":
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(field, f"{address!r} is not a Ray address (allowed: 'auto', HOST:PORT or ray://HOST:PORT)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = (f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError)
+                  else (exc.strerror or type(exc).__name__).lower())
+        raise ConfigError(field, f"cannot reach Ray at {address!r} ({reason}); start the cluster there or give "
+                                 f"its head's address") from None
+
+
 class RayExecutor:
     """Training tasks in Ray workers; the SimPy clock and everything else stay in the driver.
 
@@ -108,7 +132,8 @@ class RayExecutor:
 
     remote = True
 
-    def __init__(self, workers: int | None = None, address: str | None = None, *, threads: int = 1) -> None:
+    def __init__(self, workers: int | None = None, address: str | None = None, *, threads: int = 1,
+                 field: str = "train.ray_address") -> None:
         try:
             import ray
         except ImportError as exc:  # pragma: no cover - depends on the installation
@@ -120,6 +145,8 @@ class RayExecutor:
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
             if address is None:
                 kwargs.update(num_cpus=workers or os.cpu_count() or 1, runtime_env=env)
+            else:
+                check_ray_address(address, field)
             ray.init(address=address, **kwargs)
             self._started = True
         self.threads = int(threads)
