@@ -157,7 +157,7 @@ def test_ordered_dropout_with_one_width_is_plain_local_sgd_bit_for_bit(tiny, mon
     trainer = OrderedDropoutTrainer([width], top, objective=Proximal(mu) if mu else None)
     module = extract(model, state, top)
     idx = ctx.parts[0]
-    trainer(module, ctx, 0, idx, torch.Generator().manual_seed(11))
+    trainer(module, ctx.training, 0, idx, torch.Generator().manual_seed(11))
     assert calls[0] == ctx.training.sgd.local_steps
     ref = extract(model, state, small)
     g = torch.Generator().manual_seed(11)
@@ -170,3 +170,14 @@ def test_ordered_dropout_with_one_width_is_plain_local_sgd_bit_for_bit(tiny, mon
         assert torch.equal(got[k][inside], want[k][inside]), k
         ring = (mask_top.get(k, torch.ones_like(state[k])) == 1) & ~inside
         assert torch.equal(got[k][ring], state[k][ring]), k
+
+
+def test_an_assignment_refuses_a_trainer_with_an_objective():
+    """A trainer replaces the whole local step, so an objective beside it would be silently ignored (yet
+    costed on the links): refused where the assignment is made."""
+    from fedsim.algorithms import Assignment
+
+    trainer = OrderedDropoutTrainer.__call__  # any callable stands for a trainer here
+    with pytest.raises(ValueError, match="a trainer or an objective, not both"):
+        Assignment(trainer=trainer, objective=Proximal(0.1))
+    assert Assignment(objective=Proximal(0.1)).trainer is None and Assignment(trainer=trainer).objective is None

@@ -97,6 +97,11 @@ class Assignment:
     #: under a gradient mask: Fed-RAA's frozen fragments); None: what training reports
     coverage: Mask | None = None
 
+    def __post_init__(self) -> None:
+        if self.trainer is not None and self.objective is not None:  # else the objective would be ignored
+            raise ValueError("an Assignment takes a trainer or an objective, not both: a trainer replaces the whole "
+                             "local step, so give the objective to the trainer itself")
+
 
 @dataclass
 class Update:
