@@ -255,7 +255,8 @@ def run_variant(
             if "until" not in str(exc) and "No scheduled events" not in str(exc):
                 raise
             ctx.versions.stop_reason = "no more events (no client can participate)"
-        if not ctx.versions.metrics or ctx.versions.metrics[-1]["version"] != ctx.version or ctx.versions.metrics[-1]["t"] != env.now:
+        last = ctx.versions.metrics[-1] if ctx.versions.metrics else None
+        if last is None or last["version"] != ctx.version or last["t"] != env.now:
             ctx.versions.evaluate()
         ctx.versions.snapshot(final=True)
         message = ctx.versions.stop_reason

@@ -507,8 +507,8 @@ class SyncRounds(Algorithm):
                 yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
                 new, weights = self.server_rule(updates, base)
                 self.before_apply(updates, weights, rnd)
-                ctx.versions.apply(new, updates, weights, round_=rnd, base=base,
-                          round_record={"start": start, "end": env.now, "clients": clients, "dropped": dropped})
+                record = {"start": start, "end": env.now, "clients": clients, "dropped": dropped}
+                ctx.versions.apply(new, updates, weights, round_=rnd, base=base, round_record=record)
             else:
                 ctx.versions.record_round(rnd, start=start, clients=clients, dropped=dropped)
 
@@ -745,8 +745,8 @@ class SemiAsyncRounds(Algorithm):
             for u in batch:
                 self._forget(u.base_version)
             self.history[ctx.version + 1] = new
-            ctx.versions.apply(new, batch, weights, round_=rnd,
-                      round_record={"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []})
+            record = {"start": start, "end": env.now, "clients": [u.client for u in batch], "dropped": []}
+            ctx.versions.apply(new, batch, weights, round_=rnd, round_record=record)
             self._forget(None)
             for u in batch:
                 self._send(u.client)

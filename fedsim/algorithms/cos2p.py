@@ -280,8 +280,8 @@ class Cos2P(SemiAsyncRounds):
                                 if 1 <= j <= L and states[j] == "train":
                                     for g in names:
                                         keep.update(final_keep({g: torch.zeros(groups[g].size, device=ctx.device)}, rw))
-                        cost = submodel_costs(model, SubModel.of(model, keep, tuple(states)), ctx.training.input_shape, batch,
-                                              momentum=ctx.training.sgd.momentum > 0)
+                        cost = submodel_costs(model, SubModel.of(model, keep, tuple(states)),
+                                              ctx.training.input_shape, batch, momentum=ctx.training.sgd.momentum > 0)
                         cache[key] = (cost.flops.total, cost.download_bytes, cost.upload_bytes)
                     flops, down, up = cache[key]
                     per_pos.append(world.expected_compute_seconds(c, flops * samples, samples=samples)
@@ -378,7 +378,8 @@ class Cos2P(SemiAsyncRounds):
                 fn = model
             else:
                 fn = (lambda x, net=net: net(x)[-1])
-            rows.append(classification_scores(fn, ctx.data.train.x[idx], ctx.data.train.y[idx], ctx.training.test.num_classes))
+            rows.append(classification_scores(fn, ctx.data.train.x[idx], ctx.data.train.y[idx],
+                                              ctx.training.test.num_classes))
             sizes.append(len(idx))
         client = {}
         if rows:
@@ -539,8 +540,8 @@ class Cos2P(SemiAsyncRounds):
                                     detach_teacher=cfg.detach_teacher)
 
             sgd = dataclasses.replace(training.sgd, batch_size=batch)
-            stats = local_sgd(net, training.data.train.x, training.data.train.y, self.local_train[client], sgd, generator,
-                              loss_fn=loss_fn)
+            tr = training.data.train
+            stats = local_sgd(net, tr.x, tr.y, self.local_train[client], sgd, generator, loss_fn=loss_fn)
             self.personal[client] = net
             return TrainOutcome(stats=stats)
 
@@ -557,7 +558,8 @@ class Cos2P(SemiAsyncRounds):
         sub = SubModel.of(model, self._keep(client, states), states)
         a = Assignment(submodel=sub, kind="weights", trainer=self.trainer(client, states, batch))
         update = yield from client_task(ctx, client, base, version, task=task, assignment=a)
-        mem = submodel_costs(model, sub, ctx.training.input_shape, batch, momentum=ctx.training.sgd.momentum > 0).memory.total
+        mem = submodel_costs(model, sub, ctx.training.input_shape, batch,
+                             momentum=ctx.training.sgd.momentum > 0).memory.total
         update.info.update(window_start=self.window_start(client, task), window=w, memory_bytes=float(mem),
                            submodel=sub.summary(model))
         return update

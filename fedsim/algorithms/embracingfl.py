@@ -315,6 +315,6 @@ class MultiStepForward:
 
     def __call__(self, module: BlockModel, training: "TrainingExecutor", client: int, indices: np.ndarray,
                  generator: torch.Generator) -> TrainOutcome:
-        res = multi_step_forward_train(module, self.frozen, training.data.train.x, training.data.train.y, indices, training.sgd,
-                                       generator, task=training.data.train.task)
+        tr = training.data.train
+        res = multi_step_forward_train(module, self.frozen, tr.x, tr.y, indices, training.sgd, generator, task=tr.task)
         return TrainOutcome(stats=res.stats, flops=res.flops)

@@ -55,6 +55,6 @@ class FedAsync(AsyncSlots):
     def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
         cfg = self.cfg
         (update,) = batch
-        new, a = fedasync_rule(update, base, self.ctx.versions.staleness(update), cfg.alpha, cfg.staleness, cfg.staleness_a,
-                               cfg.staleness_b)
+        new, a = fedasync_rule(update, base, self.ctx.versions.staleness(update), cfg.alpha, cfg.staleness,
+                               cfg.staleness_a, cfg.staleness_b)
         return new, [a]

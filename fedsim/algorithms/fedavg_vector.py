@@ -206,7 +206,7 @@ def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
         w = samples.astype(np.float64)
         total = sum(w.tolist())  # left to right, as the event engine's rule sums its updates' weights
         ctx.versions.apply_columns(base, c, w / total, np.full(n, version), np.full(n, float(t0)), round_=rnd,
-                          round_record={"start": t0, "end": env.now, "clients": clients, "dropped": []})
+                                   round_record={"start": t0, "end": env.now, "clients": clients, "dropped": []})
 
 
 def _rates(bits: float, airtime: np.ndarray) -> Any:

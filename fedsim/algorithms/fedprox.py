@@ -24,7 +24,8 @@ def prox_trainer(mu: float, grad_mask: dict | None = None) -> Callable[..., Trai
     """A local trainer: local SGD with the scenario's settings, the proximal term μ/2‖w − w₀‖² (w₀ the
     downloaded weights) and an optional gradient mask (entries where it is 0 stay as downloaded)."""
 
-    def train(module: Any, training: "TrainingExecutor", client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
+    def train(module: Any, training: "TrainingExecutor", client: int, indices: np.ndarray,
+              generator: Any) -> TrainOutcome:
         tr = training.data.train
         stats = local_sgd(module, tr.x, tr.y, indices, training.sgd, generator, task=tr.task, objective=Proximal(mu),
                           grad_mask=grad_mask)

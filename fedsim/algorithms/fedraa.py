@@ -166,7 +166,8 @@ class FedRAA(Algorithm):
         world, N = ctx.world, ctx.num_clients
         self.cost = np.zeros((N, M))
         for n in range(N):
-            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), ctx.training.sgd), ctx.training.sgd.batch_size)
+            sgd = ctx.training.sgd
+            samples = samples_processed(len(ctx.parts[n]), num_steps(len(ctx.parts[n]), sgd), sgd.batch_size)
             for j in range(M):
                 self.cost[n, j] = (world.expected_compute_seconds(n, fps[j] * samples, samples=samples)
                                    + world.expected_transfer_seconds(n, int(down[j]), int(up[j])))

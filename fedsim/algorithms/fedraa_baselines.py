@@ -83,7 +83,8 @@ def pruned_trainer(mask: dict[str, torch.Tensor], density: float) -> Callable[..
     """Local SGD on the pruned model: the downloaded weights are pruned with ``mask`` and the pruned
     entries stay zero; FLOPs charged at ``density`` × the measured dense count."""
 
-    def train(module: Any, training: "TrainingExecutor", client: int, indices: np.ndarray, generator: Any) -> TrainOutcome:
+    def train(module: Any, training: "TrainingExecutor", client: int, indices: np.ndarray,
+              generator: Any) -> TrainOutcome:
         tr = training.data.train
         with torch.no_grad():
             for name, p in module.named_parameters():

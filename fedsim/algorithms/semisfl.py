@@ -447,7 +447,8 @@ class SemiSFL(SplitRounds):
             drift = now["drift"]
             stats["drift"] = [[int(k), float(drift[k])] for k in range(1, K + 1)]
             stats["G_max_sq"] = now["g_max_sq"]
-            stats["eta_eff"] = now["lr"] / (1.0 - self.ctx.training.sgd.momentum) if self.ctx.training.sgd.momentum < 1 else float("inf")
+            beta = self.ctx.training.sgd.momentum
+            stats["eta_eff"] = now["lr"] / (1.0 - beta) if beta < 1 else float("inf")
         now["f_u"], now["stats"] = tot["loss"] / K, stats
 
     def end_round(self, rnd: int, clients: list[int]) -> None:

@@ -179,7 +179,7 @@ class SplitAlgorithm(Algorithm):
         ctx = self.ctx
         state = self.full_state() if self.training else ctx.global_state
         ctx.versions.apply(state, applied, self.client_shares([a.client for a in applied]), round_=round_,
-                  round_record=round_record)
+                           round_record=round_record)
 
     def server_grad_vector(self, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         grads, _ = self.computer.server_grads(self.server, a, y)

@@ -132,7 +132,8 @@ class WidthFedAvg(FedAvg):
             if key not in fitted:
                 if isinstance(cfg.widths, Mapping):
                     fitted[key] = float(cfg.widths[cls_name])
-                    ctx.training.check_submodel_memory(c, width_submodel(ctx.training.worker, fitted[key], scheme="prefix"))
+                    sub = width_submodel(ctx.training.worker, fitted[key], scheme="prefix")
+                    ctx.training.check_submodel_memory(c, sub)
                 else:
                     fitted[key] = allowed[subs.index(ctx.training.fit_submodel(c, subs))]
             widths[c] = fitted[key]
@@ -142,7 +143,8 @@ class WidthFedAvg(FedAvg):
 
     def memory_at(self, width: float) -> int:
         """Training memory of the prefix sub-model at ``width`` (bytes), as the run measures it."""
-        return int(self.ctx.training.submodel_costs(width_submodel(self.ctx.training.worker, width, scheme="prefix")).memory.total)
+        training = self.ctx.training
+        return int(training.submodel_costs(width_submodel(training.worker, width, scheme="prefix")).memory.total)
 
     # --------------------------------------------------------------------------------- assignment
     def assign(self, client: int, round_: int | None = None) -> Assignment:
