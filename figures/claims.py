@@ -95,17 +95,18 @@ def monotone(values: Sequence[float], direction: int) -> bool:
 def seeds_verdict(gaps: Sequence[float]) -> str:
     """A direction claim measured on several seeds, each gap signed so that > 0 is the paper's direction:
     'yes' when the seed mean and every seed point that way (the seed spread does not straddle zero),
-    'partly' when only the mean does, 'no' when the mean does not, 'n/a' without a finite gap.  An
-    infinite gap (one side never reached a target) counts in its direction."""
+    'partly' when the mean or most seeds do, 'no' otherwise, 'n/a' without a gap (NaN: neither side
+    measured).  An infinite gap (one side never reached a target) counts in its direction."""
     g = [float(x) for x in gaps if x is not None and not math.isnan(float(x))]
     if not g:
         return "n/a"
     mean = sum(g) / len(g)
-    if math.isnan(mean):  # +inf and -inf: the majority of seeds decides
-        mean = sum(1.0 if x > 0 else -1.0 for x in g)
-    if mean <= 0:
-        return "no"
-    return "yes" if all(x > 0 for x in g) else "partly"
+    most = sum(x > 0 for x in g) > len(g) / 2
+    if math.isnan(mean):  # +inf and -inf
+        mean = 1.0 if most else -1.0
+    if mean > 0 and all(x > 0 for x in g):
+        return "yes"
+    return "partly" if mean > 0 or most else "no"
 
 
 def close_verdict(measured: float, paper: float, rel: float = 0.05) -> str:

@@ -392,7 +392,7 @@ def fig3(raw: pd.DataFrame, out: Path) -> pd.DataFrame:
 #: the paper's "close to all-strong" margin: every case of Tables 3-4 and 6 is within 3.5 points of case 1
 CLOSE_PTS = 3.5
 RULES = ("Verdicts: a comparison (A above B, fewer rounds) is \"yes\" when it holds on the seed mean and on "
-         "every seed, \"partly\" when on the mean only, \"no\" when not on the mean; \"close to case 1\" is "
+         "every seed, \"partly\" when on the mean or on most seeds, \"no\" otherwise; \"close to case 1\" is "
          f"within {CLOSE_PTS:g} points of case 1's seed mean; a claim over several settings (numbers of weak "
          "clients, cases, layers) is \"yes\" when every part is, \"partly\" when some part is at least partly; "
          "a trend over a sweep is \"yes\" when monotone on the seed means, \"partly\" when only its end points "

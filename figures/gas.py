@@ -333,10 +333,12 @@ def lemma1(results: dict, seeds: Sequence[int], out: Path) -> pd.DataFrame:
 TARGET3, TARGET4 = 0.85, 0.80
 RULES = ("Verdicts: a number the paper states is \"yes\" within 5% of it, \"partly\" within 10%; a comparison "
          "(A above B, or A reaches a target first) is \"yes\" when it holds on the seed mean and on every seed, "
-         "\"partly\" when on the mean only, \"no\" when not on the mean; a claim over several columns or "
+         "\"partly\" when on the mean or on most seeds, \"no\" otherwise; a claim over several columns or "
          "settings is \"yes\" when every part is, \"partly\" when some part is at least partly, \"n/a\" when "
          "nothing could be measured (a target never reached by either side).  A run that never reaches a "
-         "target counts as infinitely late.")
+         "target counts as infinitely late.  Lemma 1 is \"yes\" when the paired factor is below 1 on every seed "
+         "and within the lemma's ρ, \"partly\" when only below 1.  Trends over E (Table 2) are judged on the seed "
+         "means: the peak's position, and the change from the smallest to the largest E.")
 
 
 def _per_seed(row: pd.Series) -> list[float]:

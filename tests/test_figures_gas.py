@@ -1,5 +1,8 @@
-"""The GAS figure recipe: a tiny Figure 2 run writes the CSV it plots and the PNG; the CLI parses its options."""
+"""The GAS figure recipe: a tiny Figure 2 run writes the CSV it plots and the PNG; the CLI parses its options;
+the shortened recipe writes claims.md and RESULTS.md from its own numbers (cell timing and Lemma 1 included)."""
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 import pytest
@@ -104,3 +107,17 @@ def test_time_to_target_counts_a_run_that_never_reaches_it_as_late():
     from figures.claims import seeds_verdict
     assert seeds_verdict([tt["B", 0] - tt["A", 0]]) == "yes"
     assert seeds_verdict([tt["B", 0] - tt["B", 0]]) == "n/a"
+
+
+def test_seeds_verdict_direction_on_the_mean_and_on_every_seed():
+    from figures.claims import close_verdict, combine, seeds_verdict
+
+    assert seeds_verdict([1.0, 2.0, 0.5]) == "yes"
+    assert seeds_verdict([3.0, 2.0, -1.0]) == "partly"       # mean and most seeds
+    assert seeds_verdict([1.0, 1.0, -5.0]) == "partly"       # most seeds only
+    assert seeds_verdict([15.0, 15.0, -math.inf]) == "partly"  # one seed never reached
+    assert seeds_verdict([-1.0, -2.0, 4.0]) == "partly"      # the mean only
+    assert seeds_verdict([-1.0, -2.0, 1.0]) == "no"
+    assert seeds_verdict([float("nan")]) == "n/a"
+    assert close_verdict(54.0, 52.0) == "yes" and close_verdict(56.0, 52.0) == "partly"
+    assert combine(["yes", "n/a", "no"]) == "partly" and combine(["n/a"]) == "n/a"
