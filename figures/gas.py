@@ -268,6 +268,11 @@ def table2(results: dict, seeds: Sequence[int], es: Sequence[int], out: Path) ->
 #: the GAS code's timing facts at K = 20, C = 10, E = 20, B = 32 over 1000 global iterations (spec §3.2-3.3)
 CELL_SPEC = {"time_min": 52.0, "share_fast": 7.3, "share_slow": 2.4, "part_fast": 726.0, "part_slow": 241.0,
              "staleness_mean": 0.9, "staleness_max": 4.0}
+CELL_LABELS = {"time_min": "simulated time of 1000 global iterations (min)",
+               "share_fast": "buffer share of the fastest client (%)", "share_slow": "buffer share of the slowest client (%)",
+               "part_fast": "participations (dispatches) of the fastest client",
+               "part_slow": "participations (dispatches) of the slowest client",
+               "staleness_mean": "client-model staleness, mean", "staleness_max": "client-model staleness, max"}
 
 
 def cell_jobs(versions: int) -> list[Job]:
@@ -504,11 +509,12 @@ def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str)
     if cell.exists():
         c = pd.read_csv(cell)
         n = int(c["versions"].iloc[0])
-        lines = [f"`fedsim run gas-cell-timing` (seed 0, {n} global iterations; counts and time scaled to 1000; "
-                 f"fastest client {int(c['fastest_client'].iloc[0])}, slowest {int(c['slowest_client'].iloc[0])} "
-                 f"by measured time per local iteration).\n", "| quantity | spec | fedsim |", "|---|---|---|"]
+        scaled = "" if n == 1000 else "; counts and time scaled to 1000"
+        lines = [f"The built-in `gas-cell-timing` scenario (seed 0, {n} global iterations{scaled}; fastest client "
+                 f"{int(c['fastest_client'].iloc[0])}, slowest {int(c['slowest_client'].iloc[0])} by their measured "
+                 f"time per local iteration).\n", "| quantity | spec | fedsim |", "|---|---|---|"]
         for _, r in c.iterrows():
-            lines.append(f"| {r['quantity']} | {r['spec']:g} | {r['value']:.3f} |")
+            lines.append(f"| {CELL_LABELS[r['quantity']]} | {r['spec']:g} | {r['value']:.3f} |")
         parts += ["## Cell timing (spec §3.2-3.3)\n", "\n".join(lines) + "\n"]
     lm = pd.read_csv(out / "lemma1_paired.csv")
     lines = ["| seed | server steps (generating) | mean D with generation | without | factor | ρ (B·Q_s, B̂) | "
