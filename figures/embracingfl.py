@@ -25,11 +25,15 @@ the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
   (half of every layer's channels); (b) second half vs first half.
 * Bias floor: ‖∇F‖² (and its y part) over the last checkpoints against the number of strong clients s
   (16 clients, all participating, the rest weak).
+
+``claims.md`` is the paper's claims against these numbers, each verdict by the rule written under the
+table; ``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,6 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.sim.trace import load_trace  # noqa: E402
+from figures.claims import Claim, combine, commit_hash, monotone, render_claims, seeds_verdict, verdict  # noqa: E402
 from figures.common import Job, run_jobs, save  # noqa: E402
 
 STRONG_DEV, MODERATE_DEV, WEAK_DEV = "jetson-agx-orin-32gb", "jetson-xavier-nx-8gb", "jetson-nano"
@@ -154,6 +159,7 @@ def _counts(res: dict[str, Any]) -> dict[str, int]:
 
 
 def _md(df: pd.DataFrame, path: Path) -> None:
+    df = df[[c for c in df.columns if not c.endswith("_seeds")]]  # per-seed lists stay in the CSV
     cols = list(df.columns)
     lines = ["| " + " | ".join(map(str, cols)) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
@@ -164,6 +170,16 @@ def _md(df: pd.DataFrame, path: Path) -> None:
 def _nanmean(vals: Sequence[float]) -> float:
     a = np.asarray(vals, dtype=float)
     return float(np.nanmean(a)) if np.isfinite(a).any() else float("nan")
+
+
+def _seeds(vals: Sequence[float]) -> str:
+    """Per-seed values for a table's ``*_seeds`` column (what the claims' every-seed rule reads)."""
+    return " ".join(f"{float(v):.4f}" for v in vals)
+
+
+def seed_values(cell: Any) -> list[float]:
+    """The values of a ``*_seeds`` column cell."""
+    return [float(v) for v in str(cell).split()]
 
 
 def _ms(vals: Sequence[float]) -> tuple[float, float]:
@@ -182,7 +198,8 @@ def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out:
         (em, es), (wm, ws) = _ms(efl), _ms(wr)
         rows.append({"weak_added": w, "strong_realised": np.mean([c.get("strong", 0) for c in cnt]),
                      "weak_realised": np.mean([c.get("weak", 0) for c in cnt]),
-                     "width_reduction": wm, "width_reduction_std": ws, "embracingfl": em, "embracingfl_std": es})
+                     "width_reduction": wm, "width_reduction_std": ws, "embracingfl": em, "embracingfl_std": es,
+                     "width_reduction_seeds": _seeds(wr), "embracingfl_seeds": _seeds(efl)})
     df = pd.DataFrame(rows)
     df.to_csv(out / "table2.csv", index=False)
     _md(df, out / "table2.md")
@@ -205,8 +222,9 @@ def table34(results: dict, seeds: Sequence[int], cases: Sequence[int], out: Path
                                "weak": int(round(we * M))}
         for split in ("cifar", "femnist"):
             key = "cifar" if c == 1 else split
-            m, sd = _ms([_final(results[("t34", key, c, s)]) for s in seeds])
-            row[f"{split}_split"], row[f"{split}_split_std"] = m, sd
+            vals = [_final(results[("t34", key, c, s)]) for s in seeds]
+            m, sd = _ms(vals)
+            row[f"{split}_split"], row[f"{split}_split_std"], row[f"{split}_split_seeds"] = m, sd, _seeds(vals)
         row["paper_cifar10"], row["paper_femnist"] = PAPER_T3[c], PAPER_T4[c]
         rows.append(row)
     df = pd.DataFrame(rows)
@@ -236,7 +254,8 @@ def table67(results: dict, seeds: Sequence[int], cases: Sequence[int], out: Path
         wr = efl if c == 1 else [_final(results[("t6", "heterofl", c, s)]) for s in seeds]
         (em, es), (wm, ws) = _ms(efl), _ms(wr)
         rows.append({"case": c, "width_reduction": wm, "width_reduction_std": ws, "embracingfl": em,
-                     "embracingfl_std": es, "gap": em - wm, "paper_wr": PAPER_T6_WR[c], "paper_efl": PAPER_T3[c]})
+                     "embracingfl_std": es, "gap": em - wm, "paper_wr": PAPER_T6_WR[c], "paper_efl": PAPER_T3[c],
+                     "width_reduction_seeds": _seeds(wr), "embracingfl_seeds": _seeds(efl)})
         r_e, r_w = [], []
         for s, target in zip(seeds, wr):
             r_e.append(_rounds_to(results[("t6", "embracingfl", c, s)]["metrics"], target))  # nan: never reached
@@ -244,7 +263,8 @@ def table67(results: dict, seeds: Sequence[int], cases: Sequence[int], out: Path
             r_w.append(_rounds_to(results[key]["metrics"], target))
         rows7.append({"case": c, "target": wm, "rounds_width_reduction": _nanmean(r_w),
                       "rounds_embracingfl": _nanmean(r_e), "embracingfl_reached": int(np.isfinite(r_e).sum()),
-                      "seeds": len(seeds)})
+                      "seeds": len(seeds), "rounds_width_reduction_seeds": _seeds(r_w),
+                      "rounds_embracingfl_seeds": _seeds(r_e)})
     df, df7 = pd.DataFrame(rows), pd.DataFrame(rows7)
     df.to_csv(out / "table6.csv", index=False)
     _md(df, out / "table6.md")
@@ -367,11 +387,135 @@ def fig3(raw: pd.DataFrame, out: Path) -> pd.DataFrame:
     return d
 
 
+# ------------------------------------------------------------------------------------------------ claims
+
+#: the paper's "close to all-strong" margin: every case of Tables 3-4 and 6 is within 3.5 points of case 1
+CLOSE_PTS = 3.5
+RULES = ("Verdicts: a comparison (A above B, fewer rounds) is \"yes\" when it holds on the seed mean and on "
+         "every seed, \"partly\" when on the mean or on most seeds, \"no\" otherwise; \"close to case 1\" is "
+         f"within {CLOSE_PTS:g} points of case 1's seed mean; a claim over several settings (numbers of weak "
+         "clients, cases, layers) is \"yes\" when every part is, \"partly\" when some part is at least partly; "
+         "a trend over a sweep is \"yes\" when monotone on the seed means, \"partly\" when only its end points "
+         "move the paper's way.  A run that never reaches a target counts as infinitely slow.")
+
+
+def _gaps(a: Any, b: Any) -> list[float]:
+    """Per-seed a − b from two ``*_seeds`` cells."""
+    return [x - y for x, y in zip(seed_values(a), seed_values(b))]
+
+
+def _rounds_gaps(wr: Any, efl: Any) -> list[float]:
+    """Per seed, rounds saved by EmbracingFL (NaN, never reached, as infinitely many rounds)."""
+    inf = lambda v: math.inf if math.isnan(v) else v  # noqa: E731
+    return [inf(w) - inf(e) for w, e in zip(seed_values(wr), seed_values(efl))]
+
+
+def claims(t: dict[str, pd.DataFrame], seeds: Sequence[int]) -> list[Claim]:
+    """The paper's claims against this recipe's tables (``make_all``'s dict); every cell and verdict is
+    computed here from those numbers, by the rules in :data:`RULES`."""
+    out: list[Claim] = []
+    f1 = t["fig1"]
+    last = f1[f1["iteration"] == f1["iteration"].max()].sort_values("depth")
+    rho = list(t["fig1_spearman"]["spearman_depth_svcca"])
+    out.append(Claim("Fig. 1: input-side layers stay more alike across independently trained clients",
+                     "conv layers near 1, output side lower",
+                     "max-pairwise SVCCA " + " / ".join(f"{v:.2f}" for v in last["mean"]) + " from conv1 to the output; "
+                     "Spearman(depth, SVCCA) " + ", ".join(f"{r:.2f}" for r in rho) + " per seed",
+                     seeds_verdict([-r for r in rho])))
+    t2 = t["table2"]
+    joined = t2[t2["weak_added"] > 0]
+    out.append(Claim("Table 2: EmbracingFL beats width reduction when weak clients join a fixed strong set",
+                     " / ".join(f"+{PAPER_T2[k][1] - PAPER_T2[k][0]:.1f}" for k in (16, 32, 64, 112)) + " pts",
+                     "; ".join(f"{int(r['weak_added'])} weak: {r['embracingfl'] - r['width_reduction']:+.1f} pts "
+                               f"({r['embracingfl']:.1f} ± {r['embracingfl_std']:.1f} vs {r['width_reduction']:.1f} ± "
+                               f"{r['width_reduction_std']:.1f})" for _, r in joined.iterrows()),
+                     combine([seeds_verdict(_gaps(r["embracingfl_seeds"], r["width_reduction_seeds"]))
+                              for _, r in joined.iterrows()])))
+    ys = list(t2["embracingfl"])
+    out.append(Claim("Table 2: adding weak clients raises EmbracingFL's accuracy",
+                     " → ".join(f"{PAPER_T2[k][1]:.2f}" for k in (0, 16, 32, 64, 112)) + "% (16 strong + 0–112 weak)",
+                     " → ".join(f"{y:.1f}" for y in ys) + "% with " + ", ".join(str(int(w)) for w in t2["weak_added"])
+                     + " weak", verdict(monotone(ys, +1), partly=ys[-1] > ys[0])))
+    t6 = t["table6"].set_index("case")
+    partial = [c for c in t6.index if c != 1]
+    out.append(Claim("Table 6: EmbracingFL above width reduction (full participation)",
+                     "; ".join(f"case {c}: {PAPER_T3[c]:.1f} vs {PAPER_T6_WR[c]:.1f}" for c in partial),
+                     "; ".join(f"case {c}: {t6.loc[c, 'embracingfl']:.1f} ± {t6.loc[c, 'embracingfl_std']:.1f} vs "
+                               f"{t6.loc[c, 'width_reduction']:.1f} ± {t6.loc[c, 'width_reduction_std']:.1f}" for c in partial),
+                     combine([seeds_verdict(_gaps(t6.loc[c, "embracingfl_seeds"], t6.loc[c, "width_reduction_seeds"]))
+                              for c in partial])))
+    base = float(t6.loc[1, "embracingfl"])
+    out.append(Claim("Table 6: EmbracingFL close to all-strong (case 1)",
+                     f"within {CLOSE_PTS:g} pts of {PAPER_T3[1]:.2f} (" + ", ".join(f"case {c} {PAPER_T3[c] - PAPER_T3[1]:+.1f}"
+                                                                              for c in partial) + ")",
+                     f"case 1 {base:.1f} ± {t6.loc[1, 'embracingfl_std']:.1f}; "
+                     + ", ".join(f"case {c} {t6.loc[c, 'embracingfl'] - base:+.1f} pts" for c in partial),
+                     combine([verdict(float(t6.loc[c, "embracingfl"]) >= base - CLOSE_PTS) for c in partial])))
+    t7 = t["table7"].set_index("case")
+    paper_t7 = {2: (867, 817), 3: (982, 801), 4: (836, 483), 5: (813, 811), 6: (806, 629), 7: (939, 572)}
+    parts7 = [c for c in t7.index if c != 1]
+    out.append(Claim("Table 7: EmbracingFL needs fewer rounds to the width-reduction accuracy",
+                     "; ".join(f"case {c}: {paper_t7[c][1]} vs {paper_t7[c][0]}" for c in parts7 if c in paper_t7),
+                     "; ".join(f"case {c}: {t7.loc[c, 'rounds_embracingfl']:.0f} vs {t7.loc[c, 'rounds_width_reduction']:.0f}"
+                               f" rounds, reached in {int(t7.loc[c, 'embracingfl_reached'])} of {int(t7.loc[c, 'seeds'])} seeds"
+                               for c in parts7),
+                     combine([seeds_verdict(_rounds_gaps(t7.loc[c, "rounds_width_reduction_seeds"],
+                                                         t7.loc[c, "rounds_embracingfl_seeds"])) for c in parts7])))
+    t34 = t["table34"].set_index("case")
+    mixes = [c for c in t34.index if c != 1]
+    b34 = float(t34.loc[1, "cifar_split"])
+    out.append(Claim("Tables 3–4: with 25% participation, weak/moderate mixes stay close to case 1",
+                     f"all within {CLOSE_PTS:g} pts", f"case 1 {b34:.1f} ± {t34.loc[1, 'cifar_split_std']:.1f}; "
+                     + "; ".join(f"case {c}: ResNet-like split {t34.loc[c, 'cifar_split']:.1f}, FEMNIST split "
+                                 f"{t34.loc[c, 'femnist_split']:.1f}" for c in mixes),
+                     combine([verdict(float(t34.loc[c, col]) >= b34 - CLOSE_PTS) for c in mixes
+                              for col in ("cifar_split", "femnist_split")])))
+    fl = t["bias_floor"].sort_values("s")
+    g, gy = list(fl["grad_sq"]), list(fl["grad_y_sq"])
+    out.append(Claim("Remark 2: the error floor shrinks with the number of strong clients s", "floor ∝ σ̄_y²/s",
+                     "‖∇F‖² over the last checkpoints " + ", ".join(f"{v:.2f}" for v in g) + " for s = "
+                     + ", ".join(str(int(k)) for k in fl["s"]) + "; its y part " + ", ".join(f"{v:.2f}" for v in gy),
+                     combine([verdict(monotone(v, -1), partly=v[-1] < v[0]) for v in (g, gy)])))
+    f3 = t["fig3"]
+
+    def by_layer(scheme: str) -> pd.Series:
+        return f3[f3["scheme"] == scheme].set_index("depth").sort_index()["mean"]
+
+    lw, ch, fh = by_layer("second_half"), by_layer("channels"), by_layer("first_half")
+    out.append(Claim("Fig. 3a: layer-wise (output-half) sync keeps layers more alike than channel-wise sync",
+                     "layer-wise higher at every layer",
+                     "layer-wise " + " / ".join(f"{v:.2f}" for v in lw) + " against channel-wise "
+                     + " / ".join(f"{v:.2f}" for v in ch),
+                     combine([verdict(bool(lw[d] > ch[d])) for d in lw.index])))
+    deep = [d for d in lw.index if d >= lw.index.max() - 1]
+    out.append(Claim("Fig. 3b: second-half sync keeps the output side (dense, output) more alike than first-half sync",
+                     "second half higher at the output side",
+                     "second half " + " / ".join(f"{v:.2f}" for v in lw) + " against first half "
+                     + " / ".join(f"{v:.2f}" for v in fh) + " (conv1 to output)",
+                     combine([verdict(bool(lw[d] > fh[d])) for d in deep])))
+    return out
+
+
+def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str) -> str:
+    """RESULTS.md: the claims table and the tables this run wrote, with its provenance."""
+    parts = [f"# EmbracingFL at small scale: the tables\n\nWritten by `{command}` at commit `{commit}`, seeds "
+             f"{', '.join(str(s) for s in seeds)}; every number is in the CSVs written next to it.  Setting: "
+             f"the module docstring of `figures/embracingfl.py`.\n",
+             "## Claims\n", (out / "claims.md").read_text(encoding="utf-8")]
+    for name, title in (("table2", "Table 2: weak clients added to 4 strong"),
+                        ("table34", "Tables 3-4 style: 25% participation"),
+                        ("table6", "Table 6: width reduction vs EmbracingFL"),
+                        ("table7", "Table 7: rounds to the width-reduction final accuracy")):
+        parts += [f"## {title}\n", (out / f"{name}.md").read_text(encoding="utf-8")]
+    return "\n".join(parts)
+
+
 # ------------------------------------------------------------------------------------------------ entry point
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, resume: bool = False) -> dict[str, pd.DataFrame]:
-    """Run every recipe and write the figures, tables and their CSVs into ``out``."""
+             progress: bool = True, resume: bool = False, rounds: int | None = None) -> dict[str, pd.DataFrame]:
+    """Run every recipe and write the figures, tables, their CSVs, ``claims.md`` and ``RESULTS.md`` into ``out``
+    (``rounds``: every run's rounds and the SVCCA studies' iterations, to shorten it)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
@@ -380,19 +524,30 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     else:
         v, weak_counts, cases34, cases6, strong_counts, it, nc, me = 30, (0, 4, 8, 12), (1, 2, 5, 7), \
             (1, 5, 7), (2, 4, 16), 40, 6, 2
+    if rounds is not None:
+        v, it = rounds, rounds
     jobs = (table2_jobs(seeds, v, weak_counts) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
             + floor_jobs(seeds, v, strong_counts))
     results = run_jobs(jobs, out, label="EmbracingFL", progress=progress, resume=resume)
     t6, t7 = table67(results, seeds, cases6, out)
     raw = svcca_runs(seeds, it, nc, out, progress, measure_every=me)
-    return {
+    tables = {
         "table2": table2(results, seeds, weak_counts, out),
         "table34": table34(results, seeds, cases34, out),
         "table6": t6, "table7": t7,
         "bias_floor": floor(results, seeds, strong_counts, out, progress),
         "fig1": fig1(raw, out),
+        "fig1_spearman": pd.read_csv(out / "fig1_spearman.csv"),
         "fig3": fig3(raw, out),
     }
+    command = "python -m figures.embracingfl" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    commit = commit_hash()
+    rows = claims(tables, seeds)
+    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit, rules=RULES),
+                                   encoding="utf-8")
+    (out / "RESULTS.md").write_text(results_markdown(out, seeds, commit, command), encoding="utf-8")
+    tables["claims"] = pd.DataFrame([c.__dict__ for c in rows])
+    return tables
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -403,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="reuse finished runs of the same scenarios under OUT/runs")
     args = p.parse_args(argv)
     make_all(args.out, quick=args.quick, seeds=args.seeds, resume=args.resume)
-    print(f"EmbracingFL figures and tables written to {args.out}")
+    print(f"EmbracingFL figures and tables written to {args.out} (claims.md, RESULTS.md)")
     return 0
 
 

@@ -1,7 +1,9 @@
-"""figures.embracingfl: every recipe scenario is valid, and the table helpers count what they say."""
+"""figures.embracingfl: every recipe scenario is valid, the table helpers count what they say, and the
+shortened recipe writes claims.md and RESULTS.md from its own numbers."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 import figures.embracingfl as fe
 from fedsim import scenario_from_mapping
@@ -24,3 +26,57 @@ def test_rounds_to_target_is_the_first_evaluated_version_at_or_above_it():
     assert fe._rounds_to(m, 50.0) == 2.0
     assert fe._rounds_to(m, 69.0) == 6.0
     assert pd.isna(fe._rounds_to(m, 80.0))
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    """The quick recipe shortened to 2 rounds (and 2 SVCCA iterations)."""
+    out = tmp_path_factory.mktemp("embracingfl-figures")
+    return out, fe.make_all(out, quick=True, seeds=[0], progress=False, rounds=2)
+
+
+def test_claims_table_is_generated_from_the_recipe_numbers(recipe):
+    """claims.md is the rendering of ``claims()`` on the run's own tables with commit, seeds and rules;
+    RESULTS.md carries it and the tables; moving an input number moves the cell and the verdict."""
+    import copy
+
+    from figures.claims import commit_hash, render_claims
+
+    out, tables = recipe
+    text = (out / "claims.md").read_text(encoding="utf-8")
+    rows = fe.claims(tables, [0])
+    assert text == render_claims(rows, command="python -m figures.embracingfl --quick --seeds 0", seeds=[0],
+                                 commit=commit_hash(), rules=fe.RULES)
+    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text and fe.RULES in text
+    results = (out / "RESULTS.md").read_text(encoding="utf-8")
+    assert text in results and (out / "table6.md").read_text(encoding="utf-8") in results
+    # the per-seed columns are the runs' own final accuracies
+    t6 = tables["table6"].set_index("case")
+    assert fe.seed_values(t6.loc[7, "embracingfl_seeds"]) == pytest.approx([t6.loc[7, "embracingfl"]], abs=1e-4)
+
+    def row(t: dict, start: str) -> "fe.Claim":
+        return next(c for c in fe.claims(t, [0, 1, 2]) if c.claim.startswith(start))
+
+    # Table 6 over three seeds: ahead on every seed / on the mean only / behind on the mean
+    for efl, expected in (([60.0, 61.0, 62.0], "yes"), ([70.0, 70.0, 45.0], "partly"), ([40.0, 41.0, 42.0], "no")):
+        moved = copy.deepcopy(tables)
+        t = moved["table6"]
+        i = t.index[t["case"] == 7][0]
+        t.loc[i, ["embracingfl", "width_reduction"]] = [sum(efl) / 3, 50.0]
+        t.loc[i, ["embracingfl_seeds", "width_reduction_seeds"]] = [" ".join(map(str, efl)), "50 50 50"]
+        r = row(moved, "Table 6: EmbracingFL above width reduction")
+        assert r.verdict == expected and f"case 7: {sum(efl) / 3:.1f} ± " in r.fedsim
+    # the bias floor: falling with s, rising with s
+    for grads, expected in (([3.0, 1.0], "yes"), ([1.0, 3.0], "no")):
+        moved = copy.deepcopy(tables)
+        moved["bias_floor"]["grad_sq"] = grads
+        moved["bias_floor"]["grad_y_sq"] = grads
+        r = row(moved, "Remark 2")
+        assert r.verdict == expected and f"checkpoints {grads[0]:.2f}, {grads[1]:.2f} for s" in r.fedsim
+    # Table 7: a case never reached by EmbracingFL counts as infinitely many rounds
+    moved = copy.deepcopy(tables)
+    t7 = moved["table7"]
+    t7.loc[t7["case"] == 7, ["rounds_embracingfl_seeds", "rounds_width_reduction_seeds"]] = ["nan", "10.0000"]
+    assert row(moved, "Table 7").verdict == "no"
+    t7.loc[t7["case"] == 7, ["rounds_embracingfl_seeds", "rounds_width_reduction_seeds"]] = ["4.0000", "nan"]
+    assert row(moved, "Table 7").verdict == "yes"
