@@ -253,21 +253,12 @@ class Algorithm:
         that fit (``only_fitting``)."""
         return cls.fits_submodels
 
-    #: the config field holding the SGD steps the server takes on its own per model version (None: none)
-    server_phase_field: str | None = None
-
-    @classmethod
-    def server_phase_steps(cls, config: Any) -> int:
-        """SGD steps the server takes on its own per model version (not per client task), at most: the
-        runner's work estimate adds them to the clients' steps so a huge server phase is refused up front."""
-        return int(getattr(config, cls.server_phase_field)) if cls.server_phase_field else 0
-
     @classmethod
     def work(cls, config: Any) -> Work:
         """What this algorithm, so configured, asks of a run (:class:`Work`): the runner's up-front estimate
         asks here and never guesses from config field names.  The loop shapes declare theirs; an algorithm
-        with other knobs overrides this."""
-        return Work(server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+        with other knobs (a server phase of its own: ``server_steps``) overrides this."""
+        return Work()
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx
@@ -445,8 +436,7 @@ class SyncRounds(Algorithm):
     def work(cls, config: Any) -> Work:
         k = int(config.clients_per_round)
         return Work(slots=k, slots_field="clients_per_round", per_version=k, retry_s=config.retry_s,
-                    deadline_s=config.deadline_s, server_steps=cls.server_phase_steps(config),
-                    server_field=cls.server_phase_field)
+                    deadline_s=config.deadline_s)
 
     def select(self, k: int, round_: int) -> list[int]:
         """The clients of round ``round_``: ``k`` drawn uniformly without replacement among the eligible,
@@ -583,8 +573,7 @@ class AsyncSlots(SlotScheduler):
 
     @classmethod
     def work(cls, config: Any) -> Work:
-        return Work(slots=int(config.concurrency), per_version=cls.buffer_size_of(config), retry_s=config.retry_s,
-                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+        return Work(slots=int(config.concurrency), per_version=cls.buffer_size_of(config), retry_s=config.retry_s)
 
     @classmethod
     def buffer_size_of(cls, config: Any) -> int:
@@ -693,8 +682,7 @@ class SemiAsyncRounds(Algorithm):
     @classmethod
     def work(cls, config: Any) -> Work:
         """Every client works at once; a round's updates are not known before it runs (at least one)."""
-        return Work(retry_s=config.retry_s, server_steps=cls.server_phase_steps(config),
-                    server_field=cls.server_phase_field)
+        return Work(retry_s=config.retry_s)
 
     def quorum(self) -> int:  # pragma: no cover - abstract
         """Arrivals that open the round's clock (⌈μN⌉: :func:`quorum`; 1 with no clock: asynchronous)."""

@@ -60,7 +60,7 @@ class SemiFL(SyncRounds):
     def work(cls, config: Any) -> Work:
         k = int(config.clients_per_round)
         return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k), retry_s=cls.retry_s,
-                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+                    server_steps=int(config.k_s), server_field="k_s")  # the labeled phase: K_s steps per round
 
     @dataclass
     class Config:
@@ -82,7 +82,6 @@ class SemiFL(SyncRounds):
             check_semi_settings(self, prefix)
             positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
 
-    server_phase_field = "k_s"  # the labeled phase: K_s steps per round (the controller only ever lowers K_s)
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)

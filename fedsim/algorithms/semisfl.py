@@ -44,7 +44,7 @@ step gradient (for Lemma 4's deterministic form, with η/(1 − momentum) for he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from fedsim.algorithms.base import Work
 from fedsim.algorithms.sfl_base import SplitConfig, SplitRounds, SplitSession
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
@@ -181,7 +182,11 @@ class SemiSFL(SplitRounds):
                     f"got {self.server_view!r} (allowed: strong, weak)")
 
     # ================================================================================== set-up
-    server_phase_field = "k_s"  # the labeled phase: K_s steps per round (the controller only ever lowers K_s)
+    @classmethod
+    def work(cls, config: Any) -> Work:
+        """The split rounds' work plus the labeled phase: at most K_s server steps per round (the controller
+        only ever lowers K_s)."""
+        return replace(super().work(config), server_steps=int(config.k_s), server_field="k_s")
 
     def setup(self) -> None:
         super().setup()

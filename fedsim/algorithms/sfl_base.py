@@ -72,8 +72,7 @@ class SplitAlgorithm(Algorithm):
     def work(cls, config: Any) -> Work:
         """Split learning: every local step exchanges activations and gradients with the server; a fixed
         ``local_iterations`` sets the steps per task.  Families add their clients per round."""
-        return Work(steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True,
-                    server_steps=cls.server_phase_steps(config), server_field=cls.server_phase_field)
+        return Work(steps_per_task=config.local_iterations, steps_field="local_iterations", exchanges_per_step=True)
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
