@@ -7,7 +7,7 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.learn.models import build_model
 from fedsim.learn.split import SideOptimizer, SplitComputer, merge_state, split_costs, split_state
-from fedsim.learn.train import batch_schedule
+from fedsim.learn.train import SGDConfig, batch_schedule
 from fedsim.runner import build_global_model, prepare_data, run_scenario
 from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams
@@ -53,7 +53,7 @@ def test_chain_rule_equals_full_model_gradient():
     x, y = torch.randn(12, 1, 8, 8), torch.randint(0, 10, (12,))
     comp = SplitComputer(m, 2)
     c, s = split_state(m.state_dict(), 2)
-    copt, sopt = SideOptimizer(c, lr=0.1), SideOptimizer(s, lr=0.1)
+    copt, sopt = SideOptimizer(c, SGDConfig(lr=0.1)), SideOptimizer(s, SGDConfig(lr=0.1))
     a = comp.forward(copt.params, x)
     g, loss = comp.activation_grad(sopt.params, a, y)
     sgrads, sloss = comp.server_grads(sopt, a, y)

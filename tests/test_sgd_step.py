@@ -181,3 +181,27 @@ def test_an_assignment_refuses_a_trainer_with_an_objective():
     with pytest.raises(ValueError, match="a trainer or an objective, not both"):
         Assignment(trainer=trainer, objective=Proximal(0.1))
     assert Assignment(objective=Proximal(0.1)).trainer is None and Assignment(trainer=trainer).objective is None
+
+
+def test_split_learning_side_optimizer_is_the_shared_step_bit_for_bit(monkeypatch):
+    """Split learning's client and server sides step with ``sgd_step``: two steps with momentum, weight decay
+    and joint clipping equal ``clip_grad_norm_`` + ``torch.optim.SGD`` bit for bit."""
+    import fedsim.learn.split as split
+
+    calls = _count(monkeypatch, split, "sgd_step")
+    g = torch.Generator().manual_seed(3)
+    params = {"w": torch.randn(5, 3, generator=g), "b": torch.randn(5, generator=g)}
+    cfg = SGDConfig(lr=0.1, momentum=0.9, weight_decay=0.01, clip_norm=0.5)
+    side = split.SideOptimizer(params, cfg)
+    ref = [p.clone().requires_grad_(True) for p in params.values()]
+    opt = torch.optim.SGD(ref, lr=0.1, momentum=0.9, weight_decay=0.01)
+    for _ in range(2):
+        grads = [torch.randn(p.shape, generator=g) for p in ref]
+        for p, gr in zip(ref, grads):
+            p.grad = gr.clone()
+        torch.nn.utils.clip_grad_norm_(ref, 0.5)
+        opt.step()
+        side.step([gr.clone() for gr in grads])
+    assert calls[0] == 2
+    for got, want in zip(side.state().values(), ref):
+        assert torch.equal(got, want.detach())

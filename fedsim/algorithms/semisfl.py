@@ -259,8 +259,7 @@ class SemiSFL(SplitRounds):
         return float(cfg.min_lr + 0.5 * (lr - cfg.min_lr) * (1.0 + math.cos(math.pi * prog)))
 
     def _optimizer(self, params: State, lr: float) -> SideOptimizer:
-        sgd = self.ctx.training.sgd
-        return SideOptimizer(params, lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
+        return SideOptimizer(params, replace(self.ctx.training.sgd, lr=lr))
 
     # ================================================================================== server phase
     def _server_view(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:

@@ -108,7 +108,7 @@ class SplitAlgorithm(Algorithm):
         if self.computer is not None:
             wc, ws = split_state(ctx.global_state, cfg.cut)
             self.wc = {k: v.clone() for k, v in wc.items()}
-            self.server = SideOptimizer(ws, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
+            self.server = SideOptimizer(ws, sgd)
         self.server_steps = 0
         y = ctx.data.train.y.cpu().numpy()
         m = ctx.data.train.num_classes
@@ -143,8 +143,7 @@ class SplitAlgorithm(Algorithm):
         Choice: GAS's code shares one optimizer object (and its momentum) across all clients; a real
         deployment cannot, since each client trains on its own device.
         """
-        sgd = self.ctx.training.sgd
-        return SideOptimizer(state, sgd.lr, sgd.momentum, sgd.weight_decay, sgd.clip_norm)
+        return SideOptimizer(state, self.ctx.training.sgd)
 
     def log_prior(self, client: int) -> torch.Tensor:
         return label_log_prior(torch.as_tensor(self.label_counts[client], dtype=torch.float32,

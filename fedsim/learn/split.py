@@ -24,7 +24,7 @@ from fedsim.errors import ConfigError
 from .costs import activation_bytes, flops_per_sample, state_bytes
 from .losses import logit_adjusted_cross_entropy
 from .models import BlockModel, block_of
-from .train import PlainSGD
+from .train import SGDConfig, sgd_step
 
 __all__ = ["SplitCosts", "split_costs", "split_state", "merge_state", "SideOptimizer", "SplitComputer",
            "check_cut"]
@@ -105,28 +105,22 @@ def split_costs(model: BlockModel, input_shape: tuple[int, ...], cut: int) -> Sp
 
 
 class SideOptimizer:
-    """SGD (momentum, weight decay, gradient-norm clipping) over one side's parameter dictionary.
+    """SGD over one side's parameter dictionary with the ``lr``, momentum, weight decay and clipping of
+    ``cfg`` (its batch and step counts are not used here).
 
-    The tensors are leaves that require grad; ``step(grads)`` clips the gradients jointly to ``clip_norm``,
-    then applies SGD with ``torch.optim.SGD``'s arithmetic (``fedsim.learn.train.PlainSGD``: weight decay and
-    momentum as PyTorch defines them).
+    The tensors are leaves that require grad; ``step(grads)`` is the one local SGD step every trainer takes
+    (:func:`fedsim.learn.train.sgd_step`: joint clipping, then ``torch.optim.SGD``'s arithmetic), with this
+    side's momentum buffers.
     """
 
-    def __init__(self, params: Mapping[str, torch.Tensor], lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0, clip_norm: float | None = None) -> None:
+    def __init__(self, params: Mapping[str, torch.Tensor], cfg: SGDConfig) -> None:
         self.params: State = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in params.items()}
         self.trainable = [v for v in self.params.values() if v.requires_grad]
-        self.clip_norm = clip_norm
-        self.opt = PlainSGD(self.trainable, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        self.cfg = cfg
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.trainable)
 
     def step(self, grads: list[torch.Tensor]) -> None:
-        for p, g in zip(self.trainable, grads):
-            p.grad = g
-        if self.clip_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.trainable, self.clip_norm)
-        self.opt.step()
-        for p in self.trainable:
-            p.grad = None
+        sgd_step(self.trainable, grads, self.buffers, self.cfg)
 
     def state(self) -> State:
         return {k: v.detach().clone() for k, v in self.params.items()}
