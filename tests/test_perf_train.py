@@ -9,18 +9,20 @@ import pytest
 import torch
 
 from fedsim.learn.models import build_model
-from fedsim.learn.train import PlainSGD
+from fedsim.learn.train import PlainSGD, SGDConfig
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.0, 5e-4), (0.9, 1e-3)])
-def test_plain_sgd_is_torch_sgd_bit_for_bit(momentum, weight_decay):
+@pytest.mark.parametrize("momentum,weight_decay,clip", [(0.0, 0.0, None), (0.9, 0.0, None), (0.0, 5e-4, None),
+                                                        (0.9, 1e-3, None), (0.9, 1e-3, 0.5)])
+def test_plain_sgd_is_torch_sgd_bit_for_bit(momentum, weight_decay, clip):
+    """PlainSGD (the one step, with the config's clipping) against clip_grad_norm_ + torch.optim.SGD."""
     gen = torch.Generator().manual_seed(3)
     a = build_model("cnn", (1, 8, 8), 10, seed_generator=torch.Generator().manual_seed(0))
     b = build_model("cnn", (1, 8, 8), 10, seed_generator=torch.Generator().manual_seed(0))
-    ours = PlainSGD(a.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
+    ours = PlainSGD(a.parameters(), SGDConfig(lr=0.05, momentum=momentum, weight_decay=weight_decay, clip_norm=clip))
     ref = torch.optim.SGD(b.parameters(), lr=0.05, momentum=momentum, weight_decay=weight_decay)
     for _ in range(6):
         x = torch.randn(8, 1, 8, 8, generator=gen)
@@ -28,6 +30,8 @@ def test_plain_sgd_is_torch_sgd_bit_for_bit(momentum, weight_decay):
         for model, opt in ((a, ours), (b, ref)):
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.cross_entropy(model(x), y).backward()
+            if clip is not None and opt is ref:
+                torch.nn.utils.clip_grad_norm_(b.parameters(), clip)
             opt.step()
     for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
         assert torch.equal(pa, pb), name

@@ -25,7 +25,7 @@ from __future__ import annotations
 __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
@@ -105,7 +105,7 @@ class SemiFL(SyncRounds):
         model = ctx.training.worker
         model.load_state_dict(state)
         sgd = ctx.training.sgd
-        opt = PlainSGD(model.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        opt = PlainSGD(model.parameters(), sgd)
         gen = ctx.streams.torch("semi-data", "labeled-batches", rnd)
         for pos in batch_schedule(len(self.labeled_idx), cfg.k_s, self.server_batch, gen):
             idx = torch.as_tensor(self.labeled_idx[pos.numpy()], device=self.ctx.device)
@@ -113,8 +113,6 @@ class SemiFL(SyncRounds):
             loss = F.cross_entropy(model(x), self.visible_y[idx])
             opt.zero_grad()
             loss.backward()
-            if sgd.clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), sgd.clip_norm)
             opt.step()
             if self.teacher is not None:
                 self.ema_steps += 1
@@ -144,7 +142,7 @@ class SemiFL(SyncRounds):
         """FixMatch CE on strong views + Mixup among confident samples, labels from the downloaded model."""
         cfg, sgd = self.cfg, training.sgd
         teacher = copy.deepcopy(module).eval()
-        opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        opt = PlainSGD(module.parameters(), sgd)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         lam_rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
         losses, samples = [], 0
@@ -161,8 +159,6 @@ class SemiFL(SyncRounds):
                 loss = loss + lam * F.cross_entropy(out, pl[conf]) + (1.0 - lam) * F.cross_entropy(out, pl[perm])
             opt.zero_grad()
             loss.backward()
-            if sgd.clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(module.parameters(), sgd.clip_norm)
             opt.step()
             losses.append(float(loss.detach()))
             samples += len(idx)
@@ -234,7 +230,7 @@ class FedSwitch(SemiFL):
         teacher = copy.deepcopy(module)
         teacher.load_state_dict(self.teacher)
         teacher.eval()
-        opt = PlainSGD(module.parameters(), lr=sgd.lr, momentum=sgd.momentum, weight_decay=sgd.weight_decay)
+        opt = PlainSGD(module.parameters(), sgd)
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples, switched = [], 0, 0
         for idx, x, weak, strong in self._views(training, indices, steps, gen):
@@ -246,8 +242,6 @@ class FedSwitch(SemiFL):
             loss = (F.cross_entropy(module(strong), pl, reduction="none") * mask.to(x.dtype)).mean()
             opt.zero_grad()
             loss.backward()
-            if sgd.clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(module.parameters(), sgd.clip_norm)
             opt.step()
             teacher.load_state_dict(state_mix(clone_state(teacher.state_dict()), clone_state(module.state_dict()),
                                               1.0 - cfg.ema))
@@ -335,7 +329,7 @@ class FedMatch(SemiFL):
             m = copy.deepcopy(module)
             m.load_state_dict({k: (sigma[k] + self.client_psi[h][k]) if k in psi else sigma[k] for k in sigma})
             helper_models.append(m.eval())
-        opt = PlainSGD(list(psi.values()), lr=sgd.lr, momentum=sgd.momentum)
+        opt = PlainSGD(list(psi.values()), replace(sgd, weight_decay=0.0, clip_norm=None))  # ψ: L1, no decay, no clip
         steps = num_steps(len(indices), sgd)  # local_steps, or local_epochs over the client's data
         losses, samples = [], 0
         def forward(x: torch.Tensor) -> torch.Tensor:

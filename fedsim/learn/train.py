@@ -5,7 +5,7 @@ single-tensor path, the one it takes on CPU; :func:`sgd_update_`, tested bit for
 is written here once: :func:`sgd_step` (objective term, masking, clipping, then :func:`sgd_update_`) is the
 step of :func:`local_sgd` and of FjORD's ordered dropout, and batched training applies :func:`sgd_update_`
 and :func:`clip_grads_` to its stacked tensors; :class:`PlainSGD` is the optimizer object over
-:func:`sgd_update_` for hand-written loops.  The batches come from
+:func:`sgd_step` for hand-written loops.  The batches come from
 :func:`batch_schedule`, which depends only on the sample count and a torch generator (a named stream),
 so the same inputs always give the same weights.  A fresh optimizer is built per call: momentum
 state is local to one round of local training, as in FedAvg and its relatives.
@@ -235,31 +235,26 @@ def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None
 
 
 class PlainSGD:
-    """``torch.optim.SGD``'s update (weight decay, momentum with dampening 0, no Nesterov), step for step.
+    """An optimizer object over the one step, for hand-written loops: ``loss.backward(); opt.step()`` is
+    :func:`sgd_step` on the parameters' ``.grad`` with ``cfg``'s lr, momentum, weight decay and clipping
+    (``torch.optim.SGD`` with ``clip_grad_norm_``, bit for bit).
 
     Why not ``torch.optim.SGD`` itself: constructing any ``torch.optim`` optimizer imports torch's compiler
     stack (``torch._dynamo``, about 2 s) on first use, a fixed cost of every run that never compiles
-    anything.  The arithmetic is :func:`sgd_update_`, the optimizer's single-tensor path operation for
-    operation, so the weights are bit-identical (``tests/test_perf_train.py`` checks it against
-    ``torch.optim.SGD``).
+    anything (``tests/test_perf_train.py`` checks both the numbers and that the stack stays unloaded).
     """
 
-    def __init__(self, params: Iterable[nn.Parameter], *, lr: float, momentum: float = 0.0,
-                 weight_decay: float = 0.0) -> None:
+    def __init__(self, params: Iterable[nn.Parameter], cfg: SGDConfig) -> None:
         self.params = list(params)
-        self.lr, self.momentum, self.weight_decay = float(lr), float(momentum), float(weight_decay)
+        self.cfg = cfg
         self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             p.grad = None
 
-    @torch.no_grad()
     def step(self) -> None:
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                _, self.buffers[i] = sgd_update_(p, p.grad, self.buffers[i], lr=self.lr, momentum=self.momentum,
-                                                 weight_decay=self.weight_decay)
+        sgd_step(self.params, [p.grad for p in self.params], self.buffers, self.cfg)
 
 
 @dataclass
