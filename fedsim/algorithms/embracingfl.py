@@ -207,8 +207,8 @@ class EmbracingFL(FedAvg):
             "doc": "{device profile: client type} for assign: devices (unlisted: strong)"})
         memory_share: float = field(default=1.0,
                                     metadata={"doc": "share of device memory a type must fit in (assign: memory)"})
-        splits: dict[str, int] = field(default_factory=lambda: {"moderate": 2, "weak": 3},
-                                       metadata={"doc": "{moderate, weak: input-side blocks that type freezes}"})
+        splits: dict[str, int] = field(default_factory=lambda: {"moderate": 2, "weak": 3}, metadata={
+            "doc": "input-side blocks a moderate or weak client freezes ({type: blocks})"})
 
         def validate(self, prefix: str) -> None:
             super().validate(prefix)

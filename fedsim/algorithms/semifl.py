@@ -283,8 +283,8 @@ class FedMatch(SemiFL):
 
     @dataclass
     class Config(SemiFL.Config):
-        helpers: int = field(default=2,
-                             metadata={"doc": "H: helper models (closest ψ) downloaded for pseudo-labelling"})
+        helpers: int = field(default=2, metadata={
+            "doc": "helper models (the clients with the closest ψ) downloaded for pseudo-labels"})
         l1: float = field(default=1.0e-4, metadata={"doc": "L1 penalty weight on ψ"})
 
         def validate(self, prefix: str) -> None:

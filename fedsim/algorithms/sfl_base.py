@@ -42,7 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class SplitConfig:
     """Fields shared by the split-learning algorithms."""
 
-    cut: int = field(default=1, metadata={"doc": "blocks on the client side: the model is split after block cut"})
+    cut: int = field(default=1, metadata={
+        "doc": "client part: the model's first cut blocks (the server trains the rest)"})
     local_iterations: int | None = field(default=None, metadata={
         "doc": "E: local iterations per participation (null: train.local_steps or epochs)"})
     aggregate_weights: Literal["data_size", "uniform"] = field(default="data_size", metadata={
