@@ -167,7 +167,7 @@ class Cos2P(SemiAsyncRounds):
         lambda2: float = field(default=0.2, metadata={"doc": "λ₂ in [0, 1]: distillation weight of Eq. 3"})
         temperature: float = field(default=3.0, metadata={"doc": "t: distillation temperature of Eq. 3"})
         kl_direction: str = field(default="student_teacher",
-                                  metadata={"doc": "KL direction of Eq. 3: student_teacher or teacher_student"})
+                                  metadata={"doc": "direction of the KL of Eq. 3: student_teacher or teacher_student"})
         detach_teacher: bool = field(default=True,
                                      metadata={"doc": "stop the gradient through the teacher exit in Eq. 3"})
         local_train_fraction: float = field(default=0.8, metadata={

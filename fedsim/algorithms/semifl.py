@@ -77,9 +77,9 @@ class SemiFL(SyncRounds):
         strong: str = field(default="randaugment", metadata={"doc": "strong view: randaugment, noise or none"})
         rand_n: int = field(default=2, metadata={"doc": "RandAugment N: operations drawn per image"})
         rand_m: int = field(default=10, metadata={"doc": "RandAugment M: magnitude (1..10)"})
-        mixup_alpha: float = field(default=0.75,
-                                   metadata={"doc": "Mixup λ ~ Beta(α, α) among confident samples (SemiFL)"})
-        ema: float = field(default=0.99, metadata={"doc": "EMA decay of the teacher (FedSwitch only)"})
+        mixup_alpha: float = field(default=0.75, metadata={
+            "doc": "α of the Mixup weight λ ~ Beta(α, α) among confident samples (SemiFL)"})
+        ema: float = field(default=0.99, metadata={"doc": "teacher EMA decay (FedSwitch only)"})
 
         def validate(self, prefix: str) -> None:
             positive(self.clients_per_round, f"{prefix}.clients_per_round")
@@ -285,7 +285,7 @@ class FedMatch(SemiFL):
     class Config(SemiFL.Config):
         helpers: int = field(default=2, metadata={
             "doc": "helper models (the clients with the closest ψ) downloaded for pseudo-labels"})
-        l1: float = field(default=1.0e-4, metadata={"doc": "L1 penalty weight on ψ"})
+        l1: float = field(default=1.0e-4, metadata={"doc": "weight of the L1 penalty on ψ"})
 
         def validate(self, prefix: str) -> None:
             SemiFL.Config.validate(self, prefix)
