@@ -152,7 +152,7 @@ class SemiSFL(SplitRounds):
         adapt: Literal["paper", "code", "none"] = field(default="paper", metadata={
             "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})
         alpha: float = field(default=1.5, metadata={"doc": "α: K_s decay factor of the controller (≥ 1)"})
-        beta: float = field(default=8.0, metadata={"doc": "β: K_min = floor(β · |D_l| / |D| · K_u)"})
+        beta: float = field(default=8.0, metadata={"doc": "β: K_min = floor(β · K_u · the labeled share of the data)"})
         window: int = field(default=10, metadata={"doc": "rounds averaged per window of the K_s controller"})
         periods: int = field(default=10, metadata={"doc": "indicators averaged into R_h by the K_s controller"})
         weak: str = field(default="flip_crop", metadata={"doc": "weak view: flip_crop, crop or none"})
@@ -169,7 +169,7 @@ class SemiSFL(SplitRounds):
         probe_every: int = field(default=0, metadata={"doc": "rounds between theory probes (0: none)"})
         probe_samples: int = field(default=16, metadata={"doc": "fixed samples per probe set"})
         aggregate_weights: Literal["data_size", "uniform"] = field(default="uniform", metadata={
-            "doc": "client bottoms averaged equally (uniform, SemiSFL) or by |D_k| (data_size)"})
+            "doc": "client bottoms averaged equally (uniform, SemiSFL) or by data size (data_size)"})
 
         def validate(self, prefix: str) -> None:
             SplitConfig.validate(self, prefix)

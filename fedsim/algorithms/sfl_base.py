@@ -47,7 +47,7 @@ class SplitConfig:
     local_iterations: int | None = field(default=None, metadata={
         "doc": "E: local iterations per participation (null: train.local_steps or epochs)"})
     aggregate_weights: Literal["data_size", "uniform"] = field(default="data_size", metadata={
-        "doc": "client models averaged with weight |D_k| (data_size) or equally (uniform)"})
+        "doc": "client models averaged weighted by data size (data_size) or equally (uniform)"})
     timing: TimingConfig = field(default_factory=TimingConfig)
     cost_input_shape: list[int] | None = field(default=None, metadata={
         "doc": "systems-only: price a model built for this input shape (null: the data's)"})

@@ -45,7 +45,7 @@ class MiniBatchSFL(SplitRounds):
     class Config(SplitConfig):
         clients_per_round: int = field(default=10, metadata={"doc": "C: clients sampled each round"})
         batch_rule: Literal["data_share", "fixed"] = field(default="data_share", metadata={
-            "doc": "client minibatch: data_share (|D_k|/Σ|D_j|·B·C, the GAS code's) or fixed (B)"})
+            "doc": "client minibatch: data_share (its share of the data × B·C, the GAS code's) or fixed (B)"})
         groups: int = field(default=1, metadata={
             "doc": "label-balanced activation groups per server step (1: one batch; S2FL: 2)"})
         group_passes: int = field(default=100, metadata={"doc": "most greedy swap passes of S2FL's grouping"})
