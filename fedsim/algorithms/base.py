@@ -393,12 +393,12 @@ class RoundsConfig:
     """The settings of a synchronous round (:class:`SyncRounds`; FedAvg and every algorithm built on its
     rounds extend this dataclass)."""
 
-    clients_per_round: int = num(10, ge=1, unit="clients")
+    clients_per_round: int = num(10, ge=1, unit="clients", doc="clients sampled each round")
     deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
-    server_lr: float = num(1.0, gt=0, le=1e6)
+    server_lr: float = num(1.0, gt=0, le=1e6, doc="η_g: server step size toward the round's aggregate")
     retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-    #: sample only clients whose device fits the full model (the others never train)
-    only_fitting: bool = False
+    only_fitting: bool = field(default=False, metadata={
+        "doc": "sample only clients whose device fits the full model (the others never train)"})
     #: a server optimiser over the round's aggregate (FedAvgM, FedAdam, FedYogi, FedAdagrad); null: the
     #: aggregate moved by ``server_lr``
     server_opt: ServerOptConfig | None = None

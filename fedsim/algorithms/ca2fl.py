@@ -10,7 +10,7 @@ There is no staleness scaling in CA2FL; the cache is what corrects stale and abs
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fedsim.algorithms.base import Update
@@ -24,8 +24,10 @@ class CA2FL(FedBuff):
 
     @dataclass
     class Config(FedBuff.Config):
-        variant: Literal["canonical", "gas-code"] = "canonical"
-        staleness: str = "constant"
+        variant: Literal["canonical", "gas-code"] = field(default="canonical", metadata={
+            "doc": "canonical: the paper's calibration; gas-code: GAS code's data-size-weighted cache sum"})
+        staleness: str = field(default="constant", metadata={
+            "doc": "unused: CA2FL does not scale by staleness (its cache corrects stale clients)"})
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)

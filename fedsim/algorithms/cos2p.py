@@ -126,52 +126,54 @@ class Cos2P(SemiAsyncRounds):
 
     @dataclass
     class Config:
-        #: aggregation minimal ratio μ in (0, 1]: a round waits for ⌈μN⌉ updates
-        mu: float = 0.5
-        #: waiting interval T_clk (virtual seconds) after the ⌈μN⌉-th arrival
-        t_clk: float = 0.0
-        #: "semi" (Algorithm 1) or "async" (every arrival aggregated alone: Co-S²P (Async.))
-        mode: Literal["semi", "async"] = "semi"
-        #: per-segment weights of Eq. 5: "gamma" (Eq. 4), "uniform" (γ ≡ 1) or "samples" (FedAvg's)
-        weighting: str = "gamma"
-        #: η of Eq. 5 applied to the γ-averaged weight change (1: the average itself)
-        server_lr: float = 1.0
+        mu: float = field(default=0.5, metadata={"doc": "μ: aggregation minimal ratio; a round waits for ⌈μN⌉ updates"})
+        t_clk: float = field(default=0.0,
+                             metadata={"doc": "T_clk: waiting interval (virtual s) after the ⌈μN⌉-th arrival"})
+        mode: Literal["semi", "async"] = field(default="semi", metadata={
+            "doc": "semi (Algorithm 1) or async (every arrival aggregated alone)"})
+        weighting: str = field(default="gamma", metadata={
+            "doc": "segment weights of Eq. 5: gamma (Eq. 4), uniform (γ ≡ 1) or samples (FedAvg's)"})
+        server_lr: float = field(default=1.0,
+                                 metadata={"doc": "η of Eq. 5 on the γ-averaged weight change (1: the average itself)"})
         #: how R_n is chosen: "balanced" (derived per client from its device's compute and link speed so that
         #: every client's job takes about the same time; the paper picks R_n "according to the available
         #: resources" from measured round times) or "table7" (the ``rates`` table per device profile)
-        rate_rule: Literal["balanced", "table7"] = "balanced"
+        rate_rule: Literal["balanced", "table7"] = field(default="balanced", metadata={
+            "doc": "how R_n is chosen: balanced (equal job times per client) or table7 (rates)"})
         #: the largest R_n the balanced rule gives (Table 7's largest E1 rate: no client trains the whole model)
         rate_max: float = num(0.5625, gt=0, le=1, doc="largest kept fraction of the balanced rule")
-        #: overall kept fraction R_n per device profile, used by ``rate_rule: table7`` (default: Table 7, E1)
-        rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES))
-        #: local batch size per device profile (default: the train section's batch size for all)
-        batch_sizes: dict[str, int] = field(default_factory=dict)
-        width_depth_ratio: float = 1.0
+        rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES), metadata={
+            "doc": "kept fraction R_n per device profile for rate_rule: table7 (default: Table 7, E1)"})
+        batch_sizes: dict[str, int] = field(default_factory=dict, metadata={
+            "doc": "local batch size per device profile (default: train's batch size)"})
+        width_depth_ratio: float = field(default=1.0,
+                                         metadata={"doc": "R^w / R^d: how R_n splits into width and depth"})
         #: depth-window rolling rule (the paper only says "in a rolling fashion"): the window of a client's
         #: k-th participation starts at encoder block (k·step) mod (L − w + 1) ("round"), at ((k + client)·step)
         #: mod (L − w + 1) ("client_round": clients staggered so the blocks are covered evenly sooner), or
         #: always at the bottom ("fixed")
-        rolling: str = "client_round"
-        #: blocks the window moves per participation
-        rolling_step: int = 1
-        #: mask phase (rounds q < Q̂): local epochs, learning rate of the logits, λ₁
-        mask_rounds: int = 2
-        mask_epochs: float = 1.0
-        mask_lr: float = 0.1
-        lambda1: float = 1.0
-        #: mask: "learned" (STE) or "random" (Table 3's ablation)
-        mask: Literal["learned", "random"] = "learned"
-        #: self-distillation between the local exits (Eq. 3); off: the exits train with plain CE each
-        distill: bool = True
-        #: λ₂ in [0, 1], temperature t, KL direction and teacher stop-gradient of Eq. 3
-        lambda2: float = 0.2
-        temperature: float = 3.0
-        kl_direction: str = "student_teacher"
-        detach_teacher: bool = True
-        #: fraction of each client's samples kept for local training (the rest is its local test set)
-        local_train_fraction: float = 0.8
-        #: wait before re-dispatching a client whose task was dropped (went offline)
-        retry_s: float = 10.0
+        rolling: str = field(default="client_round", metadata={
+            "doc": "depth-window rolling: round, client_round (staggered by client) or fixed"})
+        rolling_step: int = field(default=1, metadata={"doc": "blocks the depth window moves per participation"})
+        mask_rounds: int = field(default=2, metadata={"doc": "Q̂: tasks q < Q̂ run the mask phase first"})
+        mask_epochs: float = field(default=1.0, metadata={"doc": "local epochs of the mask phase"})
+        mask_lr: float = field(default=0.1, metadata={"doc": "learning rate of the mask logits"})
+        lambda1: float = field(default=1.0,
+                               metadata={"doc": "λ₁: weight of the kept-fraction penalty in the mask loss"})
+        mask: Literal["learned", "random"] = field(default="learned",
+                                                   metadata={"doc": "learned (STE) or random (Table 3's ablation)"})
+        distill: bool = field(default=True,
+                              metadata={"doc": "self-distillation between local exits (Eq. 3); off: plain CE per exit"})
+        lambda2: float = field(default=0.2, metadata={"doc": "λ₂ in [0, 1]: distillation weight of Eq. 3"})
+        temperature: float = field(default=3.0, metadata={"doc": "t: distillation temperature of Eq. 3"})
+        kl_direction: str = field(default="student_teacher",
+                                  metadata={"doc": "direction of the KL of Eq. 3: student_teacher or teacher_student"})
+        detach_teacher: bool = field(default=True,
+                                     metadata={"doc": "stop the gradient through the teacher exit in Eq. 3"})
+        local_train_fraction: float = field(default=0.8, metadata={
+            "doc": "share of a client's samples for local training (the rest: its test set)"})
+        retry_s: float = field(default=10.0, metadata={
+            "doc": "wait before re-dispatching a client whose task was dropped (went offline)"})
 
         def validate(self, prefix: str) -> None:
             require(0 < self.mu <= 1, f"{prefix}.mu", f"must be in (0, 1], got {self.mu!r}")

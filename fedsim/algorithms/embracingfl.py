@@ -198,12 +198,17 @@ class EmbracingFL(FedAvg):
 
     @dataclass
     class Config(RoundsConfig):
-        assign: Literal["fraction", "devices", "memory"] = "fraction"
-        weak_fraction: float = 0.5
-        moderate_fraction: float = 0.0
-        types: dict[str, str] = field(default_factory=dict)
-        memory_share: float = 1.0
-        splits: dict[str, int] = field(default_factory=lambda: {"moderate": 2, "weak": 3})
+        assign: Literal["fraction", "devices", "memory"] = field(default="fraction", metadata={
+            "doc": "client types by: fraction (random draw), devices (the types table) or memory"})
+        weak_fraction: float = field(default=0.5, metadata={"doc": "share of clients made weak (assign: fraction)"})
+        moderate_fraction: float = field(default=0.0,
+                                         metadata={"doc": "share of clients made moderate (assign: fraction)"})
+        types: dict[str, str] = field(default_factory=dict, metadata={
+            "doc": "{device profile: client type} for assign: devices (unlisted: strong)"})
+        memory_share: float = field(default=1.0,
+                                    metadata={"doc": "share of device memory a type must fit in (assign: memory)"})
+        splits: dict[str, int] = field(default_factory=lambda: {"moderate": 2, "weak": 3}, metadata={
+            "doc": "input-side blocks a moderate or weak client freezes ({type: blocks})"})
 
         def validate(self, prefix: str) -> None:
             super().validate(prefix)

@@ -8,7 +8,7 @@ idle client drawn uniformly, which downloads the model as it is at that moment. 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
 from fedsim.config import num, positive, require
@@ -31,10 +31,13 @@ class FedAsync(AsyncSlots):
     @dataclass
     class Config:
         alpha: float = num(0.6, gt=0, le=1, doc="mixing weight of a fresh update")
-        staleness: str = "polynomial"
-        staleness_a: float = num(0.5, ge=0, le=1e3)
-        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions")
-        concurrency: int = num(10, ge=1, unit="clients")
+        staleness: str = field(default="polynomial", metadata={
+            "doc": "staleness function s(τ): constant, polynomial, hinge or fedbuff (1/√(1+τ))"})
+        staleness_a: float = num(0.5, ge=0, le=1e3, doc="a of s(τ): polynomial exponent, hinge slope")
+        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions",
+                                 doc="b of s(τ): hinge threshold (no discount up to b versions)")
+        concurrency: int = num(10, ge=1, unit="clients",
+                               doc="clients training at once (a slot is refilled when its update is applied)")
         max_staleness: int | None = num(None, ge=0, le=10**9, unit="versions", doc="staler updates are dropped")
         retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
 

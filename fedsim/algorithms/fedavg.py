@@ -16,7 +16,7 @@ same trace as this module's SimPy rounds, for studies of 10^5-10^6 devices.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -47,7 +47,8 @@ class FedAvg(SyncRounds):
         #: ``vector``: each round's client chains computed in numpy, for systems-only studies of 10^5-10^6
         #: devices (``fedsim.algorithms.fedavg_vector``: the same trace as ``event``, refused where it
         #: does not apply)
-        engine: Literal["event", "vector"] = "event"
+        engine: Literal["event", "vector"] = field(default="event", metadata={
+            "doc": "event: SimPy processes; vector: client chains in numpy (systems-only, huge populations)"})
 
     @classmethod
     def fits_devices(cls, config: Any) -> bool:

@@ -7,7 +7,7 @@ w ← w + η_g · (1/K) Σ s(τ_i) Δ_i.  A client's slot is refilled as soon as
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
@@ -40,12 +40,15 @@ class FedBuff(AsyncSlots):
 
     @dataclass
     class Config:
-        buffer_size: int = num(5, ge=1, le=10**6, unit="updates")
-        concurrency: int = num(10, ge=1, unit="clients")
-        server_lr: float = num(1.0, gt=0, le=1e6)
-        staleness: str = "fedbuff"
-        staleness_a: float = num(0.5, ge=0, le=1e3)
-        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions")
+        buffer_size: int = num(5, ge=1, le=10**6, unit="updates", doc="K: deltas buffered before each server step")
+        concurrency: int = num(10, ge=1, unit="clients",
+                               doc="clients training at once (a slot is refilled when its upload arrives)")
+        server_lr: float = num(1.0, gt=0, le=1e6, doc="η_g: server step size on the buffer's mean delta")
+        staleness: str = field(default="fedbuff", metadata={
+            "doc": "staleness function s(τ): constant, polynomial, hinge or fedbuff (1/√(1+τ))"})
+        staleness_a: float = num(0.5, ge=0, le=1e3, doc="a of s(τ): polynomial exponent, hinge slope")
+        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions",
+                                 doc="b of s(τ): hinge threshold (no discount up to b versions)")
         retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
         #: a server optimiser over the buffer's delta (null: the delta moved by ``server_lr``)
         server_opt: ServerOptConfig | None = None

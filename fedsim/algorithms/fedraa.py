@@ -33,7 +33,7 @@ Choices where the paper is silent (documented in the README):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -98,21 +98,33 @@ class FedRAA(Algorithm):
 
     @dataclass
     class Config:
-        fragments: int = 3
-        ratios: list[float] | None = None
-        layers: list[str] | None = None
-        mode: Literal["isolated", "frozen"] = "isolated"
-        scheduler: Literal["gre", "random", "mp", "offline"] = "gre"
-        K: float | None = None
-        count_inflight: bool = False
-        aggregation: Literal["async", "sync"] = "async"
-        alpha: float = 0.6
-        staleness: str = "constant"
-        staleness_a: float = 0.5
-        staleness_b: float = 4.0
-        staleness_clock: Literal["global", "fragment"] = "fragment"
-        rho: float = 0.0
-        retry_s: float = 10.0
+        fragments: int = field(default=3, metadata={"doc": "M: fragments the designated layers' units are split into"})
+        ratios: list[float] | None = field(default=None, metadata={
+            "doc": "fragment size ratios, summing to 1 (null: Table 4's preset for M)"})
+        layers: list[str] | None = field(default=None, metadata={
+            "doc": "width groups to split into fragments (null: the model's designated ones)"})
+        mode: Literal["isolated", "frozen"] = field(default="isolated", metadata={
+            "doc": "isolated: the client holds only its fragment; frozen: full model, fragment's entries trained"})
+        scheduler: Literal["gre", "random", "mp", "offline"] = field(default="gre", metadata={
+            "doc": "fragment choice: gre (Gre-RAA), random, mp (MP-RAA) or offline (Theorem 2's assignment)"})
+        K: float | None = field(default=None,
+                                metadata={"doc": "delay bound K of Gre-RAA in s of estimated round trip (null: K_off)"})
+        count_inflight: bool = field(default=False,
+                                     metadata={"doc": "the scheduler's q(j) also counts fragments being trained"})
+        aggregation: Literal["async", "sync"] = field(default="async", metadata={
+            "doc": "async (Fed-RAA) or sync (Sync Fed-RAA: rounds, the server waits for all)"})
+        alpha: float = field(default=0.6,
+                             metadata={"doc": "α: mixing weight of a fresh update (α_t = α · s(staleness))"})
+        staleness: str = field(default="constant", metadata={
+            "doc": "staleness function s(τ): constant, polynomial, hinge or fedbuff (1/√(1+τ))"})
+        staleness_a: float = field(default=0.5, metadata={"doc": "a of s(τ): polynomial exponent, hinge slope"})
+        staleness_b: float = field(default=4.0,
+                                   metadata={"doc": "b of s(τ): hinge threshold (no discount up to b versions)"})
+        staleness_clock: Literal["global", "fragment"] = field(default="fragment", metadata={
+            "doc": "staleness counted in updates of this fragment (fragment) or of any (global)"})
+        rho: float = field(default=0.0, metadata={
+            "doc": "ρ: proximal weight of the local objective f + ρ/2‖θ − θ_q‖² (0: plain SGD)"})
+        retry_s: float = field(default=10.0, metadata={"doc": "wait before retrying an offline client"})
 
         def validate(self, prefix: str) -> None:
             positive(self.fragments, f"{prefix}.fragments")

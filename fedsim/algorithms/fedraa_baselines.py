@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -39,7 +39,7 @@ class RAMFedLite(FedAvg):
 
     @dataclass
     class Config(RoundsConfig):
-        min_width: float = 0.1
+        min_width: float = field(default=0.1, metadata={"doc": "floor of a client's width t_fastest / t_n"})
 
         def validate(self, prefix: str) -> None:
             RoundsConfig.validate(self, prefix)
@@ -101,8 +101,9 @@ class PruneFLLite(FedAvg):
 
     @dataclass
     class Config(RoundsConfig):
-        density: float = 0.3
-        reconfigure_every: int = 5
+        density: float = field(default=0.3,
+                               metadata={"doc": "fraction of each weight matrix's largest-magnitude entries kept"})
+        reconfigure_every: int = field(default=5, metadata={"doc": "rounds between recomputing the magnitude mask"})
 
         def validate(self, prefix: str) -> None:
             RoundsConfig.validate(self, prefix)

@@ -25,7 +25,7 @@ from __future__ import annotations
 __all__ = ["SemiFL", "FedSwitch", "FedMatch"]
 
 import copy
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generator, Iterator
 
 import numpy as np
@@ -64,18 +64,22 @@ class SemiFL(SyncRounds):
 
     @dataclass
     class Config:
-        clients_per_round: int = 10
-        labeled: int = 100
-        client_labeled_fraction: float = 0.0
-        k_s: int = 20
-        server_batch: int | None = None
-        tau: float = 0.95
-        weak: str = "flip_crop"
-        strong: str = "randaugment"
-        rand_n: int = 2
-        rand_m: int = 10
-        mixup_alpha: float = 0.75
-        ema: float = 0.99
+        clients_per_round: int = field(default=10, metadata={"doc": "N_h: clients sampled each round"})
+        labeled: int = field(default=100, metadata={
+            "doc": "labeled samples held by the server, drawn per class from the training set"})
+        client_labeled_fraction: float = field(default=0.0, metadata={
+            "doc": "share of each client's samples that keep their labels"})
+        k_s: int = field(default=20, metadata={"doc": "K_s: server steps per round (the labeled phase)"})
+        server_batch: int | None = field(default=None,
+                                         metadata={"doc": "batch size of the labeled phase (null: train's batch size)"})
+        tau: float = field(default=0.95, metadata={"doc": "τ: confidence threshold of pseudo-labels"})
+        weak: str = field(default="flip_crop", metadata={"doc": "weak view: flip_crop, crop or none"})
+        strong: str = field(default="randaugment", metadata={"doc": "strong view: randaugment, noise or none"})
+        rand_n: int = field(default=2, metadata={"doc": "RandAugment N: operations drawn per image"})
+        rand_m: int = field(default=10, metadata={"doc": "RandAugment M: magnitude (1..10)"})
+        mixup_alpha: float = field(default=0.75, metadata={
+            "doc": "α of the Mixup weight λ ~ Beta(α, α) among confident samples (SemiFL)"})
+        ema: float = field(default=0.99, metadata={"doc": "teacher EMA decay (FedSwitch only)"})
 
         def validate(self, prefix: str) -> None:
             positive(self.clients_per_round, f"{prefix}.clients_per_round")
@@ -279,8 +283,9 @@ class FedMatch(SemiFL):
 
     @dataclass
     class Config(SemiFL.Config):
-        helpers: int = 2
-        l1: float = 1.0e-4
+        helpers: int = field(default=2, metadata={
+            "doc": "helper models (the clients with the closest ψ) downloaded for pseudo-labels"})
+        l1: float = field(default=1.0e-4, metadata={"doc": "weight of the L1 penalty on ψ"})
 
         def validate(self, prefix: str) -> None:
             SemiFL.Config.validate(self, prefix)

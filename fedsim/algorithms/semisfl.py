@@ -44,7 +44,7 @@ step gradient (for Lemma 4's deterministic form, with η/(1 − momentum) for he
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Generator, Literal
 
 import numpy as np
@@ -128,38 +128,48 @@ class SemiSFL(SplitRounds):
 
     @dataclass
     class Config(SplitConfig):
-        clients_per_round: int = 10
-        labeled: int = 100
-        client_labeled_fraction: float = 0.0
-        k_s: int = 20
-        server_batch: int | None = None
-        tau: float = 0.95
-        kappa: float = 0.2
-        queue_size: int = 256
-        ema: float = 0.99
-        head: Literal["mlp", "linear", "none"] = "mlp"
+        clients_per_round: int = field(default=10, metadata={"doc": "N_h: clients sampled each round"})
+        labeled: int = field(default=100, metadata={
+            "doc": "labeled samples held by the server, drawn per class from the training set"})
+        client_labeled_fraction: float = field(default=0.0, metadata={
+            "doc": "share of each client's samples that keep their labels"})
+        k_s: int = field(default=20, metadata={"doc": "K_s: server steps per round (the labeled phase)"})
+        server_batch: int | None = field(default=None,
+                                         metadata={"doc": "batch size of the labeled phase (null: train's batch size)"})
+        tau: float = field(default=0.95, metadata={"doc": "τ: confidence threshold of pseudo-labels"})
+        kappa: float = field(default=0.2, metadata={"doc": "κ: temperature of the clustering and SupCon losses"})
+        queue_size: int = field(default=256,
+                                metadata={"doc": "memory queue length: the last projections kept as contrastive keys"})
+        ema: float = field(default=0.99, metadata={"doc": "γ: teacher EMA decay (warm-up min(1 − 1/(t+1), γ))"})
+        head: Literal["mlp", "linear", "none"] = field(default="mlp", metadata={
+            "doc": "projection head: mlp (two layers), linear or none (the features)"})
         head_dim: int = num(32, ge=1, le=16384, unit="units", doc="projection head output size")
         head_hidden: int = num(64, ge=1, le=16384, unit="units", doc="projection head hidden size")
-        clustering: bool = True
-        supcon: bool = True
-        adapt: Literal["paper", "code", "none"] = "paper"
-        alpha: float = 1.5
-        beta: float = 8.0
-        window: int = 10
-        periods: int = 10
-        weak: str = "flip_crop"
-        strong: str = "randaugment"
-        #: the view of the server's labeled batches: "strong" (SemiSFL: the code's strong-twice) or "weak"
-        #: (FedSwitch-SL: the paper credits strong-augmentation supervised training to SemiSFL alone)
-        server_view: Literal["strong", "weak"] = "strong"
-        rand_n: int = 2
-        rand_m: int = 10
-        lr_schedule: Literal["constant", "cosine"] = "constant"
-        min_lr: float = 0.0
-        evaluate: Literal["teacher", "student"] = "teacher"
-        probe_every: int = 0
-        probe_samples: int = 16
-        aggregate_weights: Literal["data_size", "uniform"] = "uniform"
+        clustering: bool = field(default=True,
+                                 metadata={"doc": "clustering regularisation C (eq. 5) in the client phase"})
+        supcon: bool = field(default=True,
+                             metadata={"doc": "supervised-contrastive term T (eq. 3-4) in the labeled phase"})
+        adapt: Literal["paper", "code", "none"] = field(default="paper", metadata={
+            "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})
+        alpha: float = field(default=1.5, metadata={"doc": "α: K_s decay factor of the controller (≥ 1)"})
+        beta: float = field(default=8.0, metadata={"doc": "β: K_min = floor(β · K_u · the labeled share of the data)"})
+        window: int = field(default=10, metadata={"doc": "rounds averaged per window of the K_s controller"})
+        periods: int = field(default=10, metadata={"doc": "indicators averaged into R_h by the K_s controller"})
+        weak: str = field(default="flip_crop", metadata={"doc": "weak view: flip_crop, crop or none"})
+        strong: str = field(default="randaugment", metadata={"doc": "strong view: randaugment, noise or none"})
+        server_view: Literal["strong", "weak"] = field(default="strong", metadata={
+            "doc": "view of the labeled batches: strong (SemiSFL, strong twice) or weak (FedSwitch-SL)"})
+        rand_n: int = field(default=2, metadata={"doc": "RandAugment N: operations drawn per image"})
+        rand_m: int = field(default=10, metadata={"doc": "RandAugment M: magnitude (1..10)"})
+        lr_schedule: Literal["constant", "cosine"] = field(default="constant", metadata={
+            "doc": "learning rate: constant, or cosine from train.lr to min_lr over stop.max_versions"})
+        min_lr: float = field(default=0.0, metadata={"doc": "final learning rate of the cosine schedule"})
+        evaluate: Literal["teacher", "student"] = field(default="teacher", metadata={
+            "doc": "model evaluated: teacher (paper and code) or student"})
+        probe_every: int = field(default=0, metadata={"doc": "rounds between theory probes (0: none)"})
+        probe_samples: int = field(default=16, metadata={"doc": "fixed samples per probe set"})
+        aggregate_weights: Literal["data_size", "uniform"] = field(default="uniform", metadata={
+            "doc": "client bottoms averaged equally (uniform, SemiSFL) or by data size (data_size)"})
 
         def validate(self, prefix: str) -> None:
             SplitConfig.validate(self, prefix)
@@ -575,10 +585,14 @@ class FedSwitchSL(SemiSFL):
 
     @dataclass
     class Config(SemiSFL.Config):
-        clustering: bool = False
-        supcon: bool = False
-        adapt: Literal["paper", "code", "none"] = "none"
-        server_view: Literal["strong", "weak"] = "weak"
+        clustering: bool = field(default=False,
+                                 metadata={"doc": "clustering regularisation C (eq. 5) in the client phase"})
+        supcon: bool = field(default=False,
+                             metadata={"doc": "supervised-contrastive term T (eq. 3-4) in the labeled phase"})
+        adapt: Literal["paper", "code", "none"] = field(default="none", metadata={
+            "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})
+        server_view: Literal["strong", "weak"] = field(default="weak", metadata={
+            "doc": "view of the labeled batches: strong (SemiSFL, strong twice) or weak (FedSwitch-SL)"})
 
 
 class SupervisedOnly(SemiSFL):
@@ -588,5 +602,7 @@ class SupervisedOnly(SemiSFL):
 
     @dataclass
     class Config(SemiSFL.Config):
-        clients_per_round: int = 0
-        adapt: Literal["paper", "code", "none"] = "none"
+        clients_per_round: int = field(default=0,
+                                       metadata={"doc": "N_h: clients sampled each round (0: the labeled phase only)"})
+        adapt: Literal["paper", "code", "none"] = field(default="none", metadata={
+            "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})

@@ -31,9 +31,11 @@ OPTIMISERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
 class ServerOptConfig:
     """``algorithm.server_opt``: the server's optimiser over the aggregate's pseudo-gradient."""
 
-    name: Literal["sgd", "momentum", "adam", "yogi", "adagrad"] = "sgd"
+    name: Literal["sgd", "momentum", "adam", "yogi", "adagrad"] = field(default="sgd", metadata={
+        "doc": "optimiser: sgd, momentum (FedAvgM), adam, yogi or adagrad"})
     lr: float = num(1.0, gt=0, le=1e6, doc="server learning rate η")
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99])
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.99],
+                               metadata={"doc": "β₁ (momentum) and β₂ (second moment), each in [0, 1)"})
     tau: float = num(1e-3, gt=0, le=1e6, doc="adaptivity τ (adam, yogi, adagrad)")
 
     def validate(self, prefix: str) -> None:

@@ -40,7 +40,7 @@ server weights (paired; for ``async-sfl`` the generated rows are a counterfactua
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -76,20 +76,32 @@ class AsyncSFL(SplitSlots):
 
     @dataclass
     class Config(SplitConfig):
-        concurrency: int = 10
-        activation_buffer: int | None = None
-        model_buffer: int | None = None
-        logit_adjust: bool = True
-        generate: bool = False
-        per_label_target: int | None = None
-        gaussian_covariance: Literal["diag", "full"] = "diag"
-        gaussian_reg: float = 0.0
-        gaussian_weight: Literal["linear", "polynomial", "exponential", "constant"] = "linear"
-        gaussian_weight_a: float = 1.0
-        gaussian_weight_b: float = 1.0
-        measure_every: int | None = None
-        measure_samples: int = 1000
-        retry_s: float = 10.0
+        concurrency: int = field(default=10, metadata={"doc": "C: clients training at once"})
+        activation_buffer: int | None = field(default=None, metadata={
+            "doc": "Q_s: client minibatches per server step (null: concurrency)"})
+        model_buffer: int | None = field(default=None, metadata={
+            "doc": "Q_c: client models averaged per aggregation (null: concurrency)"})
+        logit_adjust: bool = field(default=True, metadata={
+            "doc": "client gradients from logits adjusted by the client's label prior (eq. 6–7)"})
+        generate: bool = field(default=False,
+                               metadata={"doc": "add generated activations to server steps (GAS; off: async-sfl)"})
+        per_label_target: int | None = field(default=None, metadata={
+            "doc": "rows per label a server step is topped up to (null: train's batch size)"})
+        gaussian_covariance: Literal["diag", "full"] = field(default="diag", metadata={
+            "doc": "per-label Gaussian of the activations: diag or full covariance"})
+        gaussian_reg: float = field(default=0.0, metadata={
+            "doc": "added to the covariance at every merge (0: the paper's; GAS code: 1e-5)"})
+        gaussian_weight: Literal["linear", "polynomial", "exponential", "constant"] = field(default="linear", metadata={
+            "doc": "time weight s(n) of an activation: linear (n), polynomial, exponential, constant"})
+        gaussian_weight_a: float = field(default=1.0,
+                                         metadata={"doc": "a of s(n): a·n^b (polynomial) or a·exp(b·n) (exponential)"})
+        gaussian_weight_b: float = field(default=1.0,
+                                         metadata={"doc": "b of s(n): a·n^b (polynomial) or a·exp(b·n) (exponential)"})
+        measure_every: int | None = field(default=None, metadata={
+            "doc": "server steps between dissimilarity measurements (null: none)"})
+        measure_samples: int = field(default=1000, metadata={
+            "doc": "training samples in the population of the dissimilarity measurement"})
+        retry_s: float = field(default=10.0, metadata={"doc": "wait before retrying when nobody is reachable"})
 
         def validate(self, prefix: str) -> None:
             SplitConfig.validate(self, prefix)
@@ -234,4 +246,5 @@ class GAS(AsyncSFL):
 
     @dataclass
     class Config(AsyncSFL.Config):
-        generate: bool = True
+        generate: bool = field(default=True,
+                               metadata={"doc": "add generated activations to server steps (GAS; off: async-sfl)"})

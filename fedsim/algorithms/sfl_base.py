@@ -42,12 +42,17 @@ if TYPE_CHECKING:  # pragma: no cover
 class SplitConfig:
     """Fields shared by the split-learning algorithms."""
 
-    cut: int = 1
-    local_iterations: int | None = None
-    aggregate_weights: Literal["data_size", "uniform"] = "data_size"
+    cut: int = field(default=1, metadata={
+        "doc": "client part: the model's first cut blocks (the server trains the rest)"})
+    local_iterations: int | None = field(default=None, metadata={
+        "doc": "E: local iterations per participation (null: train.local_steps or epochs)"})
+    aggregate_weights: Literal["data_size", "uniform"] = field(default="data_size", metadata={
+        "doc": "client models averaged weighted by data size (data_size) or equally (uniform)"})
     timing: TimingConfig = field(default_factory=TimingConfig)
-    cost_input_shape: list[int] | None = None
-    cost_model: str | None = None
+    cost_input_shape: list[int] | None = field(default=None, metadata={
+        "doc": "systems-only: price a model built for this input shape (null: the data's)"})
+    cost_model: str | None = field(default=None, metadata={
+        "doc": "systems-only: model whose costs are priced (needs cost_input_shape; null: model.name)"})
 
     def validate(self, prefix: str) -> None:
         positive(self.cut, f"{prefix}.cut")

@@ -23,7 +23,7 @@ own minibatch (no logit adjustment), as for GAS's eq. (7).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -43,10 +43,12 @@ class MiniBatchSFL(SplitRounds):
 
     @dataclass
     class Config(SplitConfig):
-        clients_per_round: int = 10
-        batch_rule: Literal["data_share", "fixed"] = "data_share"
-        groups: int = 1
-        group_passes: int = 100
+        clients_per_round: int = field(default=10, metadata={"doc": "C: clients sampled each round"})
+        batch_rule: Literal["data_share", "fixed"] = field(default="data_share", metadata={
+            "doc": "client minibatch: data_share (its share of the data × B·C, the GAS code's) or fixed (B)"})
+        groups: int = field(default=1, metadata={
+            "doc": "label-balanced activation groups per server step (1: one batch; S2FL: 2)"})
+        group_passes: int = field(default=100, metadata={"doc": "most greedy swap passes of S2FL's grouping"})
 
         def validate(self, prefix: str) -> None:
             SplitConfig.validate(self, prefix)
@@ -118,4 +120,5 @@ class S2FL(MiniBatchSFL):
 
     @dataclass
     class Config(MiniBatchSFL.Config):
-        groups: int = 2
+        groups: int = field(default=2,
+                            metadata={"doc": "label-balanced activation groups per server step (S2FL's grouping)"})

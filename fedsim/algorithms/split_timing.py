@@ -24,7 +24,7 @@ with ``channel.positions: {kind: fixed, points: ...}``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generator, Literal
 
 from fedsim.config import require
@@ -38,8 +38,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class TimingConfig:
     """Timing conventions of split-learning steps (see the module docstring)."""
 
-    convention: Literal["real", "gas-code"] = "real"
-    client_flops_per_s: list[float] | None = None
+    convention: Literal["real", "gas-code"] = field(default="real", metadata={
+        "doc": "real: real FLOPs, uploads and server time; gas-code: the GAS code's timing"})
+    client_flops_per_s: list[float] | None = field(default=None, metadata={
+        "doc": "one speed per client for the client passes (null: the world's devices)"})
 
     def validate(self, prefix: str) -> None:
         if self.client_flops_per_s is not None:

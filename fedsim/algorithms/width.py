@@ -82,10 +82,10 @@ class WidthFedAvg(FedAvg):
 
     @dataclass
     class Config(RoundsConfig):
-        #: ``auto`` or a table {device class: width in (0, 1]} naming every class of ``devices.mix``
-        widths: dict[str, float] | Literal["auto"] = "auto"
-        #: widths ``auto`` chooses from (and FjORD's per-step set)
-        allowed_widths: list[float] = field(default_factory=lambda: list(DEFAULT_WIDTHS))
+        widths: dict[str, float] | Literal["auto"] = field(default="auto", metadata={
+            "doc": "auto, or a table {device class: width in (0, 1]} naming every class of devices.mix"})
+        allowed_widths: list[float] = field(default_factory=lambda: list(DEFAULT_WIDTHS),
+                                            metadata={"doc": "widths auto chooses from (and FjORD's per-step set)"})
 
         def validate(self, prefix: str) -> None:
             super().validate(prefix)
