@@ -984,7 +984,8 @@ def _reference_default(value: Any) -> str:
         return "null"
     if dataclasses.is_dataclass(value):
         return "(section)"
-    text = yaml.safe_dump(to_mapping(value), default_flow_style=True).strip()
+    # one line, however long: a line break would split the reference's Markdown table row
+    text = yaml.safe_dump(to_mapping(value), default_flow_style=True, width=float("inf")).strip()
     return text[:-4].strip() if text.endswith("...") else text
 
 

@@ -50,6 +50,12 @@ def test_field_reference_in_docs_is_current_and_complete():
         for f in walk_fields(cls, key):
             assert f"| `{f.path}` |" in text
     assert "| `train.lr` | a number | `0.05` | finite, in (0, 10^12] |" in text
+    # every row one line of five cells (a long default or a '|' in a meaning would break the table), and every
+    # algorithm field says what it means
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows and all(line.count("|") == 6 for line in rows), [r for r in rows if r.count("|") != 6][:3]
+    undocumented = [r.split("|")[1].strip() for r in rows if r.startswith("| `algorithm") and not r.split("|")[5].strip()]
+    assert undocumented == [], undocumented
 
 
 def test_trace_format_doc_lists_every_event_kind_with_its_fields():
