@@ -127,3 +127,12 @@ def combine(verdicts: Sequence[str]) -> str:
     if all(x == "yes" for x in v):
         return "yes"
     return "no" if all(x == "no" for x in v) else "partly"
+
+
+def results_head(paper: str, recipe: str, out: Path, seeds: Sequence[int], commit: str, command: str) -> list[str]:
+    """The opening of a recipe's RESULTS.md: title, provenance (command, commit, seeds) and its claims table
+    (``out/claims.md``); the recipe appends its own tables."""
+    return [f"# {paper} at small scale: the tables\n\nWritten by `{command}` at commit `{commit}`, seeds "
+            f"{', '.join(str(s) for s in seeds)}; every number is in the CSVs written next to it.  Setting: "
+            f"the module docstring of `figures/{recipe}.py`.\n",
+            "## Claims\n", (out / "claims.md").read_text(encoding="utf-8")]

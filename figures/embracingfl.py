@@ -45,7 +45,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.sim.trace import load_trace  # noqa: E402
-from figures.claims import Claim, combine, commit_hash, monotone, render_claims, seeds_verdict, verdict  # noqa: E402
+from figures.claims import (Claim, combine, commit_hash, monotone, render_claims, results_head,  # noqa: E402
+                            seeds_verdict, verdict)
 from figures.common import Job, run_jobs, save  # noqa: E402
 
 STRONG_DEV, MODERATE_DEV, WEAK_DEV = "jetson-agx-orin-32gb", "jetson-xavier-nx-8gb", "jetson-nano"
@@ -498,10 +499,7 @@ def claims(t: dict[str, pd.DataFrame], seeds: Sequence[int]) -> list[Claim]:
 
 def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str) -> str:
     """RESULTS.md: the claims table and the tables this run wrote, with its provenance."""
-    parts = [f"# EmbracingFL at small scale: the tables\n\nWritten by `{command}` at commit `{commit}`, seeds "
-             f"{', '.join(str(s) for s in seeds)}; every number is in the CSVs written next to it.  Setting: "
-             f"the module docstring of `figures/embracingfl.py`.\n",
-             "## Claims\n", (out / "claims.md").read_text(encoding="utf-8")]
+    parts = results_head("EmbracingFL", "embracingfl", out, seeds, commit, command)
     for name, title in (("table2", "Table 2: weak clients added to 4 strong"),
                         ("table34", "Tables 3-4 style: 25% participation"),
                         ("table6", "Table 6: width reduction vs EmbracingFL"),

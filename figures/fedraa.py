@@ -37,7 +37,8 @@ import pandas as pd  # noqa: E402
 
 from analysis import fedraa_metrics  # noqa: E402
 from analysis.theory import fedraa as theory  # noqa: E402
-from figures.claims import Claim, commit_hash, fmt, ratio_verdict, render_claims, verdict  # noqa: E402
+from figures.claims import (Claim, commit_hash, fmt, ratio_verdict, render_claims, results_head,  # noqa: E402
+                            verdict)
 from figures.common import Job, run_jobs, save, trace_of  # noqa: E402
 
 EVAL_S = 0.5
@@ -360,13 +361,10 @@ def claims(main: pd.DataFrame, ablation_: pd.DataFrame, runs: pd.DataFrame, swee
 
 def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str) -> str:
     """FEDRAA_RESULTS.md: the claims table and the tables this run wrote, with its provenance."""
-    parts = [f"# Fed-RAA at small scale: the tables\n\nWritten by `{command}` at commit `{commit}`, seeds "
-             f"{', '.join(str(s) for s in seeds)}; every number is in the CSVs written next to it.  Setting: "
-             f"the module docstring of `figures/fedraa.py`.\n",
-             "## Claims\n", (out / "claims.md").read_text(encoding="utf-8"),
-             f"## Main comparison (Tables 2 and 5): time to {TARGET:.2f} test accuracy\n",
-             (out / "main_comparison.md").read_text(encoding="utf-8"),
-             "## Scheduler ablation (Table 3)\n", (out / "ablation.md").read_text(encoding="utf-8")]
+    parts = results_head("Fed-RAA", "fedraa", out, seeds, commit, command) + [
+        f"## Main comparison (Tables 2 and 5): time to {TARGET:.2f} test accuracy\n",
+        (out / "main_comparison.md").read_text(encoding="utf-8"),
+        "## Scheduler ablation (Table 3)\n", (out / "ablation.md").read_text(encoding="utf-8")]
     sweep = out / "beta_m_sweep.csv"
     if sweep.exists():
         sw = pd.read_csv(sweep)

@@ -45,8 +45,8 @@ import pandas as pd  # noqa: E402
 
 from analysis.estimators import gas_lemma1_rho  # noqa: E402
 from fedsim.scenario import load_raw  # noqa: E402
-from figures.claims import Claim, close_verdict, combine, commit_hash, fmt, render_claims, seeds_verdict, \
-    verdict  # noqa: E402
+from figures.claims import (Claim, close_verdict, combine, commit_hash, fmt, render_claims,  # noqa: E402
+                            results_head, seeds_verdict, verdict)
 from figures.common import Job, run_jobs, save, trace_of  # noqa: E402
 
 BASE: dict[str, Any] = {
@@ -501,10 +501,7 @@ def claims(t: dict[str, pd.DataFrame], seeds: Sequence[int]) -> list[Claim]:
 
 def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str) -> str:
     """GAS_RESULTS.md: the claims table and the tables this run wrote, with its provenance."""
-    parts = [f"# GAS at small scale: the tables\n\nWritten by `{command}` at commit `{commit}`, seeds "
-             f"{', '.join(str(s) for s in seeds)}; every number is in the CSVs written next to it.  Setting: "
-             f"the module docstring of `figures/gas.py`.\n",
-             "## Claims\n", (out / "claims.md").read_text(encoding="utf-8")]
+    parts = results_head("GAS", "gas", out, seeds, commit, command)
     cell = out / "cell_timing.csv"
     if cell.exists():
         c = pd.read_csv(cell)
