@@ -343,6 +343,20 @@ def _strip_optional(tp: Any) -> Any:
     return tp
 
 
+def _field_doc(cls: type, f: dataclasses.Field, dom: Domain | None) -> str:
+    """What a field means: its own ``doc`` (domain or metadata), else that of the base class's declaration it
+    overrides (a subclass that only changes a default keeps the meaning)."""
+    doc = (dom.doc if dom else "") or (f.metadata.get("doc", "") if f.metadata else "")
+    for base in cls.__mro__[1:]:
+        if doc:
+            break
+        bf = getattr(base, "__dataclass_fields__", {}).get(f.name)
+        if bf is not None:
+            bdom = field_domain(bf)
+            doc = (bdom.doc if bdom else "") or (bf.metadata.get("doc", "") if bf.metadata else "")
+    return doc
+
+
 def walk_fields(cls: type, prefix: str) -> list[FieldInfo]:
     """Every leaf field of dataclass ``cls`` (nested sections, optional sections and the first element of a
     list of sections included), with its dotted path, type, default and declared domain."""
@@ -366,7 +380,7 @@ def walk_fields(cls: type, prefix: str) -> list[FieldInfo]:
         else:
             default = None
         dom = field_domain(f, hints[f.name])
-        doc = (dom.doc if dom else "") or (f.metadata.get("doc", "") if f.metadata else "")
+        doc = _field_doc(cls, f, dom)
         choices = f.metadata.get("choices") if f.metadata else None  # a callable: names known at run time
         out.append(FieldInfo(path, hints[f.name], default, dom, doc, tuple(choices()) if choices else ()))
     return out

@@ -584,15 +584,11 @@ class FedSwitchSL(SemiSFL):
     name = "fedswitch-sl"
 
     @dataclass
-    class Config(SemiSFL.Config):
-        clustering: bool = field(default=False,
-                                 metadata={"doc": "clustering regularisation C (eq. 5) in the client phase"})
-        supcon: bool = field(default=False,
-                             metadata={"doc": "supervised-contrastive term T (eq. 3-4) in the labeled phase"})
-        adapt: Literal["paper", "code", "none"] = field(default="none", metadata={
-            "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})
-        server_view: Literal["strong", "weak"] = field(default="weak", metadata={
-            "doc": "view of the labeled batches: strong (SemiSFL, strong twice) or weak (FedSwitch-SL)"})
+    class Config(SemiSFL.Config):  # other defaults; each field means what SemiSFL's does
+        clustering: bool = False
+        supcon: bool = False
+        adapt: Literal["paper", "code", "none"] = "none"
+        server_view: Literal["strong", "weak"] = "weak"
 
 
 class SupervisedOnly(SemiSFL):
@@ -604,5 +600,4 @@ class SupervisedOnly(SemiSFL):
     class Config(SemiSFL.Config):
         clients_per_round: int = field(default=0,
                                        metadata={"doc": "N_h: clients sampled each round (0: the labeled phase only)"})
-        adapt: Literal["paper", "code", "none"] = field(default="none", metadata={
-            "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})
+        adapt: Literal["paper", "code", "none"] = "none"

@@ -246,5 +246,4 @@ class GAS(AsyncSFL):
 
     @dataclass
     class Config(AsyncSFL.Config):
-        generate: bool = field(default=True,
-                               metadata={"doc": "add generated activations to server steps (GAS; off: async-sfl)"})
+        generate: bool = True  # what AsyncSFL's field means, on by default
