@@ -299,7 +299,8 @@ class Algorithm:
         on ``base``.  Override only when a participation moves more than the model and its declared extras
         (FedSwitch's teacher, FedMatch's helpers) or decides its sub-model on the device after the download
         (Co-S²P's mask phase); the dispatch, the drop and the records stay the framework's."""
-        return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment))
+        # the pipeline's generator itself, not wrapped in another: one frame less on every event of every task
+        return client_task(self.ctx, client, base, version, task=task, assignment=assignment)
 
     def task_done(self, client: int, update: Update | None) -> None:
         """A client's task ended: its upload arrived (``update``) or it was dropped (None).  The loop shapes
