@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -834,11 +835,74 @@ def _check_depth(value: Any, field: str) -> None:
             stack.extend((w, f"{path}[{i}]", depth + 1) for i, w in enumerate(v))
 
 
+#: Nodes (mappings, lists, scalars) that YAML aliases (``*name``) may add to a text once expanded.  Nodes
+#: written out cost their own parsing time, so only the expansion is bounded: ten levels of nine aliases
+#: (a "billion laughs", 9^10 nodes from 1 kB) would otherwise be walked node by node by the checks below
+#: and the field checks after them.  Real scenarios reuse a device group or a link through an alias: tens
+#: of nodes.  At this budget the walks after it take well under a second.
+MAX_ALIAS_NODES = 100_000
+
+
+def _alias_expansion(root: yaml.Node) -> tuple[int, float]:
+    """(nodes written, nodes once every alias is expanded) of a composed YAML graph.  An alias shares the
+    node it names, so the expanded size is counted once per node (memoised, without recursion): the cost
+    is the text's size, whatever the expansion.  An alias inside the node it names (a recursive
+    structure) expands without end: ``inf``."""
+    size: dict[int, float] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            continue
+        if key in size:
+            continue
+        if key in open_:  # reached again while its own children are counted: a cycle
+            return len(size), math.inf
+        open_.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_:
+                return len(size), math.inf
+            if id(child) not in size:
+                stack.append((child, False))
+    return len(size), size[id(root)]
+
+
+def _check_expansion(node: yaml.Node | None, field: str, what: str) -> None:
+    """Refuse a YAML graph whose aliases expand it by more than :data:`MAX_ALIAS_NODES` nodes, before
+    anything walks it."""
+    if node is None:
+        return
+    written, expanded = _alias_expansion(node)
+    if math.isinf(expanded):
+        raise ConfigError(field, f"{what} holds an alias inside the node it names (a structure that contains "
+                          "itself; allowed: aliases to nodes defined before them)")
+    if expanded - written > MAX_ALIAS_NODES:
+        raise ConfigError(field, f"{what} expands through its aliases (*name) to {expanded:.3g} nodes from "
+                          f"{written:,} written (allowed: aliases adding at most {MAX_ALIAS_NODES:,} nodes)")
+
+
 def parse_yaml(text: str, field: str, what: str) -> Any:
     """YAML text of a scenario or an override value: one ConfigError (naming ``field``, on one line) for
-    bad YAML, a duplicate key or nesting too deep."""
+    bad YAML, a duplicate key, aliases that expand past :data:`MAX_ALIAS_NODES` or nesting too deep.
+    The text is composed into its node graph and measured before any Python object is built from it."""
     try:
-        data = yaml.load(text, Loader=_ScenarioLoader)  # noqa: S506 - a SafeLoader
+        loader = _ScenarioLoader(text)
+        try:
+            node = loader.get_single_node()
+            _check_expansion(node, field, what)
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except RecursionError:
         raise ConfigError(field, f"{what} is nested far too deep (allowed: at most {MAX_DEPTH} levels of mappings "
                           "and lists)") from None
