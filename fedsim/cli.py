@@ -12,7 +12,9 @@
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
-the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.
+the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.  A run
+whose figures or report fail to build exits 3 too, with one such line per run; its summary says
+``status: outputs_failed`` and everything written before the failure is kept.
 SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C).
 """
 from __future__ import annotations
@@ -87,6 +89,18 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _exit_code(statuses: Sequence[str], summaries: Sequence[dict[str, Any]] = ()) -> int:
+    """0 when every run says ``ok``; :data:`EXIT_INTERNAL` when a run's figures or report failed to build
+    (status ``outputs_failed``: a failure in fedsim, said in one line per run, its outputs so far kept);
+    else :data:`EXIT_FAILED` (diverged, interrupted, error)."""
+    for s in summaries:
+        if s.get("outputs_error"):
+            print(f"fedsim: internal error: {s.get('label', 'run')}: {s['outputs_error']}", file=sys.stderr)
+    if any(st == "outputs_failed" for st in statuses):
+        return EXIT_INTERNAL
+    return EXIT_FAILED if any(st != "ok" for st in statuses) else 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from fedsim.runner import run_scenario
     from fedsim import load_scenario
@@ -128,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with pd.option_context("display.width", 200):
             print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
         print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
-        return EXIT_FAILED if (table["status"] != "ok").any() else 0
+        return _exit_code(list(table["status"]))
     if args.resume:
         from fedsim.runner import preflight
         from fedsim.sweep import Unit, run_units
@@ -143,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
-    return EXIT_FAILED if any(s["status"] != "ok" for s in summaries) else 0
+    return _exit_code([s["status"] for s in summaries], summaries)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -175,7 +189,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(table[[c for c in cols if c in table]].to_string(index=False))
     figure = "sweep.png" if len(keys) == 1 else "sweep_heatmap*.png" if len(keys) == 2 else "no figure for > 2 keys"
     print(f"sweep directory: {out} (sweep.csv, sweep_runs.csv, {figure})")
-    return EXIT_FAILED if (table["status"] != "ok").any() else 0
+    return _exit_code([s for joined in table["status"] for s in str(joined).split(",")])
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

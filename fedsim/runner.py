@@ -20,7 +20,9 @@ and :func:`build_global_model`; analysis code uses exactly these to re-measure s
 
 A run that fails midway (diverged training, interrupt, SIGTERM, an unexpected error) still writes metrics,
 summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
-``interrupted``, ``error``).
+``interrupted``, ``error``).  A run whose figures or report fail to build keeps everything written before
+the failure and says ``outputs_failed`` (with ``outputs_error``, and the traceback in ``outputs_error.txt``);
+the command line then exits 3.
 
 Before anything is written, :func:`preflight` runs every check that can fail (dataset, partition, model,
 device and server profiles, memory, ``train.device``, the work estimate), and :func:`prepare_run_dir`
@@ -283,20 +285,60 @@ def run_variant(
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
         if scenario.output.figures:
-            import fedsim.report as report
+            with building_outputs(out, [summary], "figures and report") as built:
+                import fedsim.report as report
 
-            try:
                 report.run_figures(out, timeline_window=scenario.output.timeline_window,
                                    timeline_clients=scenario.output.timeline_clients)
                 if ctx is not None:
                     report.topology_figure(ctx.world, out / "topology.png")
                 report.html_report(out)
-            except Exception:  # figures of a failed run must not hide why it failed
-                if failure is None:
-                    raise
+            if not built:  # the summary says so (written again); figures of a failed run never hide its failure
+                (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
     if failure is not None:
         raise failure
     return summary
+
+
+#: ``status`` of a run whose simulation ended but whose figures or report failed to build: never ``ok``.
+OUTPUTS_FAILED = "outputs_failed"
+#: The traceback of a failed output build, beside the outputs written before it failed.
+OUTPUTS_ERROR_FILE = "outputs_error.txt"
+
+
+class _Built:
+    """Whether a :func:`building_outputs` block finished (false once it failed)."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@contextmanager
+def building_outputs(out: Path, summaries: list[dict[str, Any]], what: str) -> Any:
+    """Build a run's derived outputs (figures, report) inside this block; a failure there is recorded, not
+    raised, so the simulation's own outputs and whatever was built before the failure are kept.
+
+    Each summary of ``summaries`` whose status was ``ok`` becomes :data:`OUTPUTS_FAILED`, and every one
+    gets ``outputs_error`` (one line: what failed, the exception, where the traceback is); the traceback
+    goes to :data:`OUTPUTS_ERROR_FILE` in ``out``.  The caller writes the summaries again.  An interrupt is
+    not a failure of the outputs: it propagates."""
+    import traceback
+
+    built = _Built()
+    try:
+        yield built
+    except Exception as exc:
+        built.ok = False
+        text = " ".join(str(exc).split())[:300] or "(no message)"
+        (out / OUTPUTS_ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
+        line = f"{what}: {type(exc).__name__}: {text} (traceback in {out / OUTPUTS_ERROR_FILE})"
+        for summary in summaries:
+            if summary.get("status") == "ok":
+                summary["status"] = OUTPUTS_FAILED
+            summary["outputs_error"] = line
 
 
 def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context | None, now: float, wall: float,
@@ -677,8 +719,14 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
     if several:
         (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
         if scenario.output.figures:
-            import fedsim.report as report
+            # a failure here marks the comparison's summary (the variants' own outputs were built)
+            listed = [dict(s) for s in summaries]
+            with building_outputs(out, listed, "comparison figures and report") as built:
+                import fedsim.report as report
 
-            report.comparison_figure(out, [s["label"] for s in summaries])
-            report.html_report(out)
+                report.comparison_figure(out, [s["label"] for s in summaries])
+                report.html_report(out)
+            if not built:
+                summaries = listed
+                (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
     return summaries
