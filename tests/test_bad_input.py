@@ -82,3 +82,29 @@ def test_a_few_aliases_still_load(tmp_path, capsys):
     assert main(["show", str(tmp_path / "s.yaml")]) == 0
     shown = yaml.safe_load(capsys.readouterr().out)
     assert [g["weight"] for g in shown["devices"]["mix"]] == [2.0, 2.0]
+
+
+def test_a_width_that_leaves_layers_at_their_floor_is_refused(tmp_path, capsys):
+    code = main(["run", "default", "model.name=mlp", "model.width=1e-9", "--out", str(tmp_path / "out"), "--quiet"])
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith("fedsim: error: model.width: got 1e-09") and "1/128 = 0.007812" in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name, kwargs, smallest", [
+    ("mlp", {"hidden": (128, 32)}, 32), ("cnn", {}, 16), ("resnet20", {}, 16), ("alexnet_cifar", {}, 32),
+    ("vit", {}, 8),
+])
+def test_the_smallest_meaningful_width_is_one_unit_in_the_narrowest_layer(name, kwargs, smallest):
+    import torch
+
+    from fedsim.errors import ConfigError
+    from fedsim.learn.models import build_model
+
+    shape = (3, 32, 32) if name != "mlp" else (1, 8, 8)
+    with torch.device("meta"):
+        build_model(name, shape, 10, width=1 / smallest, **kwargs)  # exactly one unit: allowed
+        with pytest.raises(ConfigError, match=rf"model\.width: .*allowed: >= 1/{smallest} "):
+            build_model(name, shape, 10, width=0.99 / smallest, **kwargs)
