@@ -102,7 +102,6 @@ def _exit_code(statuses: Sequence[str], summaries: Sequence[dict[str, Any]] = ()
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedsim.runner import run_scenario
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
@@ -121,22 +120,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def announce() -> None:  # only once every input is known to be good
         print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
+        from fedsim.scenario import warn_implausible
+
+        warn_implausible([scenario])
 
     if seeds is not None:
-        import dataclasses
-
         from fedsim.config import Domain
-        from fedsim.runner import check_run_dir, preflight
+        from fedsim.runner import check_run_dir
         from fedsim.sweep import run_seeds
 
         if args.target is not None:
             Domain(gt=0, le=1, unit="(an accuracy)").check(args.target, "--target")
         if not args.resume:
             check_run_dir(out, force=args.force)
-        preflight(dataclasses.replace(scenario, seed=seeds[0]), allow_large=args.allow_large)
-        announce()
+        # every seed is checked (preflight, distinct seeds, the folder, --resume's runs) before announce
         table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
-                          allow_large=args.allow_large, resume=args.resume)
+                          allow_large=args.allow_large, resume=args.resume, on_ready=announce)
         import pandas as pd
 
         with pd.option_context("display.width", 200):
@@ -148,10 +147,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from fedsim.sweep import Unit, run_units
 
         preflight(scenario, allow_large=args.allow_large)
-        announce()
         [summaries] = run_units([Unit({}, None, scenario, out)], resume=True, progress=not args.quiet,
-                                allow_large=args.allow_large, what="run")
+                                allow_large=args.allow_large, what="run", on_ready=announce)
     else:
+        from fedsim.runner import run_scenario
+
         summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
                                  on_ready=announce)
     for s in summaries:
@@ -205,14 +205,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
-    from fedsim.scenario import dump_scenario
+    from fedsim.scenario import dump_scenario, warn_implausible
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
-    print(dump_scenario(load_scenario(source, overrides)), end="")
+    scenario = load_scenario(source, overrides)
+    print(dump_scenario(scenario), end="")
+    warn_implausible([scenario])
     return 0
 
 

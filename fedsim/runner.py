@@ -652,6 +652,36 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
     return out
 
 
+def _labels_held(out: Path) -> tuple[list[str], bool] | None:
+    """The algorithm labels of the run ``out`` holds, read from its layout, and whether that is all of them
+    (None when the layout cannot say).  A run of one algorithm keeps scenario.yaml at its top; one of
+    several, a folder per label with its own scenario.yaml and, once finished, a list summary.json at its
+    top (killed before, its folders so far are some of its labels).  A sweep or --seeds folder holds no
+    run at its top: ``([], True)``."""
+    import yaml
+
+    if not (out / "scenario.yaml").exists() and ((out / "sweep.yaml").exists() or (out / "seeds.csv").exists()
+                                                 or any(p.is_dir() and p.name.startswith("seed-") for p in out.iterdir())):
+        return [], True
+    try:
+        if (out / "scenario.yaml").exists():
+            algorithm = yaml.safe_load((out / "scenario.yaml").read_text(encoding="utf-8")).get("algorithm", {})
+            return [str(algorithm.get("label", algorithm.get("name")))], True
+        if (out / "summary.json").exists():
+            listed = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+            return ([str(s["label"]) for s in listed], True) if isinstance(listed, list) else None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    subs = sorted(p.name for p in out.iterdir() if (p / "scenario.yaml").exists())
+    return (subs, False) if subs else None
+
+
+def _algorithms_text(labels: list[str]) -> str:
+    if not labels:
+        return "no single run (a sweep or --seeds folder)"
+    return f"{len(labels)} algorithms ({', '.join(labels)})" if len(labels) > 1 else f"one algorithm ({labels[0]})"
+
+
 def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, Any]] | None, str]:
     """What ``out`` holds of a run of ``scenario``, for resuming: ``("new", None, "")`` (missing or empty),
     ``("finished", summaries, "")`` (every algorithm's summary says ``ok`` and its saved scenario.yaml is
@@ -666,6 +696,13 @@ def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, 
     if not out.is_dir() or not _looks_like_run(out):
         return "different", None, f"'{out}' holds no fedsim run"
     several = len(scenario.algorithms) > 1
+    labels = [spec.label for spec in scenario.algorithms]
+    held = _labels_held(out)
+    if held is not None:  # a folder laid out for other algorithms is another scenario's run: never cleared
+        have, whole = held
+        if (have != labels) if whole else (not several or not set(have) <= set(labels)):
+            return "different", None, (f"'{out}' holds {'a run of ' if have else ''}{_algorithms_text(have)}, not a "
+                                       f"run of {_algorithms_text(labels)}")
     folders = [(spec, out / spec.label if several else out) for spec in scenario.algorithms]
     for spec, d in folders:
         saved = d / "scenario.yaml"

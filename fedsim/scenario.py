@@ -785,6 +785,76 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
     return scenario
 
 
+@dataclass(frozen=True)
+class Plausible:
+    """The physically plausible range of a field, narrower than what it allows: a value outside it is
+    most likely a unit slip (bit/s written as Mbit/s, GHz as Hz, ms as s), so it runs with one warning."""
+
+    lo: float
+    hi: float
+    unit: str
+    why: str
+
+
+_RATE = Plausible(1e-4, 4e5, "Mbit/s", "100 bit/s, below LoRa's slowest rate, to 400 Gbit/s Ethernet, IEEE 802.3bs")
+_LATENCY = Plausible(0.0, 1.0, "s", "a geostationary satellite hop is about 0.25 s one way")
+_FLOPS = Plausible(1e6, 1e16, "FLOP/s", "a microcontroller to a datacentre GPU: a Jetson Nano peaks at 4.7e11 FP16, "
+                   "a Raspberry Pi 4 measures 8e9 (device_profiles/)")
+#: Physically plausible ranges of the fields where a unit slip is likely (``*``: any link direction or
+#: device group).  Small on purpose: each range is a fact with its source, not a guess about a study.
+#: Radio: 30 MHz to 300 GHz is VHF to EHF (ITU-R V.431); TR 38.901 itself is valid in 0.5-100 GHz.
+#: Bandwidth: 10 kHz (below NB-IoT's 180 kHz) to 10 GHz (above 802.11ad's 2.16 GHz channels).
+PLAUSIBLE: dict[str, Plausible] = {
+    "channel.*.mbps": _RATE,
+    "network.topology.backhaul_mbps": _RATE,
+    "channel.*.frequency_hz": Plausible(3e7, 3e11, "Hz", "VHF to EHF, 30 MHz to 300 GHz"),
+    "channel.*.bandwidth_hz": Plausible(1e4, 1e10, "Hz", "10 kHz to 10 GHz: NB-IoT's 180 kHz to 802.11ad's 2.16 GHz"),
+    "network.latency_s": _LATENCY,
+    "network.topology.backhaul_latency_s": _LATENCY,
+    "devices.mix[*].flops_per_s": _FLOPS,
+    "devices.capability.unit_flops_per_s": _FLOPS,
+}
+
+
+def plausibility_warnings(scenario: "Scenario") -> list[str]:
+    """One line per field of ``scenario`` (as resolved) whose value lies outside its :data:`PLAUSIBLE`
+    range: the field, the value and the plausible range with its reason.  Such a value is allowed (its
+    domain holds it), so these are warnings, said once every check has passed."""
+    import fnmatch
+
+    lines: list[str] = []
+    stack: list[tuple[str, Any]] = [(key, to_mapping(getattr(scenario, key))) for key in reversed(SECTIONS)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(list(value.items())))
+            continue
+        pattern = re.sub(r"\[\d+\]", "[*]", path)
+        rule = next((r for pat, r in PLAUSIBLE.items() if fnmatch.fnmatchcase(pattern, pat.replace("[*]", "[[]*[]]"))),
+                    None)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+            continue
+        if rule is None or value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        bad = [v for v in values if isinstance(v, (int, float)) and not rule.lo <= v <= rule.hi]
+        if bad:
+            lines.append(f"{path}: {', '.join(f'{v:g}' for v in bad)} {rule.unit} is outside the physically plausible "
+                         f"range [{rule.lo:g}, {rule.hi:g}] {rule.unit} ({rule.why}); allowed, but check its unit")
+    return lines
+
+
+def warn_implausible(scenarios: "list[Scenario]") -> None:
+    """Say :func:`plausibility_warnings` on stderr, ``fedsim: warning: ...``, each line once however many
+    scenarios (a sweep's points) have it.  Call it only once every check has passed, so a refusal is
+    never preceded by a warning."""
+    import sys
+
+    for line in dict.fromkeys(line for sc in scenarios for line in plausibility_warnings(sc)):
+        print(f"fedsim: warning: {line}", file=sys.stderr, flush=True)
+
+
 def builtin_scenarios() -> dict[str, str]:
     """Built-in scenario names mapped to their descriptions: the file's first comment paragraph (the
     comment lines at its top, up to an empty ``#`` line), whole, so no description stops mid-phrase."""

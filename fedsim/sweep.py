@@ -18,7 +18,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import matplotlib
 
@@ -110,19 +110,35 @@ def check_jobs(jobs: int, ray: str | None) -> None:
             check_ray_address(ray, "--ray")  # before any folder or progress bar: Ray would retry for minutes
 
 
+def check_resume_root(out: Path, kind: str) -> None:
+    """Refuse to resume a sweep or ``--seeds`` (``kind``) into a folder that holds a single run at its top
+    (its runs would be mixed with the units' sub-folders), or the other kind's folder."""
+    if not out.is_dir():
+        return
+    other = {"sweep": "seeds.csv", "seeds": "sweep.yaml"}[kind]
+    for name, what in (("scenario.yaml", "a run"), ("summary.json", "a run"), (other, f"a {'--seeds' if kind == 'sweep' else 'sweep'} folder")):
+        if (out / name).exists():
+            raise ConfigError("--resume", f"'{out}' holds {what} ({name}), not a {'sweep' if kind == 'sweep' else '--seeds'} "
+                              "folder; not resuming into it (give another --out, or --force to clear)")
+
+
 def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, resume: bool = False,
-              progress: bool = True, allow_large: bool = False, what: str = "sweep") -> list[list[dict[str, Any]]]:
+              progress: bool = True, allow_large: bool = False, what: str = "sweep",
+              on_ready: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
     """Run every unit into its folder; returns each unit's summaries (one per algorithm), in order.
 
     With ``resume``, a folder that holds a finished run of exactly the unit's scenario is reused, an
     incomplete one (killed, interrupted, failed) is said so and run again, and one of another scenario is
-    refused before anything runs.  ``jobs`` > 1 runs units in that many local processes; ``ray`` (an address,
-    or ``"local"`` for a Ray started here) runs them as Ray tasks.  Either way each run is the run the
-    serial loop would make: same seed, same streams, one torch thread."""
+    refused before anything runs.  ``on_ready`` is called once every folder is known to be usable, before
+    anything is said about the units (the CLI says what it runs there, so a refusal is never preceded by
+    it).  ``jobs`` > 1 runs units in that many local processes; ``ray`` (an address, or ``"local"`` for a Ray
+    started here) runs them as Ray tasks.  Either way each run is the run the serial loop would make: same
+    seed, same streams, one torch thread."""
     from fedsim.runner import run_state
 
     results: list[list[dict[str, Any]] | None] = [None] * len(units)
     todo: list[int] = []
+    incomplete: list[str] = []
     for i, u in enumerate(units):
         if resume:
             state, summaries, why = run_state(u.folder, u.scenario)
@@ -132,9 +148,12 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
                 results[i] = summaries
                 continue
             if state == "incomplete":
-                print(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again",
-                      file=sys.stderr, flush=True)
+                incomplete.append(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again")
         todo.append(i)
+    if on_ready is not None:
+        on_ready()
+    for line in incomplete:
+        print(line, file=sys.stderr, flush=True)
     if resume and len(todo) < len(units):
         print(f"fedsim: resuming: {len(units) - len(todo)} of {len(units)} runs already finished, running "
               f"{len(todo)}", file=sys.stderr, flush=True)
@@ -294,13 +313,17 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
     if resume:
         if out.exists() and not out.is_dir():
             raise ConfigError("--out", f"'{out}' is a file, not a folder")
+        check_resume_root(out, "sweep")
         out.mkdir(parents=True, exist_ok=True)
     else:
         out = prepare_run_dir(out, force=force)
     (out / "sweep.yaml").write_text(yaml.safe_dump({
         "scenario": source, "overrides": list(overrides), "grid": {k: v for k, v in grid}, "seeds": seeds,
         "target": target}, sort_keys=False), encoding="utf-8")
-    summaries = run_units(units, jobs=jobs, ray=ray, resume=resume, progress=progress, allow_large=allow_large)
+    from fedsim.scenario import warn_implausible
+
+    summaries = run_units(units, jobs=jobs, ray=ray, resume=resume, progress=progress, allow_large=allow_large,
+                          on_ready=lambda: warn_implausible([u.scenario for u in units]))
     rows = []
     for u, ss in zip(units, summaries):
         goal = target if target is not None else u.scenario.stop.target_accuracy
@@ -450,7 +473,8 @@ def heatmap_figure(table: pd.DataFrame, path: Path, keys: Sequence[str], title: 
 
 
 def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | None = None, progress: bool = True,
-              force: bool = False, allow_large: bool = False, resume: bool = False) -> pd.DataFrame:
+              force: bool = False, allow_large: bool = False, resume: bool = False,
+              on_ready: Callable[[], None] | None = None) -> pd.DataFrame:
     """Run ``scenario`` once per seed into ``out/seed-<s>`` and compare algorithms across seeds.
 
     Writes ``seeds.csv`` (one row per algorithm and seed: final/best accuracy, time to ``target``, bytes,
@@ -473,11 +497,11 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
     for v in variants:
         preflight(v, allow_large=allow_large)
     if resume and out.is_dir():
-        out.mkdir(parents=True, exist_ok=True)
+        check_resume_root(out, "seeds")
     else:
         out = prepare_run_dir(out, force=force)
     units = [Unit({}, seed, sc, out / f"seed-{seed}") for seed, sc in zip(seeds, variants)]
-    done = run_units(units, resume=resume, progress=progress, allow_large=allow_large, what="seeds")
+    done = run_units(units, resume=resume, progress=progress, allow_large=allow_large, what="seeds", on_ready=on_ready)
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {}
     for seed, sc, summaries in zip(seeds, variants, done):

@@ -18,7 +18,7 @@ from fedsim.cli import main
 #: the bound holds on a loaded machine; the subprocess is killed if the refusal hangs.
 _TIMED = textwrap.dedent("""
     import sys, time
-    import fedsim.algorithms  # noqa: F401 - imported before the clock starts
+    import fedsim.algorithms, fedsim.runner  # noqa: F401, E401 - imported before the clock starts
     from fedsim.cli import main
     t0 = time.perf_counter()
     code = main(sys.argv[1:])
@@ -108,3 +108,89 @@ def test_the_smallest_meaningful_width_is_one_unit_in_the_narrowest_layer(name, 
         build_model(name, shape, 10, width=1 / smallest, **kwargs)  # exactly one unit: allowed
         with pytest.raises(ConfigError, match=rf"model\.width: .*allowed: >= 1/{smallest} "):
             build_model(name, shape, 10, width=0.99 / smallest, **kwargs)
+
+
+# ------------------------------------------------------------------ implausible values: one warning line
+
+
+def test_an_implausible_rate_runs_with_one_warning_line(capsys):
+    assert main(["show", "default", "channel.uplink.mbps=1e9"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("fedsim: warning: channel.uplink.mbps: 1e+09 Mbit/s is outside the physically "
+                             "plausible range [0.0001, 400000] Mbit/s"), err[0]
+
+
+@pytest.mark.parametrize("override, field", [
+    ("channel.uplink.frequency_hz=2.4", "channel.uplink.frequency_hz"),  # GHz written as Hz
+    ("network.latency_s=20", "network.latency_s"),  # ms written as s
+    ("devices.mix=[{profile: jetson-nano, flops_per_s: 2}]", "devices.mix[0].flops_per_s"),  # GFLOP/s as FLOP/s
+    ("channel.downlink.mbps=[5, 1e7]", "channel.downlink.mbps"),  # bit/s as Mbit/s, in a [lo, hi] range
+])
+def test_each_plausible_range_names_its_field(capsys, override, field):
+    extra = ["channel.uplink={model: free_space}"] if "frequency" in override else []
+    assert main(["show", "default", *extra, override]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"fedsim: warning: {field}: ") and "plausible range" in err[0], err
+
+
+def test_builtin_scenarios_are_plausible():
+    from fedsim import load_scenario
+    from fedsim.scenario import builtin_scenarios, plausibility_warnings
+
+    assert {n: plausibility_warnings(load_scenario(n)) for n in builtin_scenarios()} == {n: [] for n in builtin_scenarios()}
+
+
+def test_a_warning_never_precedes_a_refusal(tmp_path, capsys):
+    code = main(["run", "default", "channel.uplink.mbps=1e9", "data.num_clients=-4", "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "error: data.num_clients" in err, err
+
+
+# ------------------------------------------------------------------ nothing said before a refusal
+
+
+def test_repeated_seeds_are_refused_before_running_is_said(tmp_path, capsys):
+    code = main(["run", "default", "--seeds", "0,0", "--out", str(tmp_path / "o"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "", out
+    assert err.strip().splitlines() == ["fedsim: error: --seeds: give distinct seeds, e.g. 0,1,2 (got [0, 0])"]
+    assert not (tmp_path / "o").exists()
+
+
+def _tiny_file(tmp_path: Path, tiny: dict, name: str, **changes) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({**tiny, **changes}))
+    return path
+
+
+def test_resume_into_another_scenarios_run_is_refused_before_running_is_said(tmp_path, capsys, tiny):
+    out = tmp_path / "o"
+    assert main(["run", str(_tiny_file(tmp_path, tiny, "a.yaml")), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    before = sorted(p.name for p in out.iterdir())
+    other = _tiny_file(tmp_path, tiny, "b.yaml", train={**tiny["train"], "lr": 0.3})
+    for extra in ([], ["--seeds", "0,1"]):
+        code = main(["run", str(other), "--out", str(out), "--quiet", "--resume", *extra])
+        stdout, err = capsys.readouterr()
+        assert code == 2 and stdout == "", stdout
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("fedsim: error: --resume: "), err
+    assert sorted(p.name for p in out.iterdir()) == before  # nothing cleared, nothing added
+
+
+def test_resume_into_a_run_of_other_algorithms_keeps_it(tmp_path, capsys, tiny):
+    """A folder of a two-algorithm run has no scenario.yaml at its top: resuming a one-algorithm scenario
+    into it used to read as "incomplete" and clear it."""
+    out = tmp_path / "o"
+    two = _tiny_file(tmp_path, tiny, "two.yaml", algorithm=[{"name": "fedavg", "clients_per_round": 3},
+                                                             {"name": "fedbuff"}])
+    assert main(["run", str(two), "--out", str(out), "--quiet"]) == 0
+    capsys.readouterr()
+    code = main(["run", str(_tiny_file(tmp_path, tiny, "one.yaml")), "--out", str(out), "--quiet", "--resume"])
+    stdout, err = capsys.readouterr()
+    assert code == 2 and stdout == "" and "holds a run of 2 algorithms (fedavg, fedbuff)" in err, err
+    assert (out / "fedbuff" / "summary.json").exists() and not (out / "scenario.yaml").exists()
+    # the same scenario resumes: every run is reused
+    assert main(["run", str(two), "--out", str(out), "--quiet", "--resume"]) == 0
+    assert "1 of 1 runs already finished, running 0" in capsys.readouterr().err  # one unit, both algorithms
