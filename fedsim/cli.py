@@ -310,8 +310,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description="Discrete-event simulator of federated and split learning.")
     parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
+    # --debug also after the command (`fedsim run --debug ...`); SUPPRESS: a command without it leaves the
+    # value given before the command
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
+
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = command("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or path to a YAML file (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. stop.max_time_s=30 train.lr=0.1; with several algorithms address one by label: algorithm.fedbuff.buffer_size=5")
     p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>, or -2, -3, ... if that one is taken)")
@@ -323,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "scenario) and run only the rest; an incomplete run is run again")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("sweep", help="one run per point of a grid of fields; time-to-accuracy, bytes, energy",
+    p = command("sweep", help="one run per point of a grid of fields; time-to-accuracy, bytes, energy",
                        description="Sweep fields: e.g. `fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9`; "
                                    "several key=v1,v2,... give their grid.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
@@ -340,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-large", action="store_true", help="run even when a run's work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
-    p = sub.add_parser("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
+    p = command("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
                        description="Compare finished runs (any algorithms, seeds or scenarios): every run under "
                                    "the folders given, e.g. `fedsim compare runs/default runs/fedasync`.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run, a multi-algorithm run, --seeds or sweep folders)")
@@ -348,18 +357,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=float, default=None, help="accuracy for a time-to-target column")
     p.add_argument("--force", action="store_true", help="clear a non-empty comparison folder first")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("show", help="print the resolved scenario without running it")
+    p = command("show", help="print the resolved scenario without running it")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.set_defaults(func=cmd_show)
-    p = sub.add_parser("reference", help="print the scenario-field reference (every field, type, default, allowed values)")
+    p = command("reference", help="print the scenario-field reference (every field, type, default, allowed values)")
     p.set_defaults(func=cmd_reference)
-    p = sub.add_parser("scenarios", help="list built-in scenarios")
+    p = command("scenarios", help="list built-in scenarios")
     p.set_defaults(func=cmd_scenarios)
-    p = sub.add_parser("profiles", help="list device profiles or show one")
+    p = command("profiles", help="list device profiles or show one")
     p.add_argument("name", nargs="?", default=None)
     p.set_defaults(func=cmd_profiles)
-    p = sub.add_parser("models", help="the scenario's model: width groups and costs per width",
+    p = command("models", help="the scenario's model: width groups and costs per width",
                        description="Build the scenario's model on its dataset and measure prefix sub-models.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.name=resnet20 data.name=digits32")
@@ -368,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fedsim.plugins import plugin_commands
 
     for name, help_text, configure in plugin_commands():  # e.g. `check`, from the analysis package
-        configure(sub.add_parser(name, help=help_text))
+        configure(command(name, help=help_text))
     return parser
 
 
