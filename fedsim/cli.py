@@ -15,7 +15,8 @@ An unexpected failure inside a run prints one line, ``fedsim: internal error: ..
 the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.  A run
 whose figures or report fail to build exits 3 too, with one such line per run; its summary says
 ``status: outputs_failed`` and everything written before the failure is kept.
-SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C).
+SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C), at once:
+a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
 """
 from __future__ import annotations
 
@@ -408,10 +409,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except Terminated:
         print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)
-        return 143
+        return _end_now(143, argv)
     except KeyboardInterrupt:
         print("fedsim: interrupted; outputs written so far are kept", file=sys.stderr)
-        return 130
+        return _end_now(130, argv)
     except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
         if debug:
             traceback.print_exc()
@@ -421,6 +422,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     finally:
         _restore_sigterm(previous)
+
+
+def _end_now(code: int, argv: Sequence[str] | None) -> int:
+    """After an interrupt of the ``fedsim`` command itself (``argv`` None: the process's own command line),
+    end the process at once, its outputs written and its streams flushed: the interpreter's teardown
+    (freeing torch, pandas and matplotlib) takes seconds on a loaded machine, and Ctrl-C or SIGTERM asks to
+    stop now.  Called with an ``argv`` (tests, other Python code) it returns the code."""
+    if argv is None:
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _on_sigterm() -> object:
