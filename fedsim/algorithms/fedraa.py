@@ -10,7 +10,7 @@ fragment (``fedraa_schedulers``; Fed-RAA's ``assign``) → download the fragment
 one at a time with FedAsync's rule restricted to the fragment's entries:
 θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(staleness).  q(j) counts the updates applied to fragment j.
 
-Choices where the paper is silent (documented in the README):
+Choices where the paper is silent (documented in docs/architecture.md):
 
 - ``mode: isolated`` (default, IST-style): the client's module holds only the fragment's units, so its
   FLOPs and bytes are the fragment's (the paper's cost ‖θʲ‖·‖Dⁿ‖/cmp_n).  ``mode: frozen``: the client

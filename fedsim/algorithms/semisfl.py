@@ -26,7 +26,7 @@ B·d·4 bytes).  (iii) The clients upload their bottoms (|w_c|), which are avera
 buffers included, integer buffers rounded), and the K_s controller (``fedsim.learn.semi.KsController``)
 sees the round's mean f_s and f_u.
 
-Choices where the paper is silent or contradicts itself (documented in the README too): the teacher
+Choices where the paper is silent or contradicts itself (documented in docs/architecture.md too): the teacher
 bottom is frozen on clients during the K_u steps and updated only on the server (Sec. III(5), V-E3 and
 the code; Eq. 8 says otherwise); optimizers are rebuilt at the start of each phase (the code); the queue is
 cleared at the end of every client phase (the code); the *teacher* is the evaluated global model (paper
