@@ -18,12 +18,13 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import sysconfig
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-from fedsim.errors import ConfigError
+from fedsim.errors import ConfigError, UserCodeError
 
 #: kind → entry-point group a package registers its names under
 GROUPS: dict[str, str] = {"algorithm": "fedsim.algorithms", "model": "fedsim.models", "dataset": "fedsim.datasets"}
@@ -32,6 +33,8 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 #: references registered from Python objects handed to the API (``module:qualname`` → object)
 _OBJECTS: dict[str, Any] = {}
+#: the modules user objects came from (references, objects, entry points): their frames are the user's code
+_USER_MODULES: set[str] = set()
 
 
 def is_reference(name: Any) -> bool:
@@ -49,6 +52,7 @@ def reference_of(obj: Any) -> str:
         raise ConfigError("name", f"{obj!r} has no importable name (define it at the top level of a module)")
     ref = f"{module}:{qual}"
     _OBJECTS[ref] = obj
+    _USER_MODULES.add(module)
     return ref
 
 
@@ -93,6 +97,7 @@ def import_reference(ref: str, field: str, base_dirs: Iterable[Path | str | None
         for d in added:
             if d in sys.path:
                 sys.path.remove(d)
+    _USER_MODULES.add(module)
     obj: Any = mod
     for i, part in enumerate(attr.split(".")):
         if not hasattr(obj, part):
@@ -114,6 +119,7 @@ def find(kind: str, name: Any, field: str, base_dirs: Iterable[Path | str | None
     ep = installed(kind).get(name)
     if ep is None:
         return None
+    _USER_MODULES.add(ep.value.partition(":")[0].strip())
     try:
         return ep.load()
     except Exception as exc:  # noqa: BLE001 - a package's broken entry point: one line
@@ -131,3 +137,50 @@ def call_factory(factory: Any, field: str, ref: str, *args: Any, **kwargs: Any) 
         raise ConfigError(field, f"{ref!r} cannot be called so: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the user's code: its error becomes the one line
         raise ConfigError(field, f"{ref!r} raised {type(exc).__name__}: {exc}") from None
+
+
+_FEDSIM_DIR = str(Path(__file__).resolve().parent)
+_LIBRARY_DIRS = tuple({str(Path(p).resolve()) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (p := sysconfig.get_paths().get(k))})
+
+
+def _frame_owner(module: str, filename: str) -> str:
+    """``user``, ``fedsim`` or ``library`` for one traceback frame: a module the scenario named (or a package
+    below it) is the user's; fedsim's own files are fedsim's; the standard library and installed packages
+    (torch, numpy, simpy) are libraries; any other file is the user's (a helper module of their own)."""
+    if any(module == m or module.startswith(m + ".") for m in _USER_MODULES):
+        return "user"
+    try:
+        path = str(Path(filename).resolve())
+    except (OSError, ValueError):  # pragma: no cover - an odd frame: not the user's
+        return "library"
+    if path.startswith(_FEDSIM_DIR):
+        return "fedsim"
+    if filename.startswith("<") or path.startswith(_LIBRARY_DIRS):
+        return "library"
+    return "user"
+
+
+def user_code_error(exc: BaseException) -> UserCodeError | None:
+    """The :class:`UserCodeError` for ``exc`` when it was raised in the user's code, else None.
+
+    The innermost frame of the traceback that belongs to the user or to fedsim decides (library frames below
+    it are the user's calls into torch or numpy): the user's → an error in their code, named by the frame's
+    ``module:qualname`` and ``file:line``; fedsim's → not the user's code (an internal error, or fedsim calling
+    the user's hook wrongly)."""
+    while exc.__cause__ is not None:  # SimPy re-raises a process's exception as a copy caused by the original
+        exc = exc.__cause__
+    tb = exc.__traceback__
+    last: tuple[str, str, str, int] | None = None
+    while tb is not None:
+        frame = tb.tb_frame
+        module = str(frame.f_globals.get("__name__", "?"))
+        owner = _frame_owner(module, frame.f_code.co_filename)
+        if owner != "library":
+            qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            last = (owner, f"{module}:{qual}", frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if last is None or last[0] != "user":
+        return None
+    _, where, filename, line = last
+    return UserCodeError(where, f"{filename}:{line}", exc)

@@ -71,6 +71,7 @@ class SplitAlgorithm(Algorithm):
     """Base of the SFL family: set-up of the halves, costs, timing, client sessions and aggregation."""
 
     name = "sfl-base"
+    family = ""  # not a named algorithm: its subclasses name their own streams
     Config = SplitConfig
 
     @classmethod
