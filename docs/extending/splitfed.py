@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedsim.algorithms import SplitConfig, SplitRounds, SplitSession
-from fedsim.config import num
+from fedsim.algorithms import SplitRounds, SplitRoundsConfig, SplitSession
 from fedsim.errors import ConfigError
 
 
@@ -26,8 +25,8 @@ class SequentialSplitFed(SplitRounds):
     family = "minibatch-sfl"  # draw the same clients as MiniBatch-SFL (paired comparisons)
 
     @dataclass
-    class Config(SplitConfig):
-        clients_per_round: int = num(5, ge=1, le=10**6, unit="clients", doc="clients sampled each round")
+    class Config(SplitRoundsConfig):
+        """The split (``cut``, ``local_iterations``, ...) and ``clients_per_round``; nothing of its own."""
 
     def setup(self) -> None:
         super().setup()  # the cut model, its costs, self.computer, self.server, self.timing, self.wc

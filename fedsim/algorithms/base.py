@@ -447,6 +447,31 @@ class RoundsConfig:
         check_server_lr(self.server_lr, self.server_opt, prefix)
 
 
+@dataclass
+class SlotsConfig:
+    """The settings an :class:`AsyncSlots` algorithm's ``Config`` extends (a user's; the built-ins declare the
+    same fields themselves): clients at work at once and the idle retry.  Add ``server_lr`` and ``server_opt``
+    (:class:`fedsim.algorithms.server_opt.ServerOptConfig`) to have the shape's server step apply them."""
+
+    concurrency: int = num(10, ge=1, unit="clients", doc="clients training at once")
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
+
+    def validate(self, prefix: str) -> None:
+        positive(self.concurrency, f"{prefix}.concurrency")
+        positive(self.retry_s, f"{prefix}.retry_s")
+
+
+@dataclass
+class SemiAsyncConfig:
+    """The settings a :class:`SemiAsyncRounds` algorithm's ``Config`` extends (a user's): the wait before a
+    dropped client is dispatched again."""
+
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before dispatching a dropped client again")
+
+    def validate(self, prefix: str) -> None:
+        positive(self.retry_s, f"{prefix}.retry_s")
+
+
 class SyncRounds(Algorithm):
     """Loop shape: synchronous rounds (FedAvg and everything built on its rounds).
 
