@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-import sysconfig
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -119,12 +118,13 @@ def find(kind: str, name: Any, field: str, base_dirs: Iterable[Path | str | None
     ep = installed(kind).get(name)
     if ep is None:
         return None
-    _USER_MODULES.add(ep.value.partition(":")[0].strip())
     try:
-        return ep.load()
+        obj = ep.load()
     except Exception as exc:  # noqa: BLE001 - a package's broken entry point: one line
         raise ConfigError(field, f"{kind} {name!r} (entry point {ep.value!r}) does not load: "
                           f"{type(exc).__name__}: {exc}") from None
+    _USER_MODULES.add(ep.value.partition(":")[0].strip())
+    return obj
 
 
 def call_factory(factory: Any, field: str, ref: str, *args: Any, **kwargs: Any) -> Any:
@@ -139,33 +139,27 @@ def call_factory(factory: Any, field: str, ref: str, *args: Any, **kwargs: Any) 
         raise ConfigError(field, f"{ref!r} raised {type(exc).__name__}: {exc}") from None
 
 
-_FEDSIM_DIR = str(Path(__file__).resolve().parent)
-_LIBRARY_DIRS = tuple({str(Path(p).resolve()) for k in ("stdlib", "platstdlib", "purelib", "platlib")
-                       if (p := sysconfig.get_paths().get(k))})
+_FEDSIM_DIR = Path(__file__).resolve().parent
 
 
 def _frame_owner(module: str, filename: str) -> str:
-    """``user``, ``fedsim`` or ``library`` for one traceback frame: a module the scenario named (or a package
-    below it) is the user's; fedsim's own files are fedsim's; the standard library and installed packages
-    (torch, numpy, simpy) are libraries; any other file is the user's (a helper module of their own)."""
+    """``user``, ``fedsim`` or ``other`` for one traceback frame: a module the scenario named (or a package
+    below it) is the user's; fedsim's own files are fedsim's; everything else (the standard library, torch,
+    numpy, simpy, a helper the user's module calls) is neither, so the user's line that called it is named."""
     if any(module == m or module.startswith(m + ".") for m in _USER_MODULES):
         return "user"
     try:
-        path = str(Path(filename).resolve())
+        inside = Path(filename).resolve().is_relative_to(_FEDSIM_DIR)
     except (OSError, ValueError):  # pragma: no cover - an odd frame: not the user's
-        return "library"
-    if path.startswith(_FEDSIM_DIR):
-        return "fedsim"
-    if filename.startswith("<") or path.startswith(_LIBRARY_DIRS):
-        return "library"
-    return "user"
+        return "other"
+    return "fedsim" if inside else "other"
 
 
 def user_code_error(exc: BaseException) -> UserCodeError | None:
     """The :class:`UserCodeError` for ``exc`` when it was raised in the user's code, else None.
 
-    The innermost frame of the traceback that belongs to the user or to fedsim decides (library frames below
-    it are the user's calls into torch or numpy): the user's → an error in their code, named by the frame's
+    The innermost frame of the traceback that belongs to the user or to fedsim decides (frames below it are
+    libraries the code called: torch, numpy): the user's → an error in their code, named by the frame's
     ``module:qualname`` and ``file:line``; fedsim's → not the user's code (an internal error, or fedsim calling
     the user's hook wrongly)."""
     while exc.__cause__ is not None:  # SimPy re-raises a process's exception as a copy caused by the original
@@ -176,7 +170,7 @@ def user_code_error(exc: BaseException) -> UserCodeError | None:
         frame = tb.tb_frame
         module = str(frame.f_globals.get("__name__", "?"))
         owner = _frame_owner(module, frame.f_code.co_filename)
-        if owner != "library":
+        if owner != "other":
             qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
             last = (owner, f"{module}:{qual}", frame.f_code.co_filename, tb.tb_lineno)
         tb = tb.tb_next
