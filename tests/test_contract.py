@@ -257,3 +257,23 @@ def test_a_natural_partition_with_fewer_clients_than_ids_is_refused(tmp_path):
                                                             "partition": {"method": "natural"}},
                                                    "model": {"name": "logreg"}, "stop": {"max_versions": 1}},
                                                   source_dir=tmp_path))
+
+
+from dataclasses import dataclass  # noqa: E402
+
+from fedsim.algorithms import MiniBatchSFL, ServerOptConfig  # noqa: E402
+
+
+class _SplitWithOpt(MiniBatchSFL):
+    name = "split-with-opt"
+
+    @dataclass
+    class Config(MiniBatchSFL.Config):
+        server_opt: ServerOptConfig | None = None
+
+
+def test_a_split_config_with_server_opt_is_refused_rather_than_ignored(tmp_path):
+    sc = fedsim.scenario_from_mapping(_tiny({"name": _SplitWithOpt, "cut": 1, "clients_per_round": 2,
+                                             "server_opt": {"name": "adam"}}, train={"local_steps": 2}))
+    with pytest.raises(ConfigError, match="algorithm.server_opt: split learning has no server rule"):
+        run_scenario(sc, tmp_path / "o", progress=False)

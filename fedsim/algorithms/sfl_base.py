@@ -114,6 +114,9 @@ class SplitAlgorithm(Algorithm):
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
+        # the split shapes install the averaged client part, not a rule's aggregate: no server step to apply
+        require(self.server_step_of is None, "algorithm.server_opt", "split learning has no server rule for a server "
+                "optimiser to step on (the server part trains by SGD itself); remove server_opt")
         self.setup()  # here, not in run(): a bad cut is reported before the simulation starts
 
     def setup(self) -> None:
