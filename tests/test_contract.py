@@ -277,3 +277,61 @@ def test_a_split_config_with_server_opt_is_refused_rather_than_ignored(tmp_path)
                                              "server_opt": {"name": "adam"}}, train={"local_steps": 2}))
     with pytest.raises(ConfigError, match="algorithm.server_opt: split learning has no server rule"):
         run_scenario(sc, tmp_path / "o", progress=False)
+
+
+def test_every_name_in_the_contract_table_is_exported():
+    """The docs' table of public names: each bare name imports from fedsim.algorithms, each dotted one from
+    its module."""
+    import importlib
+    import re
+
+    import fedsim.algorithms as algorithms
+
+    doc = (ROOT / "docs" / "extending.md").read_text()
+    table = doc[doc.index("## The public names"):doc.index("## What every algorithm sees")]
+    names = [n for row in table.splitlines() if row.startswith("| `")
+             for n in re.findall(r"`([A-Za-z_][\w.]*)(?:\([^`]*\))?`", row.split("|")[1])]
+    assert len(names) > 20
+    for name in names:
+        if "." in name:
+            module, _, attr = name.rpartition(".")
+            try:
+                obj = importlib.import_module(name)
+            except ImportError:
+                obj = getattr(importlib.import_module(module), attr)
+            assert obj is not None, name
+        else:
+            assert name in algorithms.__all__ and getattr(algorithms, name) is not None, name
+
+
+from fedsim.algorithms import SlotsConfig  # noqa: E402
+from fedsim.learn.state import masked_weighted_average  # noqa: E402
+
+
+class _MeanOfTwo(AsyncSlots):
+    """A user's AsyncSlots algorithm on the shape's config base, with the server step's fields."""
+
+    name = "mean-of-two"
+
+    @dataclass
+    class Config(SlotsConfig):
+        server_lr: float = 1.0
+        server_opt: ServerOptConfig | None = None
+
+    @classmethod
+    def buffer_size_of(cls, config):
+        return 2
+
+    def server_rule(self, batch, base, bases):
+        return masked_weighted_average(batch, base), [1.0 / len(batch)] * len(batch)
+
+
+def test_a_user_async_slots_algorithm_on_slots_config_gets_the_server_step(tmp_path):
+    train = {"lr": 0.05, "batch_size": 8, "local_steps": 2}
+    plain, trace = _run(_tiny({"name": _MeanOfTwo, "concurrency": 3}, versions=5, train=train), tmp_path / "a")
+    half, _ = _run(_tiny({"name": _MeanOfTwo, "concurrency": 3, "server_lr": 0.5}, versions=5, train=train),
+                   tmp_path / "b")
+    assert not _same(plain, half)
+    assert sum(r["kind"] == "apply" for r in trace) == 10  # two updates a version
+    # the shape's default flags: one aggregate service per full buffer, none per arrival
+    assert [r["what"] for r in trace if r["kind"] == "server"] == ["aggregate"] * 5
