@@ -141,7 +141,7 @@ def test_shape_defaults_and_the_builtins_flags():
         assert flag in FedAsync.__dict__ or flag in AsyncSlots.__dict__
         assert f"``{flag} = " in AsyncSlots.__doc__  # every flag documented with its default
     doc = (ROOT / "docs" / "extending.md").read_text()
-    for flag in ("refill_on_arrival", "serve_each", "client_slots", "update_kind", "family", "download_models",
+    for flag in ("refill_on_arrival", "serve_each", "client_slots", "update_kind", "family", "fits_submodels", "download_models",
                  "upload_what", "step_what", "version_per_round", "idle_s", "watch_participation"):
         assert f"`{flag}" in doc, flag
 
