@@ -283,7 +283,7 @@ class FedRAAAsync(FedRAA, AsyncSlots):
     serve_each = True
     refill_on_arrival = False
 
-    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
+    def server_rule(self, batch: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
         """θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(τ) on the configured staleness clock."""
         cfg = self.cfg
         (update,) = batch
