@@ -241,6 +241,11 @@ class Algorithm:
     #: True for algorithms that fit a sub-model to each client's device themselves (``TrainingExecutor.fit_submodel``):
     #: the runner then skips its check that the whole model fits every device.
     fits_submodels: bool = False
+    #: The theory this algorithm is checked against: ids of the theorem modules ``fedsim check`` evaluates
+    #: (``local_sgd``, ``fedasync``, ``fedbuff``, ``cos2p``, ``fedraa``, ``gas``, ``semisfl``, ``embracingfl``; see
+    #: docs/extending.md).  The runner writes it into ``summary.json`` so the check reads it from the run
+    #: folder; a name never decides.  Empty: no theorem, only the trace and measured-quantity rows.
+    theorems: tuple[str, ...] = ()
 
     @dataclass
     class Config:
