@@ -224,9 +224,12 @@ def render(rows: Sequence[Row], *, several: bool, titles: dict[str, str], width:
     numbers on the next line."""
     width = width or term_width()
     longest = max([3] + [len(r.run) for r in rows]) if several else 0
-    run_w = min(longest, max(12, width // 3)) if several else 0
     unit_w, num_w = 8, 10
-    q_w = max(20, width - (run_w + 1 if several else 0) - unit_w - 2 * num_w - len("not applicable") - 4 - 2)
+    fixed = unit_w + 2 * num_w + len("not applicable") + 4 + 2  # the columns right of the quantity
+    run_w = min(longest, max(12, width // 3)) if several else 0
+    if several and width - run_w - 1 - fixed < 20:  # a narrow terminal: names go on lines of their own
+        run_w = max(0, width - fixed - 21)
+    q_w = max(20, width - (run_w + 1 if several else 0) - fixed)
     header = (("run".ljust(run_w) + " ") if several else "") + "  " + "quantity".ljust(q_w) + " " + \
         "unit".ljust(unit_w) + " " + "measured".rjust(num_w) + " " + "bound".rjust(num_w) + " " + "verdict"
     lines = [header.rstrip()]
