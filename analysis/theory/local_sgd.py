@@ -111,8 +111,8 @@ def applies(setting: Mapping[str, Any]) -> list[Check]:
     n = min(rounds) if rounds else params.get("clients_per_round")
     if m is not None and n is not None:
         out.append(condition("full participation: every client every round (n = m)", float(n), float(m), n >= m,
-                             "n = fewest clients in a round; with n < m Theorem 2 (partial participation) is "
-                             "the statement, and it is not evaluated here"))
+                             "n = fewest clients in a round; with n < m the paper's Theorem 2 (partial "
+                             "participation) is the statement, and fedsim check does not hold runs against it"))
     else:
         out.append(condition("full participation: every client every round (n = m)", n, m, None,
                              "not evaluated: the run records no rounds"))
