@@ -541,8 +541,10 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     # Fed-RAA's K and K_hat are delays in server updates; a probe's "K" (local steps) must not replace them
     measured.update({k: fr_measured[k] for k in ("K", "K_hat") if k in fr_measured})
     measured.update(own)
-    if not finished:
-        rows = [r for r in rows if not r.quantity.startswith(_LEARNING)]
+    if not finished:  # measurements stay (what the trace recorded); nothing but the trace itself is judged
+        rows = [r if r.quantity.startswith("trace:") else Check(r.quantity, r.measured, r.bound_or_expectation, None,
+                                                                r.note, r.role)
+                for r in rows if not r.quantity.startswith(_LEARNING)]
     else:
         rows.extend(theory_rows(declared, status, scenario, trace, measured, params))
 
