@@ -1,7 +1,8 @@
 """``fedsim check`` for people: the rows of :func:`analysis.report.check_run` grouped by the theorem they
 serve, only the rows that apply to the run's algorithm, with units, numbers formatted for reading, a
-reason and a remedy for every row that could not be evaluated, and a word when a bound holds only
-because it is vacuous at this scale.  It fits a 100-column terminal.
+reason and a remedy for every row that could not be evaluated, "met"/"not met" for a theorem's
+conditions, "not applicable" (with the numbers) for a bound whose conditions fail, "vacuous" for an
+infinite bound, and "holds, loose" only for a finite bound over 10^3 x the measured value.
 
 ``checks.csv`` stays the machine-readable form (every row, full precision); this module only decides
 how the terminal shows it.  A folder of runs (an algorithm per sub-folder, ``seed-*/``, a sweep's
