@@ -302,7 +302,8 @@ def run_variant(
 def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context | None, now: float, wall: float,
                status: str, message: str) -> dict[str, Any]:
     summary: dict[str, Any] = {"scenario": scenario.name, "algorithm": spec.name, "label": spec.label, "seed": scenario.seed,
-                               "status": status, "stop_reason": message, "virtual_time_s": float(now), "wall_time_s": wall}
+                               "status": status, "stop_reason": message, "virtual_time_s": float(now), "wall_time_s": wall,
+                               "theorems": list(spec.cls.theorems)}  # what `fedsim check` holds the run against
     if ctx is None:
         return summary
     metrics = pd.DataFrame(ctx.versions.metrics)

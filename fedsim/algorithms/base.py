@@ -257,6 +257,11 @@ class Algorithm:
     #: built-in it extends; the first named class of a line sets it to its own ``name``.  Set it to a new
     #: string to draw streams of your own.
     family: str = ""
+    #: The theory this algorithm is checked against: ids of the theorem modules ``fedsim check`` evaluates
+    #: (``local_sgd``, ``fedasync``, ``fedbuff``, ``cos2p``, ``fedraa``, ``gas``, ``semisfl``, ``embracingfl``; see
+    #: docs/extending.md).  The runner writes it into ``summary.json`` so the check reads it from the run
+    #: folder; a name never decides.  Empty: no theorem, only the trace and measured-quantity rows.
+    theorems: tuple[str, ...] = ()
 
     @dataclass
     class Config:

@@ -21,6 +21,7 @@ from fedsim.learn.state import State
 
 class CA2FL(FedBuff):
     name = "ca2fl"
+    theorems = ()  # its own server rule: FedBuff's theorem does not cover it
 
     @dataclass
     class Config(FedBuff.Config):

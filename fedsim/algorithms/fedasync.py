@@ -27,6 +27,7 @@ def fedasync_rule(update: Update, base: State, tau: int, alpha: float, staleness
 
 class FedAsync(AsyncSlots):
     name = "fedasync"
+    theorems = ("fedasync",)  # Xie, Koyejo & Gupta (2019), Theorem 1
 
     @dataclass
     class Config:

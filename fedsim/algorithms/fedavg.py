@@ -40,6 +40,7 @@ def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> t
 
 class FedAvg(SyncRounds):
     name = "fedavg"
+    theorems = ("local_sgd",)  # Yang, Fang & Liu (ICLR 2021); fedsim check judges where its conditions hold
 
     @dataclass
     class Config(RoundsConfig):

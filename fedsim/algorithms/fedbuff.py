@@ -36,6 +36,7 @@ def fedbuff_rule(batch: list[Update], base: State, version: int, server_lr: floa
 
 class FedBuff(AsyncSlots):
     name = "fedbuff"
+    theorems = ("fedbuff",)  # Nguyen et al. (AISTATS 2022), Theorem 1
     #: name of the client-selection stream; variants that keep FedBuff's scheduling (CA2FL) share it, so the
     #: same seed dispatches the same clients in the same order until their timelines diverge
     family = "fedbuff"

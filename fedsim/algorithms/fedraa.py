@@ -76,6 +76,7 @@ class FedRAA(Algorithm):
     ``assign`` and ``fragment`` records are its own measurements."""
 
     name = "fedraa"
+    theorems = ("fedraa",)  # Fed-RAA Theorem 1 / Corollary 1
 
     def __new__(cls, ctx: Any = None, config: Any = None) -> "FedRAA":
         """The instance runs on the shape ``config.aggregation`` asks for; a subclass of ``FedRAA`` keeps its

@@ -120,6 +120,7 @@ class SemiSFL(SplitRounds):
     split iterations (features up, pseudo-labelled consistency and clustering on the server)."""
 
     name = "semisfl"
+    theorems = ("semisfl",)  # SemiSFL Theorem 1 (its split baselines inherit it, as they share its loop)
     family = "semisfl"  # client-selection stream shared by SemiSFL and its split baselines
     download_models = 2  # the bottom and the teacher bottom
     upload_what = "features"
