@@ -59,6 +59,7 @@ def run_status(run_dir: str | Path) -> dict[str, Any]:
         line = f"{status} at {when}" + (f": {reason}" if reason else "") + "; no verdict on its learning"
     theorems = data.get("theorems")
     return {"status": status, "line": line, "theorems": None if theorems is None else [str(x) for x in theorems],
+            "theorems_declared_by": data.get("theorems_declared_by"),
             "dropped": data.get("dropped"), "versions": version}
 
 
@@ -339,6 +340,10 @@ def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mappin
                       "the algorithm declares no theorem (Algorithm.theorems is empty): only the trace and the "
                       "measured quantities are reported", "note")]
     out: list[Check] = []
+    if status.get("theorems_declared_by"):
+        out.append(Check("theorems inherited", None, None, None,
+                         f"declared by {status['theorems_declared_by']}, a parent class of this run's algorithm: a "
+                         "subclass whose rule differs declares its own (`theorems = ()` for none)", "note"))
     setting = _setting(scenario, trace, status)
     for theorem in declared:
         if theorem not in MODULES:

@@ -168,3 +168,25 @@ def test_report_html_shows_the_check_table(tmp_path, tiny):
     assert {"quantity", "verdict", "note"} <= set(shown.columns)
     page = (run / "report.html").read_text()
     assert "Theory check (fedsim check)" in page and "event times non-decreasing" in page
+
+
+def test_an_inherited_declaration_is_said_with_its_owner(tmp_path, tiny, capsys):
+    """A subclass that declares nothing inherits its parent's theorems; the check never leaves that silent."""
+    (tmp_path / "myavg.py").write_text(
+        "from fedsim.algorithms import FedAvg\n\n\nclass MyAvg(FedAvg):\n    name = 'my-avg'\n")
+    tiny["algorithm"] = {"name": "myavg:MyAvg", "clients_per_round": 6}
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        run_scenario(scenario_from_mapping(tiny), tmp_path / "m", progress=False)
+    finally:
+        sys.path.remove(str(tmp_path))
+    summary = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert summary["theorems"] == ["local_sgd"]
+    assert summary["theorems_declared_by"] == "fedsim.algorithms.fedavg:FedAvg"
+    assert main(["check", str(tmp_path / "m")]) == 0
+    assert "declared by fedsim.algorithms.fedavg:FedAvg" in " ".join(capsys.readouterr().out.split())
+    # a built-in that declares its own says nothing of the kind
+    run_scenario(scenario_from_mapping({**tiny, "algorithm": {"name": "fedavg", "clients_per_round": 6}}),
+                 tmp_path / "f", progress=False)
+    assert "theorems_declared_by" not in json.loads((tmp_path / "f" / "summary.json").read_text())

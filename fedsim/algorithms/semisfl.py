@@ -120,7 +120,7 @@ class SemiSFL(SplitRounds):
     split iterations (features up, pseudo-labelled consistency and clustering on the server)."""
 
     name = "semisfl"
-    theorems = ("semisfl",)  # SemiSFL Theorem 1 (its split baselines inherit it, as they share its loop)
+    theorems = ("semisfl",)  # SemiSFL Theorem 1 (its baselines FedSwitch-SL and Supervised-only declare none)
     family = "semisfl"  # client-selection stream shared by SemiSFL and its split baselines
     download_models = 2  # the bottom and the teacher bottom
     upload_what = "features"
@@ -583,6 +583,7 @@ class FedSwitchSL(SemiSFL):
     labeled batches on the server: the paper credits strong-augmentation supervised training to SemiSFL."""
 
     name = "fedswitch-sl"
+    theorems = ()  # SemiSFL's Theorem 1 is written for SemiSFL (clustering regularisation, adaptive K_s), not this baseline
 
     @dataclass
     class Config(SemiSFL.Config):  # other defaults; each field means what SemiSFL's does
@@ -596,6 +597,7 @@ class SupervisedOnly(SemiSFL):
     """Supervised-only: the server trains on its labeled set (K_s steps per round, CE + T); no clients."""
 
     name = "supervised-only"
+    theorems = ()  # no clients: SemiSFL's theorem does not describe it
 
     @dataclass
     class Config(SemiSFL.Config):
