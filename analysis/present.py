@@ -1,16 +1,21 @@
 """``fedsim check`` for people: the rows of :func:`analysis.report.check_run` grouped by the theorem they
 serve, only the rows that apply to the run's algorithm, with units, numbers formatted for reading, a
-reason and a remedy for every row that could not be evaluated, and a word when a bound holds only
-because it is vacuous at this scale.  It fits a 100-column terminal.
+reason and a remedy for every row that could not be evaluated, "met"/"not met" for a theorem's
+conditions, "not applicable" (with the numbers) for a bound whose conditions fail, "vacuous" for an
+infinite bound, and "holds, loose" only for a finite bound over 10^3 x the measured value.
 
 ``checks.csv`` stays the machine-readable form (every row, full precision); this module only decides
 how the terminal shows it.  A folder of runs (an algorithm per sub-folder, ``seed-*/``, a sweep's
-points) is checked run by run and shown as one table with a ``run`` column.
+points) is checked run by run and shown as one table with a ``run`` column holding each run's whole name,
+the runs of one sweep point together.  The table follows the terminal's width (``COLUMNS``).  Each run's
+status (summary.json) heads the table; the shown rows are also written to ``check.csv`` in the run folder
+(and the folder checked), which the run's ``report.html`` shows.
 """
 from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
 import textwrap
 from dataclasses import dataclass
@@ -21,8 +26,18 @@ import pandas as pd
 
 from fedsim.sim.trace import TRACE_FILES
 
-#: Terminal width the table is laid out for.
+#: Terminal width the table is laid out for when ``COLUMNS`` does not say (and its bounds when it does).
 WIDTH = 100
+MIN_WIDTH, MAX_WIDTH = 60, 240
+
+
+def term_width() -> int:
+    """The width to lay the table out for: ``COLUMNS`` (as shells export it), else :data:`WIDTH`."""
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return WIDTH
+    return max(MIN_WIDTH, min(MAX_WIDTH, cols))
 #: A bound more than this many times the measured value holds without telling much ("holds, loose").
 LOOSE = 1e3
 
@@ -80,34 +95,43 @@ def fmt_number(value: Any, unit: str = "") -> str:
     return f"{x:.4g}"
 
 
-def theory_title(family: str) -> str:
-    """The theorem a family's rows serve, as its theory module names it."""
+def theory_title(theorem: str) -> str:
+    """The theorem an id's rows serve, as its theory module names it."""
     from analysis.theory import MODULES
 
-    module = importlib.import_module(MODULES[family])
-    return str(getattr(module, "REFERENCE", family))
+    if theorem not in MODULES:
+        return f"unknown theorem {theorem!r}"
+    module = importlib.import_module(MODULES[theorem])
+    return str(getattr(module, "REFERENCE", theorem))
 
 
-def _group_of(quantity: str, family: str, submodels: bool) -> str | None:
+def _group_of(quantity: str, theorems: Sequence[str], submodels: bool) -> str | None:
     """The group a row belongs to, or None when the row does not apply to this algorithm."""
-    if quantity.startswith("["):
-        return "theorem"
+    m = re.match(r"^\[([^\]]+)\]", quantity)
+    if m:
+        return f"theorem:{m.group(1)}"
+    if quantity == "no theorem declared":
+        return "theorem:none"
+    if quantity.startswith("run status:"):
+        return None  # the table's head names every run's status
     if quantity.startswith("trace:"):
         return "trace"
     if quantity in _COS2P_ONLY:
-        return "inputs" if family == "cos2p" else None
+        return "inputs" if "cos2p" in theorems else None
     if quantity.startswith(_COVERAGE):
-        return "inputs" if family in ("cos2p", "embracingfl") or submodels else None
+        return "inputs" if {"cos2p", "embracingfl"} & set(theorems) or submodels else None
     if quantity.startswith(_RUN):
         return "run"
     return "inputs"
 
 
 def _hint(note: str, probed: bool) -> str:
-    """Why a row was not evaluated and how to get it."""
+    """Why a row was not evaluated and how to record what it lacks."""
     m = re.search(r"missing ([^;]+)", note)
     keys = [k.strip() for k in m.group(1).split(",")] if m else []
-    if not probed and (not keys or any(k in _PROBED for k in keys)):
+    if keys and set(keys) <= {"K", "Q", "E"}:
+        how = "the run trained local epochs: set train.local_steps to give every client the same K and run again"
+    elif not probed and (not keys or any(k in _PROBED for k in keys)):
         how = ("save checkpoints (output.checkpoints=5, or live probes with eval.probe_every=5), run again, "
                "then fedsim check: the probes measure them")
     else:
@@ -115,32 +139,41 @@ def _hint(note: str, probed: bool) -> str:
     return f"not evaluated: missing {', '.join(keys)}; {how}" if keys else f"{note}; {how}"
 
 
-def _verdict(quantity: str, measured: Any, bound: Any, holds: Any) -> str:
+def _verdict(quantity: str, measured: Any, bound: Any, holds: Any, role: str = "") -> str:
+    """The printed verdict.  A condition is "met" or "not met" (the theorem's bound is then "not applicable",
+    see :func:`analysis.theory.base.judge`); a bound holds only when finite, and "holds, loose" only when it
+    is finite and more than :data:`LOOSE` times the measured value."""
     if holds is None or (isinstance(holds, float) and math.isnan(holds)):
         return ""
-    if not bool(holds):
-        return "FAILS"
-    is_bound = re.search(r"Theorem|Lemma|Corollary|bound", quantity) is not None
+    if role == "condition":
+        return "met" if bool(holds) else "not met"
+    is_bound = role == "bound" or re.search(r"Theorem|Lemma|Corollary|bound", quantity) is not None
     try:
         m, b = float(measured), float(bound)
     except (TypeError, ValueError):
-        return "holds"
-    if is_bound and m >= 0 and b > 0 and (math.isinf(b) or b > LOOSE * m):
+        return "FAILS" if not bool(holds) else "holds"
+    if is_bound and not math.isfinite(b):
+        return "vacuous"  # an infinite bound never "holds"
+    if not bool(holds):
+        return "FAILS"
+    if is_bound and m >= 0 and b > LOOSE * m and b > 0:
         return "holds, loose"
     return "holds"
 
 
-def rows_of(table: pd.DataFrame, *, run: str, family: str, probed: bool) -> list[Row]:
-    """The rows of one run's check table that apply to its algorithm, as text cells."""
+def rows_of(table: pd.DataFrame, *, run: str, theorems: Sequence[str], probed: bool) -> list[Row]:
+    """The rows of one run's check table that apply to its algorithm (and the theorems it declared), as text."""
     submodels = table["quantity"].astype(str).str.startswith("per-parameter coverage").any()
-    reference = theory_title(family)
+    references = {theory_title(t) for t in theorems}
     out = []
     for rec in table.to_dict("records"):
         q = str(rec["quantity"])
-        group = _group_of(q, family, bool(submodels))
+        role = str(rec.get("role") or "")
+        role = "" if role == "nan" else role
+        group = _group_of(q, theorems, bool(submodels))
         if group is None:
             continue
-        if group == "theorem":
+        if group.startswith("theorem:"):
             q = re.sub(r"^\[[^\]]+\]\s*", "", q)
         unit = ""
         m = _UNIT.search(q)
@@ -151,20 +184,25 @@ def rows_of(table: pd.DataFrame, *, run: str, family: str, probed: bool) -> list
         measured, bound, holds, note = rec["measured"], rec["bound_or_expectation"], rec["holds"], str(rec["note"] or "")
         if note == "nan":
             note = ""
-        note = "; ".join(p for p in note.split("; ") if p and p != reference)  # the group title names it
+        note = "; ".join(p for p in note.split("; ") if p and p not in references)  # the group title names it
         bound_text = fmt_number(bound, unit) if not isinstance(bound, str) else bound
         if len(bound_text) > 10:  # a statement, not a number: it goes with the note
             note, bound_text = "; ".join(s for s in (f"expected: {bound_text}", note) if s), ""
         evaluated = not (measured is None or (isinstance(measured, float) and math.isnan(measured)))
-        verdict = _verdict(q, measured, bound, holds)
-        if not evaluated and (note.startswith("not evaluated") or note.startswith("not measured")):
+        verdict = _verdict(q, measured, bound, holds, role)
+        if note.startswith("not applicable"):
+            verdict = "not applicable"
+        elif note.startswith(("vacuous", "not judged")):
+            verdict = note.split(":")[0]
+        elif role == "note":
+            verdict = ""
+        elif not evaluated and (note.startswith("not evaluated") or note.startswith("not measured")):
             note, verdict = _hint(note, probed), "not evaluated"
         elif not evaluated:
             verdict = verdict or "not evaluated"
         if verdict == "holds, loose":
-            why = ("the bound is infinite here (see the conditions above)" if bound_text == "inf"
-                   else f"the bound is over {LOOSE:.0e} x the measured value")
-            note = "; ".join(s for s in (f"{why}: true, but it says nothing at this scale", note) if s)
+            note = "; ".join(s for s in (f"the bound is over {LOOSE:.0e} x the measured value: true, but it says "
+                                         "little at this scale", note) if s)
         out.append(Row(run, group, q, unit, fmt_number(measured, unit), bound_text, verdict, note))
     return out
 
@@ -181,11 +219,18 @@ def find_runs(folder: str | Path) -> list[Path]:
     return found
 
 
-def render(rows: Sequence[Row], *, several: bool, titles: dict[str, str]) -> str:
-    """The grouped table as text no wider than :data:`WIDTH`."""
-    run_w = min(18, max([3] + [len(r.run) for r in rows])) if several else 0
-    unit_w, num_w, verdict_w = 8, 10, 13
-    q_w = WIDTH - (run_w + 1 if several else 0) - unit_w - 2 * num_w - verdict_w - 4 - 2
+def render(rows: Sequence[Row], *, several: bool, titles: dict[str, str], width: int | None = None) -> str:
+    """The grouped table as text no wider than ``width`` (default :func:`term_width`).  With several runs each
+    row starts with its run's whole name; a name too long for the run column gets a line of its own, the
+    numbers on the next line."""
+    width = width or term_width()
+    longest = max([3] + [len(r.run) for r in rows]) if several else 0
+    unit_w, num_w = 8, 10
+    fixed = unit_w + 2 * num_w + len("not applicable") + 4 + 2  # the columns right of the quantity
+    run_w = min(longest, max(12, width // 3)) if several else 0
+    if several and width - run_w - 1 - fixed < 20:  # a narrow terminal: names go on lines of their own
+        run_w = max(0, width - fixed - 21)
+    q_w = max(20, width - (run_w + 1 if several else 0) - fixed)
     header = (("run".ljust(run_w) + " ") if several else "") + "  " + "quantity".ljust(q_w) + " " + \
         "unit".ljust(unit_w) + " " + "measured".rjust(num_w) + " " + "bound".rjust(num_w) + " " + "verdict"
     lines = [header.rstrip()]
@@ -196,74 +241,132 @@ def render(rows: Sequence[Row], *, several: bool, titles: dict[str, str]) -> str
             order.append(r.group)
         by_group.setdefault(r.group, []).append(r)
     rank = {"trace": 0, "run": 1}
-    for g in sorted(order, key=lambda g: (rank.get(g, 2), order.index(g))):
+    pad = " " * ((run_w + 1 if several else 0) + 2)
+    for g in sorted(order, key=lambda g: (rank.get(g, 3 if g.startswith("theorem:") else 2), order.index(g))):
         title = titles.get(g, g)
         lines.append("")
-        lines.append(("-- " + title + " ").ljust(WIDTH, "-")[:WIDTH])
+        lines.append(("-- " + title + " ").ljust(width, "-")[:width])
         keys: list[tuple[str, str]] = []
         for r in by_group[g]:
             if (r.quantity, r.unit) not in keys:
                 keys.append((r.quantity, r.unit))
-        pad = " " * ((run_w + 1 if several else 0) + 2)
         for key in keys:  # the same quantity of every run together, for comparison
             same = [x for x in by_group[g] if (x.quantity, x.unit) == key]
             shared = len({x.note for x in same}) == 1  # one note for all the runs: said once, after them
             for i, r in enumerate(same):
                 wrapped = textwrap.wrap(r.quantity, q_w) or [""]
-                run = r.run if len(r.run) <= run_w else "..." + r.run[-(run_w - 3):]  # the end tells runs apart
+                run = r.run
+                if several and len(run) > run_w:  # the whole name, on a line of its own
+                    lines.append(run)
+                    run = ""
                 first = ((run.ljust(run_w) + " ") if several else "") + "  " + wrapped[0].ljust(q_w)
                 lines.append((first + " " + r.unit[:unit_w].ljust(unit_w) + " " + r.measured.rjust(num_w)
                               + " " + r.bound.rjust(num_w) + " " + r.verdict).rstrip())
                 lines.extend((pad + w).rstrip() for w in wrapped[1:])
                 if r.note and (not shared or i == len(same) - 1):
-                    lines.extend(textwrap.wrap(r.note, WIDTH, initial_indent=pad + "  > ", subsequent_indent=pad + "    "))
+                    lines.extend(textwrap.wrap(r.note, width, initial_indent=pad + "  > ", subsequent_indent=pad + "    "))
     return "\n".join(lines) + "\n"
+
+
+def sweep_point(name: str) -> str:
+    """The sweep point a run belongs to: its path without ``seed-*`` parts and without its last part (the
+    algorithm's folder or the seed's) — "" for the runs of one folder."""
+    parts = [p for p in name.split("/") if not re.fullmatch(r"seed-\d+", p)]
+    return "/".join(parts[:-1]) if len(parts) > 1 else ""
+
+
+def status_lines(statuses: Sequence[tuple[str, str]], width: int) -> list[str]:
+    """Every run's whole name and status, grouped by sweep point."""
+    out: list[str] = []
+    point = None
+    for name, line in statuses:
+        p = sweep_point(name)
+        if p and p != point:
+            out.append(f"  sweep point {p}")
+        point = p
+        indent = "    " if p else "  "
+        out.extend(textwrap.wrap(f"{name}: {line}", width, initial_indent=indent, subsequent_indent=indent + "  ",
+                                 break_on_hyphens=False))
+    return out
+
+
+def check_rows_frame(rows: Sequence[Row]) -> pd.DataFrame:
+    """The shown rows as a table (``check.csv``, what report.html shows): run, group, quantity, unit,
+    measured, bound, verdict, note."""
+    cols = ["run", "group", "quantity", "unit", "measured", "bound", "verdict", "note"]
+    return pd.DataFrame([[getattr(r, c) for c in cols] for r in rows], columns=cols)
+
+
+def _refresh_report(folder: Path) -> None:
+    """Rewrite the folder's report.html when it has one, so it shows check.csv (the run's own figures stay)."""
+    if (folder / "report.html").exists():
+        from fedsim.report import html_report
+
+        html_report(folder)
 
 
 def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = True) -> tuple[str, pd.DataFrame]:
     """Check every run under ``folder``; returns the text table and the combined machine-readable table
-    (``checks.csv`` columns with ``run`` and ``group`` in front; written to ``folder/check/checks.csv``
-    when the folder holds several runs, each run's own ``check/checks.csv`` as before)."""
+    (``checks.csv`` columns with ``run`` and ``algorithm`` in front; written to ``folder/check/checks.csv``
+    when the folder holds several runs, each run's own ``check/checks.csv`` as before).  The shown rows go
+    to ``check.csv`` in each run folder (and in ``folder``), and a ``report.html`` there is rewritten to
+    show them."""
     import yaml
 
     from analysis.probes import checkpoints
-    from analysis.report import _algorithm, check_run, theory_family
+    from analysis.report import _algorithm, check_run, run_status
     from fedsim.errors import ConfigError
 
     root = Path(folder)
     if not root.is_dir():
         raise ConfigError("run_dir", f"{str(root)!r} is not a directory")
-    runs = find_runs(root)
-    if not runs:
+    found = find_runs(root)
+    if not found:
         raise ConfigError("run_dir", f"no run in {str(root)!r}: no trace (trace.jsonl or trace.compact.gz) in it "
                           "or in its sub-folders (give a folder that `fedsim run` wrote)")
+    width = term_width()
+
+    def name_of(run: Path, alg: str | None) -> str:
+        return run.relative_to(root).as_posix() if run != root else (alg or run.name)
+
+    runs = sorted(found, key=lambda r: (sweep_point(name_of(r, None)), found.index(r)))  # a sweep point's runs together
     rows: list[Row] = []
     frames = []
     titles = {"trace": "Trace consistency (the recorded events themselves)",
-              "run": "Learning and system quantities of the run"}
-    algs = []
+              "run": "Learning and system quantities of the run",
+              "inputs": "Measured quantities (and the inputs of the declared theorems)",
+              "theorem:none": "Theory"}
+    algs, statuses = [], []
     for run in runs:
         table = check_run(run, figures=figures, progress=progress)
         scen = yaml.safe_load((run / "scenario.yaml").read_text()) if (run / "scenario.yaml").exists() else {}
         alg, _ = _algorithm(scen or {})
-        family = theory_family(alg)
+        status = run_status(run)
+        theorems = list(status["theorems"] or [])
         algs.append(alg or "?")
-        name = run.relative_to(root).as_posix() if run != root else (alg or run.name)
+        name = name_of(run, alg)
+        statuses.append((name, status["line"]))
         probed = bool(checkpoints(run)) or (run / "probes.csv").exists() or (run / "probes_live.csv").exists()
-        title = theory_title(family)
-        for r in rows_of(table, run=name, family=family, probed=probed):
-            if r.group in ("theorem", "inputs"):
-                r.group = f"{r.group}:{family}"
-            rows.append(r)
-        titles[f"inputs:{family}"] = f"Measured inputs of {title}"
-        titles[f"theorem:{family}"] = f"{title}: conditions and bound"
+        own = rows_of(table, run=name, theorems=theorems, probed=probed)
+        rows.extend(own)
+        check_rows_frame(own).to_csv(run / "check.csv", index=False)
+        for t in theorems:
+            titles[f"theorem:{t}"] = f"{theory_title(t)}: conditions and bound"
         frames.append(table.assign(run=name, algorithm=alg).set_index(["run", "algorithm"]).reset_index())
     several = len(runs) > 1
     head = (f"fedsim check: {len(runs)} run{'s' if several else ''} in {root} ({', '.join(dict.fromkeys(algs))}); "
             f"every row in {'check/checks.csv and ' if several else ''}<run>/check/checks.csv")
-    text = "\n".join(textwrap.wrap(head, WIDTH)) + "\n" + render(rows, several=several, titles=titles)
+    text = "\n".join(textwrap.wrap(head, width)) + "\n"
+    if several:
+        text += "status of each run:\n" + "\n".join(status_lines(statuses, width)) + "\n"
+    else:
+        text += "\n".join(textwrap.wrap(f"status: {statuses[0][1]}", width, subsequent_indent="  ")) + "\n"
+    text += render(rows, several=several, titles=titles, width=width)
     combined = pd.concat(frames, ignore_index=True)
     if several:
         (root / "check").mkdir(exist_ok=True)
         combined.to_csv(root / "check" / "checks.csv", index=False)
+        check_rows_frame(rows).to_csv(root / "check.csv", index=False)
+    for folder_ in dict.fromkeys([*runs, *([root] if several else [])]):
+        _refresh_report(folder_)
     return text, combined

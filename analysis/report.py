@@ -27,22 +27,40 @@ import yaml
 from analysis import fedraa_metrics
 from analysis import trace_metrics as tm
 from analysis.theory import MODULES, Check, checks_frame
+from analysis.theory.base import judge
 from fedsim.errors import ConfigError
 from fedsim.sim.trace import load_trace, trace_path
 
-#: Substrings of a normalised algorithm name -> theory module key; anything else uses local_sgd.
-_FAMILIES = (("cos2p", "cos2p"), ("fedraa", "fedraa"), ("greraa", "fedraa"), ("semisfl", "semisfl"),
-             ("fedswitchsl", "semisfl"), ("supervisedonly", "semisfl"),
-             ("embracing", "embracingfl"), ("gas", "gas"))
+#: The run statuses summary.json records; only ``ok`` gets verdicts on learning rows.
+OK = "ok"
+#: Rows about learning that a run which did not finish must not be judged on (it gets its status instead).
+_LEARNING = ("final accuracy", "time to accuracy", "metrics: loss finite")
 
 
-def theory_family(algorithm: str | None) -> str:
-    """Theory module for an algorithm name (FedAvg-like algorithms map to ``local_sgd``)."""
-    name = re.sub(r"[^a-z0-9]", "", str(algorithm or "").lower())
-    for key, family in _FAMILIES:
-        if key in name:
-            return family
-    return "local_sgd"
+def run_status(run_dir: str | Path) -> dict[str, Any]:
+    """What ``summary.json`` says about a run: ``status`` (ok, diverged, interrupted, error, or "not recorded"
+    when the run wrote no summary), a ``line`` saying what happened and when, and ``theorems`` (the ids its
+    algorithm declared, ``Algorithm.theorems``; None when the summary does not record them)."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists():
+        return {"status": "not recorded", "theorems": None,
+                "line": "no summary.json: the run was killed before it could write one, or fedsim run did not write "
+                        "this folder; no verdict on its learning"}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, list):  # a multi-algorithm folder's list: not one run
+        data = data[0] if len(data) == 1 else {}
+    status = str(data.get("status", "not recorded"))
+    t, version, reason = data.get("virtual_time_s"), data.get("versions"), str(data.get("stop_reason") or "")
+    when = " and ".join(p for p in ((f"t = {float(t):.4g} s (virtual)" if t is not None else ""),
+                                    (f"version {int(version)}" if version is not None else "")) if p)
+    if status == OK:
+        line = f"ok: finished at {when}" + (f" ({reason})" if reason else "")
+    else:
+        line = f"{status} at {when}" + (f": {reason}" if reason else "") + "; no verdict on its learning"
+    theorems = data.get("theorems")
+    return {"status": status, "line": line, "theorems": None if theorems is None else [str(x) for x in theorems],
+            "theorems_declared_by": data.get("theorems_declared_by"),
+            "dropped": data.get("dropped"), "versions": version}
 
 
 def _algorithm(scenario: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
@@ -267,13 +285,96 @@ def _cos2p_rows(trace: pd.DataFrame, scenario: Mapping[str, Any], extra: Mapping
             rows.append(_row("G = max over probes of sigma^2_max + mean_n ||grad F_n||^2", float(g)))
 
 
-def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = True) -> pd.DataFrame:
-    """Measure a run and hold it against its algorithm's theorem; returns the table (also written to
-    ``run_dir/check/checks.csv``) with columns quantity, measured, bound_or_expectation, holds, note.
+def _round_clients(trace: pd.DataFrame) -> list[int]:
+    """Clients whose updates each recorded round averaged (``round`` records), in order."""
+    if "kind" not in trace or "clients" not in trace:
+        return []
+    rounds = trace[trace["kind"] == "round"]
+    return [len(c) for c in rounds["clients"] if isinstance(c, list)]
 
-    A run with saved checkpoints and no ``probes.csv`` is probed first (:func:`analysis.probes.probe_run`,
+
+def settings_params(scenario: Mapping[str, Any], trace: pd.DataFrame, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The theorems' settings read from the run's resolved ``scenario.yaml`` (and its trace): η_L = γ =
+    ``train.lr``, K = Q = ``train.local_steps``, η = η_g = ``algorithm.server_lr`` (1 when the algorithm has
+    none), m = the fewest clients a recorded round averaged (else ``clients_per_round``), T = the versions
+    the run installed.  A probe's or ``measured.json``'s value of the same key takes precedence."""
+    out: dict[str, Any] = {}
+    train = scenario.get("train") if isinstance(scenario.get("train"), Mapping) else {}
+    alg = scenario.get("algorithm") if isinstance(scenario.get("algorithm"), Mapping) else {}
+    if train.get("lr") is not None:
+        out["eta_l"] = out["gamma"] = float(train["lr"])
+    if train.get("local_steps") is not None:
+        out["K"] = out["Q"] = float(train["local_steps"])
+    out["eta_g"] = float(alg.get("server_lr") or 1.0)
+    rounds = _round_clients(trace)
+    if rounds:
+        out["m"] = float(min(rounds))
+    elif alg.get("clients_per_round") is not None:
+        out["m"] = float(alg["clients_per_round"])
+    if status.get("versions") is not None:
+        out["T"] = float(status["versions"])
+    return out
+
+
+def _setting(scenario: Mapping[str, Any], trace: pd.DataFrame, status: Mapping[str, Any]) -> dict[str, Any]:
+    """What a theorem's ``applies`` reads: the scenario's ``train`` and ``algorithm`` sections, the number of
+    clients, the clients of each recorded round and the updates dropped (summary.json)."""
+    data = scenario.get("data") if isinstance(scenario.get("data"), Mapping) else {}
+    return {"train": dict(scenario.get("train") or {}), "params": dict(scenario.get("algorithm") or {})
+            if isinstance(scenario.get("algorithm"), Mapping) else {},
+            "num_clients": data.get("num_clients"), "round_clients": _round_clients(trace),
+            "dropped": status.get("dropped")}
+
+
+def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mapping[str, Any], trace: pd.DataFrame,
+                measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
+    """The rows of every theorem the run's algorithm declared, prefixed ``[id]``: the setting's conditions
+    (``applies``), the module's own checks, then :func:`analysis.theory.base.judge`.  No declaration gives
+    one line saying so, and no theorem row."""
+    if status.get("theorems") is None:
+        return [Check("no theorem declared", None, None, None,
+                      "summary.json records no Algorithm.theorems (a run written before fedsim recorded them): "
+                      "run it again to hold it against its algorithm's theorem", "note")]
+    if not declared:
+        return [Check("no theorem declared", None, None, None,
+                      "the algorithm declares no theorem (Algorithm.theorems is empty): only the trace and the "
+                      "measured quantities are reported", "note")]
+    out: list[Check] = []
+    if status.get("theorems_declared_by"):
+        out.append(Check("theorems inherited", None, None, None,
+                         f"declared by {status['theorems_declared_by']}, a parent class of this run's algorithm: a "
+                         "subclass whose rule differs declares its own (`theorems = ()` for none)", "note"))
+    setting = _setting(scenario, trace, status)
+    for theorem in declared:
+        if theorem not in MODULES:
+            out.append(Check(f"[{theorem}] unknown theorem", None, None, None,
+                             f"the algorithm declares {theorem!r}; known: {', '.join(sorted(MODULES))}", "note"))
+            continue
+        module = importlib.import_module(MODULES[theorem])
+        inputs = dict(measured)
+        if theorem == "local_sgd":  # Yang et al.'s eta is the server's step, not the local one
+            inputs["eta"] = float(params.get("eta_g", 1.0))
+        applies = getattr(module, "applies", None)
+        rows = (applies(setting) if applies is not None else []) + module.evaluate(inputs, params)
+        for c in judge(rows):
+            c.quantity = f"[{theorem}] {c.quantity}"
+            out.append(c)
+    return out
+
+
+def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = True) -> pd.DataFrame:
+    """Measure a run and hold it against the theorems its algorithm declared; returns the table (also
+    written to ``run_dir/check/checks.csv``) with columns quantity, measured, bound_or_expectation, holds,
+    note, role.
+
+    The run's status (``summary.json``) comes first: a run that did not finish (diverged, interrupted,
+    error, or no summary at all) gets its status row, the trace and system rows, and no learning row,
+    probe or theorem.  The theorems are the ids ``summary.json`` records (``Algorithm.theorems``); each is
+    judged by :func:`analysis.theory.base.judge` (its bound only where every condition holds).  A finished
+    run with saved checkpoints and no ``probes.csv`` is probed first (:func:`analysis.probes.probe_run`,
     with a progress bar when ``progress``), which fills ``measured.json`` with L, σ², ζ², (G, B), the
-    average ‖∇F‖² and F(w_0) − F*, so the FedAvg/local-SGD bound is evaluated with measured constants.
+    average ‖∇F‖² and F(w_0) − F*; the settings (η_L = ``train.lr``, K = ``train.local_steps``, …) come
+    from the run's resolved ``scenario.yaml``.
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -283,11 +384,16 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
         raise ConfigError("run_dir", f"no trace (trace.jsonl or trace.compact.gz) in {str(run)!r}")
     from analysis.probes import ensure_probes, probe_figures
 
+    status = run_status(run)
+    finished = status["status"] == OK
+    declared: list[str] = list(status["theorems"] or [])
     probe_error = ""
-    try:
-        probes = ensure_probes(run, progress=progress)
-    except (ConfigError, RuntimeError, KeyError) as exc:  # e.g. checkpoints of a model the probes cannot rebuild
-        probes, probe_error = None, f"{type(exc).__name__}: {exc}"
+    probes = None
+    if finished:  # a run that did not finish is not probed: nothing is judged on its learning
+        try:
+            probes = ensure_probes(run, progress=progress)
+        except (ConfigError, RuntimeError, KeyError) as exc:  # e.g. checkpoints of a model the probes cannot rebuild
+            probes, probe_error = None, f"{type(exc).__name__}: {exc}"
     trace = load_trace(trace_file)
     metrics = pd.read_csv(run / "metrics.csv") if (run / "metrics.csv").exists() else None
     scenario: dict[str, Any] = {}
@@ -298,9 +404,9 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
         extra = json.loads((run / "measured.json").read_text())
     alg, params = _algorithm(scenario)
     params = params | dict(scenario.get("theory", {}) or {}) | dict(extra.pop("params", {}) or {})
-    rows: list[Check] = []
+    rows: list[Check] = [Check(f"run status: {status['status']}", None, None, None, status["line"], "status")]
     partition_rows: list[Check] = []
-    if theory_family(alg) == "embracingfl" and probes is not None:   # y/z partitions (EmbracingFL §4.9)
+    if "embracingfl" in declared and probes is not None:   # y/z partitions (EmbracingFL §4.9)
         from analysis.embracingfl import ensure_partition_probes, partition_rows as _partition_rows
 
         try:
@@ -377,6 +483,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
             measured.setdefault("eta", float(train["lr"]))
         if train.get("local_steps") is not None:
             measured.setdefault("E", int(train["local_steps"]))
+    params = settings_params(scenario, trace, status) | params
 
     # --- split learning: the buffer's bias and the server-gradient dissimilarity (GAS Fig. 2, Lemma 1)
     steps = trace[trace["kind"] == "server_step"] if "kind" in trace else trace.iloc[0:0]
@@ -428,24 +535,23 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
 
     rows.extend(partition_rows)
 
-    # --- Co-S²P: exact segment coverage, |K|, RU and the final Top-1/Top-5/F1 it recorded
-    family = theory_family(alg)
+    # --- Co-S²P: exact segment coverage, |K|, RU and the final Top-1/Top-5/F1 it recorded (its own events)
     own: dict[str, Any] = {}
-    if family == "cos2p":
-        _cos2p_rows(trace, scenario, extra, rows, own, probes)
-        if measured.get("eta") is not None:
-            own["eta"] = measured["eta"]  # the local SGD step (the probes' "eta" is the server's)
+    _cos2p_rows(trace, scenario, extra, rows, own, probes)
+    if own and measured.get("eta") is not None:
+        own["eta"] = measured["eta"]  # the local SGD step (the probes' "eta" is the server's)
 
-    # --- theory
-    module = importlib.import_module(MODULES[family])
+    # --- theory: what the algorithm declared, judged only where its conditions hold
     measured.update({k: v for k, v in extra.items()})
     # Fed-RAA's K and K_hat are delays in server updates; a probe's "K" (local steps) must not replace them
     measured.update({k: fr_measured[k] for k in ("K", "K_hat") if k in fr_measured})
     measured.update(own)
-    theory_rows = module.evaluate(measured, params)
-    for c in theory_rows:
-        c.quantity = f"[{family}] {c.quantity}"
-    rows.extend(theory_rows)
+    if not finished:  # measurements stay (what the trace recorded); nothing but the trace itself is judged
+        rows = [r if r.quantity.startswith("trace:") else Check(r.quantity, r.measured, r.bound_or_expectation, None,
+                                                                r.note, r.role)
+                for r in rows if not r.quantity.startswith(_LEARNING)]
+    else:
+        rows.extend(theory_rows(declared, status, scenario, trace, measured, params))
 
     table = checks_frame(rows)
     out = run / "check"

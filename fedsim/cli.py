@@ -14,7 +14,9 @@ Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: .
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
 the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.  A run
 whose figures or report fail to build exits 3 too, with one such line per run; its summary says
-``status: outputs_failed`` and everything written before the failure is kept.
+``status: outputs_failed`` and everything written before the failure is kept.  An exception raised in the
+user's own code (an algorithm, model, dataset named in the scenario) prints
+``fedsim: error in your code: module:qualname (file:line): <exception>`` and exits 4.
 SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C), at once:
 a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
 """
@@ -416,6 +418,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
         if debug:
             traceback.print_exc()
+        from fedsim.components import user_code_error
+
+        blame = user_code_error(exc)  # raised in the user's own code: name it, exit 4
+        if blame is not None:
+            print(f"fedsim: error in your code: {blame}", file=sys.stderr)
+            return blame.exit_code
         text = " ".join(str(exc).split()) or "(no message)"
         print(f"fedsim: internal error: {type(exc).__name__}: {text[:300]} (run with --debug for the traceback)",
               file=sys.stderr)

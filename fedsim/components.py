@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
-from fedsim.errors import ConfigError
+from fedsim.errors import ConfigError, UserCodeError
 
 #: kind → entry-point group a package registers its names under
 GROUPS: dict[str, str] = {"algorithm": "fedsim.algorithms", "model": "fedsim.models", "dataset": "fedsim.datasets"}
@@ -32,6 +32,8 @@ _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 #: references registered from Python objects handed to the API (``module:qualname`` → object)
 _OBJECTS: dict[str, Any] = {}
+#: the modules user objects came from (references, objects, entry points): their frames are the user's code
+_USER_MODULES: set[str] = set()
 
 
 def is_reference(name: Any) -> bool:
@@ -49,6 +51,7 @@ def reference_of(obj: Any) -> str:
         raise ConfigError("name", f"{obj!r} has no importable name (define it at the top level of a module)")
     ref = f"{module}:{qual}"
     _OBJECTS[ref] = obj
+    _USER_MODULES.add(module)
     return ref
 
 
@@ -93,6 +96,7 @@ def import_reference(ref: str, field: str, base_dirs: Iterable[Path | str | None
         for d in added:
             if d in sys.path:
                 sys.path.remove(d)
+    _USER_MODULES.add(module)
     obj: Any = mod
     for i, part in enumerate(attr.split(".")):
         if not hasattr(obj, part):
@@ -115,10 +119,12 @@ def find(kind: str, name: Any, field: str, base_dirs: Iterable[Path | str | None
     if ep is None:
         return None
     try:
-        return ep.load()
+        obj = ep.load()
     except Exception as exc:  # noqa: BLE001 - a package's broken entry point: one line
         raise ConfigError(field, f"{kind} {name!r} (entry point {ep.value!r}) does not load: "
                           f"{type(exc).__name__}: {exc}") from None
+    _USER_MODULES.add(ep.value.partition(":")[0].strip())
+    return obj
 
 
 def call_factory(factory: Any, field: str, ref: str, *args: Any, **kwargs: Any) -> Any:
@@ -131,3 +137,44 @@ def call_factory(factory: Any, field: str, ref: str, *args: Any, **kwargs: Any) 
         raise ConfigError(field, f"{ref!r} cannot be called so: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - the user's code: its error becomes the one line
         raise ConfigError(field, f"{ref!r} raised {type(exc).__name__}: {exc}") from None
+
+
+_FEDSIM_DIR = Path(__file__).resolve().parent
+
+
+def _frame_owner(module: str, filename: str) -> str:
+    """``user``, ``fedsim`` or ``other`` for one traceback frame: a module the scenario named (or a package
+    below it) is the user's; fedsim's own files are fedsim's; everything else (the standard library, torch,
+    numpy, simpy, a helper the user's module calls) is neither, so the user's line that called it is named."""
+    if any(module == m or module.startswith(m + ".") for m in _USER_MODULES):
+        return "user"
+    try:
+        inside = Path(filename).resolve().is_relative_to(_FEDSIM_DIR)
+    except (OSError, ValueError):  # pragma: no cover - an odd frame: not the user's
+        return "other"
+    return "fedsim" if inside else "other"
+
+
+def user_code_error(exc: BaseException) -> UserCodeError | None:
+    """The :class:`UserCodeError` for ``exc`` when it was raised in the user's code, else None.
+
+    The innermost frame of the traceback that belongs to the user or to fedsim decides (frames below it are
+    libraries the code called: torch, numpy): the user's → an error in their code, named by the frame's
+    ``module:qualname`` and ``file:line``; fedsim's → not the user's code (an internal error, or fedsim calling
+    the user's hook wrongly)."""
+    while exc.__cause__ is not None:  # SimPy re-raises a process's exception as a copy caused by the original
+        exc = exc.__cause__
+    tb = exc.__traceback__
+    last: tuple[str, str, str, int] | None = None
+    while tb is not None:
+        frame = tb.tb_frame
+        module = str(frame.f_globals.get("__name__", "?"))
+        owner = _frame_owner(module, frame.f_code.co_filename)
+        if owner != "other":
+            qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            last = (owner, f"{module}:{qual}", frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if last is None or last[0] != "user":
+        return None
+    _, where, filename, line = last
+    return UserCodeError(where, f"{filename}:{line}", exc)

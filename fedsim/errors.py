@@ -1,4 +1,5 @@
-"""Errors that reach the user as one clear line (the CLI prints them and exits with code 2)."""
+"""Errors that reach the user as one clear line (the CLI prints them and exits with code 2; an error raised in
+the user's own code, :class:`UserCodeError`, with code 4)."""
 from __future__ import annotations
 
 
@@ -27,3 +28,17 @@ class DivergenceError(FedsimError, RuntimeError):
 
 class Terminated(KeyboardInterrupt):
     """The process got SIGTERM: handled like an interrupt (summary written, ``status: interrupted``)."""
+
+
+class UserCodeError(Exception):
+    """An exception raised inside the user's own code (an algorithm, model, dataset or hook named in the
+    scenario), not in fedsim's: where it was raised (``module:qualname`` and ``file:line``) and the exception.
+    ``fedsim.components.user_code_error`` finds it from a traceback; the CLI prints one line and exits with
+    :attr:`exit_code` (4), distinct from bad input (2) and an internal error (3)."""
+
+    exit_code = 4
+
+    def __init__(self, where: str, location: str, cause: BaseException) -> None:
+        self.where, self.location, self.cause = where, location, cause
+        text = " ".join(str(cause).split()) or "(no message)"
+        super().__init__(f"{where} ({location}): {type(cause).__name__}: {text[:300]}")

@@ -344,7 +344,11 @@ def building_outputs(out: Path, summaries: list[dict[str, Any]], what: str) -> A
 def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context | None, now: float, wall: float,
                status: str, message: str) -> dict[str, Any]:
     summary: dict[str, Any] = {"scenario": scenario.name, "algorithm": spec.name, "label": spec.label, "seed": scenario.seed,
-                               "status": status, "stop_reason": message, "virtual_time_s": float(now), "wall_time_s": wall}
+                               "status": status, "stop_reason": message, "virtual_time_s": float(now), "wall_time_s": wall,
+                               "theorems": list(spec.cls.theorems)}  # what `fedsim check` holds the run against
+    owner = next((c for c in spec.cls.__mro__ if "theorems" in vars(c)), spec.cls)
+    if owner is not spec.cls and spec.cls.theorems:  # inherited: the check says from where, so it is never silent
+        summary["theorems_declared_by"] = f"{owner.__module__}:{owner.__qualname__}"
     if ctx is None:
         return summary
     metrics = pd.DataFrame(ctx.versions.metrics)

@@ -1,4 +1,4 @@
-"""Regenerate the README gallery (``figures/gallery/*.png``) from built-in scenarios.
+"""Regenerate the gallery (docs/gallery.md) (``figures/gallery/*.png``) from built-in scenarios.
 
     python -m figures.gallery [--out figures/gallery] [--quick]
 

@@ -27,7 +27,8 @@ from fedsim.sim.rng import Streams
 
 
 def _scenario(**extra):
-    """Tiny FedAvg on digits/logreg with a step size inside the theorem's condition (η_L ≤ 1/(8LK), L ≈ 5)."""
+    """Tiny FedAvg on digits/logreg in Theorem 1's setting: every client every round, plain SGD, and a step
+    size inside its condition (η_L ≤ 1/(8LK), L ≈ 5)."""
     data = {
         "name": "probed", "seed": 3,
         "data": {"name": "digits", "num_clients": 6, "partition": {"method": "iid"}},
@@ -35,7 +36,7 @@ def _scenario(**extra):
         "train": {"lr": 0.01, "batch_size": 16, "local_steps": 2},
         "devices": {"mix": [{"profile": "jetson-nano"}, {"profile": "jetson-agx-orin-32gb"}]},
         "channel": {"uplink": {"model": "fixed", "mbps": [1.0, 10.0]}, "downlink": {"model": "fixed", "mbps": 20.0}},
-        "algorithm": {"name": "fedavg", "clients_per_round": 3},
+        "algorithm": {"name": "fedavg", "clients_per_round": 6},
         "stop": {"max_versions": 5},
         "eval": {"every_versions": 2, **extra.get("eval", {})},
         "output": {"figures": False, **extra.get("output", {})},
@@ -103,11 +104,12 @@ def test_fedsim_check_evaluates_the_local_sgd_bound_with_measured_constants(prob
     assert (run / "probes.csv").exists()
     measured = json.loads((run / "measured.json").read_text())
     probes = pd.read_csv(run / "probes.csv")
-    assert measured["T"] == 5 and measured["K"] == 2 and measured["m"] == 3 and measured["eta_l"] == 0.01
+    assert measured["T"] == 5 and measured["K"] == 2 and measured["m"] == 6 and measured["eta_l"] == 0.01
     assert measured["avg_grad_norm_sq"] == pytest.approx(probes.loc[probes["version"] < 5, "grad_norm_sq"].mean())
     assert measured["F0_minus_Fstar"] == pytest.approx(probes["loss"].iloc[0] - probes["loss"].min())
     rows = table[table["quantity"].str.startswith("[local_sgd]")]
-    assert len(rows) == 4 and rows["holds"].notna().all()
+    assert len(rows) == 11 and rows["holds"].notna().all()  # 10 conditions, every one met, and the bound
+    assert rows[rows["role"] == "condition"]["holds"].all()
     assert not rows["note"].str.contains("not evaluated").any()
     thm = rows[rows["quantity"].str.contains("Theorem 1")].iloc[0]
     assert thm["measured"] == pytest.approx(measured["avg_grad_norm_sq"])

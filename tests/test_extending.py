@@ -248,7 +248,8 @@ def test_examples_are_short_and_use_public_names_only(path):
     for line in text.splitlines():
         if line.startswith(("from fedsim", "import fedsim")):
             module = line.split()[1]
-            assert module in ("fedsim", "fedsim.algorithms", "fedsim.learn.state", "fedsim.learn.train"), line
+            assert module in ("fedsim", "fedsim.algorithms", "fedsim.config", "fedsim.errors", "fedsim.learn.state",
+                              "fedsim.learn.train"), line
 
 
 def test_a_package_registers_names_under_the_entry_points(tmp_path):
@@ -309,3 +310,43 @@ def test_a_loader_with_client_ids_gives_the_natural_partition_and_a_profile_file
     assert [list(p) for p in prep.parts] == [list(range(30, 60)), list(range(60, 90)), list(range(0, 30))]
     run_scenario(sc, tmp_path / "o", progress=False)
     assert "my-board" in (tmp_path / "o" / "energy.csv").read_text()
+
+
+def _split(algorithm: dict, rounds: int = 3, **train) -> dict:
+    return {"data": {"name": "digits", "num_clients": 6, "partition": {"method": "shards", "labels_per_client": 2}},
+            "model": {"name": "mlp", "hidden": [32, 16]}, "train": {"lr": 0.05, "batch_size": 8, "local_steps": 3, **train},
+            "devices": {"mix": [{"profile": "jetson-nano"}], "jitter": 0.0}, "algorithm": {"cut": 1, **algorithm},
+            "stop": {"max_versions": rounds}, "eval": {"every_versions": rounds},
+            "output": {"figures": False, "checkpoints": rounds}}
+
+
+def _dispatched(out: Path) -> list[tuple[float, int]]:
+    import json
+
+    lines = sorted(out.rglob("trace.jsonl"))[0].read_text().splitlines()
+    return [(r["t"], r["client"]) for r in map(json.loads, lines) if r["kind"] == "dispatch"]
+
+
+def test_sequential_splitfed_example_is_minibatch_sfl_with_one_client(tmp_path):
+    """The docs' sequential SplitFed: with one client a round it is MiniBatch-SFL bit for bit (same clients,
+    through its family); with three, the server's sequential steps give another model."""
+    seq = {"name": "splitfed:SequentialSplitFed"}
+    mb = {"name": "minibatch-sfl", "batch_rule": "fixed"}
+    a = _run(_split({**seq, "clients_per_round": 1}, rounds=4), tmp_path / "seq1")
+    b = _run(_split({**mb, "clients_per_round": 1}, rounds=4), tmp_path / "mb1")
+    assert _same(a, b) and _dispatched(tmp_path / "seq1") == _dispatched(tmp_path / "mb1")
+    c = _run(_split({**seq, "clients_per_round": 3}, rounds=4), tmp_path / "seq3")
+    d = _run(_split({**mb, "clients_per_round": 3}, rounds=4), tmp_path / "mb3")
+    assert _dispatched(tmp_path / "seq3") == _dispatched(tmp_path / "mb3")
+    assert not _same(c, d)
+
+
+def test_sequential_splitfed_runs_systems_only_and_refuses_missing_steps(tmp_path):
+    run_scenario(fedsim.scenario_from_mapping(_split({"name": "splitfed:SequentialSplitFed", "clients_per_round": 2},
+                                                     systems_only=True), source_dir=EXT), tmp_path / "sys",
+                 progress=False)
+    assert _dispatched(tmp_path / "sys")
+    sc = fedsim.scenario_from_mapping(_split({"name": "splitfed:SequentialSplitFed"}, local_steps=None,
+                                             local_epochs=1), source_dir=EXT)
+    with pytest.raises(fedsim.errors.ConfigError, match="algorithm.local_iterations"):
+        run_scenario(sc, tmp_path / "o", progress=False)

@@ -121,8 +121,11 @@ def test_quantity_sizes():
 
 def test_natural():
     nat = [np.array([3, 1]), np.array([0, 2]), np.array([4])]
-    parts = partition(np.zeros(5, int), 2, "natural", np.random.default_rng(0), natural=nat)
-    assert [p.tolist() for p in parts] == [[1, 3], [0, 2]]
+    parts = partition(np.zeros(5, int), 3, "natural", np.random.default_rng(0), natural=nat)
+    assert [p.tolist() for p in parts] == [[1, 3], [0, 2], [4]]
+    # fewer clients than natural ones would leave the rest's data unused: refused, saying how much
+    with pytest.raises(ConfigError, match=r"3 natural clients \(1 samples of the last 1 would go unused\)"):
+        partition(np.zeros(5, int), 2, "natural", np.random.default_rng(0), natural=nat)
     with pytest.raises(ConfigError, match="only 3 natural clients"):
         partition(np.zeros(5, int), 4, "natural", np.random.default_rng(0), natural=nat)
     with pytest.raises(ConfigError, match="natural clients"):

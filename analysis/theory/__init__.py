@@ -11,8 +11,13 @@ from analysis.theory.base import Check, checks_frame
 
 __all__ = ["Check", "checks_frame", "MODULES"]
 
-#: Algorithm family -> theory module name (import with importlib; see analysis.report).
+#: Theorem id an algorithm declares (``Algorithm.theorems``) -> theory module (import with importlib; see
+#: analysis.report).  Each module has ``REFERENCE`` and ``evaluate(measured, params)``; a module whose theorem
+#: is written for a setting a run may leave (participation, optimiser, local objective) also has
+#: ``applies(setting)``, whose condition rows decide whether its bound is judged at all.
 MODULES = {
+    "fedasync": "analysis.theory.fedasync",
+    "fedbuff": "analysis.theory.fedbuff",
     "cos2p": "analysis.theory.cos2p",
     "fedraa": "analysis.theory.fedraa",
     "gas": "analysis.theory.gas",

@@ -23,12 +23,65 @@ class Check:
     bound_or_expectation: float | str | None
     holds: bool | None
     note: str = ""
+    #: what the row is to its theorem: ``condition`` (an assumption the theorem needs; a failed one makes
+    #: every ``bound`` row of the theorem "not applicable"), ``bound`` (the theorem's inequality, judged only
+    #: where every condition holds), ``note`` (a line without a verdict), or "" (a measurement or a claim
+    #: that stands on its own, such as a lemma without conditions or a sweep's shape)
+    role: str = ""
 
 
 def checks_frame(checks: Sequence[Check]) -> pd.DataFrame:
-    """Checks as a DataFrame with columns quantity, measured, bound_or_expectation, holds, note."""
-    cols = ["quantity", "measured", "bound_or_expectation", "holds", "note"]
+    """Checks as a DataFrame with columns quantity, measured, bound_or_expectation, holds, note, role."""
+    cols = ["quantity", "measured", "bound_or_expectation", "holds", "note", "role"]
     return pd.DataFrame([asdict(c) for c in checks], columns=cols)
+
+
+def condition(quantity: str, measured: Any, required: Any, holds: bool | None, note: str = "") -> Check:
+    """An assumption of a theorem, read off the run (a setting or a measured constant)."""
+    return Check(quantity, measured, required, None if holds is None else bool(holds), note, "condition")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return f"{float(value):.4g}"
+    return "none" if value is None else str(value)
+
+
+def judge(checks: Sequence[Check]) -> list[Check]:
+    """The rule every theorem is judged by, fixed before any run: a ``bound`` row keeps a verdict only when
+    every ``condition`` row of its theorem holds; otherwise it says "not applicable: <condition>, measured
+    <x> against required <y>" and has no verdict.  A bound that is infinite or not a number is vacuous and
+    never holds.  Condition rows that could not be evaluated leave the bound unjudged as well ("not
+    evaluated"): a theorem is judged only where its conditions are known to hold."""
+    failed = [c for c in checks if c.role == "condition" and c.holds is False]
+    unknown = [c for c in checks if c.role == "condition" and c.holds is None]
+    out: list[Check] = []
+    for c in checks:
+        if c.role != "bound":
+            out.append(c)
+            continue
+        if failed:
+            why = "; ".join(f"{f.quantity}: measured {_cell(f.measured)} against required {_cell(f.bound_or_expectation)}"
+                            for f in failed)
+            out.append(Check(c.quantity, c.measured, c.bound_or_expectation, None, f"not applicable: {why}", "bound"))
+            continue
+        try:
+            b = float(c.bound_or_expectation)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            b = None
+        if c.holds is not None and b is not None and not math.isfinite(b):
+            out.append(Check(c.quantity, c.measured, c.bound_or_expectation, None,
+                             "vacuous: the bound is not finite at these constants, so it says nothing", "bound"))
+            continue
+        if c.holds is not None and unknown:
+            names = ", ".join(u.quantity for u in unknown)
+            out.append(Check(c.quantity, c.measured, c.bound_or_expectation, None,
+                             f"not judged: condition(s) not evaluated ({names}); " + (c.note or ""), "bound"))
+            continue
+        out.append(c)
+    return out
 
 
 def lookup(measured: Mapping[str, Any], params: Mapping[str, Any], *keys: str) -> tuple[dict[str, float], list[str]]:
@@ -43,15 +96,15 @@ def lookup(measured: Mapping[str, Any], params: Mapping[str, Any], *keys: str) -
     return found, missing
 
 
-def missing(quantity: str, keys: Sequence[str], what: str = "") -> Check:
-    return Check(quantity, None, what or None, None, f"not evaluated: missing {', '.join(keys)}")
+def missing(quantity: str, keys: Sequence[str], what: str = "", role: str = "") -> Check:
+    return Check(quantity, None, what or None, None, f"not evaluated: missing {', '.join(keys)}", role)
 
 
-def le(quantity: str, lhs: float, rhs: float, note: str = "") -> Check:
+def le(quantity: str, lhs: float, rhs: float, note: str = "", role: str = "bound") -> Check:
     """LHS ≤ RHS check; the note gets the ratio LHS/RHS (how loose the bound is)."""
     ratio = lhs / rhs if rhs not in (0, 0.0) and math.isfinite(rhs) else float("nan")
     extra = f"ratio measured/bound = {ratio:.3g}" if math.isfinite(ratio) else ""
-    return Check(quantity, float(lhs), float(rhs), bool(lhs <= rhs), "; ".join(s for s in (note, extra) if s))
+    return Check(quantity, float(lhs), float(rhs), bool(lhs <= rhs), "; ".join(s for s in (note, extra) if s), role)
 
 
 def trend(quantity: str, xs: Sequence[float], ys: Sequence[float], expect: str, note: str = "") -> Check:

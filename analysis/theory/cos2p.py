@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, le, lookup, missing, slope, sweep, trend
+from analysis.theory.base import Check, condition, le, lookup, missing, slope, sweep, trend
 
 REFERENCE = "Co-S2P Theorem 1"
 
@@ -49,10 +49,10 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
         checks.append(missing("step size eta <= 1/(4LE)", miss))
     else:
         lim = 1.0 / (4 * v["L"] * v["E"])
-        checks.append(Check("step size eta <= 1/(4LE)", float(v["eta"]), lim, v["eta"] <= lim, REFERENCE))
+        checks.append(condition("step size eta <= 1/(4LE)", float(v["eta"]), lim, v["eta"] <= lim, REFERENCE))
     v, miss = lookup(measured, params, "N_star")
     if not miss:
-        checks.append(Check("N* > 0 (bound not vacuous)", float(v["N_star"]), 0.0, v["N_star"] > 0,
+        checks.append(condition("N* > 0 (bound not vacuous)", float(v["N_star"]), 0.0, v["N_star"] > 0,
                             "strict N* = min over all rounds and segments; 0 makes Theorem 1 vacuous"))
     keys = ("F1", "E", "eta", "Q", "L", "N", "K", "N_star", "G", "tau", "sigma2", "delta2", "avg_grad_norm_sq")
     v, miss = lookup(measured, params, *keys)

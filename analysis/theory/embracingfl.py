@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, le, lookup, missing, sweep, trend
+from analysis.theory.base import Check, condition, le, lookup, missing, sweep, trend
 
 REFERENCE = "EmbracingFL Theorem 1"
 
@@ -40,9 +40,9 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
         checks.append(missing("step size eta <= 1/(tau L_max)", miss))
     else:
         lmax, eta, tau = max(float(v["L_y"]), float(v["L_z"])), float(v["eta"]), float(v["tau"])
-        checks.append(Check("step size eta <= 1/(tau L_max)", eta, 1 / (tau * lmax), eta <= 1 / (tau * lmax), REFERENCE))
+        checks.append(condition("step size eta <= 1/(tau L_max)", eta, 1 / (tau * lmax), eta <= 1 / (tau * lmax), REFERENCE))
         a_max = 2 * eta**2 * lmax**2 * tau * (tau - 1)
-        checks.append(Check("A_max = 2 eta^2 L_max^2 tau(tau-1) <= 1/8", a_max, 0.125, a_max <= 0.125,
+        checks.append(condition("A_max = 2 eta^2 L_max^2 tau(tau-1) <= 1/8", a_max, 0.125, a_max <= 0.125,
                             f"i.e. eta <= {1 / (4 * lmax * math.sqrt(max(tau * (tau - 1), 1e-300))):.4g}" if tau > 1 else ""))
     keys = ("T", "eta", "tau", "s", "m", "L_y", "L_z", "sigma_y2", "sigma_z2", "sigma_bar_y2", "sigma_bar_z2",
             "F0_minus_Fstar", "avg_grad_norm_sq")
@@ -56,7 +56,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     if not miss:
         checks.append(le("Lemma 3: ||grad_y F_s - grad_y F||^2 vs sigma_bar_y^2/s", float(v["strong_subset_dev"]),
                          float(v["sigma_bar_y2"]) / float(v["s"]),
-                         "an expectation over strong subsets under independent client deviations; one draw may exceed it"))
+                         "an expectation over strong subsets under independent client deviations; one draw may exceed it", role=""))
     sw = sweep(measured, "sweep_s")
     if sw:
         checks.append(trend("Remark 2: error floor vs s", *sw, expect="nonincreasing", note="floor ~ sigma_bar_y^2/s"))

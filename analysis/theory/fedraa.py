@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.theory.base import Check, lookup, missing, sweep, trend
+from analysis.theory.base import Check, condition, lookup, missing, sweep, trend
 
 REFERENCE = "Fed-RAA Theorem 1 / Corollary 1"
 
@@ -33,14 +33,14 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     if miss:
         checks.append(missing("bounded delay t - tau <= K", miss))
     else:
-        checks.append(Check("bounded delay t - tau <= K", float(v["K_hat"]), float(v["K"]), v["K_hat"] <= v["K"],
+        checks.append(condition("bounded delay t - tau <= K", float(v["K_hat"]), float(v["K"]), v["K_hat"] <= v["K"],
                             "max measured staleness against the scheduler's bound"))
     v, miss = lookup(measured, params, "gamma", "L")
     if not miss:
-        checks.append(Check("step size gamma < 1/L", float(v["gamma"]), 1.0 / v["L"], v["gamma"] < 1.0 / v["L"], REFERENCE))
+        checks.append(condition("step size gamma < 1/L", float(v["gamma"]), 1.0 / v["L"], v["gamma"] < 1.0 / v["L"], REFERENCE))
     v, miss = lookup(measured, params, "rho", "mu")
     if not miss:
-        checks.append(Check("proximal weight rho > mu", float(v["rho"]), float(v["mu"]), v["rho"] > v["mu"], REFERENCE))
+        checks.append(condition("proximal weight rho > mu", float(v["rho"]), float(v["mu"]), v["rho"] > v["mu"], REFERENCE))
     v, miss = lookup(measured, params, "I_min", "I_max")
     if not miss:
         checks.append(Check("imbalance delta = I_max/I_min", float(v["I_max"]) / float(v["I_min"]), None, None,

@@ -17,7 +17,7 @@ import math
 from typing import Any, Mapping
 
 from analysis.estimators import gas_lemma1_rho
-from analysis.theory.base import Check, le, lookup, missing, sweep, trend
+from analysis.theory.base import Check, condition, le, lookup, missing, sweep, trend
 
 REFERENCE = "GAS Theorem 1"
 
@@ -32,31 +32,31 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     checks: list[Check] = []
     v, miss = lookup(measured, params, "eta", "gamma1")
     if not miss:
-        checks.append(Check("server step eta <= 1/gamma1", float(v["eta"]), 1.0 / v["gamma1"], v["eta"] <= 1.0 / v["gamma1"], REFERENCE))
+        checks.append(condition("server step eta <= 1/gamma1", float(v["eta"]), 1.0 / v["gamma1"], v["eta"] <= 1.0 / v["gamma1"], REFERENCE))
     v, miss = lookup(measured, params, "eta", "gamma2", "tau_max")
     if miss:
         checks.append(missing("client step eta <= 1/(20 gamma2 sqrt(tau_max))", miss))
     else:
         lim = 1.0 / (20 * v["gamma2"] * math.sqrt(max(float(v["tau_max"]), 1.0)))
-        checks.append(Check("client step eta <= 1/(20 gamma2 sqrt(tau_max))", float(v["eta"]), lim, v["eta"] <= lim,
+        checks.append(condition("client step eta <= 1/(20 gamma2 sqrt(tau_max))", float(v["eta"]), lim, v["eta"] <= lim,
                             "as stated in Theorem 1 (tau_max < 1 read as 1)"))
         if "E" in measured or "E" in params:
             e = float(measured.get("E", params.get("E")))
             lim_e = lim / e
-            checks.append(Check("client step eta <= 1/(20 gamma2 E sqrt(tau_max))", float(v["eta"]), lim_e, v["eta"] <= lim_e,
+            checks.append(condition("client step eta <= 1/(20 gamma2 E sqrt(tau_max))", float(v["eta"]), lim_e, v["eta"] <= lim_e,
                                 "as used in the proof (App. D); inconsistent with the statement"))
     v, miss = lookup(measured, params, "D_with_ga", "D_without_ga")
     if miss:
         checks.append(missing("Lemma 1: D with GA <= D without GA", miss))
     else:
         checks.append(le("Lemma 1: D with GA <= D without GA", float(v["D_with_ga"]), float(v["D_without_ga"]),
-                         "generated activations should shrink the server-side dissimilarity (eq. 13)"))
+                         "generated activations should shrink the server-side dissimilarity (eq. 13)", role=""))
         w, miss2 = lookup(measured, params, "B", "Q_s", "B_hat")
         if not miss2:
             rho = gas_lemma1_rho(int(w["B"]), int(w["Q_s"]), int(w["B_hat"]))
             checks.append(le("Lemma 1 (eq. 25): D with GA <= rho * D without GA", float(v["D_with_ga"]),
                              rho * float(v["D_without_ga"]),
-                             f"rho = {rho:.3g}; needs unbiased generated gradients and a good Gaussian fit"))
+                             f"rho = {rho:.3g}; needs unbiased generated gradients and a good Gaussian fit", role=""))
     sw = sweep(measured, "sweep_kappa1")
     if sw:
         checks.append(trend("Theorem 1 (server): LHS vs kappa1^2", *sw, expect="nondecreasing", note="kappa1^2 is an additive floor"))

@@ -50,7 +50,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     v, miss = lookup(measured, params, "minibatch_sq_norm", "max_per_sample_sq_norm")
     if not miss:
         checks.append(le("Lemma 3: minibatch ||g||^2 <= max per-sample ||g||^2", float(v["minibatch_sq_norm"]),
-                         float(v["max_per_sample_sq_norm"]), "Jensen; holds deterministically"))
+                         float(v["max_per_sample_sq_norm"]), "Jensen; holds deterministically", role=""))
     drift = measured.get("drift")
     if drift:
         v, miss = lookup(measured, params, "eta", "G_max_sq")
@@ -61,7 +61,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
             k, d = worst
             checks.append(le("Lemma 4: ||w^k - w^0||^2 <= (k eta G_max)^2 (worst k)", float(d),
                              float((k * float(v["eta"])) ** 2 * float(v["G_max_sq"])),
-                             "holds deterministically for SGD (eta = lr / (1 - momentum) for heavy-ball SGD)"))
+                             "holds deterministically for SGD (eta = lr / (1 - momentum) for heavy-ball SGD)", role=""))
     for g, phase_low, phase_high in (("Gs2", "sup", "semi"), ("Gu2", "semi", "sup")):
         lo, hi = measured.get(f"{g}_after_{phase_low}"), measured.get(f"{g}_after_{phase_high}")
         if lo is not None and hi is not None and len(lo) and len(hi):

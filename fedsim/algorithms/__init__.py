@@ -11,8 +11,9 @@ import importlib
 from pathlib import Path
 from typing import Any, Iterable
 
-from fedsim.algorithms.base import (Algorithm, AsyncSlots, Assignment, LocalTrainer, SemiAsyncRounds, SlotScheduler,
-                                    SyncRounds, TaskCounter, TrainOutcome, Update, staleness_weight)
+from fedsim.algorithms.base import (Algorithm, AsyncSlots, Assignment, Contribution, LocalTrainer, SemiAsyncConfig,
+                                    SemiAsyncRounds, SlotScheduler, SlotsConfig, SyncRounds, TaskCounter, TrainOutcome,
+                                    Update, Work, quorum, staleness_weight)
 import fedsim.components as components
 from fedsim.errors import ConfigError
 
@@ -25,13 +26,15 @@ _BUILTINS: dict[str, str] = {
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
     "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "server_opt",
     "SplitRounds": "sfl_base", "SplitSlots": "sfl_base", "SplitConfig": "sfl_base", "SplitSession": "sfl_base",
+    "SplitRoundsConfig": "sfl_base", "SplitSlotsConfig": "sfl_base", "ServerStep": "server_opt",
 }
 _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncSFL", "GAS", "MiniBatchSFL", "S2FL",
                       "SemiSFL", "FedSwitchSL", "SupervisedOnly", "SemiFL", "FedSwitch", "FedMatch", "HeteroFL",
                       "FjORD", "FedRolex", "FedProx", "FedRAA", "RAMFedLite", "PruneFLLite", "EmbracingFL")
 
-__all__ = ["Algorithm", "AsyncSlots", "Assignment", "LocalTrainer", "SemiAsyncRounds", "SlotScheduler", "SyncRounds",
-           "TaskCounter", "TrainOutcome", "Update", "staleness_weight", "registry", "resolve", *_BUILTINS]
+__all__ = ["Algorithm", "AsyncSlots", "Assignment", "Contribution", "LocalTrainer", "SemiAsyncConfig", "SemiAsyncRounds",
+           "SlotScheduler", "SlotsConfig", "SyncRounds", "TaskCounter", "TrainOutcome", "Update", "Work", "quorum",
+           "staleness_weight", "registry", "resolve", *_BUILTINS]
 
 
 def __getattr__(name: str) -> Any:

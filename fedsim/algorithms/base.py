@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Generator, Literal, Mapping
@@ -22,7 +23,7 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.server_opt import ServerOptConfig, check_server_lr
+from fedsim.algorithms.server_opt import ServerOptConfig, ServerStep, check_server_lr
 from fedsim.config import num, positive, require
 from fedsim.learn.state import Mask, State, state_sub
 from fedsim.learn.costs import state_bytes
@@ -234,17 +235,47 @@ def client_task(
     )
 
 
+#: the hooks the framework calls on the class, with the validated ``Config``, before the algorithm exists (the
+#: run's up-front estimate and its checks): an override must stay a ``@classmethod``
+CLASS_HOOKS = ("work", "fits_devices", "buffer_size_of")
+
+
 class Algorithm:
-    """Base class: an algorithm is a SimPy process over a Context, with a validated Config."""
+    """Base class: an algorithm is a SimPy process over a Context, with a validated Config.
+
+    Every hook is an instance method (``self.cfg`` is the validated ``Config``, ``self.ctx`` the run), except
+    the ones in :data:`CLASS_HOOKS` (``work``, ``fits_devices``, ``buffer_size_of``): the runner calls those on
+    the class with the ``Config`` before the algorithm is built, so they are ``@classmethod`` s here and must
+    stay so in a subclass (defining one as a plain method is refused when the class is created)."""
 
     name = "base"
     #: True for algorithms that fit a sub-model to each client's device themselves (``TrainingExecutor.fit_submodel``):
     #: the runner then skips its check that the whole model fits every device.
     fits_submodels: bool = False
+    #: names the algorithm's random streams (the slot schedulers' and split rounds' client selection): a
+    #: subclass inherits its parent's, so a variant that changes only a rule draws the same clients as the
+    #: built-in it extends; the first named class of a line sets it to its own ``name``.  Set it to a new
+    #: string to draw streams of your own.
+    family: str = ""
+    #: The theory this algorithm is checked against: ids of the theorem modules ``fedsim check`` evaluates
+    #: (``local_sgd``, ``fedasync``, ``fedbuff``, ``cos2p``, ``fedraa``, ``gas``, ``semisfl``, ``embracingfl``; see
+    #: docs/extending.md).  The runner writes it into ``summary.json`` so the check reads it from the run
+    #: folder; a name never decides.  Empty: no theorem, only the trace and measured-quantity rows.
+    theorems: tuple[str, ...] = ()
 
     @dataclass
     class Config:
         pass
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.family and "name" in cls.__dict__ and "family" not in cls.__dict__:
+            cls.family = cls.name  # the first named class of a line names the streams its subclasses inherit
+        for hook in CLASS_HOOKS:
+            if hook in cls.__dict__ and not isinstance(cls.__dict__[hook], classmethod):
+                raise TypeError(f"{cls.__module__}:{cls.__qualname__}.{hook} must be a @classmethod: the framework "
+                                f"calls it on the class with the Config before the algorithm exists "
+                                f"(write `@classmethod` and `def {hook}(cls, config)`)")
 
     @classmethod
     def fits_devices(cls, config: Any) -> bool:
@@ -263,6 +294,15 @@ class Algorithm:
     def __init__(self, ctx: "Context", config: Any) -> None:
         self.ctx = ctx
         self.cfg = config
+        #: the server step the loop shapes apply to every rule's output (``server_lr`` / ``server_opt``, when
+        #: the ``Config`` declares ``server_opt``; :class:`fedsim.algorithms.server_opt.ServerStep`)
+        self.server_step_of: ServerStep | None = ServerStep.of(config)
+
+    def server_update(self, base: State, aggregate: State) -> State:
+        """The model installed after a server rule returned ``aggregate`` from ``base`` (the model its updates
+        started from): the configured server step applied to it, or the aggregate itself.  The loop shapes
+        call this; a rule never applies ``server_lr`` or ``server_opt`` itself."""
+        return aggregate if self.server_step_of is None else self.server_step_of(base, aggregate)
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -412,6 +452,31 @@ class RoundsConfig:
         check_server_lr(self.server_lr, self.server_opt, prefix)
 
 
+@dataclass
+class SlotsConfig:
+    """The settings an :class:`AsyncSlots` algorithm's ``Config`` extends (a user's; the built-ins declare the
+    same fields themselves): clients at work at once and the idle retry.  Add ``server_lr`` and ``server_opt``
+    (:class:`fedsim.algorithms.server_opt.ServerOptConfig`) to have the shape's server step apply them."""
+
+    concurrency: int = num(10, ge=1, unit="clients", doc="clients training at once")
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
+
+    def validate(self, prefix: str) -> None:
+        positive(self.concurrency, f"{prefix}.concurrency")
+        positive(self.retry_s, f"{prefix}.retry_s")
+
+
+@dataclass
+class SemiAsyncConfig:
+    """The settings a :class:`SemiAsyncRounds` algorithm's ``Config`` extends (a user's): the wait before a
+    dropped client is dispatched again."""
+
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before dispatching a dropped client again")
+
+    def validate(self, prefix: str) -> None:
+        positive(self.retry_s, f"{prefix}.retry_s")
+
+
 class SyncRounds(Algorithm):
     """Loop shape: synchronous rounds (FedAvg and everything built on its rounds).
 
@@ -497,6 +562,7 @@ class SyncRounds(Algorithm):
             if updates:
                 yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
                 new, weights = self.server_rule(updates, base)
+                new = self.server_update(base, new)
                 self.before_apply(updates, weights, rnd)
                 record = {"start": start, "end": env.now, "clients": clients, "dropped": dropped}
                 ctx.versions.apply(new, updates, weights, round_=rnd, base=base, round_record=record)
@@ -556,14 +622,26 @@ class AsyncSlots(SlotScheduler):
 
     The framework owns the loop: ``concurrency`` clients train at once; each arriving update is checked
     against ``max_staleness`` (staler ones are recorded as drops), put in the buffer, and when the buffer
-    holds :meth:`buffer_size` updates the server queues for a worker and installs what :meth:`server_rule`
-    returns through the one ``apply`` record.  A slot is refilled as soon as the upload arrives
-    (``refill_on_arrival``) or once the server has applied it.  With ``serve_each`` the server serves each
-    update as the client's own request (FedAsync's ``apply`` service) instead of one ``aggregate`` request per
-    full buffer.  With ``client_slots`` every client holds a slot of its own instead (Fed-RAA's workers): it
-    starts again as soon as its last update was applied or dropped, and waits ``retry_s`` while offline.
-    A subclass decides only: :meth:`assign`, :meth:`server_rule`, :meth:`buffer_size`,
-    :meth:`max_staleness` and ``update_kind``.  Staleness is the framework's (``VersionKeeper.staleness``).
+    holds :meth:`buffer_size_of` updates the server queues for a worker and installs what :meth:`server_rule`
+    returns (through the server step, :meth:`server_update`) with the one ``apply`` record.  The rule gets,
+    besides the buffer and the current model, the model each buffered update started from (``bases``).
+
+    Class flags (a subclass sets them as class attributes; the built-ins set theirs explicitly):
+
+    - ``update_kind = "weights"``: what clients send back (``"delta"``: differences from the model they
+      downloaded);
+    - ``refill_on_arrival = True``: the slot goes to the next client as soon as the upload arrives (FedBuff);
+      False: once the server has applied it (FedAsync);
+    - ``serve_each = False``: one ``aggregate`` service per full buffer; True: each arrival is served as the
+      client's own ``apply`` request (FedAsync);
+    - ``client_slots = False``: True gives every client a slot of its own that it keeps (Fed-RAA's workers:
+      it starts again as soon as its last update was applied or dropped, and waits ``retry_s`` while offline).
+
+    The defaults are FedBuff's buffered scheduling; FedAsync sets ``refill_on_arrival = False,
+    serve_each = True``, and a subclass of a built-in inherits that built-in's flags.  A subclass decides
+    only: :meth:`assign`, :meth:`server_rule`, :meth:`buffer_size_of`, :meth:`max_staleness` and the flags.
+    Staleness is the framework's (``VersionKeeper.staleness``).  Its ``Config`` has ``concurrency`` and
+    ``retry_s``.
     """
 
     update_kind: Literal["weights", "delta"] = "weights"
@@ -572,13 +650,21 @@ class AsyncSlots(SlotScheduler):
     #: one slot per client, which the client keeps (``concurrency`` is then the number of clients)
     client_slots = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        rule = cls.__dict__.get("server_rule")
+        if rule is not None and _positional_arity(rule) < 4:  # self, batch, base, bases
+            raise TypeError(f"{cls.__module__}:{cls.__qualname__}.server_rule must take (self, batch, base, bases): "
+                            "AsyncSlots passes the model each buffered update started from as `bases`")
+
     @classmethod
     def work(cls, config: Any) -> Work:
         return Work(slots=int(config.concurrency), per_version=cls.buffer_size_of(config), retry_s=config.retry_s)
 
     @classmethod
     def buffer_size_of(cls, config: Any) -> int:
-        """Updates the server waits for before it applies them (1: every arrival is applied on its own)."""
+        """Updates the server waits for before it applies them (1: every arrival is applied on its own).  A
+        class hook: called on the class with the ``Config`` (the run's estimate) as well as by the loop."""
         return 1
 
     def buffer_size(self) -> int:
@@ -588,12 +674,17 @@ class AsyncSlots(SlotScheduler):
         """Updates staler than this (in versions) are dropped on arrival (None: none are)."""
         return None
 
-    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:  # pragma: no cover
-        """The next global state from a full buffer and the current model, and each update's weight in it."""
+    def server_rule(self, batch: list[Update], base: State,
+                    bases: list[State]) -> tuple[State, list[float]]:  # pragma: no cover - abstract
+        """The next global state from a full buffer, the current model ``base`` and the model each buffered
+        update started from (``bases``, parallel to ``batch``), and each update's weight in it.  Pure: no time,
+        no records; the server step (``server_lr``, ``server_opt``) is applied to its output by the shape."""
         raise NotImplementedError
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
+        #: the buffered updates and the model each started from
         self.buffer: list[Update] = []
+        self.buffer_bases: list[State] = []
         ctx = self.ctx
         if self.client_slots:
             self.tasks = TaskCounter(ctx.num_clients)
@@ -611,10 +702,11 @@ class AsyncSlots(SlotScheduler):
             if not ctx.world.is_available(c):
                 yield env.timeout(self.cfg.retry_s)
                 continue
-            update = yield self.dispatch(c, self.tasks, kind=self.update_kind)
+            base = ctx.global_state
+            update = yield self.dispatch(c, self.tasks, kind=self.update_kind, base=base)
             self.task_done(c, update)
             if update is not None and not ctx.done.triggered:
-                yield from self._arrive(c, update)
+                yield from self._arrive(c, update, base)
 
     def _release(self, client: int) -> None:
         self.active.discard(client)
@@ -622,16 +714,17 @@ class AsyncSlots(SlotScheduler):
 
     def _participate(self, c: int) -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
-        update = yield self.dispatch(c, self.tasks, kind=self.update_kind)
+        base = ctx.global_state  # the model this task starts from, handed to the rule with its update
+        update = yield self.dispatch(c, self.tasks, kind=self.update_kind, base=base)
         self.task_done(c, update)
         if self.refill_on_arrival:
             self._release(c)
         if update is not None and not ctx.done.triggered:
-            yield from self._arrive(c, update)
+            yield from self._arrive(c, update, base)
         if not self.refill_on_arrival:
             self._release(c)
 
-    def _arrive(self, c: int, update: Update) -> Generator[simpy.events.Event, Any, None]:
+    def _arrive(self, c: int, update: Update, started_from: State) -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
         if self.serve_each:
             yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
@@ -643,16 +736,31 @@ class AsyncSlots(SlotScheduler):
         if ctx.done.triggered:
             return
         self.buffer.append(update)
+        self.buffer_bases.append(started_from)
         if len(self.buffer) < self.buffer_size():
             return
         batch, self.buffer = self.buffer, []
+        bases, self.buffer_bases = self.buffer_bases, []
         if not self.serve_each:
             yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
             if ctx.done.triggered:
                 return
-        new, weights = self.server_rule(batch, ctx.global_state)
+        base = ctx.global_state
+        new, weights = self.server_rule(batch, base, bases)
+        new = self.server_update(base, new)
         self.before_apply(batch, weights, ctx.version + 1)
         ctx.versions.apply(new, batch, weights, round_=ctx.version + 1)
+
+
+def _positional_arity(fn: Any) -> int:
+    """How many positional arguments ``fn`` takes (a large number for ``*args``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # pragma: no cover - a builtin or an odd callable: do not judge it
+        return 10**6
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 10**6
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 def quorum(mu: float, n: int) -> int:
@@ -730,6 +838,7 @@ class SemiAsyncRounds(Algorithm):
             if ctx.done.triggered:
                 return
             new, weights = self.server_rule(batch, ctx.global_state, [self.history[u.base_version] for u in batch])
+            new = self.server_update(ctx.global_state, new)
             self.before_apply(batch, weights, rnd)
             for u in batch:
                 self._forget(u.base_version)

@@ -21,6 +21,7 @@ from fedsim.learn.state import State
 
 class CA2FL(FedBuff):
     name = "ca2fl"
+    theorems = ()  # its own server rule: FedBuff's theorem does not cover it
 
     @dataclass
     class Config(FedBuff.Config):
@@ -33,9 +34,11 @@ class CA2FL(FedBuff):
         super().__init__(ctx, config)
         self.cache: dict[int, State] = {}
 
-    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
+    def server_rule(self, batch: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
+        """The calibrated aggregate ``w + v`` (the shape's server step then applies ``server_lr`` or
+        ``server_opt`` to it)."""
         ctx, cfg = self.ctx, self.cfg
         sizes = {c: float(len(p)) for c, p in enumerate(ctx.parts)}
         new, self.cache = ca2fl_apply(base, self.cache, [(u.client, u.tensors) for u in batch],
-                                      cfg.server_lr, ctx.num_clients, variant=cfg.variant, data_sizes=sizes)
+                                      1.0, ctx.num_clients, variant=cfg.variant, data_sizes=sizes)
         return new, [1.0 / len(batch)] * len(batch)

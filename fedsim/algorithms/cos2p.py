@@ -123,6 +123,7 @@ class Cos2P(SemiAsyncRounds):
     (Eq. 4-5, :func:`cos2p_aggregate`)."""
 
     name = "cos2p"
+    theorems = ("cos2p",)  # Co-S2P Theorem 1
 
     @dataclass
     class Config:

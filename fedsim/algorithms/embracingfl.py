@@ -194,6 +194,7 @@ class EmbracingFL(FedAvg):
     """FedAvg rounds in which moderate and weak clients train only the output-side blocks."""
 
     name = "embracingfl"
+    theorems = ("embracingfl",)  # EmbracingFL Theorem 1
     fits_submodels = True   # partial clients need less memory than the whole model: no whole-model check
 
     @dataclass

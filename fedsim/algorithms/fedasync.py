@@ -27,6 +27,7 @@ def fedasync_rule(update: Update, base: State, tau: int, alpha: float, staleness
 
 class FedAsync(AsyncSlots):
     name = "fedasync"
+    theorems = ("fedasync",)  # Xie, Koyejo & Gupta (2019), Theorem 1
 
     @dataclass
     class Config:
@@ -48,14 +49,18 @@ class FedAsync(AsyncSlots):
             positive(self.max_staleness, f"{prefix}.max_staleness", allow_zero=True)
             positive(self.retry_s, f"{prefix}.retry_s")
 
-    #: the server applies each arrival as the client's own request, then the slot is refilled
+    #: the server applies each arrival as the client's own request, then the slot is refilled (AsyncSlots'
+    #: defaults are FedBuff's: refill on arrival, one service per full buffer)
     refill_on_arrival = False
     serve_each = True
 
     def max_staleness(self) -> int | None:
         return self.cfg.max_staleness
 
-    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
+    def server_rule(self, batch: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
+        """FedAsync's mix of the one buffered update into the current model (``bases`` unused: the rule needs
+        only the update's staleness).  A subclass that changes only this draws the same clients as
+        ``fedasync`` (it inherits its ``family``)."""
         cfg = self.cfg
         (update,) = batch
         new, a = fedasync_rule(update, base, self.ctx.versions.staleness(update), cfg.alpha, cfg.staleness,

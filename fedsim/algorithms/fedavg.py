@@ -10,7 +10,7 @@ that can hold it": only clients whose device memory fits the full model's traini
 of the run's memory check) are ever sampled; the others sit out.  The run is refused only when no device
 class fits.
 
-``server_opt`` hands the aggregate to a server optimiser (``fedsim.algorithms.server_opt``: FedAvgM, FedAdam,
+``server_opt`` hands the aggregate to a server optimiser (the loop shape's server step, as for every rule) (``fedsim.algorithms.server_opt``: FedAvgM, FedAdam,
 FedYogi, FedAdagrad as settings, not algorithms).  ``engine: vector`` computes each systems-only round in numpy (``fedsim.algorithms.fedavg_vector``): the
 same trace as this module's SimPy rounds, for studies of 10^5-10^6 devices.
 """
@@ -23,7 +23,6 @@ import numpy as np
 import simpy
 
 from fedsim.algorithms.base import RoundsConfig, SyncRounds, Update
-from fedsim.algorithms.server_opt import ServerOptimizer
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_toward
 
@@ -41,6 +40,7 @@ def fedavg_rule(updates: list[Update], base: State, server_lr: float = 1.0) -> t
 
 class FedAvg(SyncRounds):
     name = "fedavg"
+    theorems = ("local_sgd",)  # Yang, Fang & Liu (ICLR 2021); fedsim check judges where its conditions hold
 
     @dataclass
     class Config(RoundsConfig):
@@ -59,7 +59,6 @@ class FedAvg(SyncRounds):
         self._fits: np.ndarray | None = None
         if self.cfg.only_fitting:
             self._fits = self._fitting_clients()
-        self.server_opt = ServerOptimizer(self.cfg.server_opt) if self.cfg.server_opt is not None else None
         if type(self) is FedAvg and self.cfg.engine == "vector":
             from fedsim.algorithms.fedavg_vector import check_vector
 
@@ -91,12 +90,9 @@ class FedAvg(SyncRounds):
         return type(self).eligible is FedAvg.eligible and self._fits is None
 
     def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
-        """The masked weighted average of the round's updates, installed through the server optimiser when one
-        is configured (subclasses may replace the rule)."""
-        if self.server_opt is None:
-            return fedavg_rule(updates, base, self.cfg.server_lr)
-        avg, weights = fedavg_rule(updates, base)
-        return self.server_opt.step(base, target=avg), weights
+        """The masked weighted average of the round's updates (subclasses may replace the rule); the loop shape
+        then takes the server step toward it (``server_lr``, or ``server_opt`` over the pseudo-gradient)."""
+        return fedavg_rule(updates, base)
 
     def run(self) -> Generator[simpy.events.Event, Any, None]:
         if type(self) is FedAvg and self.cfg.engine == "vector":

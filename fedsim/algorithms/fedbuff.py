@@ -3,7 +3,9 @@
 ``concurrency`` clients train at once and send model deltas.  Each arriving delta is scaled by the
 staleness function (default 1/√(1 + τ), the paper's choice) and put in the buffer; when the buffer
 holds ``buffer_size`` deltas the server queues for a worker and applies
-w ← w + η_g · (1/K) Σ s(τ_i) Δ_i.  A client's slot is refilled as soon as its upload arrives.
+w ← w + η_g · (1/K) Σ s(τ_i) Δ_i (the rule forms the aggregate w + (1/K) Σ s(τ_i) Δ_i; the loop shape's server
+step moves by η_g toward it, or hands it to ``server_opt``).  A client's slot is refilled as soon as its upload
+arrives.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def fedbuff_rule(batch: list[Update], base: State, version: int, server_lr: floa
 
 class FedBuff(AsyncSlots):
     name = "fedbuff"
+    theorems = ("fedbuff",)  # Nguyen et al. (AISTATS 2022), Theorem 1
     #: name of the client-selection stream; variants that keep FedBuff's scheduling (CA2FL) share it, so the
     #: same seed dispatches the same clients in the same order until their timelines diverge
     family = "fedbuff"
@@ -62,20 +65,19 @@ class FedBuff(AsyncSlots):
             validate_staleness(self.staleness, self.staleness_a, self.staleness_b, prefix)
 
     update_kind = "delta"
-
-    def __init__(self, ctx: Any, config: Any) -> None:
-        super().__init__(ctx, config)
-        self.server_opt = ServerOptimizer(self.cfg.server_opt) if self.cfg.server_opt is not None else None
+    #: a slot is refilled as soon as its upload arrives; the server serves one ``aggregate`` per full buffer
+    refill_on_arrival = True
+    serve_each = False
 
     @classmethod
     def buffer_size_of(cls, config: Any) -> int:
         return int(config.buffer_size)
 
-    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
-        """The new global state from a full buffer, and each update's weight in it (for the trace).
+    def server_rule(self, batch: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
+        """The buffer's aggregate ``w + (1/K) Σ s(τ_i) Δ_i``, and each update's weight in it (for the trace);
+        the shape then takes the server step (``server_lr``, ``server_opt``) toward it.
 
-        Subclasses (CA2FL) replace this rule and keep the buffering, scheduling and recording.
+        Subclasses (CA2FL) replace this rule and keep the buffering, scheduling, server step and recording.
         """
         ctx, cfg = self.ctx, self.cfg
-        return fedbuff_rule(batch, base, ctx.version, cfg.server_lr, cfg.staleness, cfg.staleness_a,
-                            cfg.staleness_b, self.server_opt)
+        return fedbuff_rule(batch, base, ctx.version, 1.0, cfg.staleness, cfg.staleness_a, cfg.staleness_b)

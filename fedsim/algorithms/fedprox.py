@@ -36,6 +36,7 @@ def prox_trainer(mu: float, grad_mask: dict | None = None) -> Callable[..., Trai
 
 class FedProx(FedAvg):
     name = "fedprox"
+    theorems = ("local_sgd",)  # Yang, Fang & Liu's local SGD: applies only with mu = 0 (plain local SGD)
 
     @dataclass
     class Config(RoundsConfig):

@@ -10,7 +10,7 @@ fragment (``fedraa_schedulers``; Fed-RAA's ``assign``) → download the fragment
 one at a time with FedAsync's rule restricted to the fragment's entries:
 θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(staleness).  q(j) counts the updates applied to fragment j.
 
-Choices where the paper is silent (documented in the README):
+Choices where the paper is silent (documented in docs/architecture.md):
 
 - ``mode: isolated`` (default, IST-style): the client's module holds only the fragment's units, so its
   FLOPs and bytes are the fragment's (the paper's cost ‖θʲ‖·‖Dⁿ‖/cmp_n).  ``mode: frozen``: the client
@@ -76,6 +76,7 @@ class FedRAA(Algorithm):
     ``assign`` and ``fragment`` records are its own measurements."""
 
     name = "fedraa"
+    theorems = ("fedraa",)  # Fed-RAA Theorem 1 / Corollary 1
 
     def __new__(cls, ctx: Any = None, config: Any = None) -> "FedRAA":
         """The instance runs on the shape ``config.aggregation`` asks for; a subclass of ``FedRAA`` keeps its
@@ -283,7 +284,7 @@ class FedRAAAsync(FedRAA, AsyncSlots):
     serve_each = True
     refill_on_arrival = False
 
-    def server_rule(self, batch: list[Update], base: State) -> tuple[State, list[float]]:
+    def server_rule(self, batch: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
         """θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(τ) on the configured staleness clock."""
         cfg = self.cfg
         (update,) = batch

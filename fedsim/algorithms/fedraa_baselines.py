@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 class RAMFedLite(FedAvg):
     name = "ramfed-lite"
+    theorems = ()  # a baseline of sub-models: no theorem written for its setting
 
     @dataclass
     class Config(RoundsConfig):
@@ -98,6 +99,7 @@ def pruned_trainer(mask: dict[str, torch.Tensor], density: float) -> Callable[..
 
 class PruneFLLite(FedAvg):
     name = "prunefl-lite"
+    theorems = ()  # a baseline of pruned models: no theorem written for its setting
 
     @dataclass
     class Config(RoundsConfig):

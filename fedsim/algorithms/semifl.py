@@ -52,6 +52,7 @@ class SemiFL(SyncRounds):
     clients' pseudo-labelling trainer its :meth:`assign`, FedAvg of the uploads its :meth:`server_rule`."""
 
     name = "semifl"
+    theorems = ()  # semi-supervised FL baselines: no theorem written for their setting
     family = "semisfl"  # the same client-selection stream as SemiSFL: same clients per round
     #: seconds to wait when no client is reachable
     retry_s = 1.0

@@ -26,7 +26,7 @@ B·d·4 bytes).  (iii) The clients upload their bottoms (|w_c|), which are avera
 buffers included, integer buffers rounded), and the K_s controller (``fedsim.learn.semi.KsController``)
 sees the round's mean f_s and f_u.
 
-Choices where the paper is silent or contradicts itself (documented in the README too): the teacher
+Choices where the paper is silent or contradicts itself (documented in docs/architecture.md too): the teacher
 bottom is frozen on clients during the K_u steps and updated only on the server (Sec. III(5), V-E3 and
 the code; Eq. 8 says otherwise); optimizers are rebuilt at the start of each phase (the code); the queue is
 cleared at the end of every client phase (the code); the *teacher* is the evaluated global model (paper
@@ -120,6 +120,7 @@ class SemiSFL(SplitRounds):
     split iterations (features up, pseudo-labelled consistency and clustering on the server)."""
 
     name = "semisfl"
+    theorems = ("semisfl",)  # SemiSFL Theorem 1 (its baselines FedSwitch-SL and Supervised-only declare none)
     family = "semisfl"  # client-selection stream shared by SemiSFL and its split baselines
     download_models = 2  # the bottom and the teacher bottom
     upload_what = "features"
@@ -582,6 +583,7 @@ class FedSwitchSL(SemiSFL):
     labeled batches on the server: the paper credits strong-augmentation supervised training to SemiSFL."""
 
     name = "fedswitch-sl"
+    theorems = ()  # SemiSFL's Theorem 1 is written for SemiSFL (clustering regularisation, adaptive K_s), not this baseline
 
     @dataclass
     class Config(SemiSFL.Config):  # other defaults; each field means what SemiSFL's does
@@ -595,6 +597,7 @@ class SupervisedOnly(SemiSFL):
     """Supervised-only: the server trains on its labeled set (K_s steps per round, CE + T); no clients."""
 
     name = "supervised-only"
+    theorems = ()  # no clients: SemiSFL's theorem does not describe it
 
     @dataclass
     class Config(SemiSFL.Config):

@@ -1,8 +1,9 @@
 """Server optimisers (Reddi et al., "Adaptive Federated Optimization", ICLR 2021).
 
-Any algorithm whose server forms an aggregate can hand it to a server optimiser instead of installing it:
-the pseudo-gradient Δ = aggregate − w (or the rule's delta) drives ``sgd``, ``momentum`` (FedAvgM),
-``adam`` (FedAdam), ``yogi`` (FedYogi) or ``adagrad`` (FedAdagrad)::
+The loop shapes hand the output of every server rule to :class:`ServerStep` (when the algorithm's ``Config``
+declares ``server_opt``), so the setting works the same for every rule, built-in or written by a user: the
+pseudo-gradient Δ = aggregate − w, the rule's output minus the model its updates started from, drives
+``sgd``, ``momentum`` (FedAvgM), ``adam`` (FedAdam), ``yogi`` (FedYogi) or ``adagrad`` (FedAdagrad)::
 
     m ← β₁ m + (1 − β₁) Δ                    (adam, yogi, adagrad; momentum: m ← β₁ m + Δ)
     v ← v + Δ²                               (adagrad)
@@ -17,7 +18,7 @@ aggregate itself, exactly as plain FedAvg does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -92,3 +93,33 @@ class ServerOptimizer:
                 out[k] = w + cfg.lr * m / (torch.sqrt(v) + cfg.tau)
             self.m[k] = m
         return out
+
+
+class ServerStep:
+    """The server's step from the model a version started from to the one installed, applied by the loop
+    shapes to whatever the algorithm's server rule returns (its aggregate is the target):
+    ``server_opt`` over the pseudo-gradient ``aggregate − base``; else ``server_lr`` toward the aggregate
+    (``base + η_g (aggregate − base)``); at the defaults (η_g = 1, no optimiser) the aggregate itself, untouched.
+
+    A rule therefore never applies ``server_lr`` or ``server_opt`` itself: FedAvg's, FedBuff's, CA2FL's and a
+    user's rule alike return their plain aggregate."""
+
+    def __init__(self, server_lr: float = 1.0, server_opt: ServerOptConfig | None = None) -> None:
+        self.server_lr = float(server_lr)
+        self.opt = ServerOptimizer(server_opt) if server_opt is not None else None
+
+    @classmethod
+    def of(cls, config: Any) -> "ServerStep | None":
+        """The step an algorithm's ``Config`` asks for: one when it declares ``server_opt`` (``RoundsConfig``
+        and FedBuff's ``Config`` do; its ``server_lr``, if declared, is the plain step), None otherwise (a rule
+        such as Co-S²P's, whose own ``server_lr`` is part of the rule, keeps it)."""
+        if not hasattr(config, "server_opt"):
+            return None
+        return cls(getattr(config, "server_lr", 1.0), config.server_opt)
+
+    def __call__(self, base: State, aggregate: State) -> State:
+        if self.opt is not None:
+            return self.opt.step(base, target=aggregate)
+        if self.server_lr == 1.0:
+            return aggregate
+        return state_toward(base, aggregate, self.server_lr)

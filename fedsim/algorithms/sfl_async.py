@@ -71,6 +71,7 @@ class AsyncSFL(SplitSlots):
     activations (for GAS's generation and the dissimilarity measurement), one SGD step per activation buffer."""
 
     name = "async-sfl"
+    theorems = ()  # GAS without generation: GAS's theorem is written for GAS
     #: client-selection stream shared with GAS, so that a paired comparison dispatches the same clients
     family = "async-sfl"
 
@@ -243,6 +244,7 @@ class GAS(AsyncSFL):
     """GAS: asynchronous SFL whose server steps add generated activations for under-represented labels."""
 
     name = "gas"
+    theorems = ("gas",)  # GAS Lemma 1 / Theorem 1
 
     @dataclass
     class Config(AsyncSFL.Config):

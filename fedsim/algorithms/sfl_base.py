@@ -27,7 +27,7 @@ import torch
 
 from fedsim.algorithms.base import Algorithm, Contribution, SlotScheduler, TaskCounter, Update, Work, guarded
 from fedsim.algorithms.split_timing import SplitTiming, TimingConfig
-from fedsim.config import positive, require
+from fedsim.config import num, positive, require
 from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
 from fedsim.learn.state import masked_weighted_average
@@ -67,10 +67,43 @@ class SplitConfig:
                     "values per sample (allowed: at most 2^20 = 1,048,576, e.g. [3, 512, 512])")
 
 
+@dataclass
+class SplitRoundsConfig(SplitConfig):
+    """The settings a :class:`SplitRounds` algorithm's ``Config`` extends (a user's): the split and the clients
+    of a round."""
+
+    clients_per_round: int = num(10, ge=1, le=10**6, unit="clients", doc="C: clients sampled each round")
+
+    def validate(self, prefix: str) -> None:
+        SplitConfig.validate(self, prefix)
+        positive(self.clients_per_round, f"{prefix}.clients_per_round")
+
+
+@dataclass
+class SplitSlotsConfig(SplitConfig):
+    """The settings a :class:`SplitSlots` algorithm's ``Config`` extends (a user's): the split, the slots, the
+    two buffers and the idle retry."""
+
+    concurrency: int = num(10, ge=1, le=10**6, unit="clients", doc="C: clients training at once")
+    activation_buffer: int | None = num(None, ge=1, le=10**6, unit="minibatches",
+                                        doc="Q_s: client minibatches per server step (null: concurrency)")
+    model_buffer: int | None = num(None, ge=1, le=10**6, unit="models",
+                                   doc="Q_c: client models averaged per aggregation (null: concurrency)")
+    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
+
+    def validate(self, prefix: str) -> None:
+        SplitConfig.validate(self, prefix)
+        positive(self.concurrency, f"{prefix}.concurrency")
+        positive(self.activation_buffer, f"{prefix}.activation_buffer")
+        positive(self.model_buffer, f"{prefix}.model_buffer")
+        positive(self.retry_s, f"{prefix}.retry_s")
+
+
 class SplitAlgorithm(Algorithm):
     """Base of the SFL family: set-up of the halves, costs, timing, client sessions and aggregation."""
 
     name = "sfl-base"
+    family = ""  # not a named algorithm: its subclasses name their own streams
     Config = SplitConfig
 
     @classmethod
@@ -81,6 +114,9 @@ class SplitAlgorithm(Algorithm):
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)
+        # the split shapes install the averaged client part, not a rule's aggregate: no server step to apply
+        require(self.server_step_of is None, "algorithm.server_opt", "split learning has no server rule for a server "
+                "optimiser to step on (the server part trains by SGD itself); remove server_opt")
         self.setup()  # here, not in run(): a bad cut is reported before the simulation starts
 
     def setup(self) -> None:

@@ -39,6 +39,7 @@ class MiniBatchSFL(SplitRounds):
     """MiniBatch-SFL on :class:`SplitRounds`: one server step per iteration on every client's activations."""
 
     name = "minibatch-sfl"
+    theorems = ()  # synchronous SFL baselines: no theorem written for their setting
     family = "minibatch-sfl"  # selection stream shared with S2FL
 
     @dataclass

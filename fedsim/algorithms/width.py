@@ -78,6 +78,7 @@ class WidthFedAvg(FedAvg):
     subclass writes :meth:`submodel_for`)."""
 
     name = "width-base"
+    theorems = ()  # width sub-models (HeteroFL, FjORD, FedRolex): no theorem written for their setting
     fits_submodels = True
 
     @dataclass

@@ -162,7 +162,8 @@ def partition(labels: np.ndarray, num_clients: int, method: str, rng: np.random.
     client >= ``min_size``, optional ``balance`` cap), ``dirichlet_client`` (one Dirichlet draw per client,
 normalised per class: the SemiSFL code's scheme), ``shards`` (``labels_per_client`` single-label shards
     per client), ``quantity`` (lognormal(0, ``sigma``) sizes, iid labels, every client >= ``min_size``),
-    ``natural`` (the dataset's own clients, ``natural``; its first ``num_clients`` entries are used).
+    ``natural`` (the dataset's own clients, ``natural``: one client each, so ``num_clients`` must equal their
+    number; fewer is refused rather than leaving the others' data silently unused).
     """
     labels = np.asarray(labels)
     n = len(labels)
@@ -175,10 +176,14 @@ normalised per class: the SemiSFL code's scheme), ``shards`` (``labels_per_clien
         if natural is None:
             raise ConfigError("partition.method", "'natural' needs a dataset with natural clients "
                                                   "(synthetic, femnist); this dataset has none")
-        if k > len(natural):
-            raise ConfigError("partition.num_clients", f"{k} clients requested but the dataset has only "
-                                                       f"{len(natural)} natural clients")
-        return _finish([np.asarray(p) for p in natural[:k]])
+        if k != len(natural):  # fewer would silently leave whole clients' data unused
+            unused = sum(len(p) for p in natural[k:])
+            what = (f"only {len(natural)} natural clients" if k > len(natural) else
+                    f"{len(natural)} natural clients ({unused} samples of the last {len(natural) - k} would go unused)")
+            raise ConfigError("partition.num_clients", f"{k} clients requested but the dataset has {what}; "
+                              f"set it to {len(natural)}, one client per natural client (to use fewer, keep only "
+                              "those in the dataset: femnist's options.users, your loader's own option)")
+        return _finish([np.asarray(p) for p in natural])
     if method != "quantity" and k > n:
         raise ConfigError("partition.num_clients", f"{k} clients for only {n} samples")
     if method == "iid":
