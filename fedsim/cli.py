@@ -12,10 +12,13 @@
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
-the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.  An
-exception raised in the user's own code (an algorithm, model, dataset named in the scenario) prints
+the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.  A run
+whose figures or report fail to build exits 3 too, with one such line per run; its summary says
+``status: outputs_failed`` and everything written before the failure is kept.  An exception raised in the
+user's own code (an algorithm, model, dataset named in the scenario) prints
 ``fedsim: error in your code: module:qualname (file:line): <exception>`` and exits 4.
-SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C).
+SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C), at once:
+a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
 """
 from __future__ import annotations
 
@@ -89,8 +92,19 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def _exit_code(statuses: Sequence[str], summaries: Sequence[dict[str, Any]] = ()) -> int:
+    """0 when every run says ``ok``; :data:`EXIT_INTERNAL` when a run's figures or report failed to build
+    (status ``outputs_failed``: a failure in fedsim, said in one line per run, its outputs so far kept);
+    else :data:`EXIT_FAILED` (diverged, interrupted, error)."""
+    for s in summaries:
+        if s.get("outputs_error"):
+            print(f"fedsim: internal error: {s.get('label', 'run')}: {s['outputs_error']}", file=sys.stderr)
+    if any(st == "outputs_failed" for st in statuses):
+        return EXIT_INTERNAL
+    return EXIT_FAILED if any(st != "ok" for st in statuses) else 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedsim.runner import run_scenario
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
@@ -109,43 +123,44 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     def announce() -> None:  # only once every input is known to be good
         print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
+        from fedsim.scenario import warn_implausible
+
+        warn_implausible([scenario])
 
     if seeds is not None:
-        import dataclasses
-
         from fedsim.config import Domain
-        from fedsim.runner import check_run_dir, preflight
+        from fedsim.runner import check_run_dir
         from fedsim.sweep import run_seeds
 
         if args.target is not None:
             Domain(gt=0, le=1, unit="(an accuracy)").check(args.target, "--target")
         if not args.resume:
             check_run_dir(out, force=args.force)
-        preflight(dataclasses.replace(scenario, seed=seeds[0]), allow_large=args.allow_large)
-        announce()
+        # every seed is checked (preflight, distinct seeds, the folder, --resume's runs) before announce
         table = run_seeds(scenario, seeds, out, target=args.target, progress=not args.quiet, force=args.force,
-                          allow_large=args.allow_large, resume=args.resume)
+                          allow_large=args.allow_large, resume=args.resume, on_ready=announce)
         import pandas as pd
 
         with pd.option_context("display.width", 200):
             print(table.drop(columns=["target", "bytes_down"]).to_string(index=False))
         print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
-        return EXIT_FAILED if (table["status"] != "ok").any() else 0
+        return _exit_code(list(table["status"]))
     if args.resume:
         from fedsim.runner import preflight
         from fedsim.sweep import Unit, run_units
 
         preflight(scenario, allow_large=args.allow_large)
-        announce()
         [summaries] = run_units([Unit({}, None, scenario, out)], resume=True, progress=not args.quiet,
-                                allow_large=args.allow_large, what="run")
+                                allow_large=args.allow_large, what="run", on_ready=announce)
     else:
+        from fedsim.runner import run_scenario
+
         summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
                                  on_ready=announce)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")
-    return EXIT_FAILED if any(s["status"] != "ok" for s in summaries) else 0
+    return _exit_code([s["status"] for s in summaries], summaries)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -177,7 +192,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(table[[c for c in cols if c in table]].to_string(index=False))
     figure = "sweep.png" if len(keys) == 1 else "sweep_heatmap*.png" if len(keys) == 2 else "no figure for > 2 keys"
     print(f"sweep directory: {out} (sweep.csv, sweep_runs.csv, {figure})")
-    return EXIT_FAILED if (table["status"] != "ok").any() else 0
+    return _exit_code([s for joined in table["status"] for s in str(joined).split(",")])
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -193,14 +208,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
-    from fedsim.scenario import dump_scenario
+    from fedsim.scenario import dump_scenario, warn_implausible
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
     if source is not None and "=" in source and not Path(source).exists():
         overrides.insert(0, source)
         source = None
-    print(dump_scenario(load_scenario(source, overrides)), end="")
+    scenario = load_scenario(source, overrides)
+    print(dump_scenario(scenario), end="")
+    warn_implausible([scenario])
     return 0
 
 
@@ -296,8 +313,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description="Discrete-event simulator of federated and split learning.")
     parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
     parser.add_argument("--debug", action="store_true", help="print the full traceback of an internal error")
+    # --debug also after the command (`fedsim run --debug ...`); SUPPRESS: a command without it leaves the
+    # value given before the command
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="print the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    p = sub.add_parser("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
+
+    def command(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    p = command("run", help="run a scenario", description="Run a built-in scenario (see `fedsim scenarios`) or a YAML file.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or path to a YAML file (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. stop.max_time_s=30 train.lr=0.1; with several algorithms address one by label: algorithm.fedbuff.buffer_size=5")
     p.add_argument("--out", default=None, help="run directory, new or empty (default: output.dir/<scenario name>, or -2, -3, ... if that one is taken)")
@@ -309,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "scenario) and run only the rest; an incomplete run is run again")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("sweep", help="one run per point of a grid of fields; time-to-accuracy, bytes, energy",
+    p = command("sweep", help="one run per point of a grid of fields; time-to-accuracy, bytes, energy",
                        description="Sweep fields: e.g. `fedsim sweep default channel.uplink.mbps=0.5,2,8 --target 0.9`; "
                                    "several key=v1,v2,... give their grid.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
@@ -326,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-large", action="store_true", help="run even when a run's work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
-    p = sub.add_parser("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
+    p = command("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
                        description="Compare finished runs (any algorithms, seeds or scenarios): every run under "
                                    "the folders given, e.g. `fedsim compare runs/default runs/fedasync`.")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run folders (a run, a multi-algorithm run, --seeds or sweep folders)")
@@ -334,18 +360,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=float, default=None, help="accuracy for a time-to-target column")
     p.add_argument("--force", action="store_true", help="clear a non-empty comparison folder first")
     p.set_defaults(func=cmd_compare)
-    p = sub.add_parser("show", help="print the resolved scenario without running it")
+    p = command("show", help="print the resolved scenario without running it")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides")
     p.set_defaults(func=cmd_show)
-    p = sub.add_parser("reference", help="print the scenario-field reference (every field, type, default, allowed values)")
+    p = command("reference", help="print the scenario-field reference (every field, type, default, allowed values)")
     p.set_defaults(func=cmd_reference)
-    p = sub.add_parser("scenarios", help="list built-in scenarios")
+    p = command("scenarios", help="list built-in scenarios")
     p.set_defaults(func=cmd_scenarios)
-    p = sub.add_parser("profiles", help="list device profiles or show one")
+    p = command("profiles", help="list device profiles or show one")
     p.add_argument("name", nargs="?", default=None)
     p.set_defaults(func=cmd_profiles)
-    p = sub.add_parser("models", help="the scenario's model: width groups and costs per width",
+    p = command("models", help="the scenario's model: width groups and costs per width",
                        description="Build the scenario's model on its dataset and measure prefix sub-models.")
     p.add_argument("scenario", nargs="?", default=None, help="built-in name or YAML path (default: 'default')")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.name=resnet20 data.name=digits32")
@@ -354,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fedsim.plugins import plugin_commands
 
     for name, help_text, configure in plugin_commands():  # e.g. `check`, from the analysis package
-        configure(sub.add_parser(name, help=help_text))
+        configure(command(name, help=help_text))
     return parser
 
 
@@ -385,10 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except Terminated:
         print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)
-        return 143
+        return _end_now(143, argv)
     except KeyboardInterrupt:
         print("fedsim: interrupted; outputs written so far are kept", file=sys.stderr)
-        return 130
+        return _end_now(130, argv)
     except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
         if debug:
             traceback.print_exc()
@@ -404,6 +430,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     finally:
         _restore_sigterm(previous)
+
+
+def _end_now(code: int, argv: Sequence[str] | None) -> int:
+    """After an interrupt of the ``fedsim`` command itself (``argv`` None: the process's own command line),
+    end the process at once, its outputs written and its streams flushed: the interpreter's teardown
+    (freeing torch, pandas and matplotlib) takes seconds on a loaded machine, and Ctrl-C or SIGTERM asks to
+    stop now.  Called with an ``argv`` (tests, other Python code) it returns the code."""
+    if argv is None:
+        import os
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _on_sigterm() -> object:

@@ -20,7 +20,9 @@ and :func:`build_global_model`; analysis code uses exactly these to re-measure s
 
 A run that fails midway (diverged training, interrupt, SIGTERM, an unexpected error) still writes metrics,
 summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
-``interrupted``, ``error``).
+``interrupted``, ``error``).  A run whose figures or report fail to build keeps everything written before
+the failure and says ``outputs_failed`` (with ``outputs_error``, and the traceback in ``outputs_error.txt``);
+the command line then exits 3.
 
 Before anything is written, :func:`preflight` runs every check that can fail (dataset, partition, model,
 device and server profiles, memory, ``train.device``, the work estimate), and :func:`prepare_run_dir`
@@ -283,20 +285,60 @@ def run_variant(
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
         if scenario.output.figures:
-            import fedsim.report as report
+            with building_outputs(out, [summary], "figures and report") as built:
+                import fedsim.report as report
 
-            try:
                 report.run_figures(out, timeline_window=scenario.output.timeline_window,
                                    timeline_clients=scenario.output.timeline_clients)
                 if ctx is not None:
                     report.topology_figure(ctx.world, out / "topology.png")
                 report.html_report(out)
-            except Exception:  # figures of a failed run must not hide why it failed
-                if failure is None:
-                    raise
+            if not built:  # the summary says so (written again); figures of a failed run never hide its failure
+                (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
     if failure is not None:
         raise failure
     return summary
+
+
+#: ``status`` of a run whose simulation ended but whose figures or report failed to build: never ``ok``.
+OUTPUTS_FAILED = "outputs_failed"
+#: The traceback of a failed output build, beside the outputs written before it failed.
+OUTPUTS_ERROR_FILE = "outputs_error.txt"
+
+
+class _Built:
+    """Whether a :func:`building_outputs` block finished (false once it failed)."""
+
+    def __init__(self) -> None:
+        self.ok = True
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@contextmanager
+def building_outputs(out: Path, summaries: list[dict[str, Any]], what: str) -> Any:
+    """Build a run's derived outputs (figures, report) inside this block; a failure there is recorded, not
+    raised, so the simulation's own outputs and whatever was built before the failure are kept.
+
+    Each summary of ``summaries`` whose status was ``ok`` becomes :data:`OUTPUTS_FAILED`, and every one
+    gets ``outputs_error`` (one line: what failed, the exception, where the traceback is); the traceback
+    goes to :data:`OUTPUTS_ERROR_FILE` in ``out``.  The caller writes the summaries again.  An interrupt is
+    not a failure of the outputs: it propagates."""
+    import traceback
+
+    built = _Built()
+    try:
+        yield built
+    except Exception as exc:
+        built.ok = False
+        text = " ".join(str(exc).split())[:300] or "(no message)"
+        (out / OUTPUTS_ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
+        line = f"{what}: {type(exc).__name__}: {text} (traceback in {out / OUTPUTS_ERROR_FILE})"
+        for summary in summaries:
+            if summary.get("status") == "ok":
+                summary["status"] = OUTPUTS_FAILED
+            summary["outputs_error"] = line
 
 
 def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context | None, now: float, wall: float,
@@ -614,6 +656,36 @@ def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
     return out
 
 
+def _labels_held(out: Path) -> tuple[list[str], bool] | None:
+    """The algorithm labels of the run ``out`` holds, read from its layout, and whether that is all of them
+    (None when the layout cannot say).  A run of one algorithm keeps scenario.yaml at its top; one of
+    several, a folder per label with its own scenario.yaml and, once finished, a list summary.json at its
+    top (killed before, its folders so far are some of its labels).  A sweep or --seeds folder holds no
+    run at its top: ``([], True)``."""
+    import yaml
+
+    if not (out / "scenario.yaml").exists() and ((out / "sweep.yaml").exists() or (out / "seeds.csv").exists()
+                                                 or any(p.is_dir() and p.name.startswith("seed-") for p in out.iterdir())):
+        return [], True
+    try:
+        if (out / "scenario.yaml").exists():
+            algorithm = yaml.safe_load((out / "scenario.yaml").read_text(encoding="utf-8")).get("algorithm", {})
+            return [str(algorithm.get("label", algorithm.get("name")))], True
+        if (out / "summary.json").exists():
+            listed = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+            return ([str(s["label"]) for s in listed], True) if isinstance(listed, list) else None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    subs = sorted(p.name for p in out.iterdir() if (p / "scenario.yaml").exists())
+    return (subs, False) if subs else None
+
+
+def _algorithms_text(labels: list[str]) -> str:
+    if not labels:
+        return "no single run (a sweep or --seeds folder)"
+    return f"{len(labels)} algorithms ({', '.join(labels)})" if len(labels) > 1 else f"one algorithm ({labels[0]})"
+
+
 def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, Any]] | None, str]:
     """What ``out`` holds of a run of ``scenario``, for resuming: ``("new", None, "")`` (missing or empty),
     ``("finished", summaries, "")`` (every algorithm's summary says ``ok`` and its saved scenario.yaml is
@@ -628,6 +700,13 @@ def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, 
     if not out.is_dir() or not _looks_like_run(out):
         return "different", None, f"'{out}' holds no fedsim run"
     several = len(scenario.algorithms) > 1
+    labels = [spec.label for spec in scenario.algorithms]
+    held = _labels_held(out)
+    if held is not None:  # a folder laid out for other algorithms is another scenario's run: never cleared
+        have, whole = held
+        if (have != labels) if whole else (not several or not set(have) <= set(labels)):
+            return "different", None, (f"'{out}' holds {'a run of ' if have else ''}{_algorithms_text(have)}, not a "
+                                       f"run of {_algorithms_text(labels)}")
     folders = [(spec, out / spec.label if several else out) for spec in scenario.algorithms]
     for spec, d in folders:
         saved = d / "scenario.yaml"
@@ -681,8 +760,14 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
     if several:
         (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
         if scenario.output.figures:
-            import fedsim.report as report
+            # a failure here marks the comparison's summary (the variants' own outputs were built)
+            listed = [dict(s) for s in summaries]
+            with building_outputs(out, listed, "comparison figures and report") as built:
+                import fedsim.report as report
 
-            report.comparison_figure(out, [s["label"] for s in summaries])
-            report.html_report(out)
+                report.comparison_figure(out, [s["label"] for s in summaries])
+                report.html_report(out)
+            if not built:
+                summaries = listed
+                (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
     return summaries

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -731,6 +732,42 @@ def _named_objects(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return out
 
 
+def _beside(value: Any, base: Path, looks_like_path: bool = False) -> Any:
+    """``value`` made absolute when it is a relative path naming a file or folder in ``base`` (the scenario
+    file's folder), else ``value`` unchanged (then the working directory's, as before).  With
+    ``looks_like_path``, only a string with a ``/`` or a file extension counts, so an option's plain word
+    (``split: train``) stays a word even beside a folder of that name."""
+    if not isinstance(value, str) or not value.strip() or len(value) > 4096 or "\x00" in value:
+        return value
+    path = Path(value)
+    if path.is_absolute() or looks_like_path and "/" not in value and "\\" not in value and not path.suffix:
+        return value
+    try:
+        return str((base / path).resolve()) if (base / path).exists() else value
+    except (OSError, ValueError):  # a name too long for the file system: not a file beside the scenario
+        return value
+
+
+def _paths_beside(scenario: Scenario, base: Path) -> None:
+    """Relative file paths of a scenario file are looked up beside it first, like its ``module:attribute``
+    references and device profiles: ``data.root``, ``channel.positions.path``, ``availability.path`` and
+    every string of ``data.options`` that looks like a path (a ``/`` or an extension: ``sites.csv``,
+    ``data/x.npz``).  One found there is written as its absolute path, so the resolved scenario (a run's
+    scenario.yaml) names the same file from any working directory; one not found there is kept, relative to
+    the working directory."""
+    def walk(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return _beside(value, base, looks_like_path=True)
+
+    scenario.data.root = _beside(scenario.data.root, base)
+    scenario.data.options = walk(scenario.data.options)
+    scenario.channel.positions.path = _beside(scenario.channel.positions.path, base)
+    scenario.availability.path = _beside(scenario.availability.path, base)
+
+
 def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResolver,
                           source_dir: Path | None = None) -> Scenario:
     """Validate a plain mapping into a Scenario (one clear ConfigError for the first problem).
@@ -777,11 +814,83 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
     profile_at(scenario.server.profile, "server.profile", source_dir)
     for kind, section in (("model", scenario.model), ("dataset", scenario.data)):  # a bad reference fails here
         find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", (source_dir,))
+    if source_dir is not None:
+        _paths_beside(scenario, source_dir)
     for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)
         check = getattr(spec.params, "validate_scenario", None)
         if callable(check):
             check(scenario, f"algorithm[{i}]" if isinstance(raw_alg, list) else "algorithm")
     return scenario
+
+
+@dataclass(frozen=True)
+class Plausible:
+    """The physically plausible range of a field, narrower than what it allows: a value outside it is
+    most likely a unit slip (bit/s written as Mbit/s, GHz as Hz, ms as s), so it runs with one warning."""
+
+    lo: float
+    hi: float
+    unit: str
+    why: str
+
+
+_RATE = Plausible(1e-4, 4e5, "Mbit/s", "100 bit/s, below LoRa's slowest rate, to 400 Gbit/s Ethernet, IEEE 802.3bs")
+_LATENCY = Plausible(0.0, 1.0, "s", "a geostationary satellite hop is about 0.25 s one way")
+_FLOPS = Plausible(1e6, 1e16, "FLOP/s", "a microcontroller to a datacentre GPU: a Jetson Nano peaks at 4.7e11 FP16, "
+                   "a Raspberry Pi 4 measures 8e9 (device_profiles/)")
+#: Physically plausible ranges of the fields where a unit slip is likely (``*``: any link direction or
+#: device group).  Small on purpose: each range is a fact with its source, not a guess about a study.
+#: Radio: 30 MHz to 300 GHz is VHF to EHF (ITU-R V.431); TR 38.901 itself is valid in 0.5-100 GHz.
+#: Bandwidth: 10 kHz (below NB-IoT's 180 kHz) to 10 GHz (above 802.11ad's 2.16 GHz channels).
+PLAUSIBLE: dict[str, Plausible] = {
+    "channel.*.mbps": _RATE,
+    "network.topology.backhaul_mbps": _RATE,
+    "channel.*.frequency_hz": Plausible(3e7, 3e11, "Hz", "VHF to EHF, 30 MHz to 300 GHz"),
+    "channel.*.bandwidth_hz": Plausible(1e4, 1e10, "Hz", "10 kHz to 10 GHz: NB-IoT's 180 kHz to 802.11ad's 2.16 GHz"),
+    "network.latency_s": _LATENCY,
+    "network.topology.backhaul_latency_s": _LATENCY,
+    "devices.mix[*].flops_per_s": _FLOPS,
+    "devices.capability.unit_flops_per_s": _FLOPS,
+}
+
+
+def plausibility_warnings(scenario: "Scenario") -> list[str]:
+    """One line per field of ``scenario`` (as resolved) whose value lies outside its :data:`PLAUSIBLE`
+    range: the field, the value and the plausible range with its reason.  Such a value is allowed (its
+    domain holds it), so these are warnings, said once every check has passed."""
+    import fnmatch
+
+    lines: list[str] = []
+    stack: list[tuple[str, Any]] = [(key, to_mapping(getattr(scenario, key))) for key in reversed(SECTIONS)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in reversed(list(value.items())))
+            continue
+        pattern = re.sub(r"\[\d+\]", "[*]", path)
+        rule = next((r for pat, r in PLAUSIBLE.items() if fnmatch.fnmatchcase(pattern, pat.replace("[*]", "[[]*[]]"))),
+                    None)
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            stack.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+            continue
+        if rule is None or value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        bad = [v for v in values if isinstance(v, (int, float)) and not rule.lo <= v <= rule.hi]
+        if bad:
+            lines.append(f"{path}: {', '.join(f'{v:g}' for v in bad)} {rule.unit} is outside the physically plausible "
+                         f"range [{rule.lo:g}, {rule.hi:g}] {rule.unit} ({rule.why}); allowed, but check its unit")
+    return lines
+
+
+def warn_implausible(scenarios: "list[Scenario]") -> None:
+    """Say :func:`plausibility_warnings` on stderr, ``fedsim: warning: ...``, each line once however many
+    scenarios (a sweep's points) have it.  Call it only once every check has passed, so a refusal is
+    never preceded by a warning."""
+    import sys
+
+    for line in dict.fromkeys(line for sc in scenarios for line in plausibility_warnings(sc)):
+        print(f"fedsim: warning: {line}", file=sys.stderr, flush=True)
 
 
 def builtin_scenarios() -> dict[str, str]:
@@ -834,11 +943,74 @@ def _check_depth(value: Any, field: str) -> None:
             stack.extend((w, f"{path}[{i}]", depth + 1) for i, w in enumerate(v))
 
 
+#: Nodes (mappings, lists, scalars) that YAML aliases (``*name``) may add to a text once expanded.  Nodes
+#: written out cost their own parsing time, so only the expansion is bounded: ten levels of nine aliases
+#: (a "billion laughs", 9^10 nodes from 1 kB) would otherwise be walked node by node by the checks below
+#: and the field checks after them.  Real scenarios reuse a device group or a link through an alias: tens
+#: of nodes.  At this budget the walks after it take well under a second.
+MAX_ALIAS_NODES = 100_000
+
+
+def _alias_expansion(root: yaml.Node) -> tuple[int, float]:
+    """(nodes written, nodes once every alias is expanded) of a composed YAML graph.  An alias shares the
+    node it names, so the expanded size is counted once per node (memoised, without recursion): the cost
+    is the text's size, whatever the expansion.  An alias inside the node it names (a recursive
+    structure) expands without end: ``inf``."""
+    size: dict[int, float] = {}
+    open_: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            open_.discard(key)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            continue
+        if key in size:
+            continue
+        if key in open_:  # reached again while its own children are counted: a cycle
+            return len(size), math.inf
+        open_.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_:
+                return len(size), math.inf
+            if id(child) not in size:
+                stack.append((child, False))
+    return len(size), size[id(root)]
+
+
+def _check_expansion(node: yaml.Node | None, field: str, what: str) -> None:
+    """Refuse a YAML graph whose aliases expand it by more than :data:`MAX_ALIAS_NODES` nodes, before
+    anything walks it."""
+    if node is None:
+        return
+    written, expanded = _alias_expansion(node)
+    if math.isinf(expanded):
+        raise ConfigError(field, f"{what} holds an alias inside the node it names (a structure that contains "
+                          "itself; allowed: aliases to nodes defined before them)")
+    if expanded - written > MAX_ALIAS_NODES:
+        raise ConfigError(field, f"{what} expands through its aliases (*name) to {expanded:.3g} nodes from "
+                          f"{written:,} written (allowed: aliases adding at most {MAX_ALIAS_NODES:,} nodes)")
+
+
 def parse_yaml(text: str, field: str, what: str) -> Any:
     """YAML text of a scenario or an override value: one ConfigError (naming ``field``, on one line) for
-    bad YAML, a duplicate key or nesting too deep."""
+    bad YAML, a duplicate key, aliases that expand past :data:`MAX_ALIAS_NODES` or nesting too deep.
+    The text is composed into its node graph and measured before any Python object is built from it."""
     try:
-        data = yaml.load(text, Loader=_ScenarioLoader)  # noqa: S506 - a SafeLoader
+        loader = _ScenarioLoader(text)
+        try:
+            node = loader.get_single_node()
+            _check_expansion(node, field, what)
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except RecursionError:
         raise ConfigError(field, f"{what} is nested far too deep (allowed: at most {MAX_DEPTH} levels of mappings "
                           "and lists)") from None
@@ -884,27 +1056,68 @@ def load_raw(source: str | Path | None) -> dict[str, Any]:
     return data
 
 
-def _algorithm_entry(data: dict[str, Any], parts: list[str], key: str, source: str | Path | None) -> dict[str, Any]:
-    """The mapping of one variant of a list-valued ``algorithm``, addressed by label/name or index."""
+def _shown_label(entry: Any, resolve: AlgorithmResolver | None, base_dirs: tuple) -> str:
+    """The label an algorithm entry runs (and ``fedsim show`` shows it) with: its ``label``, else its name;
+    a ``module:Class`` without a label is labelled with the class's ``name`` (as :func:`_algorithm_spec`
+    does), which needs ``resolve``; without it, or when the class cannot be found yet, the name itself."""
+    if not isinstance(entry, Mapping):
+        return str(entry)
+    if "label" in entry:
+        return str(entry["label"])
+    name = entry.get("name", "fedavg")
+    if isinstance(name, str) and ":" in name and resolve is not None:
+        try:
+            return str(resolve(name, "algorithm.name", base_dirs).name)
+        except (ConfigError, AttributeError):
+            pass  # named where the scenario is validated
+    return str(name)
+
+
+def _algorithm_entry(data: dict[str, Any], key: str, source: str | Path | None,
+                     resolve: AlgorithmResolver | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The mapping of the variant of a list-valued ``algorithm`` that ``key`` (``algorithm.<label>.field``
+    or ``algorithm.<index>.field``) addresses, and the rest of the key's path.  A label is matched whole,
+    dots included, the longest first; it is the label ``fedsim show`` shows."""
     entries = data["algorithm"]
-    labels = []
-    for e in entries:
-        if isinstance(e, Mapping):
-            labels.append(str(e.get("label", e.get("name", "fedavg"))))
-        else:
-            labels.append(str(e))
-    which = parts[1]
-    if which.isdigit() and int(which) < len(entries):
-        i = int(which)
-    elif which in labels:
-        i = labels.index(which)
-    else:
+    labels = [_shown_label(e, resolve, (source_dir_of(source),)) for e in entries]
+    rest = key[len("algorithm."):]
+    found = None
+    for i, label in sorted(enumerate(labels), key=lambda il: -len(il[1])):
+        if rest == label or rest.startswith(label + "."):
+            found, rest = i, rest[len(label) + 1:]
+            break
+    if found is None:
+        which, _, after = rest.partition(".")
+        if which.isdigit() and int(which) < len(entries):
+            found, rest = int(which), after
+    if found is None:
         where = f" (defined in {_source_text(source)})" if source is not None else ""
+        field = key.split(".")[-1]
         raise ConfigError(key, f"this scenario has several algorithms ({', '.join(labels)}){where}; address one by "
-                          f"label or index, e.g. algorithm.{labels[-1]}.{parts[-1]}=...")
-    if not isinstance(entries[i], dict):
-        entries[i] = {"name": str(entries[i])}
-    return entries[i]
+                          f"label or index, e.g. algorithm.{labels[-1]}.{field}=... or "
+                          f"algorithm.{len(labels) - 1}.{field}=...")
+    if not isinstance(entries[found], dict):
+        entries[found] = {"name": str(entries[found])}
+    return entries[found], rest.split(".") if rest else []
+
+
+def _kept_settings(current: Any, names: str | list[str], resolve: AlgorithmResolver | None = None,
+                   base_dirs: tuple = ()) -> Any:
+    """``algorithm=a,b`` (or ``algorithm=a``) on a scenario: each name that is the label, else the name, of
+    one of the scenario's algorithms keeps that algorithm's settings (a copy of its entry); a name the
+    scenario does not have is that algorithm with its defaults.  So ``fedsim run cos2p 'algorithm=cos2p,fedavg'``
+    runs the scenario's Co-S²P beside FedAvg, not Co-S²P's class defaults."""
+    entries = current if isinstance(current, list) else [] if current is None else [current]
+    entries = [e if isinstance(e, Mapping) else {"name": e} for e in entries if isinstance(e, (Mapping, str))]
+    by_label = {_shown_label(e, resolve, base_dirs): e for e in entries}
+    by_name: dict[str, Any] = {}
+    for e in entries:
+        by_name.setdefault(str(e.get("name", "fedavg")), e)
+    out = []
+    for name in [names] if isinstance(names, str) else names:
+        found = by_label.get(name) or by_name.get(name)
+        out.append(copy.deepcopy(dict(found)) if found is not None else name)
+    return out[0] if isinstance(names, str) else out
 
 
 def _source_text(source: str | Path | None) -> str:
@@ -914,11 +1127,14 @@ def _source_text(source: str | Path | None) -> str:
     return f"'{name}'"
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Path | None = None) -> dict[str, Any]:
+def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Path | None = None,
+                    algorithms: AlgorithmResolver | None = None) -> dict[str, Any]:
     """Apply ``a.b.c=value`` overrides (values parsed as YAML) to a raw scenario mapping.
 
     With several algorithms, ``algorithm.<label>.field=v`` (or ``algorithm.<index>.field=v``) sets one
-    variant's field; ``algorithm=a,b`` replaces the variants."""
+    variant's field, by the label ``fedsim show`` shows (``algorithms`` resolves a ``module:Class``
+    without a label to its class's name); ``algorithm=a,b`` replaces the variants, each keeping the
+    scenario's settings of the algorithm of that label or name."""
     data = copy.deepcopy(data)
     for item in overrides:
         if "=" not in item:
@@ -937,8 +1153,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Pa
         node: Any = data
         if parts == ["algorithm"] and isinstance(value, str) and "," in value:  # algorithm=a,b: one variant each
             value = [v.strip() for v in value.split(",") if v.strip()]
+        if parts == ["algorithm"] and (isinstance(value, str) or isinstance(value, list) and value
+                                       and all(isinstance(v, str) for v in value)):
+            data["algorithm"] = _kept_settings(data.get("algorithm"), value, algorithms, (source_dir_of(source),))
+            continue
+        single = data.get("algorithm", "fedavg")
+        if parts[0] == "algorithm" and len(parts) > 2 and isinstance(single, (str, Mapping)):
+            # one algorithm, addressed by its label as a list's would be: algorithm.<label>.field
+            prefix = f"algorithm.{_shown_label(single, algorithms, (source_dir_of(source),))}."
+            if key.startswith(prefix):
+                parts = ["algorithm", *key[len(prefix):].split(".")]
         if parts[0] == "algorithm" and len(parts) > 1 and isinstance(data.get("algorithm"), list):
-            node, parts = _algorithm_entry(data, parts, key, source), parts[2:]
+            node, parts = _algorithm_entry(data, key, source, algorithms)
             if not parts:
                 raise ConfigError(key, "names an algorithm; set one of its fields (e.g. "
                                   f"{key}.concurrency=5) or replace all with algorithm=a,b")
@@ -953,9 +1179,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], source: str | Pa
             if not isinstance(nxt, dict):
                 raise ConfigError(key, f"'{'.'.join(parts[: i + 1])}' is not a section")
             node = nxt
-        if parts == ["algorithm"] and isinstance(value, str) and isinstance(data.get("algorithm"), dict):
-            data["algorithm"] = {"name": value}
-            continue
         node[parts[-1]] = value
     return data
 
@@ -970,7 +1193,7 @@ def source_dir_of(source: str | Path | None) -> Path | None:
 def load_scenario(source: str | Path | None = None, overrides: list[str] | None = None, *,
                   algorithms: AlgorithmResolver) -> Scenario:
     """Load, override and validate a scenario (built-in name, YAML path, or None for the default)."""
-    return scenario_from_mapping(apply_overrides(load_raw(source), overrides or [], source), algorithms=algorithms,
+    return scenario_from_mapping(apply_overrides(load_raw(source), overrides or [], source, algorithms), algorithms=algorithms,
                                  source_dir=source_dir_of(source))
 
 

@@ -16,9 +16,10 @@ import itertools
 import json
 import math
 import re
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import matplotlib
 
@@ -110,19 +111,35 @@ def check_jobs(jobs: int, ray: str | None) -> None:
             check_ray_address(ray, "--ray")  # before any folder or progress bar: Ray would retry for minutes
 
 
+def check_resume_root(out: Path, kind: str) -> None:
+    """Refuse to resume a sweep or ``--seeds`` (``kind``) into a folder that holds a single run at its top
+    (its runs would be mixed with the units' sub-folders), or the other kind's folder."""
+    if not out.is_dir():
+        return
+    other = {"sweep": "seeds.csv", "seeds": "sweep.yaml"}[kind]
+    for name, what in (("scenario.yaml", "a run"), ("summary.json", "a run"), (other, f"a {'--seeds' if kind == 'sweep' else 'sweep'} folder")):
+        if (out / name).exists():
+            raise ConfigError("--resume", f"'{out}' holds {what} ({name}), not a {'sweep' if kind == 'sweep' else '--seeds'} "
+                              "folder; not resuming into it (give another --out, or --force to clear)")
+
+
 def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, resume: bool = False,
-              progress: bool = True, allow_large: bool = False, what: str = "sweep") -> list[list[dict[str, Any]]]:
+              progress: bool = True, allow_large: bool = False, what: str = "sweep",
+              on_ready: Callable[[], None] | None = None) -> list[list[dict[str, Any]]]:
     """Run every unit into its folder; returns each unit's summaries (one per algorithm), in order.
 
     With ``resume``, a folder that holds a finished run of exactly the unit's scenario is reused, an
     incomplete one (killed, interrupted, failed) is said so and run again, and one of another scenario is
-    refused before anything runs.  ``jobs`` > 1 runs units in that many local processes; ``ray`` (an address,
-    or ``"local"`` for a Ray started here) runs them as Ray tasks.  Either way each run is the run the
-    serial loop would make: same seed, same streams, one torch thread."""
+    refused before anything runs.  ``on_ready`` is called once every folder is known to be usable, before
+    anything is said about the units (the CLI says what it runs there, so a refusal is never preceded by
+    it).  ``jobs`` > 1 runs units in that many local processes; ``ray`` (an address, or ``"local"`` for a Ray
+    started here) runs them as Ray tasks.  Either way each run is the run the serial loop would make: same
+    seed, same streams, one torch thread."""
     from fedsim.runner import run_state
 
     results: list[list[dict[str, Any]] | None] = [None] * len(units)
     todo: list[int] = []
+    incomplete: list[str] = []
     for i, u in enumerate(units):
         if resume:
             state, summaries, why = run_state(u.folder, u.scenario)
@@ -132,9 +149,12 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
                 results[i] = summaries
                 continue
             if state == "incomplete":
-                print(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again",
-                      file=sys.stderr, flush=True)
+                incomplete.append(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again")
         todo.append(i)
+    if on_ready is not None:
+        on_ready()
+    for line in incomplete:
+        print(line, file=sys.stderr, flush=True)
     if resume and len(todo) < len(units):
         print(f"fedsim: resuming: {len(units) - len(todo)} of {len(units)} runs already finished, running "
               f"{len(todo)}", file=sys.stderr, flush=True)
@@ -154,6 +174,7 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
             except Exception as exc:  # no cluster at that address, a version mismatch, ...
                 text = " ".join(str(exc).split())[:200]
                 raise ConfigError("--ray", f"cannot start or join Ray at {ray!r}: {type(exc).__name__}: {text}") from None
+            handles = []
             try:
                 handles = [(i, executor.submit(_run_unit, units[i].scenario, str(units[i].folder.resolve()),
                                                allow_large)) for i in todo]
@@ -161,22 +182,13 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
                     bar.set_postfix_str(f"waiting for {units[i].name()}", refresh=True)
                     results[i] = h.result()
                     bar.update(1)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: cancel the tasks (a running one is interrupted)
+                _cancel_ray([h for _, h in handles])
+                raise
             finally:
                 executor.close()
         elif jobs > 1 and len(todo) > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            # spawn: a fresh interpreter per worker (no forked torch state), importing this same tree
-            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
-                                     mp_context=multiprocessing.get_context("spawn")) as pool:
-                futures = {pool.submit(_run_unit, units[i].scenario, str(units[i].folder), allow_large): i
-                           for i in todo}
-                for f in as_completed(futures):
-                    i = futures[f]
-                    results[i] = f.result()
-                    bar.set_postfix_str(f"done {units[i].name()}", refresh=False)
-                    bar.update(1)
+            _run_in_processes(units, todo, results, min(jobs, len(todo)), allow_large, bar)
         else:
             from fedsim.runner import run_scenario
 
@@ -190,16 +202,131 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
     return [r if r is not None else [] for r in results]
 
 
+#: Seconds the running points of an interrupted parallel sweep get to write their summaries (status
+#: ``interrupted``, trace kept) before their processes are killed; the whole stop stays within 5 s.
+STOP_GRACE_S = 2.0
+
+#: In a worker process: set once the sweep is stopping (then no further point starts there), and whether a
+#: point is running (only a running point is interrupted; an idle worker just remembers to stop).
+_STOPPING: list[int] = []
+_RUNNING: list[bool] = [False]
+
+
+def _worker_stop(signum: int, frame: Any) -> None:
+    """A worker's handler of the stop signal its parent sends: interrupt the running point, once."""
+    from fedsim.errors import Terminated
+
+    first = not _STOPPING
+    _STOPPING.append(signum)
+    if first and _RUNNING[0]:
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _worker_signals() -> None:
+    """Signals in a sweep's worker process: the terminal's Ctrl-C, which reaches every process of the
+    group, is ignored (the parent decides and forwards one stop signal, so a point is never interrupted
+    twice, e.g. while it writes its summary); SIGTERM from the parent stops the point as terminated, and
+    :data:`_INTERRUPT_SIGNAL` as interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _worker_stop)
+    signal.signal(_INTERRUPT_SIGNAL, _worker_stop)
+
+
+#: The signal a parent sends its workers for Ctrl-C (SIGINT itself is ignored there; see _worker_signals).
+_INTERRUPT_SIGNAL = getattr(signal, "SIGUSR1", signal.SIGTERM)
+
+
+def _run_in_processes(units: Sequence[Unit], todo: list[int], results: list[Any], workers: int, allow_large: bool,
+                      bar: Any) -> None:
+    """Run the units ``todo`` in ``workers`` local processes, filling ``results``.
+
+    On Ctrl-C or SIGTERM here (KeyboardInterrupt, :class:`fedsim.errors.Terminated`) the pending points are
+    cancelled, the running ones get one stop signal (they write their summaries, status ``interrupted``,
+    keeping their traces) and :data:`STOP_GRACE_S` to finish, then any process still alive is killed; the
+    interrupt is raised again.  ``--resume`` then runs what did not finish."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: a fresh interpreter per worker (no forked torch state), importing this same tree
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_worker_signals)
+    futures: dict[Any, int] = {}
+    try:
+        futures = {pool.submit(_run_unit, units[i].scenario, str(units[i].folder), allow_large): i for i in todo}
+        for f in as_completed(futures):
+            i = futures[f]
+            results[i] = f.result()
+            bar.set_postfix_str(f"done {units[i].name()}", refresh=False)
+            bar.update(1)
+    except KeyboardInterrupt as exc:
+        from fedsim.errors import Terminated
+
+        _stop_pool(pool, list(futures), signal.SIGTERM if isinstance(exc, Terminated) else _INTERRUPT_SIGNAL)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_pool(pool: Any, futures: list[Any], signum: int) -> None:
+    """Cancel what has not started, send each worker ``signum`` once, give the running points
+    :data:`STOP_GRACE_S` to write their summaries, then kill what is left."""
+    import os
+    import time
+    from concurrent.futures import wait
+
+    deadline = time.monotonic() + STOP_GRACE_S
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # the pool's workers, started or starting
+    for f in futures:
+        f.cancel()  # a point not yet handed to a worker never starts
+    for proc in processes:
+        if proc.is_alive() and proc.pid is not None:
+            try:
+                os.kill(proc.pid, signum)
+            except OSError:  # it has just ended
+                pass
+    running = [f for f in futures if not f.done()]
+    while running and time.monotonic() < deadline:
+        try:
+            wait(running, timeout=max(0.0, deadline - time.monotonic()))
+            break
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, kill now
+            break
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+
+
+def _cancel_ray(handles: list[Any]) -> None:
+    """Cancel Ray tasks: one not started never runs; a running one gets a KeyboardInterrupt, so it writes
+    its summary (status ``interrupted``).  Waits at most :data:`STOP_GRACE_S`."""
+    try:
+        import ray
+
+        refs = [h.ref for h in handles]
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S)
+    except Exception:  # noqa: BLE001 - stopping: Ray's own shutdown follows
+        pass
+
+
 def _run_unit(scenario: Any, folder: str, allow_large: bool) -> list[dict[str, Any]]:
-    """One run in a worker process or Ray task (module level, so it pickles)."""
+    """One run in a worker process or Ray task (module level, so it pickles).  In a worker of a sweep that
+    is stopping it does not start (see :func:`_worker_stop`)."""
     import warnings
 
     from fedsim.runner import run_scenario
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # as the CLI does: results carry NaN/None instead
-        with np.errstate(all="ignore"):
-            return run_scenario(scenario, folder, progress=False, force=True, allow_large=allow_large)
+    _RUNNING[0] = True
+    try:
+        if _STOPPING:
+            raise KeyboardInterrupt("the sweep is stopping")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # as the CLI does: results carry NaN/None instead
+            with np.errstate(all="ignore"):
+                return run_scenario(scenario, folder, progress=False, force=True, allow_large=allow_large)
+    finally:
+        _RUNNING[0] = False
 
 
 def run_row(unit: Unit, summary: dict[str, Any], goal: float | None) -> dict[str, Any]:
@@ -294,13 +421,17 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
     if resume:
         if out.exists() and not out.is_dir():
             raise ConfigError("--out", f"'{out}' is a file, not a folder")
+        check_resume_root(out, "sweep")
         out.mkdir(parents=True, exist_ok=True)
     else:
         out = prepare_run_dir(out, force=force)
     (out / "sweep.yaml").write_text(yaml.safe_dump({
         "scenario": source, "overrides": list(overrides), "grid": {k: v for k, v in grid}, "seeds": seeds,
         "target": target}, sort_keys=False), encoding="utf-8")
-    summaries = run_units(units, jobs=jobs, ray=ray, resume=resume, progress=progress, allow_large=allow_large)
+    from fedsim.scenario import warn_implausible
+
+    summaries = run_units(units, jobs=jobs, ray=ray, resume=resume, progress=progress, allow_large=allow_large,
+                          on_ready=lambda: warn_implausible([u.scenario for u in units]))
     rows = []
     for u, ss in zip(units, summaries):
         goal = target if target is not None else u.scenario.stop.target_accuracy
@@ -450,7 +581,8 @@ def heatmap_figure(table: pd.DataFrame, path: Path, keys: Sequence[str], title: 
 
 
 def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | None = None, progress: bool = True,
-              force: bool = False, allow_large: bool = False, resume: bool = False) -> pd.DataFrame:
+              force: bool = False, allow_large: bool = False, resume: bool = False,
+              on_ready: Callable[[], None] | None = None) -> pd.DataFrame:
     """Run ``scenario`` once per seed into ``out/seed-<s>`` and compare algorithms across seeds.
 
     Writes ``seeds.csv`` (one row per algorithm and seed: final/best accuracy, time to ``target``, bytes,
@@ -473,11 +605,11 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
     for v in variants:
         preflight(v, allow_large=allow_large)
     if resume and out.is_dir():
-        out.mkdir(parents=True, exist_ok=True)
+        check_resume_root(out, "seeds")
     else:
         out = prepare_run_dir(out, force=force)
     units = [Unit({}, seed, sc, out / f"seed-{seed}") for seed, sc in zip(seeds, variants)]
-    done = run_units(units, resume=resume, progress=progress, allow_large=allow_large, what="seeds")
+    done = run_units(units, resume=resume, progress=progress, allow_large=allow_large, what="seeds", on_ready=on_ready)
     rows: list[dict[str, Any]] = []
     curves: dict[str, list[pd.DataFrame]] = {}
     for seed, sc, summaries in zip(seeds, variants, done):

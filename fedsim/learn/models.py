@@ -95,6 +95,13 @@ class BlockModel(nn.Module):
         return len(self.blocks)
 
 
+#: Channel and unit counts of the built-in models at width 1 (``model.width`` scales each of them).
+CNN_CHANNELS = (16, 32)
+FEMNIST_CHANNELS = (32, 64)
+ALEXNET_SIZES = (32, 64, 128, 256, 256, 1024, 512)  # five conv layers, then two dense layers
+RESNET_CHANNELS = (16, 32, 64)
+
+
 def scaled(n: int, width: float) -> int:
     """A layer size scaled by ``width`` (HeteroFL/FjORD style): ceil(n * width), at least 1."""
     return max(1, int(math.ceil(n * width - 1e-9)))
@@ -156,7 +163,7 @@ def _cnn(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...]
         conv, pool = nn.Conv2d, nn.MaxPool2d
     else:
         raise ConfigError("model.name", f"'cnn' needs an input of shape (C, L) or (C, H, W), got {input_shape}")
-    c1, c2 = scaled(16, width), scaled(32, width)
+    c1, c2 = (scaled(c, width) for c in CNN_CHANNELS)
     fc = scaled(hidden[0], width)
     blocks: list[nn.Module] = []
     spatial = min(input_shape[1:])
@@ -183,8 +190,8 @@ def _alexnet_cifar(input_shape: tuple[int, ...], num_classes: int, width: float)
     """
     if len(input_shape) != 3:
         raise ConfigError("model.name", f"'alexnet_cifar' needs an image input (C, H, W), got {input_shape}")
-    c = [scaled(v, width) for v in (32, 64, 128, 256, 256)]
-    f1, f2 = scaled(1024, width), scaled(512, width)
+    c = [scaled(v, width) for v in ALEXNET_SIZES[:5]]
+    f1, f2 = (scaled(v, width) for v in ALEXNET_SIZES[5:])
     blocks: list[nn.Module] = [
         nn.Conv2d(input_shape[0], c[0], 3, padding=1), nn.MaxPool2d(2, 2), nn.ReLU(),
         nn.Conv2d(c[0], c[1], 3, padding=1), nn.MaxPool2d(2, 2), nn.ReLU(),
@@ -206,7 +213,8 @@ def _femnist_cnn(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[i
     """
     if len(input_shape) != 3:
         raise ConfigError("model.name", f"'femnist_cnn' needs an image input (C, H, W), got {input_shape}")
-    c1, c2, fc = scaled(32, width), scaled(64, width), scaled(hidden[0], width)
+    c1, c2 = (scaled(c, width) for c in FEMNIST_CHANNELS)
+    fc = scaled(hidden[0], width)
     blocks: list[nn.Module] = []
     spatial = min(input_shape[1:])
     for cin, cout in ((input_shape[0], c1), (c1, c2)):
@@ -317,7 +325,7 @@ def _resnet(input_shape: tuple[int, ...], num_classes: int, depth: int, width: f
     if depth < 8 or (depth - 2) % 6 != 0:
         raise ConfigError("model.depth", f"a CIFAR ResNet has depth 6n + 2 (8, 14, 20, 32, 44, 56, ...), got {depth!r}")
     n = (depth - 2) // 6
-    chans = [scaled(c, width) for c in (16, 32, 64)]
+    chans = [scaled(c, width) for c in RESNET_CHANNELS]
     blocks: list[nn.Module] = [_Stem(input_shape[0], chans[0], bn)]
     stage_of: list[int] = []
     cin = chans[0]
@@ -490,6 +498,43 @@ def _options(name: str, options: Mapping[str, Any] | None, allowed: Sequence[str
     return opts
 
 
+def _width_sizes(name: str, hidden: int | tuple[int, ...] | None, opts: Mapping[str, Any]) -> tuple[int, ...]:
+    """The layer sizes (units, channels, heads) that ``model.width`` scales in built-in model ``name``, at
+    width 1 (empty for a model without width: logreg, linear)."""
+    if name in ("mlp", "fragment_mlp"):
+        return _as_tuple(hidden, (128,) if name == "mlp" else (200,))
+    if name == "cnn":
+        return (*CNN_CHANNELS, *_as_tuple(hidden, (64,))[:1])
+    if name == "femnist_cnn":
+        return (*FEMNIST_CHANNELS, *_as_tuple(hidden, (2048,))[:1])
+    if name == "alexnet_cifar":
+        return ALEXNET_SIZES
+    if name == "resnet20":
+        return RESNET_CHANNELS
+    if name == "vit":
+        o = {**VIT_OPTIONS, **opts}
+        try:
+            return int(o["heads"]), int(round(int(o["embed_dim"]) * float(o["mlp_ratio"])))
+        except (TypeError, ValueError):
+            return ()  # a bad option is named by the ViT's own checks
+    return ()
+
+
+def _check_width(name: str, width: float, sizes: Sequence[int]) -> None:
+    """Refuse a width at which a scaled layer would keep less than one unit: :func:`scaled` would round it
+    up to one, so the model would not be the width asked for (``model.width=1e-9`` gives every layer one
+    unit).  The smallest meaningful width is 1 / (the smallest scaled size): there the narrowest layer keeps
+    exactly one unit."""
+    sizes = [n for n in sizes if n >= 1]
+    if not sizes:
+        return
+    smallest = min(sizes)
+    if smallest * width < 1 - 1e-9:
+        raise ConfigError("model.width", f"got {width!r}, which leaves a layer of '{name}' ({smallest} units at "
+                          f"width 1) with {smallest * width:.3g} units (allowed: >= 1/{smallest} = "
+                          f"{1 / smallest:.4g}, the smallest width at which every layer keeps one unit)")
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
                 hidden: int | tuple[int, ...] | None = None, width: float = 1.0, depth: int | None = None,
                 bn: str = "static", options: Mapping[str, Any] | None = None,
@@ -527,6 +572,7 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, *,
     opts = _options(name, options, allowed)
     if depth is not None and name not in ("resnet20", "vit"):
         raise ConfigError("model.depth", f"model '{name}' has no depth knob (only resnet20 and vit)")
+    _check_width(name, width, _width_sizes(name, hidden, opts))
     seed = _seed_from(seed_generator)
     extra: tuple = ()
     groups: dict[str, WidthGroup] = {}
