@@ -548,15 +548,19 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     measure = "accuracy"
     if metrics_path.exists():
         m = pd.read_csv(metrics_path)
+        # the curve is accuracy, else (a regression task: accuracy all missing) the test loss; the measure's
+        # own column is read, never renamed onto another (a loss-only run still has an empty accuracy column)
         if len(m) and "accuracy" in m and m["accuracy"].notna().any():
-            m = m.dropna(subset=["accuracy"])
+            measure = "accuracy"
         elif len(m) and "loss" in m and m["loss"].notna().any():
-            measure, m = "loss", m.dropna(subset=["loss"]).rename(columns={"loss": "accuracy"})
+            measure = "loss"
         else:
-            m = m.iloc[0:0]
-        acc = {"t": clean(m["t"]), "y": clean(m["accuracy"], 6)}
-        if len(m):
-            end_t = max(end_t, float(m["t"].max()))  # the last evaluation may follow the last interval
+            measure = ""
+        curve = m.dropna(subset=[measure])[["t", measure]] if measure else pd.DataFrame({"t": [], "y": []})
+        acc = {"t": clean(curve["t"]), "y": clean(curve.iloc[:, 1], 6)}
+        measure = measure or "accuracy"
+        if len(curve):
+            end_t = max(end_t, float(curve["t"].max()))  # the last evaluation may follow the last interval
     return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
             "clients_total": len(clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
