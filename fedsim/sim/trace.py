@@ -767,7 +767,7 @@ def _compact_blocks(path: Path, wanted: set[str] | None, need: set[str] | None) 
     schemas: dict[int, tuple[str, list[str]]] = {}
     rest = b""
     base = 0  # records before this piece
-    for piece in _pieces(_read_bytes(path), 1 << 23):
+    for piece in _pieces(_read_bytes(path), 1 << 21):
         buf = rest + piece
         cut = buf.rfind(b"\n")
         if cut < 0:
