@@ -382,12 +382,12 @@ def lanczos_top_eigenvalue(hvp: Callable[[np.ndarray], np.ndarray], dim: int, *,
     k-th iterate, so |θ| converges at least as fast as power iteration from the same start.
 
     ``start``: the first Krylov vector (e.g. the top Ritz vector of a nearby operator, the previous
-    checkpoint's Hessian); a random one from ``rng`` is mixed in at 1e-3 so no eigen-direction is
+    checkpoint's Hessian); a random one from ``rng`` is mixed in at 1e-6 so no eigen-direction is
     missed.  Also returns the top Ritz vector, to start the next call from."""
     v = rng.standard_normal(dim)
     v /= np.linalg.norm(v)
     if start is not None and start.shape == (dim,) and np.linalg.norm(start) > 0:
-        v = start / np.linalg.norm(start) + 1e-3 * v
+        v = start / np.linalg.norm(start) + 1e-6 * v
         v /= np.linalg.norm(v)
     basis = [v]
     alphas: list[float] = []
