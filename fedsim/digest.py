@@ -32,8 +32,10 @@ PHASES = ("download", "compute", "upload", "offline")
 INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
 DIGEST_KINDS = (*PHASES, "server", "apply", "dispatch")
 DIGEST_FIELDS = ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness", "submodel")
-#: Bars kept per row before the timeline's merging starts (bounded memory for long traces).
+#: Bars held before the timeline's merging starts (bounded memory for long traces).
 _COMPRESS_AT = 200_000
+#: Interactive candidates held beyond twice the page's cap before the buffer is cut back to the cap.
+_PRUNE_SLACK = 1024
 
 
 def merge_intervals(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -256,7 +258,7 @@ class TraceDigest:
             self.bars = {k: v.copy() for k, v in new.items()}
         else:
             self.bars = {k: np.concatenate([self.bars[k], new[k]]) for k in self._KEYS}
-        if len(self.bars["start"]) > 2 * self.interactive_bars + 1024:
+        if len(self.bars["start"]) > 2 * self.interactive_bars + _PRUNE_SLACK:
             self._prune()
 
     def _prune(self) -> None:

@@ -716,7 +716,7 @@ def iter_blocks(path: str | Path, kinds: Iterable[str] | None = None, fields: It
     wanted = None if kinds is None else set(kinds)
     need = None if fields is None else set(fields)
     if path.name.endswith(".gz"):
-        yield from _compact_blocks(path, wanted, need)
+        yield from _compact_blocks(path, wanted, need, size=32 * block_lines)  # about 32+ bytes a line
         return
     marks = None if wanted is None else {k: f'"kind":{json.dumps(k)}' for k in wanted}
     seq = 0
@@ -760,14 +760,15 @@ def _pieces(source: Iterator[bytes], size: int) -> Iterator[bytes]:
         yield b"".join(parts)
 
 
-def _compact_blocks(path: Path, wanted: set[str] | None, need: set[str] | None) -> Iterator[Block]:
+def _compact_blocks(path: Path, wanted: set[str] | None, need: set[str] | None, size: int = 1 << 21
+                    ) -> Iterator[Block]:
     """:func:`iter_blocks` of a compact trace.  Per piece of inflated text (whole lines): the line starts
     and schema ids in numpy, the wanted lines grouped by schema with one stable sort and one gather, each
     schema's lines read by ``pandas.read_csv`` (numeric columns only; JSON for rows that nest lists)."""
     schemas: dict[int, tuple[str, list[str]]] = {}
     rest = b""
     base = 0  # records before this piece
-    for piece in _pieces(_read_bytes(path), 1 << 21):
+    for piece in _pieces(_read_bytes(path), size):
         buf = rest + piece
         cut = buf.rfind(b"\n")
         if cut < 0:
