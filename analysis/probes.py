@@ -309,15 +309,14 @@ def _local_steps(scenario: Any, parts: Sequence[np.ndarray] | None) -> tuple[flo
 def _clients_per_version(run_dir: Path, scenario: Any) -> tuple[float, str]:
     """m of the theorem: the fewest updates any aggregation averaged (from the trace), else the algorithm's
     clients_per_round / buffer_size, else 1."""
-    from fedsim.sim.trace import load_trace, trace_path
+    from fedsim.sim.trace import iter_blocks, trace_path
 
     trace_file = trace_path(run_dir)
-    if trace_file.exists():
-        tr = load_trace(trace_file, kinds=("aggregate",), columns=("n_updates",))
-        if len(tr) and "n_updates" in tr.columns:
-            agg = tr[tr["kind"] == "aggregate"]["n_updates"].dropna()
-            if len(agg):
-                return float(agg.min()), "fewest updates averaged into one version (trace)"
+    if trace_file.exists():  # streamed: only the aggregate records' counts are read
+        fewest = min((float(np.nanmin(n)) for b in iter_blocks(trace_file, kinds=("aggregate",), fields=("n_updates",))
+                      if len(n := b.num("n_updates")) and not np.isnan(n).all()), default=None)
+        if fewest is not None:
+            return fewest, "fewest updates averaged into one version (trace)"
     params = scenario.algorithms[0].params if scenario.algorithms else None
     for key in ("clients_per_round", "buffer_size"):
         if params is not None and getattr(params, key, None) is not None:

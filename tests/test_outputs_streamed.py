@@ -104,3 +104,18 @@ def test_compact_reader_columns_equal_the_full_loader(run):
     order = np.argsort(np.concatenate([b.seq for bs in got.values() for b in bs]))
     kinds = np.concatenate([[b.kind] * len(b) for bs in got.values() for b in bs])[order]
     assert kinds.tolist() == full["kind"].astype(str).tolist()
+
+
+@pytest.mark.parametrize("rates, log", [([1e6, 2e6, 3e6], False), ([1e5, 1e7, 1e15], True)])
+def test_link_rates_go_on_a_log_axis_when_they_span_decades(tmp_path, monkeypatch, rates, log):
+    import matplotlib.axes
+
+    from fedsim import report
+
+    scales = []
+    real = matplotlib.axes.Axes.set_xscale
+    monkeypatch.setattr(matplotlib.axes.Axes, "set_xscale", lambda self, v, **k: scales.append(v) or real(self, v, **k))
+    trace = pd.DataFrame([{"t": i + 1.0, "kind": "upload", "client": i, "start": float(i), "end": i + 1.0,
+                           "rate_bps": r} for i, r in enumerate(rates)])
+    assert report.link_rate_figure(trace, tmp_path / "r.png")
+    assert (scales == ["log"]) is log
