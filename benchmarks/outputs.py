@@ -72,7 +72,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="gas-cell-timing")
     ap.add_argument("--skip-probes", action="store_true", help="only the output-cost ratios")
-    ap.add_argument("--probe-versions", type=int, default=6, help="versions of the cos2p run to probe")
+    ap.add_argument("--probe-versions", type=int, default=6,
+                    help="versions of the cos2p run (checkpoints every 3: version 0, 3, 6, ...)")
+    ap.add_argument("--probe-rounds", type=int, default=2, help="alternating rounds of the two probe methods")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fedsim-bench-outputs-"))
     try:
@@ -101,7 +103,7 @@ def main() -> None:
                    "output.figures=false", "--quiet", "--out", str(cos)])
             n = len(list((cos / "checkpoints").glob("v*.pt")))
             times = {}
-            for method in ("sampled", "exact", "sampled", "exact"):  # alternating, the second of each kept
+            for method in ("sampled", "exact") * args.probe_rounds:  # alternating, the last of each kept
                 (cos / "probes.csv").unlink(missing_ok=True)
                 _, peak, text = child([sys.executable, "-c", PROBES, str(cos), method])
                 times[method] = (float(text.strip().splitlines()[-1]), peak)
