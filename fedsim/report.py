@@ -353,19 +353,11 @@ def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
     """Per client (rows) and block (columns): the mean kept fraction over the client's dispatches.
 
     Reads the ``submodel`` field of ``dispatch`` events; a dispatch without one (the whole model) counts
-    as 1 for every block.  Empty when no dispatch of the run carried a sub-model."""
+    as 1 for every block.  Empty when no dispatch of the run carried a sub-model.  (The run's figures
+    compute the same from the streamed trace: :meth:`fedsim.digest.TraceDigest.submodel_table`.)"""
     if "submodel" not in trace or "kind" not in trace:
         return pd.DataFrame()
-    disp = trace[trace["kind"] == "dispatch"]
-    rows = [(int(c), _kept_per_block(s)) for c, s in zip(disp["client"], disp["submodel"])]
-    n_blocks = max((len(k) for _, k in rows if k), default=0)
-    if not n_blocks:
-        return pd.DataFrame()
-    table = pd.DataFrame([k if k else [1.0] * n_blocks for _, k in rows], columns=range(n_blocks))
-    table["client"] = [c for c, _ in rows]
-    out = table.groupby("client").mean().sort_index()
-    out.columns = [f"block {b}" for b in out.columns]
-    return out
+    return digest_trace(trace[trace["kind"] == "dispatch"]).submodel_table()
 
 
 def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict[int, str] | None = None) -> bool:
@@ -444,6 +436,7 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
     run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
     ``output.timeline_clients`` of the scenario)."""
     run_dir = Path(run_dir)
+    _release_freed_memory()
     written = []
     metrics_path = run_dir / "metrics.csv"
     if metrics_path.exists():
@@ -477,6 +470,21 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
     if energy_path.exists() and energy_figure(pd.read_csv(energy_path), run_dir / "energy.png"):
         written.append(run_dir / "energy.png")
     return written
+
+
+def _release_freed_memory() -> None:
+    """Hand the memory a finished simulation freed back to the system before the outputs are built
+    (glibc keeps freed heap pages, so the outputs' reading would otherwise add to the run's peak on top
+    of them).  A no-op where the C library has no ``malloc_trim``."""
+    import gc
+
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _device_classes(run_dir: Path) -> dict[int, str] | None:

@@ -716,7 +716,7 @@ def iter_blocks(path: str | Path, kinds: Iterable[str] | None = None, fields: It
     wanted = None if kinds is None else set(kinds)
     need = None if fields is None else set(fields)
     if path.name.endswith(".gz"):
-        yield from _compact_blocks(path, wanted, need, size=32 * block_lines)  # about 32+ bytes a line
+        yield from _compact_blocks(path, wanted, need, size=16 * block_lines)  # 1 MB of text by default
         return
     marks = None if wanted is None else {k: f'"kind":{json.dumps(k)}' for k in wanted}
     seq = 0
