@@ -15,7 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.digest import INTERACTIVE_KINDS, TraceDigest, digest_trace, merge_intervals  # noqa: E402
+from fedsim.digest import (INTERACTIVE_KINDS, TraceDigest, digest_trace, merge_intervals,  # noqa: E402
+                           release_freed_memory)
 from fedsim.sim.trace import trace_path  # noqa: E402
 
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
@@ -479,12 +480,7 @@ def _release_freed_memory() -> None:
     import gc
 
     gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    release_freed_memory()
 
 
 def _device_classes(run_dir: Path) -> dict[int, str] | None:
