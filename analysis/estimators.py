@@ -310,6 +310,126 @@ def torch_hvp(model: torch.nn.Module, loss_fn: LossFn, batch: Sequence[torch.Ten
     return hvp
 
 
+class _Bound:
+    """A model called with given parameters (``torch.func.functional_call``), for a loss written as
+    ``loss_fn(model, *tensors)``."""
+
+    def __init__(self, model: torch.nn.Module, params: Mapping[str, torch.Tensor]) -> None:
+        self.model, self.params = model, params
+
+    def __call__(self, *args: Any) -> Any:
+        return torch.func.functional_call(self.model, dict(self.params), args)
+
+
+@dataclass(frozen=True)
+class SampleStats:
+    """Full-data quantities of one client from its per-sample gradients g_j (j = 1..n).
+
+    ``grad`` = (1/n) Σ g_j (= ∇F_i, the full-batch gradient), ``loss`` = F_i, ``sq_mean`` = (1/n) Σ ‖g_j‖²,
+    so the per-sample gradient variance is ``sq_mean − ‖grad‖²``."""
+
+    grad: np.ndarray
+    loss: float
+    sq_mean: float
+    n: int
+
+    def minibatch_variance(self, batch_size: int) -> float:
+        """E‖g_B − ∇F_i‖² of a minibatch of ``batch_size`` samples drawn uniformly *with* replacement:
+        exactly (1/B)·(1/n) Σ_j ‖g_j − ∇F_i‖² (B independent draws from the client's samples)."""
+        return max(self.sq_mean - float(self.grad @ self.grad), 0.0) / int(batch_size)
+
+
+def per_sample_stats(model: torch.nn.Module, loss_fn: LossFn, data: Sequence[torch.Tensor],
+                     chunk: int | None = None) -> SampleStats:
+    """:class:`SampleStats` of one dataset in one pass of vectorised per-sample gradients (``torch.func``
+    ``vmap`` of ``grad``), ``chunk`` samples at a time (default: about 2^24 gradient entries held)."""
+    names = [k for k, p in model.named_parameters() if p.requires_grad]
+    params = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}
+    d = sum(p.numel() for p in params.values())
+    n = int(data[0].shape[0])
+    step = int(chunk) if chunk else max(1, min(n, (1 << 22) // max(d, 1)))
+
+    def one(p: Mapping[str, torch.Tensor], *sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = loss_fn(_Bound(model, p), *(t.unsqueeze(0) for t in sample))
+        return loss, loss.detach()
+
+    per_sample = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, *[0] * len(data)))
+    total = np.zeros(d)
+    sq, loss_sum = 0.0, 0.0
+    for lo in range(0, n, step):
+        part = tuple(t[lo:lo + step] for t in data)
+        grads, losses = per_sample(params, *part)
+        sums = []
+        for k in names:  # per tensor, in float64: σ² is a difference of two close sums
+            gk = grads[k].reshape(part[0].shape[0], -1).double()
+            sums.append(gk.sum(dim=0))
+            sq += float(torch.einsum("ij,ij->", gk, gk))
+        total += torch.cat(sums).cpu().numpy()
+        loss_sum += float(losses.double().sum())
+    return SampleStats(total / n, loss_sum / n, sq / n, n)
+
+
+def lanczos_top_eigenvalue(hvp: Callable[[np.ndarray], np.ndarray], dim: int, *, iters: int = 30,
+                           tol: float = 1e-4, rng: np.random.Generator,
+                           start: np.ndarray | None = None) -> tuple[float, float, np.ndarray]:
+    """Largest-magnitude eigenvalue of a symmetric operator by Lanczos (full reorthogonalisation) on
+    Hessian-vector products; returns (|θ|, bound) with θ the Ritz value of largest magnitude.
+
+    Error: a Ritz pair (θ, y) has residual ‖H y − θ y‖ = β_k |s_k| (β_k the last off-diagonal, s_k the
+    last entry of the Ritz vector in the Krylov basis), and some eigenvalue of H lies within that
+    residual of θ (Bauer–Fike for symmetric H): ``bound``.  Stops once the bound is below
+    ``tol·|θ|`` or after ``iters`` products.  A Krylov space of k vectors contains the power iteration's
+    k-th iterate, so |θ| converges at least as fast as power iteration from the same start.
+
+    ``start``: the first Krylov vector (e.g. the top Ritz vector of a nearby operator, the previous
+    checkpoint's Hessian); a random one from ``rng`` is mixed in at 1e-6 so no eigen-direction is
+    missed.  Also returns the top Ritz vector, to start the next call from."""
+    v = rng.standard_normal(dim)
+    v /= np.linalg.norm(v)
+    if start is not None and start.shape == (dim,) and np.linalg.norm(start) > 0:
+        v = start / np.linalg.norm(start) + 1e-6 * v
+        v /= np.linalg.norm(v)
+    basis = [v]
+    alphas: list[float] = []
+    betas: list[float] = []
+    theta, bound = 0.0, float("inf")
+    for k in range(iters):
+        w = np.asarray(hvp(basis[-1]), dtype=np.float64)
+        a = float(basis[-1] @ w)
+        alphas.append(a)
+        q = np.stack(basis)
+        w = w - q.T @ (q @ w)  # full reorthogonalisation (twice is enough)
+        w = w - q.T @ (q @ w)
+        b = float(np.linalg.norm(w))
+        tri = np.diag(alphas) + np.diag(betas, 1) + np.diag(betas, -1)
+        vals, vecs = np.linalg.eigh(tri)
+        j = int(np.argmax(np.abs(vals)))
+        theta, bound = float(vals[j]), abs(b * float(vecs[-1, j]))
+        if bound <= tol * max(abs(theta), 1e-12) or b <= 1e-12 * max(abs(theta), 1.0) or k == dim - 1:
+            break
+        betas.append(b)
+        basis.append(w / b)
+    ritz = np.stack(basis[: len(vecs)]).T @ vecs[:, j]
+    return abs(theta), bound, ritz
+
+
+def torch_hvp_reusing(model: torch.nn.Module, loss_fn: LossFn, batch: Sequence[torch.Tensor]
+                      ) -> Callable[[np.ndarray], np.ndarray]:
+    """:func:`torch_hvp` with the gradient's graph built once and kept: each product is one more
+    backward pass (no new forward and first backward per product)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    loss = loss_fn(model, *batch)
+    grads = torch.autograd.grad(loss, params, create_graph=True)
+    flat_grad = torch.cat([g.reshape(-1) for g in grads])
+
+    def hvp(v: np.ndarray) -> np.ndarray:
+        u = torch.from_numpy(np.asarray(v, dtype=np.float64)).to(device=flat_grad.device, dtype=flat_grad.dtype)
+        hv = torch.autograd.grad(flat_grad @ u, params, retain_graph=True)
+        return np.concatenate([_np(h).ravel() for h in hv])
+
+    return hvp
+
+
 class TorchClients:
     """A torch model plus per-client data, exposed as a :class:`GradientOracle` over flat vectors.
 
@@ -328,6 +448,11 @@ class TorchClients:
         self.n_clients = len(self.datasets)
 
     def _at(self, w: np.ndarray) -> None:
+        """Put the model at w (skipped when it is there already: writing the parameters costs as much as
+        a small gradient)."""
+        held = flat_params(self.model)
+        if held.shape == np.shape(w) and np.array_equal(held, w):
+            return
         set_flat_params(self.model, w)
 
     def grad(self, i: int, w: np.ndarray) -> np.ndarray:
@@ -344,6 +469,12 @@ class TorchClients:
 
     def full_grad(self, w: np.ndarray) -> np.ndarray:
         return np.mean([self.grad(i, w) for i in range(self.n_clients)], axis=0)
+
+    def sample_stats(self, i: int, w: np.ndarray) -> SampleStats:
+        """Client i's full-batch gradient, loss and mean squared per-sample gradient norm at w, in one
+        vectorised pass (:func:`per_sample_stats`)."""
+        self._at(w)
+        return per_sample_stats(self.model, self.loss_fn, self.datasets[i])
 
     def stoch_grad(self, i: int, w: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         self._at(w)

@@ -9,10 +9,17 @@ At one global model w (a checkpoint, or the live model during a simulation) a pr
   dissimilarity ``B_local``, ``grad_diversity``, and ``zeta2_mean`` / ``zeta2_max`` = mean / max over
   clients of ‖∇F_i − ∇F‖²;
 * ``sigma2_mean`` / ``sigma2_max``: per client, E‖g − ∇F_i‖² of a stochastic gradient at the run's batch
-  size (``sigma_samples`` draws, samples uniform *with* replacement; the run's without-replacement
-  batches have slightly smaller variance, so this errs high);
-* ``L_hessian``: the top Hessian eigenvalue of F on a probe subset (power iteration on exact
-  Hessian-vector products; ``hessian_samples`` spread equally over clients), and ``L_secant``:
+  size B, samples uniform *with* replacement (the run's without-replacement batches have slightly
+  smaller variance, so this errs high).  Computed exactly, not sampled: B independent draws average
+  the client's per-sample gradients g_j, so E‖g − ∇F_i‖² = (1/B)·(1/n_i)Σ_j‖g_j − ∇F_i‖², from one
+  vectorised pass of per-sample gradients that also gives ∇F_i and F_i
+  (:func:`analysis.estimators.per_sample_stats`).  ``method="sampled"`` keeps the earlier Monte-Carlo
+  mean over ``sigma_samples`` drawn minibatches (relative standard error about sqrt(2/sigma_samples));
+* ``L_hessian``: the top Hessian eigenvalue of F on a probe subset (``hessian_samples`` spread equally
+  over clients), by Lanczos on exact Hessian-vector products whose gradient graph is built once
+  (:func:`analysis.estimators.lanczos_top_eigenvalue`); ``L_hessian_err`` is its stated error: an
+  eigenvalue of the subset's Hessian lies within it of the estimate (the Ritz pair's residual norm).
+  ``method="sampled"`` keeps the earlier power iteration (no error stated).  ``L_secant``:
   ‖∇F(w) − ∇F(w')‖ / ‖w − w'‖ against the previously probed model w';
 * per-block activations of the model on a fixed probe batch of test inputs (for SVCCA between versions).
 
@@ -48,16 +55,18 @@ from analysis.estimators import (
     global_gradient,
     gradient_diversity,
     hessian_top_eigenvalue,
+    lanczos_top_eigenvalue,
     local_dissimilarity,
     probe_activations,
     torch_hvp,
+    torch_hvp_reusing,
 )
 from analysis.similarity import svcca
 from fedsim.errors import ConfigError
 from fedsim.sim.rng import Streams
 
 PROBE_COLUMNS = ("version", "loss", "grad_norm_sq", "client_grad_sq_mean", "B_local", "grad_diversity",
-                 "zeta2_mean", "zeta2_max", "sigma2_mean", "sigma2_max", "L_hessian", "L_secant")
+                 "zeta2_mean", "zeta2_max", "sigma2_mean", "sigma2_max", "L_hessian", "L_hessian_err", "L_secant")
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,7 @@ class ProbeSettings:
     hessian_tol: float = 1e-4
     activation_samples: int = 128               # fixed probe batch of test inputs
     chunk: int = 4096                           # examples per forward pass in full-batch gradients
+    method: str = "exact"                       # "exact": per-sample σ², Lanczos; "sampled": the earlier estimators
 
 
 def cross_entropy_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -108,26 +118,48 @@ def client_loss(clients: TorchClients, i: int) -> float:
 def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sigma_rng: np.random.Generator,
                 hessian_batch: Sequence[torch.Tensor] | None, hessian_rng: np.random.Generator,
                 hessian_iters: int = 30, hessian_tol: float = 1e-4,
-                previous: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[str, float], np.ndarray]:
+                previous: tuple[np.ndarray, np.ndarray] | None = None,
+                method: str = "exact", hessian_state: dict[str, Any] | None = None
+                ) -> tuple[dict[str, float], np.ndarray]:
     """The probe quantities at flat parameters ``w`` (see the module docstring); returns (row, ∇F(w)).
 
     ``previous`` is (w', ∇F(w')) of the previously probed point, for ``L_secant`` (nan without one);
-    ``hessian_batch=None`` skips the Hessian (``L_hessian`` nan).  σ² reuses the full-batch client
-    gradients, so it is :func:`analysis.estimators.stochastic_variance` without recomputing them.
+    ``hessian_batch=None`` skips the Hessian (``L_hessian`` nan) and ``sigma_samples=0`` σ².
+    ``method="exact"`` (default): σ² exactly from per-sample gradients and the Hessian by Lanczos;
+    ``"sampled"``: σ² as the mean over ``sigma_samples`` drawn minibatches (reusing the full-batch client
+    gradients, :func:`analysis.estimators.stochastic_variance` without recomputing them) and the Hessian
+    by power iteration, as earlier versions measured them.  ``hessian_state``: a dict kept between the
+    probes of one run; Lanczos starts from the previous probe's top eigenvector stored there (checkpoints
+    are near each other, so it converges in a few products) and stores this one's.
     """
-    grads = client_gradients(clients, w)
+    if method not in ("exact", "sampled"):
+        raise ConfigError("method", f"unknown probe method {method!r} (allowed: exact, sampled)")
+    exact = method == "exact" and isinstance(clients, TorchClients)
+    if exact and sigma_samples > 0:
+        stats = [clients.sample_stats(i, w) for i in range(clients.n_clients)]
+        grads = np.stack([st.grad for st in stats])
+        losses = [st.loss for st in stats]
+        sig = [st.minibatch_variance(clients.batch_size) for st in stats]
+    else:
+        grads = client_gradients(clients, w)
+        losses = [client_loss(clients, i) for i in range(clients.n_clients)]
+        sig = []
+        for i in range(clients.n_clients):
+            dev = [float(np.sum((clients.stoch_grad(i, w, sigma_rng) - grads[i]) ** 2)) for _ in range(sigma_samples)]
+            sig.append(float(np.mean(dev)) if dev else float("nan"))
     g = global_gradient(grads)
-    losses = [client_loss(clients, i) for i in range(clients.n_clients)]
     diss = dissimilarity(grads)
-    sig = []
-    for i in range(clients.n_clients):
-        dev = [float(np.sum((clients.stoch_grad(i, w, sigma_rng) - grads[i]) ** 2)) for _ in range(sigma_samples)]
-        sig.append(float(np.mean(dev)) if dev else float("nan"))
-    L_h = float("nan")
+    L_h = L_err = float("nan")
     if hessian_batch is not None:
         clients._at(w)
-        hvp = torch_hvp(clients.model, clients.loss_fn, hessian_batch)
-        L_h = hessian_top_eigenvalue(hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng)
+        if exact:
+            hvp = torch_hvp_reusing(clients.model, clients.loss_fn, hessian_batch)
+            state = hessian_state if hessian_state is not None else {}
+            L_h, L_err, state["direction"] = lanczos_top_eigenvalue(
+                hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng, start=state.get("direction"))
+        else:
+            hvp = torch_hvp(clients.model, clients.loss_fn, hessian_batch)
+            L_h = hessian_top_eigenvalue(hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng)
     L_s = float("nan")
     if previous is not None:
         dx = float(np.linalg.norm(w - previous[0]))
@@ -143,6 +175,7 @@ def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sig
         "sigma2_mean": float(np.mean(sig)),
         "sigma2_max": float(np.max(sig)),
         "L_hessian": L_h,
+        "L_hessian_err": L_err,
         "L_secant": L_s,
     }
     return row, g
@@ -180,6 +213,7 @@ class Prober:
         a_idx = np.sort(self.streams.numpy("probe", "activations").choice(len(test_x), n_act, replace=False))
         self.probe_inputs = test_x[torch.as_tensor(a_idx, device=test_x.device)]
         self._previous: tuple[np.ndarray, np.ndarray] | None = None
+        self._hessian: dict[str, Any] = {}  # the last probe's top Hessian eigenvector (Lanczos' next start)
 
     def activations(self, state: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
         """Per-block activations (conv maps average-pooled) on the probe batch; {} for a model without blocks."""
@@ -191,7 +225,8 @@ class Prober:
     def probe(self, state: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         """The probe row of global state ``state`` at model version ``version``.
 
-        Probe the versions of a run in increasing order: ``L_secant`` refers to the previous call.
+        Probe the versions of a run in increasing order: ``L_secant`` refers to the previous call, and the
+        Hessian's Lanczos starts from the previous call's top eigenvector.
         """
         s = self.settings
         self.model.load_state_dict(state)
@@ -201,7 +236,8 @@ class Prober:
                                  sigma_rng=self.streams.numpy("probe", "sigma2", version),
                                  hessian_batch=self.hessian_batch,
                                  hessian_rng=self.streams.numpy("probe", "hessian", version),
-                                 hessian_iters=s.hessian_iters, hessian_tol=s.hessian_tol, previous=self._previous)
+                                 hessian_iters=s.hessian_iters, hessian_tol=s.hessian_tol, previous=self._previous,
+                                 method=s.method, hessian_state=self._hessian)
         self._previous = (w, g)
         return {"version": int(version), **row}
 
@@ -273,15 +309,14 @@ def _local_steps(scenario: Any, parts: Sequence[np.ndarray] | None) -> tuple[flo
 def _clients_per_version(run_dir: Path, scenario: Any) -> tuple[float, str]:
     """m of the theorem: the fewest updates any aggregation averaged (from the trace), else the algorithm's
     clients_per_round / buffer_size, else 1."""
-    from fedsim.sim.trace import load_trace, trace_path
+    from fedsim.sim.trace import iter_blocks, trace_path
 
     trace_file = trace_path(run_dir)
-    if trace_file.exists():
-        tr = load_trace(trace_file, kinds=("aggregate",), columns=("n_updates",))
-        if len(tr) and "n_updates" in tr.columns:
-            agg = tr[tr["kind"] == "aggregate"]["n_updates"].dropna()
-            if len(agg):
-                return float(agg.min()), "fewest updates averaged into one version (trace)"
+    if trace_file.exists():  # streamed: only the aggregate records' counts are read
+        fewest = min((float(np.nanmin(n)) for b in iter_blocks(trace_file, kinds=("aggregate",), fields=("n_updates",))
+                      if len(n := b.num("n_updates")) and not np.isnan(n).all()), default=None)
+        if fewest is not None:
+            return fewest, "fewest updates averaged into one version (trace)"
     params = scenario.algorithms[0].params if scenario.algorithms else None
     for key in ("clients_per_round", "buffer_size"):
         if params is not None and getattr(params, key, None) is not None:
@@ -319,6 +354,8 @@ def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None,
     out: dict[str, Any] = {
         "L": L,
         "L_hessian": float(df["L_hessian"].max()),
+        "L_hessian_err": float(df["L_hessian_err"].max()) if "L_hessian_err" in df and df["L_hessian_err"].notna().any()
+        else None,
         "L_secant": float(df["L_secant"].max()) if df["L_secant"].notna().any() else None,
         "sigma2": float(df["sigma2_max"].max()),
         "sigma2_mean": float(df["sigma2_mean"].mean()),
@@ -339,13 +376,26 @@ def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None,
         "notes": {
             "avg_grad_norm_sq": f"mean of ||grad F||^2 over {len(before)} probed versions < T",
             "F0_minus_Fstar": "F(w_0) - min observed F: a lower bound on F(w_0) - f*",
-            "L": "max of the top Hessian eigenvalue on a probe subset and the secant between probed versions",
-            "sigma2": "max over clients and probes, minibatch of train.batch_size drawn with replacement",
+            "L": "max of the top Hessian eigenvalue on a probe subset and the secant between probed versions"
+                 + _hessian_error_note(df),
+            "sigma2": "max over clients and probes of E||g - grad F_i||^2, minibatch of train.batch_size drawn "
+                      "with replacement" + (" (exact, from per-sample gradients)" if "L_hessian_err" in df
+                                            and df["L_hessian_err"].notna().any() else " (sampled minibatches)"),
             "zeta2": "max over clients and probes of ||grad F_i - grad F||^2 (along the run's iterates only)",
             **dict(notes or {}),
         },
     }
     return out
+
+
+def _hessian_error_note(df: pd.DataFrame) -> str:
+    """The Hessian estimate's stated error, for the check's notes: the largest Lanczos residual bound
+    relative to its estimate over the probes (an eigenvalue lies within it), when measured."""
+    if "L_hessian_err" not in df or not df["L_hessian_err"].notna().any():
+        return ""
+    rel = (df["L_hessian_err"] / df["L_hessian"].abs()).replace(np.inf, np.nan)
+    return (f"; top eigenvalue by Lanczos, an eigenvalue within {float(df['L_hessian_err'].max()):.3g} "
+            f"(at most {float(rel.max()):.2%} of the estimate) of each probe's value")
 
 
 def _svcca_or_nan(a: np.ndarray, b: np.ndarray) -> float:

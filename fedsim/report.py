@@ -15,7 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.sim.trace import load_trace, trace_path  # noqa: E402
+from fedsim.digest import (INTERACTIVE_KINDS, TraceDigest, digest_trace, merge_intervals,  # noqa: E402
+                           release_freed_memory)
+from fedsim.sim.trace import trace_path  # noqa: E402
 
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
 TIMELINE_MAX_EVENTS = 3000
@@ -54,61 +56,56 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
     plt.close(fig)
 
 
-def timeline_figure(trace: pd.DataFrame, path: Path, *, max_clients: int = 30, until: float | None = None,
-                    since: float = 0.0, max_bars: int = 3000) -> None:
+def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
+                    until: float | None = None, since: float = 0.0, max_bars: int = 3000) -> None:
     """Per-client Gantt chart of download / compute / upload, plus server service and queue wait.
 
+    ``trace``: a trace DataFrame, or the :class:`~fedsim.digest.TraceDigest` of one read with the same
+    window and counts (what :func:`run_figures` passes, so a long trace is never held in memory).
     The window is ``[since, until]`` (default: the whole run).  When it holds more than ``max_bars`` bars,
     each client's bars of one phase closer than a pixel-width apart are merged (so every phase stays
     visible at the scale of the whole run); the title says the window, the clients shown and whether
     bars were merged.  Every bar is at least ``MIN_BAR_PX`` pixels wide and compute is drawn last, so a
     phase far shorter than the window (compute next to seconds of upload) still shows; the legend gives
     each phase's mean duration, so a widened bar is not mistaken for a long one."""
+    params = dict(since=since, until=until, timeline_clients=max_clients, timeline_bars=max_bars)
+    if isinstance(trace, TraceDigest):
+        digest = trace
+        got = dict(since=digest.since, until=digest.until, timeline_clients=digest.timeline_clients,
+                   timeline_bars=digest.timeline_bars)
+        if got != params:
+            raise ValueError(f"the digest was read for the timeline {got}, not {params}")
+    else:
+        digest = digest_trace(trace, **params)
     fig, ax = plt.subplots(figsize=(9, 0.25 * min(max_clients, 30) + 2))
     durations: dict[str, float] = {}
     note = ""
-    if len(trace) and "client" in trace:
-        kinds = trace["kind"].to_numpy(dtype=object)
-        client = trace["client"].to_numpy(dtype=float, na_value=np.nan)
-        phase = np.isin(kinds, ["download", "compute", "upload", "offline"])
-        present = client[phase]
-        all_clients = sorted(int(c) for c in np.unique(present[~np.isnan(present)]))
-        del present
+    all_clients = sorted(digest.clients)
+    if all_clients:
         clients = all_clients[:max_clients]
         row = {c: i + 1 for i, c in enumerate(clients)}
-        end = float(trace["t"].max()) if until is None else until
-        # numpy masks and index arrays over the columns: a trace of millions of records is never copied
-        s0 = trace["start"].to_numpy(dtype=float, na_value=np.nan)
-        e0 = trace["end"].to_numpy(dtype=float, na_value=np.nan)
-        visible = np.flatnonzero(phase & (e0 >= since) & (s0 <= end) & np.isin(client, clients))
-        merged = len(visible) > max_bars
+        end = digest.timeline_end()
+        rows = {k: r for k, r in digest.timeline_rows().items() if r.count}
+        merged = digest.timeline_merged()
         pixel = (end - since) / 900.0  # about one pixel of the 9-inch axis at 120 dpi
         gap = pixel if merged else 0.0
-        present_kinds = set(kinds[visible].tolist())
+        present_kinds = {k for k, _ in rows}
         # compute last: drawn over its neighbours, so its narrow bars are never covered by a widened transfer
         for kind in sorted(present_kinds, key=lambda k: (k == "compute", k)):  # phases, then clients
-            idx = visible[kinds[visible] == kind]
-            durations[kind] = float(np.nanmean(e0[idx] - s0[idx])) if len(idx) else 0.0
-            idx = idx[np.argsort(client[idx], kind="stable")]
-            cuts = np.flatnonzero(np.diff(client[idx])) + 1
-            for part in np.split(idx, cuts):
-                _bars(ax, s0[part], e0[part], gap, row[int(client[part[0]])], PHASE_COLOURS[kind],
-                      min_width=MIN_BAR_PX * pixel)
-        del visible, s0, e0, client, kinds, phase
-        server = trace.loc[(trace["kind"] == "server") & (trace["end"] >= since) & (trace["start"] <= end),
-                           [c for c in ("client", "start", "end", "wait") if c in trace]]
-        if len(server):
-            durations["server"] = float((server["end"] - server["start"]).mean())
+            parts = [(c, r) for (k, c), r in rows.items() if k == kind]
+            durations[kind] = sum(r.total for _, r in parts) / sum(r.count for _, r in parts)
+            for c, r in sorted(parts, key=lambda p: p[0]):
+                _bars(ax, *r.arrays(), gap, row[c], PHASE_COLOURS[kind], min_width=MIN_BAR_PX * pixel)
+        if digest.server_row.count:
+            durations["server"] = digest.server_row.total / digest.server_row.count
             # one call per row (a call per request made a run with 10^5 server requests take minutes)
-            _bars(ax, server["start"], server["end"], gap, 0, PHASE_COLOURS["server"], min_width=MIN_BAR_PX * pixel)
-            if "client" in server:
-                # a request's queueing is drawn on the row of the client whose update waits
-                waits = server[(server["wait"] > 0) & server["client"].isin(clients)]
-                if len(waits):
-                    durations["wait"] = float(waits["wait"].mean())
-                for c, g in waits.groupby("client"):
-                    _bars(ax, g["start"] - g["wait"], g["start"], gap, row[int(c)], PHASE_COLOURS["wait"],
-                          min_width=MIN_BAR_PX * pixel)
+            _bars(ax, *digest.server_row.arrays(), gap, 0, PHASE_COLOURS["server"], min_width=MIN_BAR_PX * pixel)
+            # a request's queueing is drawn on the row of the client whose update waits
+            waits = {c: r for c, r in digest.wait_rows.items() if c in row and r.count}
+            if waits:
+                durations["wait"] = sum(r.total for r in waits.values()) / sum(r.count for r in waits.values())
+            for c, r in sorted(waits.items()):
+                _bars(ax, *r.arrays(), gap, row[c], PHASE_COLOURS["wait"], min_width=MIN_BAR_PX * pixel)
         ax.set_yticks([0] + [row[c] for c in clients])
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
         ax.set_xlim(since, end)
@@ -138,30 +135,39 @@ def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str, mi
     e = np.asarray(pd.to_numeric(ends), dtype=float)
     if not len(s):
         return
-    order = np.lexsort((e, s))
-    s, e = s[order], e[order]
-    reach = np.maximum.accumulate(e)
-    first = np.flatnonzero(np.concatenate([[True], s[1:] - reach[:-1] > gap]))
-    b0, b1 = s[first], np.maximum.reduceat(e, first)
+    b0, b1 = merge_intervals(s, e, gap)
     ax.broken_barh(list(zip(b0.tolist(), np.maximum(b1 - b0, max(gap, min_width)).tolist())), (y - 0.4, 0.8),
                    facecolors=colour)
 
 
-def link_rate_figure(trace: pd.DataFrame, path: Path) -> bool:
-    """Distribution of the achieved rate of every transfer (bits / airtime), per direction."""
-    if "rate_bps" not in trace:
+def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
+    """Distribution of the achieved rate of every transfer (bits / airtime), per direction.  Rates that
+    span more than a decade (a mixed population, or an implausible unit) are binned on a log axis, so
+    neither end collapses into one bar."""
+    digest = trace if isinstance(trace, TraceDigest) else digest_trace(trace)
+    if not digest.has_rates:
         return False
+    rates = {k: v / 1e6 for k, v in digest.link_rates().items()}
+    positive = np.concatenate([v[v > 0] for v in rates.values()])
+    log = len(positive) > 0 and float(positive.max()) > 10.0 * float(positive.min())
     fig, ax = plt.subplots(figsize=(6, 4))
     drawn = False
+    bins: Any = 40
+    if log:
+        bins = np.geomspace(float(positive.min()), float(positive.max()) * (1 + 1e-9), 41)
     for kind, colour in (("upload", PHASE_COLOURS["upload"]), ("download", PHASE_COLOURS["download"])):
-        r = pd.to_numeric(trace.loc[trace["kind"] == kind, "rate_bps"], errors="coerce").dropna() / 1e6
+        r = rates[kind]
+        if log:
+            r = r[r > 0]  # a zero rate has no place on a log axis (none is recorded: a transfer takes time)
         if len(r):
-            ax.hist(r, bins=40, alpha=0.6, color=colour, label=f"{kind} ({len(r)} transfers)")
+            ax.hist(r, bins=bins, alpha=0.6, color=colour, label=f"{kind} ({len(r)} transfers)")
             drawn = True
     if not drawn:
         plt.close(fig)
         return False
-    ax.set_xlabel("achieved rate (Mbit/s)")
+    if log:
+        ax.set_xscale("log")
+    ax.set_xlabel("achieved rate (Mbit/s" + (", log scale)" if log else ")"))
     ax.set_ylabel("transfers")
     ax.set_title("link-rate distribution")
     ax.legend()
@@ -221,18 +227,18 @@ def binned_queue(q: pd.DataFrame, t0: float, t1: float, bins: int = 200) -> tupl
     return edges, mean, peak
 
 
-def server_queue_figure(trace: pd.DataFrame, path: Path) -> bool:
+def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     """Requests waiting at the server against virtual time.  A few hundred changes: the step function
     itself.  More (a solid block as a step plot): per bin of 1/200 of the run, the time-averaged length
     as a line and the bin's largest length as a light band.  A dashed line is the time average over the
     run; a server that never queued says so instead of drawing a bare line at zero."""
-    is_server = (trace["kind"] == "server").to_numpy()
-    if not is_server.any():
+    digest = trace if isinstance(trace, TraceDigest) else digest_trace(trace)
+    if not digest.has_server:
         return False
-    server = pd.DataFrame({c: trace[c].to_numpy()[is_server] for c in ("start", "wait", "end")}, copy=False)
+    server = digest.server_frame()
     q = queue_length(server)
     t0 = 0.0
-    t1 = float(np.nanmax(server["end"].to_numpy(dtype=float))) if len(server) else 0.0
+    t1 = digest.server_end_max if np.isfinite(digest.server_end_max) else 0.0
     t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
     fig, ax = plt.subplots(figsize=(7, 3))
     colour = PHASE_COLOURS["server"]
@@ -348,26 +354,18 @@ def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
     """Per client (rows) and block (columns): the mean kept fraction over the client's dispatches.
 
     Reads the ``submodel`` field of ``dispatch`` events; a dispatch without one (the whole model) counts
-    as 1 for every block.  Empty when no dispatch of the run carried a sub-model."""
+    as 1 for every block.  Empty when no dispatch of the run carried a sub-model.  (The run's figures
+    compute the same from the streamed trace: :meth:`fedsim.digest.TraceDigest.submodel_table`.)"""
     if "submodel" not in trace or "kind" not in trace:
         return pd.DataFrame()
-    disp = trace[trace["kind"] == "dispatch"]
-    rows = [(int(c), _kept_per_block(s)) for c, s in zip(disp["client"], disp["submodel"])]
-    n_blocks = max((len(k) for _, k in rows if k), default=0)
-    if not n_blocks:
-        return pd.DataFrame()
-    table = pd.DataFrame([k if k else [1.0] * n_blocks for _, k in rows], columns=range(n_blocks))
-    table["client"] = [c for c, _ in rows]
-    out = table.groupby("client").mean().sort_index()
-    out.columns = [f"block {b}" for b in out.columns]
-    return out
+    return digest_trace(trace[trace["kind"] == "dispatch"]).submodel_table()
 
 
-def submodel_figure(trace: pd.DataFrame, path: Path, classes: dict[int, str] | None = None) -> bool:
+def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict[int, str] | None = None) -> bool:
     """Heat map of which part of the model each client trains: blocks (rows) × clients (columns), colour =
     kept fraction of the block's entries (mean over the client's tasks; 0 for a removed block).
     ``classes`` labels clients by device class."""
-    table = submodel_table(trace)
+    table = trace.submodel_table() if isinstance(trace, TraceDigest) else submodel_table(trace)
     if table.empty:
         return False
     grid = table.T  # blocks × clients
@@ -390,6 +388,47 @@ def submodel_figure(trace: pd.DataFrame, path: Path, classes: dict[int, str] | N
     return True
 
 
+#: Bars the interactive timeline of report.html draws at most (an SVG stays responsive); past it, the
+#: first bars in time are kept and the page says so.
+INTERACTIVE_MAX_BARS = 20000
+
+#: Client rows of the interactive timeline at most (the lowest client ids).
+INTERACTIVE_MAX_CLIENTS = 40
+
+#: the last run digest read, keyed by trace file, its size and time stamp, and the reading's parameters:
+#: the figures and report.html of one run share a single pass over the trace
+_DIGEST: dict[str, Any] = {}
+
+
+def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None = None, timeline_clients: int = 30,
+               interactive_clients: int = INTERACTIVE_MAX_CLIENTS,
+               interactive_bars: int = INTERACTIVE_MAX_BARS) -> TraceDigest:
+    """The :class:`~fedsim.digest.TraceDigest` of a run's trace, read once for its figures and its report
+    (the last one read is kept while its trace file is unchanged)."""
+    path = trace_path(run_dir)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, interactive_clients, interactive_bars)
+    params = dict(since=since, until=until, timeline_clients=timeline_clients, timeline_bars=TIMELINE_MAX_EVENTS,
+                  interactive_clients=interactive_clients, interactive_bars=interactive_bars)
+    held = _DIGEST.get("digest")
+    if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
+        return held
+    digest = digest_trace(path, **params)
+    _DIGEST.update(key=key, params=params, digest=digest)
+    return digest
+
+
+def _report_digest(run_dir: Path, max_bars: int, max_clients: int) -> TraceDigest:
+    """The digest report.html draws from: the one the run's figures just read when it fits, else a new one."""
+    path = trace_path(run_dir)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, max_clients, max_bars)
+    held = _DIGEST.get("digest")
+    if held is not None and _DIGEST.get("key") == key:
+        return held
+    return run_digest(run_dir, interactive_clients=max_clients, interactive_bars=max_bars)
+
+
 def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
                 timeline_clients: int = 30) -> list[Path]:
     """Write the standard figures of one run directory; returns their paths.
@@ -398,6 +437,7 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
     run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
     ``output.timeline_clients`` of the scenario)."""
     run_dir = Path(run_dir)
+    _release_freed_memory()
     written = []
     metrics_path = run_dir / "metrics.csv"
     if metrics_path.exists():
@@ -412,27 +452,35 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
             written.append(p)  # (systems-only runs have neither)
     trace_file = trace_path(run_dir)
     if trace_file.exists():
-        # only the fields the figures read, so the frame stays small for a trace of millions of records
-        df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server"),
-                        columns=("client", "start", "end", "wait", "rate_bps"))
-        if len(df):
+        since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
+                                                                    float(timeline_window[1]))
+        # one streamed pass keeps what the figures and the report draw (never the whole trace)
+        digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
+        if digest.clients or digest.has_server:
             p = run_dir / "timeline.png"
-            since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
-                                                                        float(timeline_window[1]))
             # the whole run by default, merged bars when dense
-            timeline_figure(df, p, max_bars=TIMELINE_MAX_EVENTS, since=since, until=until,
+            timeline_figure(digest, p, max_bars=TIMELINE_MAX_EVENTS, since=since, until=until,
                             max_clients=timeline_clients)
             written.append(p)
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
-                if fn(df, run_dir / name):
+                if fn(digest, run_dir / name):
                     written.append(run_dir / name)
-        dispatch = load_trace(trace_file, kinds=("dispatch",))
-        if submodel_figure(dispatch, run_dir / "submodel_heatmap.png", _device_classes(run_dir)):
+        if submodel_figure(digest, run_dir / "submodel_heatmap.png", _device_classes(run_dir)):
             written.append(run_dir / "submodel_heatmap.png")
     energy_path = run_dir / "energy.csv"
     if energy_path.exists() and energy_figure(pd.read_csv(energy_path), run_dir / "energy.png"):
         written.append(run_dir / "energy.png")
     return written
+
+
+def _release_freed_memory() -> None:
+    """Hand the memory a finished simulation freed back to the system before the outputs are built
+    (glibc keeps freed heap pages, so the outputs' reading would otherwise add to the run's peak on top
+    of them).  A no-op where the C library has no ``malloc_trim``."""
+    import gc
+
+    gc.collect()
+    release_freed_memory()
 
 
 def _device_classes(run_dir: Path) -> dict[int, str] | None:
@@ -458,16 +506,9 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
     return p
 
 
-#: Bars the interactive timeline of report.html draws at most (an SVG stays responsive); past it, the
-#: first bars in time are kept and the page says so.
-INTERACTIVE_MAX_BARS = 20000
-
-#: Client rows of the interactive timeline at most (the lowest client ids).
-INTERACTIVE_MAX_CLIENTS = 40
 
 #: Kinds drawn as bars, in the order of ``kind`` codes in the page's data (``wait`` is a server request's
-#: queueing, drawn on its client's row).
-INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
+#: queueing, drawn on its client's row): :data:`fedsim.digest.INTERACTIVE_KINDS`.
 
 
 def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BARS,
@@ -481,52 +522,19 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     trace_file = trace_path(run_dir)
     if not trace_file.exists():
         return None
-    df = load_trace(trace_file, kinds=("download", "compute", "upload", "offline", "server", "apply"),
-                    columns=("client", "start", "end", "wait", "rate_bps", "bytes", "staleness"))
-    for c in ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness"):
-        if c not in df:
-            df[c] = np.nan
-        df[c] = pd.to_numeric(df[c], errors="coerce")
-    kind = df["kind"].astype(str)
-    phase = kind.isin(["download", "compute", "upload", "offline"])
-    clients = sorted(int(c) for c in df.loc[phase, "client"].dropna().unique())
-    shown = clients[:max_clients]
-    row = {c: i + 1 for i, c in enumerate(shown)}  # row 0: the server
+    digest = _report_digest(run_dir, max_bars, max_clients)
+    shown = digest.shown(max_clients)
+    table, total = digest.interactive_table()
     # staleness of the update a task delivered: the first apply of the client at or after the bar's end
-    applied = df[kind == "apply"].dropna(subset=["client"])
-    stale_of: dict[int, tuple[np.ndarray, np.ndarray]] = {
-        int(c): (g["t"].to_numpy(dtype=float), g["staleness"].to_numpy(dtype=float))
-        for c, g in applied.groupby("client")}
-    parts = []
-    bars = df[phase & df["client"].isin(shown)]
-    waits = df[(kind == "server") & (df["wait"] > 0) & df["client"].isin(shown)]
-    server = df[kind == "server"]
-    for frame, code, on_server_row in ((bars, None, False), (server, INTERACTIVE_KINDS.index("server"), True),
-                                       (waits, INTERACTIVE_KINDS.index("wait"), False)):
-        if not len(frame):
-            continue
-        f = pd.DataFrame({
-            "row": 0 if on_server_row else frame["client"].map(row).to_numpy(),
-            "kind": frame["kind"].astype(str).map(INTERACTIVE_KINDS.index).to_numpy() if code is None else code,
-            "start": (frame["start"] - frame["wait"]).to_numpy() if code == INTERACTIVE_KINDS.index("wait")
-            else frame["start"].to_numpy(),
-            "end": frame["start"].to_numpy() if code == INTERACTIVE_KINDS.index("wait") else frame["end"].to_numpy(),
-            "client": frame["client"].to_numpy(), "bytes": frame["bytes"].to_numpy(),
-            "rate": frame["rate_bps"].to_numpy(), "wait": frame["wait"].to_numpy()})
-        parts.append(f)
-    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["row", "kind", "start", "end", "client", "bytes", "rate", "wait"])
-    table = table.sort_values(["start", "row"], kind="stable").reset_index(drop=True)
-    total = len(table)
-    table = table.iloc[:max_bars]
     stale = np.full(len(table), np.nan)
-    for c, (ts, st) in stale_of.items():
+    for c, (ts, st) in digest.staleness_of().items():
         sel = np.flatnonzero(table["client"].to_numpy(dtype=float) == c)
         if len(sel):
             i = np.searchsorted(ts, table["end"].to_numpy(dtype=float)[sel] - 1e-12, side="left")
             ok = i < len(ts)
             stale[sel[ok]] = st[i[ok]]
     stale[(table["kind"] == INTERACTIVE_KINDS.index("offline")).to_numpy()] = np.nan
+    server = digest.server_frame()
 
     def clean(a: Any, digits: int | None = None) -> list[Any]:
         """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
@@ -536,7 +544,7 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
             clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
             clean(table["wait"]), clean(stale, 0)]
-    end_t = float(np.nanmax(df[["t"]].to_numpy(dtype=float))) if len(df) else 0.0
+    end_t = float(digest.t_end) if np.isfinite(digest.t_end) else 0.0
     q = queue_length(server) if len(server) else pd.DataFrame({"t": [], "queue": []})
     queue_note = ""
     if len(q) > 4000:  # a path of at most 4000 points: the time average in 2000 bins
@@ -548,17 +556,21 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     measure = "accuracy"
     if metrics_path.exists():
         m = pd.read_csv(metrics_path)
+        # the curve is accuracy, else (a regression task: accuracy all missing) the test loss; the measure's
+        # own column is read, never renamed onto another (a loss-only run still has an empty accuracy column)
         if len(m) and "accuracy" in m and m["accuracy"].notna().any():
-            m = m.dropna(subset=["accuracy"])
+            measure = "accuracy"
         elif len(m) and "loss" in m and m["loss"].notna().any():
-            measure, m = "loss", m.dropna(subset=["loss"]).rename(columns={"loss": "accuracy"})
+            measure = "loss"
         else:
-            m = m.iloc[0:0]
-        acc = {"t": clean(m["t"]), "y": clean(m["accuracy"], 6)}
-        if len(m):
-            end_t = max(end_t, float(m["t"].max()))  # the last evaluation may follow the last interval
+            measure = ""
+        curve = m.dropna(subset=[measure])[["t", measure]] if measure else pd.DataFrame({"t": [], "y": []})
+        acc = {"t": clean(curve["t"]), "y": clean(curve.iloc[:, 1], 6)}
+        measure = measure or "accuracy"
+        if len(curve):
+            end_t = max(end_t, float(curve["t"].max()))  # the last evaluation may follow the last interval
     return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
-            "clients_total": len(clients), "kinds": list(INTERACTIVE_KINDS),
+            "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
@@ -657,6 +669,7 @@ def html_report(run_dir: str | Path) -> Path:
     parts.append("</body></html>")
     out = run_dir / "report.html"
     out.write_text("\n".join(parts), encoding="utf-8")
+    _DIGEST.clear()  # the run's outputs are written: its digest is not needed any more
     return out
 
 

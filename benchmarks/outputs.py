@@ -1,0 +1,119 @@
+"""What a run's outputs cost next to the run itself, and how much faster the check's probes became.
+
+Three measurements, each in fresh child processes (so the peaks are those of one command), printed as
+ratios with the load average beside them:
+
+1. ``fedsim run gas-cell-timing output.trace_format=compact`` with figures off: the simulation's own wall
+   time (``wall_time_s`` of its summary) and the whole process's peak memory;
+2. the figures and report.html of that run folder, built alone (what ``output.figures`` adds to a run):
+   their wall time over the simulation's (target: at most 1);
+3. the same run with its default outputs on: the whole process's peak memory (target: under 450 MB);
+4. ``fedsim check``'s probing on a cos2p run with checkpoints: the earlier estimators
+   (``ProbeSettings(method="sampled")``: Monte-Carlo σ², power iteration) against the current ones
+   (exact σ² from per-sample gradients, Lanczos), on the same checkpoints (target: at least 5x).
+
+Peaks are each child's ``ru_maxrss`` (``os.wait4``), no extra package needed.  Usage:
+``python benchmarks/outputs.py [--scenario gas-cell-timing] [--skip-probes]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FEDSIM = [sys.executable, "-c", "import sys; from fedsim.cli import main; sys.exit(main())"]
+
+OUTPUTS = """
+import sys, time
+t0 = time.perf_counter()
+from fedsim import report
+report.run_figures(sys.argv[1])
+report.html_report(sys.argv[1])
+print(time.perf_counter() - t0)
+"""
+
+PROBES = """
+import sys, time
+from analysis.probes import ProbeSettings, probe_run
+run, method = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+probe_run(run, settings=ProbeSettings(method=method))
+print(time.perf_counter() - t0)
+"""
+
+
+def child(cmd: list[str]) -> tuple[float, float, str]:
+    """Run ``cmd``; its wall time (s), peak resident memory (MB) and stdout."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        text = out.read().decode()
+    if p.returncode != 0:
+        raise SystemExit(f"benchmark step failed (exit {p.returncode}): {' '.join(cmd[3:] or cmd)}")
+    peak_mb = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20
+    return wall, peak_mb, text
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="gas-cell-timing")
+    ap.add_argument("--skip-probes", action="store_true", help="only the output-cost ratios")
+    ap.add_argument("--probe-versions", type=int, default=6,
+                    help="versions of the cos2p run (checkpoints every 3: version 0, 3, 6, ...)")
+    ap.add_argument("--probe-rounds", type=int, default=2, help="alternating rounds of the two probe methods")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="fedsim-bench-outputs-"))
+    try:
+        print(f"before: {load()}")
+        bare = work / "bare"
+        wall, peak_bare, _ = child([*FEDSIM, "run", args.scenario, "output.trace_format=compact",
+                                    "output.figures=false", "--quiet", "--out", str(bare)])
+        sim = json.loads((bare / "summary.json").read_text())["wall_time_s"]
+        print(f"{args.scenario}, compact trace, figures off: whole process {wall:.1f} s, simulating {sim:.1f} s, "
+              f"peak {peak_bare:.0f} MB  ({load()})")
+        out_wall, out_peak, text = child([sys.executable, "-c", OUTPUTS, str(bare)])
+        outputs = float(text.strip().splitlines()[-1])
+        print(f"figures + report.html alone: {outputs:.1f} s (process {out_wall:.1f} s, peak {out_peak:.0f} MB)  "
+              f"({load()})")
+        full = work / "full"
+        wall_full, peak_full, _ = child([*FEDSIM, "run", args.scenario, "output.trace_format=compact", "--quiet",
+                                         "--out", str(full)])
+        print(f"{args.scenario}, compact trace, default outputs: whole process {wall_full:.1f} s, "
+              f"peak {peak_full:.0f} MB  ({load()})")
+        print(f"RATIO outputs / simulation wall: {outputs / sim:.2f}  (target <= 1)")
+        print(f"RATIO peak with outputs: {peak_full:.0f} MB = {peak_full / peak_bare:.2f}x the run without them "
+              f"(target < 450 MB)")
+        if not args.skip_probes:
+            cos = work / "cos2p"
+            child([*FEDSIM, "run", "cos2p", f"stop.max_versions={args.probe_versions}", "output.checkpoints=3",
+                   "output.figures=false", "--quiet", "--out", str(cos)])
+            n = len(list((cos / "checkpoints").glob("v*.pt")))
+            times = {}
+            for method in ("sampled", "exact") * args.probe_rounds:  # alternating, the last of each kept
+                (cos / "probes.csv").unlink(missing_ok=True)
+                _, peak, text = child([sys.executable, "-c", PROBES, str(cos), method])
+                times[method] = (float(text.strip().splitlines()[-1]), peak)
+                print(f"probing {n} cos2p checkpoints, {method}: {times[method][0]:.1f} s, peak {peak:.0f} MB  "
+                      f"({load()})")
+            print(f"RATIO probe speed-up (sampled / exact): {times['sampled'][0] / times['exact'][0]:.2f}x "
+                  "(target >= 5)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""The probes' faster estimators against exact values on small cases: σ² from per-sample gradients equals
+the with-replacement minibatch variance computed by brute force, and the Lanczos top Hessian eigenvalue
+lies within its stated error of the exact one."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from analysis.estimators import (
+    TorchClients,
+    flat_params,
+    lanczos_top_eigenvalue,
+    per_sample_stats,
+    set_flat_params,
+    torch_hvp_reusing,
+)
+from analysis.probes import cross_entropy_loss, probe_point
+
+
+def _model_and_data(seed: int = 0, n: int = 24):
+    g = torch.Generator().manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
+    for p in model.parameters():
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64))
+    x = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (n,), generator=g)
+    return model.eval(), x, y
+
+
+def test_per_sample_sigma2_is_the_with_replacement_minibatch_variance():
+    model, x, y = _model_and_data()
+    stats = per_sample_stats(model, cross_entropy_loss, (x, y), chunk=7)  # chunks that do not divide n
+    per = []
+    for j in range(len(x)):  # brute force: one autograd call per sample
+        model.zero_grad()
+        F.cross_entropy(model(x[j:j + 1]), y[j:j + 1]).backward()
+        per.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy().copy())
+    per = np.array(per)
+    full = per.mean(axis=0)
+    assert np.allclose(stats.grad, full, rtol=1e-10, atol=1e-12)
+    assert stats.loss == pytest.approx(float(F.cross_entropy(model(x), y).detach()), rel=1e-12)
+    B = 4
+    exact = float(np.mean(np.sum((per - full) ** 2, axis=1))) / B
+    assert stats.minibatch_variance(B) == pytest.approx(exact, rel=1e-9)
+    # and what the sampled estimator converges to: the mean over many drawn minibatches
+    rng = np.random.default_rng(1)
+    draws = [np.sum((per[rng.integers(0, len(x), B)].mean(axis=0) - full) ** 2) for _ in range(20000)]
+    assert float(np.mean(draws)) == pytest.approx(exact, rel=0.03)
+
+
+def test_lanczos_top_eigenvalue_is_within_its_stated_error_of_the_exact_one():
+    model, x, y = _model_and_data(seed=3)
+    w = flat_params(model)
+
+    def loss_of(flat: torch.Tensor) -> torch.Tensor:
+        set_params = {}
+        off = 0
+        for name, p in model.named_parameters():
+            set_params[name] = flat[off:off + p.numel()].reshape(p.shape)
+            off += p.numel()
+        return F.cross_entropy(torch.func.functional_call(model, set_params, (x,)), y)
+
+    H = torch.autograd.functional.hessian(loss_of, torch.from_numpy(w)).numpy()
+    eig = np.linalg.eigvalsh(H)
+    exact = float(np.max(np.abs(eig)))
+    hvp = torch_hvp_reusing(model, cross_entropy_loss, (x, y))
+    est, err, vec = lanczos_top_eigenvalue(hvp, w.size, iters=60, tol=1e-8, rng=np.random.default_rng(0))
+    assert abs(est - exact) <= err + 1e-9 * exact and err <= 1e-8 * est + 1e-12
+    # stopped early, the estimate still lies within its (larger) stated error of an eigenvalue
+    est3, err3, _ = lanczos_top_eigenvalue(hvp, w.size, iters=3, tol=0.0, rng=np.random.default_rng(0))
+    assert np.min(np.abs(np.abs(eig) - est3)) <= err3 + 1e-9 and est3 <= exact + 1e-9
+    # warm-started from the converged direction, one or two products suffice
+    calls = []
+    est_w, err_w, _ = lanczos_top_eigenvalue(lambda v: calls.append(1) or hvp(v), w.size, iters=60, tol=1e-4,
+                                             rng=np.random.default_rng(5), start=vec)
+    assert len(calls) <= 3 and abs(est_w - exact) <= err_w + 1e-9 * exact
+
+
+def test_exact_probe_matches_the_sampled_one_where_both_are_exact():
+    """Both methods give the same gradients, losses and dissimilarities; σ² differs only by the sampled
+    estimator's Monte-Carlo error (checked above), and the Hessian by the iterations' tolerance."""
+    model, x, y = _model_and_data(seed=7, n=30)
+    clients = TorchClients(model, [(x[:10], y[:10]), (x[10:], y[10:])], cross_entropy_loss, batch_size=4)
+    w = flat_params(model)
+    kw = dict(sigma_samples=4000, sigma_rng=np.random.default_rng(0), hessian_batch=(x, y),
+              hessian_rng=np.random.default_rng(0), hessian_iters=200, hessian_tol=1e-10)
+    fast, g1 = probe_point(clients, w, method="exact", **kw)
+    slow, g2 = probe_point(clients, w, method="sampled", **kw)
+    assert np.allclose(g1, g2, rtol=1e-9)
+    for k in ("loss", "grad_norm_sq", "client_grad_sq_mean", "zeta2_mean", "zeta2_max", "B_local"):
+        assert fast[k] == pytest.approx(slow[k], rel=1e-9)
+    assert fast["sigma2_mean"] == pytest.approx(slow["sigma2_mean"], rel=0.1)
+    assert fast["L_hessian"] == pytest.approx(slow["L_hessian"], rel=1e-4)
+    assert fast["L_hessian_err"] <= 1e-10 * fast["L_hessian"] + 1e-12
