@@ -1,7 +1,8 @@
 """FedAvg on the peers' workload (README.md here) as a plain sequential PyTorch loop, no FL framework.
 
 This is the floor: exactly the same SGD steps, one process, no messaging.
-Usage: python pure_loop.py [--threads K]   (default 1 torch thread; FL_WORKLOAD=scaled for the large size)
+Usage: python pure_loop.py [--threads K] [--save FILE]
+(default 1 torch thread; FL_WORKLOAD=scaled for the large size; --save writes the final state dict)
 """
 import time
 
@@ -45,8 +46,12 @@ def run() -> tuple[torch.nn.Module, dict[int, float], int, list[float]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
-    torch.set_num_threads(ap.parse_args().threads)
-    _, accs, steps, t_rounds = run()
+    ap.add_argument("--save", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    model, accs, steps, t_rounds = run()
+    if args.save:
+        torch.save(model.state_dict(), args.save)
     per_round = [b - a for a, b in zip(t_rounds, t_rounds[1:])]
     c.report(
         "pure_loop",
