@@ -20,7 +20,8 @@ Method (as measured from outside, like ``/usr/bin/time``): one uncounted warm-up
 that runs compared with each other are seconds apart and none is always first.  A ratio A/B is taken
 within each cycle and its median (with min–max) over the cycles is printed: each implementation against
 the loop, and fedsim against each.  Wall time is the whole process (interpreter start, imports, data,
-the run, every output, teardown); peak RSS comes from ``os.wait4``.  The steady round is the median of
+the run, every output, teardown); its CPU time (user + system, from ``os.wait4``, as its peak RSS) is
+printed beside it, a steadier measure than wall time on a shared machine.  The steady round is the median of
 rounds 2.. as each script times them (fedsim: its trace's ``round`` records on the wall clock are not
 kept, so (wall at the last evaluation − wall at the first after version 0) / rounds between, from
 ``metrics.csv``; that span includes evaluations, as the loop's rounds 10/20/30 do).  ``uptime``'s load
@@ -78,7 +79,8 @@ def run_once(cmd: list[str], env: dict[str, str], log: Path) -> dict:
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
-    rec = {"wall_s": wall, "rss_mb": usage.ru_maxrss / 1024, "rc": proc.returncode}
+    rec = {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024,
+           "rc": proc.returncode}
     for line in log.read_text(errors="replace").splitlines():
         if line.startswith("RESULT "):
             rec.update(json.loads(line[7:]))
@@ -161,27 +163,29 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
             recs[n].append(r)
     print(f"  {load_average()} at end; {pairs} cycles; torch threads 1 everywhere")
 
-    def ratio(a: str, b: str) -> str:
-        rs = [x["wall_s"] / y["wall_s"] for x, y in zip(recs[a], recs[b]) if x["rc"] == 0 and y["rc"] == 0]
+    def ratio(a: str, b: str, key: str = "wall_s") -> str:
+        rs = [x[key] / y[key] for x, y in zip(recs[a], recs[b]) if x["rc"] == 0 and y["rc"] == 0]
         return f"{statistics.median(rs):.3f} [{min(rs):.3f}–{max(rs):.3f}]" if rs else "-"
 
     versions["loop"] = "torch " + (installed(sys.executable, "torch") or "?")
     versions["fedsim"] = installed(sys.executable, "fedsim") or "?"
-    print("\n| implementation | version | wall s (median) | ÷ plain loop (paired median [min–max]) | fedsim ÷ it "
-          "| steady round ms | peak RSS MiB | final accuracy |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| implementation | version | wall s (median) | wall ÷ plain loop (paired median [min–max]) "
+          "| fedsim's wall ÷ its | CPU s (median) | CPU ÷ plain loop | steady round ms | peak RSS MiB "
+          "| final accuracy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in names:
         good = [r for r in recs[n] if r["rc"] == 0]
         if len(good) < len(recs[n]):
             ok = False
         if not good:
-            print(f"| {n} | {versions[n]} | failed | | | | | |")
+            print(f"| {n} | {versions[n]} | failed | | | | | | | |")
             continue
         steady = [r["median_round_2on_s"] for r in good if r.get("median_round_2on_s") is not None]
         acc = acc_ref if n == "fedsim" else good[-1].get("final_acc")
         ok = ok and acc == acc_ref
         cells = [n, versions[n], f"{statistics.median(r['wall_s'] for r in good):.3f}",
                  "1" if n == "loop" else ratio(n, "loop"), "1" if n == "fedsim" else ratio("fedsim", n),
+                 f"{statistics.median(r['cpu_s'] for r in good):.3f}", "1" if n == "loop" else ratio(n, "loop", "cpu_s"),
                  f"{1000 * statistics.median(steady):.2f}" if steady else "-",
                  f"{statistics.median(r['rss_mb'] for r in good):.0f}", repr(acc)]
         print("| " + " | ".join(cells) + " |")
