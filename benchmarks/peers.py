@@ -122,13 +122,13 @@ def check(size: str, work: Path, env: dict[str, str]) -> tuple[bool, float | Non
     fedsim_workload.c.use(size)
     acc = fedsim_workload.final_accuracy(ours)
     print(f"  check: fedsim's final weights {'equal' if same else 'DIFFER FROM'} the plain loop's bit for bit; "
-          f"final accuracy (the workload's float32 mean) {acc!r}")
+          f"final accuracy (the workload's float32 mean) {acc!r}", flush=True)
     return same, acc
 
 
 def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
     env = {**os.environ, "FL_WORKLOAD": size, "PYTHONHASHSEED": "0"}
-    print(f"\n## {size}: {load_average()} at start ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})")
+    print(f"\n## {size}: {load_average()} at start ({time.strftime('%Y-%m-%d %H:%M:%S %Z')})", flush=True)
     ok, acc_ref = check(size, work, env)
     methods: dict[str, list[str]] = {"loop": [sys.executable, "pure_loop.py"]}
     run_dir = work / f"fedsim-{size}"
@@ -161,6 +161,8 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
             if n == "fedsim":
                 r["median_round_2on_s"] = fedsim_steady_round(run_dir)
             recs[n].append(r)
+            print(f"  cycle {i + 1} {n:<7} wall {r['wall_s']:7.3f} s  cpu {r['cpu_s']:7.3f} s  exit {r['rc']}  "
+                  f"({load_average()})", flush=True)
     print(f"  {load_average()} at end; {pairs} cycles; torch threads 1 everywhere")
 
     def ratio(a: str, b: str, key: str = "wall_s") -> str:
