@@ -3,6 +3,7 @@ workload it was added for (benchmarks/peers/): a researcher reproducing another 
 which client visits which of its samples when, and gets that framework's weights bit for bit."""
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from fedsim.algorithms import Assignment
 from fedsim.errors import ConfigError
 from fedsim.learn.train import SGDConfig, batch_schedule, local_sgd
 
-PEERS = Path(__file__).resolve().parents[1] / "benchmarks" / "peers"
+ROOT = Path(__file__).resolve().parents[1]
+PEERS = ROOT / "benchmarks" / "peers"
 
 
 def test_batch_schedule_follows_the_order_pass_by_pass():
@@ -91,3 +93,33 @@ def test_the_peers_workload_ends_at_the_plain_loops_weights_bit_for_bit(tmp_path
     assert fedsim_workload.final_accuracy(state) == 0.4511784613132477
     m = res.metrics
     assert m["accuracy"].iloc[-1] == 134 / 297  # fedsim's own metric: correct / n in float64
+
+
+def test_the_peers_workload_run_loads_neither_the_compiler_stack_nor_unused_algorithms(tmp_path):
+    """Start-up cost a user meets with their own model factory and algorithm: building a factory's model never
+    runs it on meta tensors (that imports torch's compiler stack, about a second), and a ``module:Class``
+    algorithm does not import every built-in algorithm module."""
+    code = ("import sys\n"
+            "import fedsim\n"
+            f"res = fedsim.run({str(PEERS / 'workload.yaml')!r}, out={str(tmp_path / 'run')!r}, output__figures=False)\n"
+            "assert res.summary['status'] == 'ok', res.summary\n"
+            "print(sorted(m for m in ('torch._dynamo', 'fedsim.algorithms.sfl_async', 'fedsim.algorithms.semisfl',\n"
+            "                         'fedsim.algorithms.fedraa') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=PEERS, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_device_profile_file_is_parsed_once_until_it_changes(tmp_path):
+    from fedsim.system import devices
+
+    src = ROOT / "device_profiles" / "jetson-nano.yaml"
+    path = tmp_path / "board.yaml"
+    path.write_text(src.read_text())
+    first = devices.load_profile(path)
+    assert devices.load_profile(path) is first  # the same immutable profile, not parsed again
+    text = src.read_text().replace("name: ", "name: board-", 1)
+    path.write_text(text + "\n")  # a different size: read again
+    again = devices.load_profile(path)
+    assert again is not first and again.name.startswith("board-")
