@@ -21,17 +21,17 @@ that runs compared with each other are seconds apart and none is always first.  
 within each cycle and its median (with min–max) over the cycles is printed: each implementation against
 the loop, and fedsim against each.  Wall time is the whole process (interpreter start, imports, data,
 the run, every output, teardown); its CPU time (user + system, from ``os.wait4``, as its peak RSS) is
-printed beside it, a steadier measure than wall time on a shared machine.  The steady round is the median of
-rounds 2.. as each script times them (fedsim: its trace's ``round`` records on the wall clock are not
-kept, so (wall at the last evaluation − wall at the first after version 0) / rounds between, from
-``metrics.csv``; that span includes evaluations, as the loop's rounds 10/20/30 do).  ``uptime``'s load
-average is printed before and after each size: the machine may be shared, which is why only paired ratios
-are quoted.
+printed beside it, a steadier measure than wall time on a shared machine.  The steady round is the
+median of rounds 2.. as each script times them; fedsim's comes from ``peers/fedsim_rounds.py``, a
+separate run right after the loop's in each cycle that stamps the wall clock where each round ends (the
+timed fedsim runs are left untouched), and its ratio to the loop's is paired cycle by cycle.  ``uptime``'s
+load average is printed before and after each size: the machine may be shared, which is why only paired
+ratios are quoted.
 
 Before timing, a check: fedsim's final weights must equal the loop's bit for bit, and every
 implementation's final accuracy must be the loop's float; a mismatch is printed and the exit code is 1.
 
-    python benchmarks/peers.py [--pairs 5] [--size reference|scaled|both] [--only fedsim,pfl]
+    python benchmarks/peers.py [--pairs 5] [--size reference|scaled|both] [--only pfl,flgo]
 """
 from __future__ import annotations
 
@@ -87,20 +87,6 @@ def run_once(cmd: list[str], env: dict[str, str], log: Path) -> dict:
     return rec
 
 
-def fedsim_steady_round(run_dir: Path) -> float | None:
-    """Seconds per round between fedsim's first evaluation after version 0 and its last (``metrics.csv``)."""
-    import csv
-
-    path = run_dir / "metrics.csv"
-    if not path.exists():
-        return None
-    rows = [r for r in csv.DictReader(path.open()) if int(r["version"]) > 0]
-    if len(rows) < 2:
-        return None
-    a, b = rows[0], rows[-1]
-    return (float(b["wall_s"]) - float(a["wall_s"])) / (int(b["round"]) - int(a["round"]))
-
-
 def check(size: str, work: Path, env: dict[str, str]) -> tuple[bool, float | None]:
     """fedsim's final weights against the loop's, bit for bit, and the final accuracy float."""
     import torch
@@ -154,16 +140,26 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
         if r["rc"] != 0:
             print(f"  {n}: warm-up run failed (exit {r['rc']}, log {work / f'{n}-{size}-warm.log'}); dropped")
             names.remove(n)
+    steady_fedsim: list[float | None] = []  # cycle by cycle, beside the loop's
+    rounds_cmd = [sys.executable, "fedsim_rounds.py", SCENARIO[size], str(work / f"fedsim-rounds-{size}")]
     for i in range(pairs):
         order = names[i % len(names):] + names[:i % len(names)]
         for n in order:
             r = run_once(methods[n], env, work / f"{n}-{size}-{i}.log")
-            if n == "fedsim":
-                r["median_round_2on_s"] = fedsim_steady_round(run_dir)
             recs[n].append(r)
             print(f"  cycle {i + 1} {n:<7} wall {r['wall_s']:7.3f} s  cpu {r['cpu_s']:7.3f} s  exit {r['rc']}  "
                   f"({load_average()})", flush=True)
+            if n == "loop":  # fedsim's round times, right after the loop's (a separate, untimed run)
+                rr = run_once(rounds_cmd, env, work / f"fedsim-rounds-{size}-{i}.log")
+                steady_fedsim.append(rr.get("median_round_2on_s") if rr["rc"] == 0 else None)
+
     print(f"  {load_average()} at end; {pairs} cycles; torch threads 1 everywhere")
+
+    loop_steady = [r.get("median_round_2on_s") if r["rc"] == 0 else None for r in recs["loop"]]
+    steady_pairs = [a / b for a, b in zip(steady_fedsim, loop_steady) if a is not None and b]
+    if steady_pairs:
+        print(f"  fedsim's steady round ÷ the loop's, paired cycle by cycle: {statistics.median(steady_pairs):.3f} "
+              f"[{min(steady_pairs):.3f}–{max(steady_pairs):.3f}]")
 
     def ratio(a: str, b: str, key: str = "wall_s") -> str:
         rs = [x[key] / y[key] for x, y in zip(recs[a], recs[b]) if x["rc"] == 0 and y["rc"] == 0]
@@ -182,7 +178,8 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
         if not good:
             print(f"| {n} | {versions[n]} | failed | | | | | | | |")
             continue
-        steady = [r["median_round_2on_s"] for r in good if r.get("median_round_2on_s") is not None]
+        steady = [x for x in (steady_fedsim if n == "fedsim" else [r.get("median_round_2on_s") for r in good])
+                  if x is not None]
         acc = acc_ref if n == "fedsim" else good[-1].get("final_acc")
         ok = ok and acc == acc_ref
         cells = [n, versions[n], f"{statistics.median(r['wall_s'] for r in good):.3f}",
