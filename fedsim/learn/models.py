@@ -87,7 +87,8 @@ class BlockModel(nn.Module):
         return dict(self._groups)
 
     def forward(self, x: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:
-        for block in self.blocks[start:end]:
+        # the whole model iterates the blocks themselves: slicing a ModuleList builds a new Module every call
+        for block in (self.blocks if start == 0 and end is None else self.blocks[start:end]):
             x = block(x)
         return x
 
