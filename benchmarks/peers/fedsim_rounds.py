@@ -31,7 +31,7 @@ VersionKeeper.apply = _stamped
 if __name__ == "__main__":
     scenario = sys.argv[1] if len(sys.argv) > 1 else "workload.yaml"
     out = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="fedsim-rounds-")
-    res = fedsim.run(scenario, out=out, output__figures=False)
+    res = fedsim.run(scenario, out=out, force=True, output__figures=False)
     per_round = [b - a for a, b in zip(stamps, stamps[1:])]  # rounds 2..R
     c.report("fedsim_rounds", rounds=len(stamps), median_round_2on_s=statistics.median(per_round),
              status=res.summary["status"])
