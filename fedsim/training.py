@@ -86,6 +86,11 @@ def _plain(assignment: "Assignment | None") -> bool:
                                   and assignment.objective is None)
 
 
+def _ordered(assignment: "Assignment | None") -> bool:
+    """Whether a task visits its samples in an order of its own (``Assignment.order``)."""
+    return assignment is not None and assignment.order is not None
+
+
 _TASK_MODELS: dict[tuple, BlockModel] = {}
 
 
@@ -170,9 +175,10 @@ class TrainingExecutor:
         In-process (and for sub-models, custom trainers and systems-only runs) the task runs now.  With a
         remote executor, plain local SGD is shipped to a worker and collected by ``result()``."""
         custom = not _plain(assignment)
-        if self.batched and not custom:
+        ordered = _ordered(assignment)  # a sample order is a local callable: it trains here, one task at a time
+        if self.batched and not custom and not ordered:
             return PendingTraining(done=self._batched_result(client, task, base_state))
-        if not self.executor.remote or custom or self.scenario.train.systems_only:
+        if not self.executor.remote or custom or ordered or self.scenario.train.systems_only:
             return PendingTraining(done=self.executor.submit(self._train, client, base_state, task,
                                                              assignment).result())
         ex = self.executor
@@ -208,7 +214,7 @@ class TrainingExecutor:
         self.load_worker(base_state)
         gen = self.streams.torch("client", client, "task", task)
         stats = local_sgd(self.worker, self.data.train.x, self.data.train.y, self.part_tensor(client), self.sgd, gen,
-                          task=self.data.train.task)
+                          task=self.data.train.task, order=None if assignment is None else assignment.order)
         flops = self.flop_cost.total * stats.samples
         return TrainResult(state=clone_state(self._slots), stats=stats, flops=flops)
 
@@ -216,7 +222,7 @@ class TrainingExecutor:
         """Tell the context that ``client``'s task ``task`` will train from ``base_state`` (the loop shape's
         dispatch calls this).  With ``train.batched``, the tasks noted for one base state train together when
         the first of them starts computing; otherwise this does nothing."""
-        if not self.batched or not _plain(assignment):
+        if not self.batched or not _plain(assignment) or _ordered(assignment):
             return
         entry = self._batch_notes.get(id(base_state))
         if entry is None or entry[0] is not base_state:
@@ -284,7 +290,7 @@ class TrainingExecutor:
                 stats, flops = outcome.stats, outcome.flops
             else:
                 stats = local_sgd(module, self.data.train.x, self.data.train.y, idx, self.sgd, gen,
-                                  task=self.data.train.task, objective=assignment.objective)
+                                  task=self.data.train.task, objective=assignment.objective, order=assignment.order)
                 flops = None
             tensors, mask = insert(base_state, sub, module.state_dict())
         if flops is None:

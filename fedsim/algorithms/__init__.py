@@ -66,11 +66,13 @@ def resolve(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path |
     """The algorithm class ``name`` stands for: a class given to the Python API, a built-in name, a name a
     package registers under the ``fedsim.algorithms`` entry point, or ``module:Class``.  A bad name, a
     reference that does not import, or an object that is no ``Algorithm`` subclass is one ConfigError line."""
-    builtins = registry()
-    if isinstance(name, str) and name in builtins:
-        return builtins[name]
+    if isinstance(name, str) and not components.is_reference(name):  # a plain name: the built-ins first
+        builtins = registry()  # imports every built-in algorithm module, so only when a name may be one
+        if name in builtins:
+            return builtins[name]
     obj = components.find("algorithm", name, field, base_dirs)
     if obj is None:
+        builtins = registry()
         extra = sorted(components.installed("algorithm"))
         allowed = ", ".join(sorted(builtins) + extra)
         raise ConfigError(field, f"unknown algorithm {name!r} (allowed: {allowed}; or module:Class for your own)")

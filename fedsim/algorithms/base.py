@@ -27,7 +27,7 @@ from fedsim.algorithms.server_opt import ServerOptConfig, ServerStep, check_serv
 from fedsim.config import num, positive, require
 from fedsim.learn.state import Mask, State, state_sub
 from fedsim.learn.costs import state_bytes
-from fedsim.learn.train import LocalObjective, TrainStats
+from fedsim.learn.train import LocalObjective, SampleOrder, TrainStats
 from fedsim.system.availability import AlwaysOn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -97,11 +97,18 @@ class Assignment:
     #: the entries the update covers when the trainer knows better than the sub-model (a whole model trained
     #: under a gradient mask: Fed-RAA's frozen fragments); None: what training reports
     coverage: Mask | None = None
+    #: the order in which local SGD visits the client's samples, pass by pass (``fedsim.learn.train.SampleOrder``:
+    #: ``order(n_samples, epoch, generator) -> permutation``); None: a fresh random permutation per pass from the
+    #: client's stream.  A task with an order trains in process (not batched, not on a remote executor).
+    order: SampleOrder | None = None
 
     def __post_init__(self) -> None:
         if self.trainer is not None and self.objective is not None:  # else the objective would be ignored
             raise ValueError("an Assignment takes a trainer or an objective, not both: a trainer replaces the whole "
                              "local step, so give the objective to the trainer itself")
+        if self.trainer is not None and self.order is not None:  # else the order would be ignored
+            raise ValueError("an Assignment takes a trainer or a sample order, not both: a trainer replaces the whole "
+                             "local step, so let the trainer order its own batches")
 
 
 @dataclass

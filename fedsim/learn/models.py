@@ -87,7 +87,8 @@ class BlockModel(nn.Module):
         return dict(self._groups)
 
     def forward(self, x: torch.Tensor, start: int = 0, end: int | None = None) -> torch.Tensor:
-        for block in self.blocks[start:end]:
+        # the whole model iterates the blocks themselves: slicing a ModuleList builds a new Module every call
+        for block in (self.blocks if start == 0 and end is None else self.blocks[start:end]):
             x = block(x)
         return x
 
@@ -653,9 +654,11 @@ def user_model(factory: Callable[..., Any], ref: str, input_shape: tuple[int, ..
         model = BlockModel(list(blocks))
     frozen = tuple(sorted((str(k), repr(v)) for k, v in opts.items()))
     model.arch = (ref, tuple(input_shape), int(num_classes), frozen, 0, model.num_blocks())
+    dev = next((t.device for t in model.parameters()), torch.device("cpu"))  # the CPU, or meta while probing
+    if dev.type == "meta":  # a forward on meta tensors imports torch's compiler stack (~1 s); the real build checks
+        return model
     try:
         with torch.no_grad():
-            dev = next((t.device for t in model.parameters()), torch.device("cpu"))  # the CPU, or meta while probing
             out = model.eval()(torch.zeros((2, *input_shape), device=dev))
     except Exception as exc:  # noqa: BLE001 - the user's module: one line
         raise ConfigError("model.name", f"{ref!r} does not run on inputs of shape {tuple(input_shape)}: "

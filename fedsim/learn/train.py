@@ -27,7 +27,8 @@ from fedsim.errors import ConfigError, DivergenceError
 from .data import TASKS, ArrayDataset
 
 __all__ = ["SGDConfig", "PlainSGD", "sgd_update_", "clip_grads_", "sgd_step", "TrainStats", "TASKS", "loss_for",
-           "half_squared_error", "num_steps", "batch_schedule", "local_sgd", "evaluate", "static_bn_statistics"]
+           "half_squared_error", "num_steps", "SampleOrder", "batch_schedule", "local_sgd", "evaluate",
+           "static_bn_statistics"]
 
 
 def half_squared_error(output: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
@@ -120,18 +121,48 @@ def samples_processed(n_samples: int, steps: int, batch_size: int) -> int:
     return full_passes * n_samples + min(rest * batch_size, n_samples)
 
 
-def batch_schedule(n_samples: int, steps: int, batch_size: int, generator: torch.Generator) -> list[torch.Tensor]:
+#: ``order(n_samples, epoch, generator) -> positions``: the order in which one local training visits its
+#: client's samples in pass ``epoch`` (0, 1, ...), as a permutation of ``0..n_samples-1`` (array, tensor or
+#: sequence).  ``generator`` is the client's stream for this task; an order may ignore it and draw from its
+#: own source (reproducing another framework's run: ``numpy.random.default_rng(1000 * round + client)``).
+#: ``fedsim.algorithms.Assignment.order`` hands one to local SGD; None is :func:`batch_schedule`'s default,
+#: a fresh ``torch.randperm`` per pass.
+SampleOrder = Callable[[int, int, torch.Generator], "np.ndarray | torch.Tensor | Sequence[int]"]
+
+
+def _order_positions(order: SampleOrder, n_samples: int, epoch: int, generator: torch.Generator) -> torch.Tensor:
+    """The positions ``order`` gives for one pass, checked to be a permutation of ``0..n_samples-1``."""
+    got = order(n_samples, epoch, generator)
+    try:
+        a = got.detach().cpu().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ConfigError("Assignment.order", f"the sample order returned {type(got).__name__}, not positions: {exc}") from None
+    ok = a.shape == (n_samples,) and (n_samples == 0 or a.dtype.kind in "iu")
+    if ok and n_samples:  # a permutation: every position once (a Python sort is the cheapest check for small n)
+        ok = (sorted(a.tolist()) == list(range(n_samples)) if n_samples <= 512
+              else bool(np.array_equal(np.sort(a), np.arange(n_samples))))
+    if not ok:
+        raise ConfigError("Assignment.order", f"a sample order must return a permutation of 0..{n_samples - 1} "
+                                              f"(pass {epoch}), got {a.dtype} of shape {a.shape}")
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def batch_schedule(n_samples: int, steps: int, batch_size: int, generator: torch.Generator,
+                   order: SampleOrder | None = None) -> list[torch.Tensor]:
     """Positions (0..n-1) of the samples in each of ``steps`` batches.
 
-    Each pass over the data is a fresh ``torch.randperm(n, generator=generator)`` cut into consecutive
-    batches; the last, partial batch of a pass is kept (no drop_last), and the next pass starts a new
-    permutation, until ``steps`` batches exist.
+    Each pass over the data is a fresh ``torch.randperm(n, generator=generator)`` (or what ``order`` gives
+    for that pass: :data:`SampleOrder`) cut into consecutive batches; the last, partial batch of a pass is
+    kept (no drop_last), and the next pass starts a new permutation, until ``steps`` batches exist.
     """
     if steps > 0 and n_samples < 1:
         raise ConfigError("train", f"cannot take {steps} SGD steps on a client with no samples")
     out: list[torch.Tensor] = []
+    epoch = 0
     while len(out) < steps:
-        perm = torch.randperm(n_samples, generator=generator)
+        perm = (torch.randperm(n_samples, generator=generator) if order is None
+                else _order_positions(order, n_samples, epoch, generator))
+        epoch += 1
         for i in range(0, n_samples, batch_size):
             out.append(perm[i : i + batch_size])
             if len(out) == steps:
@@ -321,7 +352,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
               cfg: SGDConfig, generator: torch.Generator, *, loss_fn: Callable | None = None,
               grad_mask: dict[str, torch.Tensor] | None = None,
               params: Iterable[nn.Parameter] | None = None, task: str = "classification",
-              objective: LocalObjective | None = None) -> TrainStats:
+              objective: LocalObjective | None = None, order: SampleOrder | None = None) -> TrainStats:
     """Train ``model`` in place with SGD on the samples ``x[indices], y[indices]``.
 
     ``loss_fn(output, target)`` defaults to the loss of ``task`` (:func:`loss_for`; cross-entropy for
@@ -338,6 +369,9 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     ``objective`` (a :class:`LocalObjective`) adds its terms to the loss and to the gradients (before
     masking and clipping, so masked entries stay bit-identical), e.g. :class:`Proximal` for FedProx.
 
+    ``order`` (a :data:`SampleOrder`) decides the order in which each pass visits the samples; None: a fresh
+    ``torch.randperm`` on ``generator`` per pass.
+
     Raises :class:`DivergenceError` as soon as a batch loss is not finite.
     """
     cfg.validate()
@@ -345,7 +379,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
     idx = torch.as_tensor(np.asarray(indices) if not isinstance(indices, torch.Tensor) else indices,
                           dtype=torch.int64, device=x.device)
     steps = num_steps(len(idx), cfg)
-    schedule = batch_schedule(len(idx), steps, cfg.batch_size, generator)
+    schedule = batch_schedule(len(idx), steps, cfg.batch_size, generator, order)
 
     named = dict(model.named_parameters())
     if params is None:

@@ -202,9 +202,30 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Devi
     """Load and validate a profile by shipped name (``'jetson-nano'``) or by path to a YAML file (a relative
     path is looked up in ``base_dir``, the scenario file's folder, first).
 
-    Raises ConfigError naming the file and the field for a missing, negative or unknown entry.
+    Raises ConfigError naming the file and the field for a missing, negative or unknown entry.  A file read
+    before and unchanged since (same size and modification time) is not parsed again: a run reads each
+    profile of its mix several times (checks, estimate, world).
     """
     path = _resolve(name_or_path, base_dir)
+    try:
+        st = path.stat()
+        key: tuple | None = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:  # reported by the read below
+        key = None
+    if key is not None and key in _PROFILES:
+        return _PROFILES[key]
+    profile = _read_profile(path)
+    if key is not None:
+        _PROFILES[key] = profile
+    return profile
+
+
+#: profiles already read, by (resolved path, modification time, size); a DeviceProfile is immutable
+_PROFILES: dict[tuple, DeviceProfile] = {}
+
+
+def _read_profile(path: Path) -> DeviceProfile:
+    """Parse and validate the profile file ``path`` (:func:`load_profile`)."""
     from fedsim.config import read_text
 
     text = read_text(path, f"devices.profile[{path.name}]", "profile YAML file")
