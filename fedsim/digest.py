@@ -38,6 +38,22 @@ _COMPRESS_AT = 200_000
 _PRUNE_SLACK = 1024
 
 
+def _kept_per_block(summary: object) -> list[float] | None:
+    """Kept fraction per block from a dispatch event's ``submodel`` summary (``SubModel.summary``)."""
+    if not isinstance(summary, dict):
+        return None
+    kept = summary.get("blocks", summary.get("kept"))
+    if isinstance(kept, dict):
+        kept = list(kept.values())
+    if not isinstance(kept, (list, tuple)):
+        return None
+    states = summary.get("states")
+    out = [float(k) for k in kept]
+    if isinstance(states, (str, list, tuple)) and len(states) == len(out):
+        out = [0.0 if s in ("r", "removed") else v for v, s in zip(out, states)]
+    return out
+
+
 def merge_intervals(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
     """Intervals closer than ``gap`` merged (sorted by start, then end): a new bar begins where a start
     lies more than ``gap`` past every earlier end, and ends at the largest end of its intervals."""
@@ -231,7 +247,6 @@ class TraceDigest:
     def _dispatch(self, b: Block) -> None:
         if not b.has("submodel"):
             return
-        from fedsim.report import _kept_per_block
 
         for c, sub in zip(b.values("client"), b.values("submodel")):
             kept = _kept_per_block(sub)

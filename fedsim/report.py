@@ -334,22 +334,6 @@ def topology_figure(world: "object", path: Path) -> bool:
     return True
 
 
-def _kept_per_block(summary: object) -> list[float] | None:
-    """Kept fraction per block from a dispatch event's ``submodel`` summary (``SubModel.summary``)."""
-    if not isinstance(summary, dict):
-        return None
-    kept = summary.get("blocks", summary.get("kept"))
-    if isinstance(kept, dict):
-        kept = list(kept.values())
-    if not isinstance(kept, (list, tuple)):
-        return None
-    states = summary.get("states")
-    out = [float(k) for k in kept]
-    if isinstance(states, (str, list, tuple)) and len(states) == len(out):
-        out = [0.0 if s in ("r", "removed") else v for v, s in zip(out, states)]
-    return out
-
-
 def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
     """Per client (rows) and block (columns): the mean kept fraction over the client's dispatches.
 
