@@ -105,6 +105,8 @@ def judge(effects: Sequence[float], paper: float | None = None, *, resolution: f
         "direction only" if paper is None else _num(paper * scale, digits) + ("×" if ratio else unit))
     if not vals:
         return Judgement("n/a", f"not measured; paper {ptext}")
+    if censored is not None and len(cen) and all(cen):
+        return Judgement("n/a", f"the target was reached on no seed; paper {ptext}")
     e = [x - 1.0 if ratio else x for x in vals]
     p = None if paper is None else (paper - 1.0 if ratio else paper)
     n = len(e)
@@ -234,8 +236,8 @@ def write_claims(out: Path, claims: Sequence[Claim], *, command: str, seeds: Seq
 
 
 def verdicts_of(claims: Sequence[Claim], names: Sequence[str]) -> str:
-    """'claim: verdict' for the rows whose claim text starts with one of ``names`` (a choices-table cell)."""
-    return "; ".join(f"{c.claim}: {_bold(c.verdict)}" for c in claims if any(c.claim.startswith(n) for n in names))
+    """'claim: verdict' for the rows whose claim text contains one of ``names`` (a choices-table cell)."""
+    return "; ".join(f"{c.claim}: {_bold(c.verdict)}" for c in claims if any(n in c.claim for n in names))
 
 
 def monotone(values: Sequence[float], direction: int) -> bool:
