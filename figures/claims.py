@@ -105,8 +105,6 @@ def judge(effects: Sequence[float], paper: float | None = None, *, resolution: f
         "direction only" if paper is None else _num(paper * scale, digits) + ("×" if ratio else unit))
     if not vals:
         return Judgement("n/a", f"not measured; paper {ptext}")
-    if censored is not None and len(cen) and all(cen):
-        return Judgement("n/a", f"the target was reached on no seed; paper {ptext}")
     e = [x - 1.0 if ratio else x for x in vals]
     p = None if paper is None else (paper - 1.0 if ratio else paper)
     n = len(e)

@@ -368,8 +368,8 @@ def claims(main: pd.DataFrame, runs: pd.DataFrame, sweep: pd.DataFrame, *, budge
                      judge(k["Random"] - np.maximum(k["Gre-RAA"], k["MP-RAA"]), digits=1)))
     sw = sweep.copy()
     sw["t"], sw["never"] = censor(list(sw["time_to_target_s"]), sweep_budget)
-    if not clock_ok(eval_s, list(sw["t"])):
-        sw["t"] = math.nan  # the clock cannot resolve these times: the rows say "not measured"
+    if bool(sw["never"].all()) or not clock_ok(eval_s, list(sw["t"])):
+        sw["t"] = math.nan  # no run reached the target, or the clock cannot resolve the times: "not measured"
     agg = {"t": ("t", "mean"), "final_accuracy": ("final_accuracy", "mean"), "never": ("never", "any")}
     by = sw.groupby(["seed", "beta"]).agg(**agg).reset_index()
     lo, hi = by["beta"].min(), by["beta"].max()

@@ -508,11 +508,11 @@ def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[
     rows it moves (the alternatives are runs of their own, or the same runs re-read)."""
     strong = claims(t, seeds, fss=LABELS["fedswitch-sl"] + " (strong server view)")
     code = claims(t, seeds, controller="adaptive (code)")
-    coarse_tt = t["time_traffic"].groupby(["method", "seed"], group_keys=False).apply(
-        lambda g: on_version_clock(g.rename(columns={"time_s": "t", "round": "updates"}), t["version_clock"])
-        .rename(columns={"t": "time_s", "updates": "round"}))
+    coarse_tt = pd.concat([on_version_clock(g.rename(columns={"time_s": "t", "round": "updates"}), t["version_clock"])
+                           .rename(columns={"t": "time_s", "updates": "round"})
+                           for _, g in t["time_traffic"].groupby(["method", "seed"], sort=False)], ignore_index=True)
     coarse = claims({**t, "time_traffic": coarse_tt}, seeds, eval_s=0.0)
-    vs_fss = ("SemiSFL above FedSwitch-SL, dir0.1", "SemiSFL reaches")
+    vs_fss = ("SemiSFL above FedSwitch-SL, dir0.1", "before FedSwitch-SL")
     ks_rows = ("Adaptive K_s", "K_s decays", "Semi-supervised SemiSFL beats Supervised-only, 50", "... by more")
     return [Choice("FedSwitch-SL's server view of the labeled data", "weak",
                    "the paper credits strong-augmentation supervised training to SemiSFL alone",
