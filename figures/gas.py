@@ -422,10 +422,11 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, target3: float = TARGET3)
         g = t1[t1["column"] == col].set_index("method")
         r = res[col.split()[0]] if col.split()[0] in res else res["digits"]
         others = [m for m in g.index if m != "GAS"]
-        best = [max(_per_seed(g.loc[m])[i] for m in others) for i in range(len(seeds))]
+        n = len(_per_seed(g.loc["GAS"]))
+        best = [max(_per_seed(g.loc[m])[i] for m in others) for i in range(n)]
         out.append(claim(f"Table 1 ({col}): GAS above the best of FedAvg / FedBuff / CA2FL per seed", "GAS first",
                          judge([a - b for a, b in zip(_per_seed(g.loc["GAS"]), best)], resolution=r, unit=" pts")))
-        base = [max(_per_seed(g.loc[m])[i] for m in ("FedAvg", "FedBuff")) for i in range(len(seeds))]
+        base = [max(_per_seed(g.loc[m])[i] for m in ("FedAvg", "FedBuff")) for i in range(n)]
         out.append(claim(f"Table 1 ({col}): CA2FL above FedAvg and FedBuff", "CA2FL above both",
                          judge([a - b for a, b in zip(_per_seed(g.loc["CA2FL"]), base)], resolution=r, unit=" pts")))
     t2 = t["table2"]
@@ -436,11 +437,12 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, target3: float = TARGET3)
         gas_e = {e: _per_seed(g[(g["E"] == e) & (g["method"] == "GAS")].iloc[0]) for e in es}
         for e in es:
             ge = g[g["E"] == e].set_index("method")
-            best = [max(_per_seed(ge.loc[m])[i] for m in ("FedBuff", "CA2FL")) for i in range(len(seeds))]
+            best = [max(_per_seed(ge.loc[m])[i] for m in ("FedBuff", "CA2FL")) for i in range(len(gas_e[e]))]
             out.append(claim(f"Table 2 ({short}, E = {e:g}): GAS above FedBuff and CA2FL", "GAS above at E = 10–35",
                              judge([a - b for a, b in zip(gas_e[e], best)], resolution=res["digits"], unit=" pts")))
         if len(es) > 2:
-            peak = [max(gas_e[e][i] for e in es[1:-1]) - max(gas_e[es[0]][i], gas_e[es[-1]][i]) for i in range(len(seeds))]
+            peak = [max(gas_e[e][i] for e in es[1:-1]) - max(gas_e[es[0]][i], gas_e[es[-1]][i])
+                    for i in range(len(gas_e[es[0]]))]
             out.append(claim(f"Table 2 ({short}): GAS peaks at an intermediate E (best inner E − best end E, per seed)",
                              "peak at E = 20", judge(peak, resolution=res["digits"], unit=" pts")))
         for m in ("FedBuff", "CA2FL"):
