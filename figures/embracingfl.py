@@ -26,8 +26,10 @@ the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
 * Bias floor: ‖∇F‖² (and its y part) over the last checkpoints against the number of strong clients s
   (16 clients, all participating, the rest weak).
 
-``claims.md`` is the paper's claims against these numbers, each verdict by the rule written under the
-table; ``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
+``claims.md`` is the paper's claims against these numbers, one row per part, each verdict by
+``figures.claims.RULES`` (printed under the table; one test sample, 1/359, and one tick of the
+every-2-rounds evaluation clock are the resolutions), with the choices that matter (the evaluation clock);
+``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
 """
 from __future__ import annotations
 
