@@ -24,13 +24,13 @@ _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
 
 RULES = """Verdict rules (`figures/claims.py`, the same for every paper, fixed before the run).  Each seed's
-effect is signed so that > 0 is the paper's direction (a factor r counts as r − 1).  The resolution is the
-larger of the measurement's own (one test sample, 1/n; one tick of the evaluation clock) and the seeds'
-standard error of the mean.
-- **yes**: every seed's effect > 0, the mean is beyond the resolution, and the mean is at least half the
+effect is signed so that > 0 is the paper's direction (a factor r counts as r − 1); a seed points the paper's
+way when its effect is beyond the measurement's own resolution (one test sample, 1/n; one tick of the
+evaluation clock).  The mean's resolution is the larger of that and the seeds' standard error of the mean.
+- **yes**: every seed points the paper's way, the mean is beyond its resolution, and the mean is at least half the
   paper's effect where the paper gives a number; where it gives only a direction, the seeds' 95% t-interval
   of the mean excludes zero (so one seed can never give "yes" to a direction).
-- **partly**: the mean is > 0 and beyond the resolution and more than half of the seeds are > 0; the cell
+- **partly**: the mean is > 0 and beyond its resolution and more than half of the seeds point the paper's way; the cell
   says the mean as a share of the paper's effect.
 - **no**: otherwise, in particular when the mean is inside the resolution or carried by a minority of seeds.
 - A quantity computed exactly (a cost model, no seeds): yes when it points the paper's way beyond its
@@ -121,15 +121,17 @@ def judge(effects: Sequence[float], paper: float | None = None, *, resolution: f
     if missing:
         cell += f"; {missing} seed(s) not measured"
     beyond = mean > res + 1e-12
+    own = abs(resolution) + 1e-12          # a seed points the paper's way only beyond one unit of measurement
+    pos = [x > own for x in e]
     share = f"{100 * mean / p:.0f}% of the paper's effect" if p else ""
     if exact:
         ok = beyond and (p is None or mean >= p / 2 - 1e-12)
         v = "yes" if ok and not missing else "no"
-    elif beyond and all(x > 0 for x in e) and not missing and (
+    elif beyond and all(pos) and not missing and (
             (p is not None and mean >= p / 2 - 1e-12)
             or (p is None and n >= 2 and mean - t95(n - 1) * std / math.sqrt(n) > 0)):
         v = "yes"
-    elif beyond and sum(x > 0 for x in e) > len(raw) / 2:
+    elif beyond and sum(pos) > len(raw) / 2:
         v = "partly"
     else:
         v = "no"

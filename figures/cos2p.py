@@ -505,7 +505,8 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         ax.set_ylabel(lab)
     axes[0].legend(fontsize=8)
     save(fig, out / "efficiency.png")
-    busy = pd.DataFrame(per_seed).pivot_table(index=["device_class", "seed"], columns="method", values="busy")
+    busy = (pd.DataFrame(per_seed).pivot(index=["device_class", "seed"], columns="method", values="busy")
+            .reindex(columns=["cos2p", "fedrolex", "fedavg"]))
     busy = busy.rename(columns={"cos2p": "round_s_structured", "fedrolex": "round_s_fedrolex",
                                 "fedavg": "round_s_zero_mask"}).reset_index()
     eff_seeds = busy.merge(eff[["device_class", "memory_structured_MB", "memory_fedrolex_MB"]], on="device_class")

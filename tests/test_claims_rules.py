@@ -33,6 +33,9 @@ def test_a_difference_inside_the_resolution_is_no():
     assert judge([0.0030, 0.0031, 0.0030], resolution=one_sample).verdict == "yes"
     # inside the seeds' spread: the mean is within one standard error of zero
     assert judge([1.0, 1.0, -1.9]).verdict == "no"
+    # a seed inside one test sample does not point the paper's way: [2.8, 0.001] is one seed of two
+    assert judge([2.8, 0.001], 9.5, resolution=one_sample * 100).verdict == "no"
+    assert judge([2.8, 2.0, 0.001], 9.5, resolution=one_sample * 100).verdict == "partly"
 
 
 def test_rho_zero_is_no():
