@@ -73,3 +73,35 @@ def save(fig: plt.Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+_TEST_N: dict[str, int] = {}
+
+
+def test_size(mapping: dict[str, Any]) -> int:
+    """Samples in the test set a run of ``mapping`` evaluates on: one sample is 1/n of accuracy, the
+    resolution of an accuracy difference (the claims' rules).  Built once per data section."""
+    import json
+
+    from fedsim.runner import prepare_data
+
+    key = json.dumps(mapping.get("data"), sort_keys=True, default=str)
+    if key not in _TEST_N:
+        _TEST_N[key] = int(len(prepare_data(scenario_from_mapping(mapping)).data.test.y))
+    return _TEST_N[key]
+
+
+def on_version_clock(metrics: pd.DataFrame, every_versions: int) -> pd.DataFrame:
+    """The evaluations a clock of every ``every_versions`` server versions would have seen, emulated from a
+    finer virtual-time clock: the first evaluation at or after each multiple of ``every_versions`` (what a
+    recipe's "evaluation clock" choice compares against; late by at most one fine tick)."""
+    m = metrics.sort_values("t")
+    step = (m["updates"].astype(int) // int(every_versions))
+    keep = step.ne(step.shift(1)) & (step > 0)
+    return m[keep]
+
+
+def first_time(metrics: pd.DataFrame, target: float) -> float:
+    """First evaluation time with accuracy >= ``target`` (NaN if never)."""
+    hit = metrics[metrics["accuracy"] >= target]
+    return float(hit["t"].iloc[0]) if len(hit) else float("nan")

@@ -9,8 +9,11 @@ every method runs the same virtual-time budget.
 
 * ``accuracy_vs_time``: server Top-1 against virtual time, FedAvg (full model, sync), FedRolex (sync,
   width √R_n per class with Table 7's R_n, so its kept parameters match them), Co-S²P sync (μ = 1,
-  T_clk = 0), Co-S²P (semi-async, μ = 0.5, R_n balanced per client), Co-S²P fully async, and Co-S²P
-  with Table 7's fixed R_n per class (``rate_rule: table7``).
+  T_clk = 0), Co-S²P (semi-async, μ = 0.5, Table 7's R_n per class, the scenario's ``rate_rule: table7``),
+  Co-S²P fully async, and Co-S²P with fedsim's ``rate_rule: balanced`` (R_n derived per client so that
+  jobs take equal time: the alternative reading in the choices table).
+* ``claims.md``: the paper's claims judged per seed by ``figures.claims.RULES``, and the choices that
+  matter (R_n: Table 7 or balanced; the evaluation clock) with the verdicts under each reading.
 * ``methods``: final server/client Top-1, Top-5, F1 and RU (Eq. 17) per method (Tables 1–2's columns).
 * ``sweep_mu`` / ``sweep_tclk``: server and client Top-1, RU, τ̄, N* (over trained segments), mean N_q^i
   and (1/Q) Σ ‖∇F(w_q)‖² against μ and T_clk (Fig. 6, and spec §4.5 T5).  The gradient norm is probed at
@@ -18,7 +21,7 @@ every method runs the same virtual-time budget.
   ``theorem1_trends``: Theorem 1's trends over each sweep as Spearman correlations (‖∇F‖² should fall as
   N_q^i rises and rise with τ̄).
 * ``efficiency``: training memory and round time per device class at Table 7's R_n for Co-S²P's
-  structured sub-model (the ``rate_rule: table7`` run),
+  structured sub-model (the main Co-S²P run, Table 7's R_n),
   FedRolex-style width-only extraction and unstructured zero masking (the full model: masking saves
   neither memory nor FLOPs), Figs. 1, 9, 10.  Memory from the extracted modules' estimates, round time
   from the runs' traces (zero masking: the FedAvg run, which trains the dense model).
@@ -43,11 +46,12 @@ import pandas as pd  # noqa: E402
 from analysis import trace_metrics as tm  # noqa: E402
 from fedsim import load_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
-from figures.claims import Claim, commit_hash, monotone, ratio_verdict, render_claims, verdict  # noqa: E402
-from figures.common import Job, run_jobs, save  # noqa: E402
+from figures.claims import (Choice, Claim, claim, commit_hash, judge, judge_value, render_claims,  # noqa: E402
+                            verdicts_of)
+from figures.common import Job, run_jobs, save, test_size  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg (full)", "fedrolex": "FedRolex", "cos2p-sync": "Co-S²P sync", "cos2p": "Co-S²P",
-          "cos2p-async": "Co-S²P async", "cos2p-table7": "Co-S²P (Table 7 R_n)"}
+          "cos2p-async": "Co-S²P async", "cos2p-balanced": "Co-S²P (balanced R_n)"}
 CLASSES = ("jetson-xavier-nx-8gb", "jetson-agx-orin-32gb", "jetson-agx-orin-64gb")
 
 
@@ -69,8 +73,8 @@ def method(name: str, cos2p: dict[str, Any]) -> dict[str, Any]:
         a.update(mu=1.0, t_clk=0.0)
     elif name == "cos2p-async":
         a.update(mode="async")
-    elif name == "cos2p-table7":
-        a.update(rate_rule="table7")
+    elif name == "cos2p-balanced":
+        a.update(rate_rule="balanced")
     return a
 
 
@@ -200,11 +204,13 @@ def plan(quick: bool, seeds: Sequence[int] | None, time_s: float | None) -> tupl
     seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
     base = base_mapping()
     cos = dict(base["algorithm"])
-    time_s = time_s if time_s is not None else (2.5 if quick else 8.0)
+    # sized to fit about half an hour on two shared cores (a Co-S²P run costs tens of wall seconds per virtual
+    # second there): 2 s of virtual time and three points per sweep, the ends and the scenario's own value
+    time_s = time_s if time_s is not None else 2.0
     # the sweeps' Co-S²P runs keep about five checkpoints (≈ 8 versions per virtual second) for ‖∇F(w_q)‖²
     every = max(1, round(8 * time_s / 5))
-    mus = (0.25, 0.5, 1.0) if quick else (0.25, 0.5, 0.75, 1.0)
-    tclks = (0.0, 0.02, 0.1) if quick else (0.0, 0.02, 0.05, 0.1, 0.2)
+    mus = (0.25, 0.5, 1.0)
+    tclks = (0.0, 0.02, 0.1) if quick else (0.0, 0.02, 0.2)
     ratios = (1.0, 2.0) if quick else (0.5, 1.0, 2.0)
     jobs: dict[tuple, dict[str, Any]] = {}
     for s in seeds:
@@ -226,7 +232,7 @@ def plan(quick: bool, seeds: Sequence[int] | None, time_s: float | None) -> tupl
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
              progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
-    budget of every run; default 2.5 s quick, 8 s full)."""
+    budget of every run; default 2 s)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds, base, cos, time_s, mus, tclks, ratios, jobs = plan(quick, seeds, time_s)
@@ -251,6 +257,8 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
             curves += [{"method": LABELS[name], "seed": s, "t": float(t), "accuracy": float(a)}
                        for t, a in zip(met["t"], met["accuracy"])]
             rows.append({"method": LABELS[name], "seed": s, **summarise(d)})
+    results["methods_seeds"] = pd.DataFrame(rows)
+    results["methods_seeds"].to_csv(out / "methods_seeds.csv", index=False)
     cur = pd.DataFrame(curves)
     cur.to_csv(out / "accuracy_vs_time.csv", index=False)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -278,6 +286,8 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
                  for v in values for s in seeds]
         sw = sweeps[kind] = _mean(srows, [kind])
         sw.to_csv(out / f"sweep_{kind}.csv", index=False)
+        results[f"sweep_{kind}_seeds"] = pd.DataFrame(srows)
+        results[f"sweep_{kind}_seeds"].to_csv(out / f"sweep_{kind}_seeds.csv", index=False)
         fig, axes = plt.subplots(1, 5, figsize=(16, 3.2))
         for ax, (col, lab) in zip(axes, (("server_top1", "server Top-1"), ("ru", "RU"), ("tau_bar", "τ̄"),
                                           ("n_mean", "mean N_q^i"), ("grad_norm_sq", "(1/Q) Σ ‖∇F(w_q)‖²"))):
@@ -293,8 +303,15 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     trends = trend_checks(sweeps)
     trends.to_csv(out / "theorem1_trends.csv", index=False)
     results["theorem1_trends"] = trends
+    t1 = []
+    for s in seeds:
+        one = trend_checks({k: _only(results[f"sweep_{k}_seeds"], s) for k in sweeps})
+        t1 += [{**row, "seed": s} for row in one.to_dict("records")]
+    results["theorem1_seeds"] = pd.DataFrame(t1)
+    results["theorem1_seeds"].to_csv(out / "theorem1_trends_seeds.csv", index=False)
     # distillation ablation and R^w/R^d
     drows = [{"distill": v, "seed": s, **summarise(d_of("distill", v, s))} for v in (True, False) for s in seeds]
+    results["distillation_seeds"] = pd.DataFrame(drows)
     dist = _mean(drows, ["distill"])
     dist.to_csv(out / "distillation.csv", index=False)
     fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -307,106 +324,135 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     save(fig, out / "distillation.png")
     results["distillation"] = dist
     rrows = [{"ratio": r, "seed": s, **summarise(d_of("ratio", r, s))} for r in ratios for s in seeds]
+    results["ratio_seeds"] = pd.DataFrame(rrows)
     rat = _mean(rrows, ["ratio"])
     rat.to_csv(out / "ratio.csv", index=False)
     (out / "ratio.md").write_text(_markdown(rat), encoding="utf-8")
     results["ratio"] = rat
-    results["efficiency"] = efficiency(base, cos, dirs, seeds, out)
+    results["efficiency"], results["efficiency_seeds"] = efficiency(base, cos, dirs, seeds, out)
+    results["test_size"] = test_size(base)
+    results["eval_every_s"] = time_s / 10
     command = "python -m figures.cos2p" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
     rows = claims(results)
-    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit_hash()),
-                                   encoding="utf-8")
+    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit_hash(),
+                                                 choices=choices(results, rows)), encoding="utf-8")
     results["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return results
 
 
-def claims(r: dict[str, pd.DataFrame]) -> list[Claim]:
-    """The paper's claims against this recipe's tables (``make_all``'s dict: ``methods``, the sweeps,
-    ``distillation``, ``ratio``, ``efficiency``, ``theorem1_trends``); every cell and verdict is computed
-    here from those numbers (Top-1 in %, RU as a fraction)."""
-    m = r["methods"].set_index("method")
-    co, fa, rx = LABELS["cos2p"], LABELS["fedavg"], LABELS["fedrolex"]
-    asy, t7 = LABELS["cos2p-async"], LABELS["cos2p-table7"]
-    ru = m["ru"]
-    top = 100 * m["server_top1"]
-    cl = 100 * m["client_top1"] if "client_top1" in m else pd.Series(dtype=float)
-    out = [Claim("fully async RU = 100%", "100%", f"{ru[asy]:.3f}", verdict(abs(float(ru[asy]) - 1.0) < 1e-9))]
-    x = float(ru[co] / ru[fa])
-    out.append(Claim("RU, Co-S²P vs FedAvg (full)", "87.9 vs 63.5 (1.4×)", f"{ru[co]:.3f} vs {ru[fa]:.3f} ({x:.2f}×)",
-                     ratio_verdict(x, 1.4)))
-    x = float(ru[co] / ru[rx])
-    out.append(Claim("RU, Co-S²P vs FedRolex", "1.2×", f"{ru[co]:.3f} vs {ru[rx]:.3f} ({x:.2f}×)", ratio_verdict(x, 1.2)))
-    x = float(ru[co] / ru[t7])
-    out.append(Claim("R_n set from the available resources (not the paper's Table 7 per class) balances the round",
-                     "R_n chosen \"according to the available resources\"",
-                     f"RU {ru[co]:.3f} (balanced R_n) vs {ru[t7]:.3f} (Table 7 R_n); server Top-1 {top[co]:.1f} vs "
-                     f"{top[t7]:.1f}", verdict(x > 1)))
-    d = float(top[co] - top[rx])
-    out.append(Claim("server Top-1, Co-S²P vs FedRolex", "+8.8 points", f"{top[co]:.1f} vs {top[rx]:.1f} ({d:+.1f})",
-                     verdict(d >= 4.4, partly=d > 0)))
-    out.append(Claim("FedAvg (full) is the upper reference", "38.7 > 33.1", f"{top[fa]:.1f} vs {top[co]:.1f}",
-                     verdict(bool(top[fa] > top[co]))))
-    ds, dc = float(top[co] - top[asy]), float(cl.get(co, np.nan) - cl.get(asy, np.nan))
-    out.append(Claim("semi-async beats fully async", "+5.4 server / +5.1 client",
-                     f"{ds:+.1f} server ({top[co]:.1f} vs {top[asy]:.1f}) / {dc:+.1f} client",
-                     verdict(ds > 0 and dc > 0, partly=ds > 0 or dc > 0)))
-    order = [float(top[co]), float(top[asy]), float(top[rx])]
-    out.append(Claim("ordering on server Top-1: Co-S²P > Co-S²P async > FedRolex", "33.1 > 27.7 > 24.3 (E1)",
-                     " > ".join(f"{v:.1f}" for v in order) + f"; Co-S²P sync (not in the paper) {top[LABELS['cos2p-sync']]:.1f}",
-                     verdict(monotone(order, -1), partly=order[0] == max(order))))
-    for kind, name, paper_acc in (("mu", "μ", "↑"), ("tclk", "T_clk", "↑")):
-        sw = r[f"sweep_{kind}"].sort_values(kind)
-        xs = " / ".join(f"{v:g}" for v in sw[kind])
-        tau_down, n_up = monotone(sw["tau_bar"], -1), monotone(sw["n_mean"], 1)
-        parts = [tau_down, n_up]
-        cell = (f"{name} = {xs}: τ̄ " + " / ".join(f"{v:.2f}" for v in sw["tau_bar"]) + ", mean N_q^i "
-                + " / ".join(f"{v:.1f}" for v in sw["n_mean"]))
-        if kind == "mu":
-            ru_down = monotone(sw["ru"], -1)
-            parts.append(ru_down)
-            cell += ", RU " + " / ".join(f"{v:.3f}" for v in sw["ru"])
-        out.append(Claim(f"larger {name} → " + ("lower RU, " if kind == "mu" else "") + "lower τ̄, larger N_q^i",
-                         "RU ↓" if kind == "mu" else "τ̄ ↓", cell, verdict(all(parts), partly=any(parts))))
-        acc = list(100 * sw["server_top1"])
-        up = monotone(acc, 1)
-        acc_cell = "server Top-1 " + " / ".join(f"{v:.1f}" for v in acc)
-        if kind == "tclk":
-            ru_down = monotone(sw["ru"], -1)
-            acc_cell += ", RU " + " / ".join(f"{v:.3f}" for v in sw["ru"])
-            out.append(Claim("larger T_clk → higher accuracy, lower RU", "acc ↑, RU ↓", acc_cell,
-                             verdict(up and ru_down, partly=up or ru_down or acc[-1] > acc[0])))
-        else:
-            out.append(Claim("larger μ → higher accuracy", paper_acc, acc_cell, verdict(up, partly=acc[-1] > acc[0])))
-    dist = r["distillation"].set_index("distill")
-    gs = 100 * float(dist.loc[True, "server_top1"] - dist.loc[False, "server_top1"])
-    gc = 100 * float(dist.loc[True, "client_top1"] - dist.loc[False, "client_top1"]) if "client_top1" in dist else np.nan
-    out.append(Claim("self-distillation helps clients more than the server", "+9.5 client / +4.9 server",
-                     f"{gc:+.1f} client / {gs:+.1f} server", verdict(gc > gs > 0, partly=gc > 0 or gs > 0)))
-    rat = r["ratio"].set_index("ratio")
-    one = 100 * float(rat.loc[1.0, "server_top1"])
-    others = {k: 100 * float(v) for k, v in rat["server_top1"].items() if k != 1.0}
-    out.append(Claim("R^w/R^d = 1 beats 2 and 0.5 (Table 8)", "33.1 vs 29.7 / 28.4",
-                     f"server {one:.1f} vs " + " / ".join(f"{v:.1f} ({k:g})" for k, v in others.items()),
-                     verdict(all(one > v for v in others.values()), partly=any(one > v for v in others.values()))))
-    eff = r["efficiency"]
-    for what, cols, paper in (("memory", ("memory_structured_MB", "memory_fedrolex_MB"), -22),
-                              ("round time", ("round_s_structured", "round_s_fedrolex"), -24)):
-        ch = [100 * (float(a) / float(b) - 1) for a, b in zip(eff[cols[0]], eff[cols[1]])]
-        out.append(Claim(f"{what} vs FedRolex at Table 7's R_n (Figs. 9-10)", f"{paper}%",
-                         " / ".join(f"{v:+.0f}%" for v in ch) + " (" + " / ".join(c.replace("jetson-", "")
-                                                                           for c in eff["device_class"]) + ")",
-                         verdict(all(v <= paper / 2 for v in ch), partly=any(v < 0 for v in ch))))
-    tr = r["theorem1_trends"]
-    held = [h for h in tr["holds"] if h is not None and h == h]
-    out.append(Claim("Theorem 1's trends: (1/Q) Σ ‖∇F‖² falls as N_q^i rises and as τ̄ falls", "↓",
-                     "; ".join(f"{row.sweep} vs {row.against}: Spearman {row.spearman:+.2f}" for row in tr.itertuples()),
-                     verdict(bool(held) and all(held), partly=any(held)) if held else "n/a"))
+def _seeds_of(df: pd.DataFrame, col: str, **where: Any) -> np.ndarray:
+    """Per seed (in seed order) the value of ``col`` in the rows of a per-seed table matching ``where``."""
+    sel = df
+    for k, v in where.items():
+        sel = sel[sel[k] == v]
+    return sel.sort_values("seed")[col].to_numpy(dtype=float)
+
+
+def _only(df: pd.DataFrame, seed: int) -> pd.DataFrame:
+    return df[df["seed"] == seed]
+
+
+def _ends(sw: pd.DataFrame, kind: str, col: str) -> np.ndarray:
+    """Per seed: ``col`` at the sweep's largest value minus at its smallest."""
+    lo, hi = sw[kind].min(), sw[kind].max()
+    return _seeds_of(sw, col, **{kind: hi}) - _seeds_of(sw, col, **{kind: lo})
+
+
+def claims(r: dict[str, pd.DataFrame], co: str = "cos2p") -> list[Claim]:
+    """The paper's claims against this recipe's per-seed tables (``make_all``'s dict: ``methods_seeds``, the
+    sweeps' ``sweep_*_seeds``, ``distillation_seeds``, ``ratio_seeds``, ``efficiency_seeds``,
+    ``theorem1_seeds``, ``test_size``); every cell and verdict by :data:`figures.claims.RULES` (Top-1 in
+    points, RU as a fraction).  ``co``: which method is "Co-S²P" (``cos2p-balanced`` for the choices table)."""
+    ms = r["methods_seeds"]
+    res = 100.0 / float(r["test_size"])          # one test sample, in points
+
+    def m(name: str, col: str) -> np.ndarray:
+        return _seeds_of(ms, col, method=LABELS[name])
+
+    out = [claim("fully async RU = 100%", "100%",
+                 judge_value(100 * float(np.mean(m("cos2p-async", "ru"))), 100.0, digits=1, unit="%"))]
+    out.append(claim("RU, Co-S²P vs FedAvg (full)", "87.9 vs 63.5 (1.38×)",
+                     judge(m(co, "ru") / m("fedavg", "ru"), 87.9 / 63.5, ratio=True, digits=2)))
+    out.append(claim("RU, Co-S²P vs FedRolex", "1.2×", judge(m(co, "ru") / m("fedrolex", "ru"), 1.2, ratio=True,
+                                                         digits=2)))
+    top = lambda name: 100 * m(name, "server_top1")  # noqa: E731
+    cl = lambda name: 100 * m(name, "client_top1")  # noqa: E731
+    out.append(claim("server Top-1, Co-S²P above FedRolex", "33.1 vs 24.3 (+8.8 points)",
+                     judge(top(co) - top("fedrolex"), 8.8, resolution=res, unit=" pts")))
+    out.append(claim("server Top-1, FedAvg (full) above Co-S²P (the upper reference)", "38.7 vs 33.1 (+5.6 points)",
+                     judge(top("fedavg") - top(co), 5.6, resolution=res, unit=" pts")))
+    out.append(claim("server Top-1, semi-async above fully async", "+5.4 points",
+                     judge(top(co) - top("cos2p-async"), 5.4, resolution=res, unit=" pts")))
+    out.append(claim("client Top-1, semi-async above fully async", "+5.1 points",
+                     judge(cl(co) - cl("cos2p-async"), 5.1, resolution=res, unit=" pts")))
+    out.append(claim("server Top-1, fully async Co-S²P above FedRolex", "27.7 vs 24.3 (+3.4 points, E1)",
+                     judge(top("cos2p-async") - top("fedrolex"), 3.4, resolution=res, unit=" pts")))
+    for kind, name in (("mu", "μ"), ("tclk", "T_clk")):
+        sw = r[f"sweep_{kind}_seeds"]
+        span = f"{sw[kind].min():g} → {sw[kind].max():g}"
+        out.append(claim(f"larger {name} ({span}) → lower τ̄", "τ̄ ↓ (Fig. 6)", judge(-_ends(sw, kind, "tau_bar"), digits=2)))
+        out.append(claim(f"larger {name} ({span}) → larger mean N_q^i", "N ↑ (Fig. 6)",
+                         judge(_ends(sw, kind, "n_mean"), digits=2)))
+        out.append(claim(f"larger {name} ({span}) → lower RU", "RU ↓ (Fig. 6)", judge(-_ends(sw, kind, "ru"), digits=3)))
+        out.append(claim(f"larger {name} ({span}) → higher server Top-1", "accuracy ↑ (Fig. 6)",
+                         judge(100 * _ends(sw, kind, "server_top1"), resolution=res, unit=" pts")))
+    ds = r["distillation_seeds"]
+    for col, paper, who in (("client_top1", 9.5, "clients"), ("server_top1", 4.9, "the server")):
+        if col in ds:
+            gain = 100 * (_seeds_of(ds, col, distill=True) - _seeds_of(ds, col, distill=False))
+            out.append(claim(f"self-distillation helps {who}", f"+{paper} points (Table 3)",
+                             judge(gain, paper, resolution=res, unit=" pts")))
+    if "client_top1" in ds:
+        gc = 100 * (_seeds_of(ds, "client_top1", distill=True) - _seeds_of(ds, "client_top1", distill=False))
+        gs = 100 * (_seeds_of(ds, "server_top1", distill=True) - _seeds_of(ds, "server_top1", distill=False))
+        out.append(claim("self-distillation helps clients more than the server", "+9.5 vs +4.9 (4.6 points more)",
+                         judge(gc - gs, 4.6, resolution=res, unit=" pts")))
+    rs = r["ratio_seeds"]
+    for other, paper in ((2.0, 33.1 - 29.7), (0.5, 33.1 - 28.4)):
+        if other in set(rs["ratio"]):
+            out.append(claim(f"R^w/R^d = 1 beats {other:g} (Table 8)", f"+{paper:.1f} points",
+                             judge(100 * (_seeds_of(rs, "server_top1", ratio=1.0) - _seeds_of(rs, "server_top1", ratio=other)),
+                                   paper, resolution=res, unit=" pts")))
+    eff = r["efficiency_seeds"]
+    for cls in CLASSES:
+        e = eff[eff["device_class"] == cls]
+        if not len(e):
+            continue
+        short = cls.replace("jetson-", "")
+        mem = 100 * (1 - float(e["memory_structured_MB"].iloc[0]) / float(e["memory_fedrolex_MB"].iloc[0]))
+        out.append(claim(f"memory below FedRolex at Table 7's R_n, {short} (Fig. 9)", "−22%",
+                         judge([mem], 22.0, exact=True, resolution=0.5, unit="%", digits=0)))
+        saving = 100 * (1 - e.sort_values("seed")["round_s_structured"].to_numpy(float)
+                        / e.sort_values("seed")["round_s_fedrolex"].to_numpy(float))
+        out.append(claim(f"round time below FedRolex at Table 7's R_n, {short} (Fig. 10)", "−24%",
+                         judge(saving, 24.0, unit="%", digits=0)))
+    tr = r["theorem1_seeds"]
+    for (kind, against), g in tr.groupby(["sweep", "against"], sort=False):
+        sign = -1.0 if against == "mean N_q^i" else 1.0
+        out.append(claim(f"Theorem 1: (1/Q) Σ ‖∇F‖² {'falls as' if sign < 0 else 'rises with'} {against} over the "
+                         f"{kind} sweep (Spearman per seed)", "↓ with N, ↑ with τ̄",
+                         judge(sign * g.sort_values("seed")["spearman"].to_numpy(float), digits=2)))
     return out
 
 
+def choices(r: dict[str, pd.DataFrame], used: list[Claim]) -> list[Choice]:
+    """The readings that move a verdict, with the verdicts under each (the alternative runs are in ``r``)."""
+    moved = ("RU, Co-S²P", "server Top-1, Co-S²P", "server Top-1, FedAvg")
+    alt = claims(r, co="cos2p-balanced")
+    return [Choice("R_n per client (Table 7 per device class, or fedsim's `balanced` rule that equalises job "
+                   "times and so maximises Eq. 17's RU by construction)", "Table 7",
+                   "the paper's Table 7; the paper says only \"according to the available resources\" for how",
+                   {"Table 7": verdicts_of(used, moved), "balanced": verdicts_of(alt, moved)}),
+            Choice("evaluation clock", f"every {float(r['eval_every_s']):g} s of virtual time",
+                   "no claim here reads a time to a target; every row reads the evaluation at the end of the "
+                   "same time budget, which every clock includes",
+                   {"any clock": "no verdict moves (no row reads a time)"})]
+
+
 def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path], seeds: Sequence[int],
-               out: Path) -> pd.DataFrame:
-    """Memory (extracted-module estimate) and round time (mean busy time in the runs) per device class."""
+               out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Memory (extracted-module estimate) and round time (mean busy time in the runs) per device class, and
+    per device class and seed (``efficiency_seeds.csv``: what the claims judge)."""
     from fedsim.algorithms.cos2p import split_rates
     from fedsim.learn.costs import memory_estimate
     from fedsim.learn.submodel import SubModel, submodel_costs, width_submodel
@@ -417,7 +463,8 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
     model = build_global_model(sc, data)
     shape = tuple(data.train.input_shape)
     L = model.num_blocks() - 2
-    rows = []
+    rows: list[dict[str, Any]] = []
+    per_seed: list[dict[str, Any]] = []
     for cls in CLASSES:
         rate = float(cos["rates"][cls])
         batch = int(cos.get("batch_sizes", {}).get(cls, sc.train.batch_size))
@@ -433,10 +480,13 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         for name in ("cos2p", "fedrolex", "fedavg"):
             vals = []
             for s in seeds:
-                tr = load_trace(dirs[("method", "cos2p-table7" if name == "cos2p" else name, s)])
+                tr = load_trace(dirs[("method", name, s)])
                 bt = tm.update_busy_times(tr)
                 clients = [c for c in range(8) if _class_of(base, c) == cls]
-                vals += bt[bt["client"].isin(clients)]["busy"].tolist()
+                got = bt[bt["client"].isin(clients)]["busy"].tolist()
+                vals += got
+                per_seed.append({"device_class": cls, "seed": s, "method": name,
+                                 "busy": float(np.mean(got)) if got else float("nan")})
             busy[name] = float(np.mean(vals)) if vals else float("nan")
         rows.append({"device_class": cls, "R_n": rate, "batch": batch, "memory_structured_MB": structured / 2**20,
                      "memory_fedrolex_MB": rolex / 2**20, "memory_zero_mask_MB": dense / 2**20,
@@ -455,7 +505,13 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         ax.set_ylabel(lab)
     axes[0].legend(fontsize=8)
     save(fig, out / "efficiency.png")
-    return eff
+    busy = (pd.DataFrame(per_seed).pivot(index=["device_class", "seed"], columns="method", values="busy")
+            .reindex(columns=["cos2p", "fedrolex", "fedavg"]))
+    busy = busy.rename(columns={"cos2p": "round_s_structured", "fedrolex": "round_s_fedrolex",
+                                "fedavg": "round_s_zero_mask"}).reset_index()
+    eff_seeds = busy.merge(eff[["device_class", "memory_structured_MB", "memory_fedrolex_MB"]], on="device_class")
+    eff_seeds.to_csv(out / "efficiency_seeds.csv", index=False)
+    return eff, eff_seeds
 
 
 def _class_of(base: dict[str, Any], client: int) -> str:

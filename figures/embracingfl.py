@@ -26,8 +26,10 @@ the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
 * Bias floor: ‖∇F‖² (and its y part) over the last checkpoints against the number of strong clients s
   (16 clients, all participating, the rest weak).
 
-``claims.md`` is the paper's claims against these numbers, each verdict by the rule written under the
-table; ``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
+``claims.md`` is the paper's claims against these numbers, one row per part, each verdict by
+``figures.claims.RULES`` (printed under the table; one test sample, 1/359, and one tick of the
+every-2-rounds evaluation clock are the resolutions), with the choices that matter (the evaluation clock);
+``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
 """
 from __future__ import annotations
 
@@ -45,9 +47,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.sim.trace import load_trace  # noqa: E402
-from figures.claims import (Claim, combine, commit_hash, monotone, render_claims, results_head,  # noqa: E402
-                            seeds_verdict, verdict)
-from figures.common import Job, run_jobs, save  # noqa: E402
+from figures.claims import (Choice, Claim, censor, claim, commit_hash, judge, render_claims,  # noqa: E402
+                            results_head, verdicts_of)
+from figures.common import Job, run_jobs, save, test_size  # noqa: E402
 
 STRONG_DEV, MODERATE_DEV, WEAK_DEV = "jetson-agx-orin-32gb", "jetson-xavier-nx-8gb", "jetson-nano"
 WIDTH = {"strong": 1.0, "moderate": 0.45, "weak": 0.2}      # the paper's width-reduction capacities
@@ -300,6 +302,7 @@ def floor(results: dict, seeds: Sequence[int], strong_counts: Sequence[int], out
         g = late_gradient_norms(str(results[("floor", k, s)]["dir"]))
         rows.append({"s": k, "seed": s, **g, "accuracy": _final(results[("floor", k, s)])})
     raw = pd.DataFrame(rows)
+    raw.to_csv(out / "bias_floor_seeds.csv", index=False)
     df = raw.groupby("s", as_index=False).agg(grad_sq=("grad_sq", "mean"), grad_sq_std=("grad_sq", "std"),
                                                grad_y_sq=("grad_y_sq", "mean"), grad_z_sq=("grad_z_sq", "mean"),
                                                train_loss=("train_loss", "mean"), accuracy=("accuracy", "mean"))
@@ -392,109 +395,113 @@ def fig3(raw: pd.DataFrame, out: Path) -> pd.DataFrame:
 
 #: the paper's "close to all-strong" margin: every case of Tables 3-4 and 6 is within 3.5 points of case 1
 CLOSE_PTS = 3.5
-RULES = ("Verdicts: a comparison (A above B, fewer rounds) is \"yes\" when it holds on the seed mean and on "
-         "every seed, \"partly\" when on the mean or on most seeds, \"no\" otherwise; \"close to case 1\" is "
-         f"within {CLOSE_PTS:g} points of case 1's seed mean; a claim over several settings (numbers of weak "
-         "clients, cases, layers) is \"yes\" when every part is, \"partly\" when some part is at least partly; "
-         "a trend over a sweep is \"yes\" when monotone on the seed means, \"partly\" when only its end points "
-         "move the paper's way.  A run that never reaches a target counts as infinitely slow.")
+#: the evaluation clock of every run (rounds): Table 7 counts rounds, and a round is one tick of it
+EVAL_ROUNDS = int(BASE["eval"]["every_versions"])
 
 
-def _gaps(a: Any, b: Any) -> list[float]:
-    """Per-seed a − b from two ``*_seeds`` cells."""
-    return [x - y for x, y in zip(seed_values(a), seed_values(b))]
+def _rounds_gaps(wr: Any, efl: Any, budget: int) -> tuple[list[float], list[bool]]:
+    """Per seed, rounds saved by EmbracingFL; a target never reached counts as the run's rounds (a bound)."""
+    w, nw = censor(seed_values(wr), budget)
+    e, ne = censor(seed_values(efl), budget)
+    return [a - b for a, b in zip(w, e)], [x or y for x, y in zip(nw, ne)]
 
 
-def _rounds_gaps(wr: Any, efl: Any) -> list[float]:
-    """Per seed, rounds saved by EmbracingFL (NaN, never reached, as infinitely many rounds)."""
-    inf = lambda v: math.inf if math.isnan(v) else v  # noqa: E731
-    return [inf(w) - inf(e) for w, e in zip(seed_values(wr), seed_values(efl))]
-
-
-def claims(t: dict[str, pd.DataFrame], seeds: Sequence[int]) -> list[Claim]:
-    """The paper's claims against this recipe's tables (``make_all``'s dict); every cell and verdict is
-    computed here from those numbers, by the rules in :data:`RULES`."""
+def claims(t: dict[str, Any], seeds: Sequence[int], *, clock: int = EVAL_ROUNDS) -> list[Claim]:
+    """The paper's claims against this recipe's tables (``make_all``'s dict, with ``test_n``, ``rounds`` and the
+    per-seed ``bias_floor_seeds`` / ``svcca_raw``); every cell and verdict by :data:`figures.claims.RULES`,
+    one row per part.  ``clock``: the evaluation clock in rounds (the choices table re-reads a coarser one)."""
     out: list[Claim] = []
-    f1 = t["fig1"]
-    last = f1[f1["iteration"] == f1["iteration"].max()].sort_values("depth")
-    rho = list(t["fig1_spearman"]["spearman_depth_svcca"])
-    out.append(Claim("Fig. 1: input-side layers stay more alike across independently trained clients",
-                     "conv layers near 1, output side lower",
-                     "max-pairwise SVCCA " + " / ".join(f"{v:.2f}" for v in last["mean"]) + " from conv1 to the output; "
-                     "Spearman(depth, SVCCA) " + ", ".join(f"{r:.2f}" for r in rho) + " per seed",
-                     seeds_verdict([-r for r in rho])))
+    res = 100.0 / float(t["test_n"])
+    rho = list(t["fig1_spearman"].sort_values("seed")["spearman_depth_svcca"])
+    out.append(claim("Fig. 1: input-side layers stay more alike across independently trained clients (−Spearman of "
+                     "max-pairwise SVCCA against depth, per seed)", "conv layers near 1, output side lower",
+                     judge([-r for r in rho], digits=2)))
     t2 = t["table2"]
-    joined = t2[t2["weak_added"] > 0]
-    out.append(Claim("Table 2: EmbracingFL beats width reduction when weak clients join a fixed strong set",
-                     " / ".join(f"+{PAPER_T2[k][1] - PAPER_T2[k][0]:.1f}" for k in (16, 32, 64, 112)) + " pts",
-                     "; ".join(f"{int(r['weak_added'])} weak: {r['embracingfl'] - r['width_reduction']:+.1f} pts "
-                               f"({r['embracingfl']:.1f} ± {r['embracingfl_std']:.1f} vs {r['width_reduction']:.1f} ± "
-                               f"{r['width_reduction_std']:.1f})" for _, r in joined.iterrows()),
-                     combine([seeds_verdict(_gaps(r["embracingfl_seeds"], r["width_reduction_seeds"]))
-                              for _, r in joined.iterrows()])))
-    ys = list(t2["embracingfl"])
-    out.append(Claim("Table 2: adding weak clients raises EmbracingFL's accuracy",
-                     " → ".join(f"{PAPER_T2[k][1]:.2f}" for k in (0, 16, 32, 64, 112)) + "% (16 strong + 0–112 weak)",
-                     " → ".join(f"{y:.1f}" for y in ys) + "% with " + ", ".join(str(int(w)) for w in t2["weak_added"])
-                     + " weak", verdict(monotone(ys, +1), partly=ys[-1] > ys[0])))
+    for _, r in t2[t2["weak_added"] > 0].iterrows():
+        w = int(r["weak_added"])
+        out.append(claim(f"Table 2: EmbracingFL above width reduction with {w} weak clients added to 4 strong",
+                         "+5.3 to +12.3 points (16–112 weak added to 16 strong)",
+                         judge([a - b for a, b in zip(seed_values(r["embracingfl_seeds"]),
+                                                      seed_values(r["width_reduction_seeds"]))],
+                               resolution=res, unit=" pts")))
+    lo, hi = t2.iloc[0], t2.iloc[-1]
+    out.append(claim(f"Table 2: adding weak clients raises EmbracingFL's accuracy ({int(lo['weak_added'])} → "
+                     f"{int(hi['weak_added'])} weak)", f"{PAPER_T2[0][1]:.2f} → {PAPER_T2[112][1]:.2f}% (+17.2)",
+                     judge([b - a for a, b in zip(seed_values(lo["embracingfl_seeds"]), seed_values(hi["embracingfl_seeds"]))],
+                           resolution=res, unit=" pts")))
     t6 = t["table6"].set_index("case")
-    partial = [c for c in t6.index if c != 1]
-    out.append(Claim("Table 6: EmbracingFL above width reduction (full participation)",
-                     "; ".join(f"case {c}: {PAPER_T3[c]:.1f} vs {PAPER_T6_WR[c]:.1f}" for c in partial),
-                     "; ".join(f"case {c}: {t6.loc[c, 'embracingfl']:.1f} ± {t6.loc[c, 'embracingfl_std']:.1f} vs "
-                               f"{t6.loc[c, 'width_reduction']:.1f} ± {t6.loc[c, 'width_reduction_std']:.1f}" for c in partial),
-                     combine([seeds_verdict(_gaps(t6.loc[c, "embracingfl_seeds"], t6.loc[c, "width_reduction_seeds"]))
-                              for c in partial])))
-    base = float(t6.loc[1, "embracingfl"])
-    out.append(Claim("Table 6: EmbracingFL close to all-strong (case 1)",
-                     f"within {CLOSE_PTS:g} pts of {PAPER_T3[1]:.2f} (" + ", ".join(f"case {c} {PAPER_T3[c] - PAPER_T3[1]:+.1f}"
-                                                                              for c in partial) + ")",
-                     f"case 1 {base:.1f} ± {t6.loc[1, 'embracingfl_std']:.1f}; "
-                     + ", ".join(f"case {c} {t6.loc[c, 'embracingfl'] - base:+.1f} pts" for c in partial),
-                     combine([verdict(float(t6.loc[c, "embracingfl"]) >= base - CLOSE_PTS) for c in partial])))
+    for c in [c for c in t6.index if c != 1]:
+        out.append(claim(f"Table 6, case {c}: EmbracingFL above width reduction (full participation)",
+                         f"{PAPER_T3[c]:.1f} vs {PAPER_T6_WR[c]:.1f} (+{PAPER_T3[c] - PAPER_T6_WR[c]:.1f})",
+                         judge([a - b for a, b in zip(seed_values(t6.loc[c, "embracingfl_seeds"]),
+                                                      seed_values(t6.loc[c, "width_reduction_seeds"]))],
+                               PAPER_T3[c] - PAPER_T6_WR[c], resolution=res, unit=" pts")))
+        base = seed_values(t6.loc[1, "embracingfl_seeds"])
+        out.append(claim(f"Table 6, case {c}: EmbracingFL within {CLOSE_PTS:g} points of all-strong case 1 "
+                         f"(effect {CLOSE_PTS:g} − (case 1 − case {c}))", f"{PAPER_T3[c] - PAPER_T3[1]:+.1f} points",
+                         judge([CLOSE_PTS - (b - a) for a, b in zip(seed_values(t6.loc[c, "embracingfl_seeds"]), base)],
+                               resolution=res, unit=" pts")))
     t7 = t["table7"].set_index("case")
     paper_t7 = {2: (867, 817), 3: (982, 801), 4: (836, 483), 5: (813, 811), 6: (806, 629), 7: (939, 572)}
-    parts7 = [c for c in t7.index if c != 1]
-    out.append(Claim("Table 7: EmbracingFL needs fewer rounds to the width-reduction accuracy",
-                     "; ".join(f"case {c}: {paper_t7[c][1]} vs {paper_t7[c][0]}" for c in parts7 if c in paper_t7),
-                     "; ".join(f"case {c}: {t7.loc[c, 'rounds_embracingfl']:.0f} vs {t7.loc[c, 'rounds_width_reduction']:.0f}"
-                               f" rounds, reached in {int(t7.loc[c, 'embracingfl_reached'])} of {int(t7.loc[c, 'seeds'])} seeds"
-                               for c in parts7),
-                     combine([seeds_verdict(_rounds_gaps(t7.loc[c, "rounds_width_reduction_seeds"],
-                                                         t7.loc[c, "rounds_embracingfl_seeds"])) for c in parts7])))
+    for c in [c for c in t7.index if c != 1]:
+        gaps, cen = _rounds_gaps(t7.loc[c, "rounds_width_reduction_seeds"], t7.loc[c, "rounds_embracingfl_seeds"],
+                                 int(t["rounds"]))
+        if clock != EVAL_ROUNDS:  # re-read on a coarser clock: each time rounds up to its next tick
+            up = lambda x: math.ceil(x / clock) * clock  # noqa: E731
+            w, _ = censor(seed_values(t7.loc[c, "rounds_width_reduction_seeds"]), int(t["rounds"]))
+            e, _ = censor(seed_values(t7.loc[c, "rounds_embracingfl_seeds"]), int(t["rounds"]))
+            gaps = [up(a) - up(b) for a, b in zip(w, e)]
+        p = paper_t7.get(c)
+        both = [math.isnan(a) and math.isnan(b) for a, b in zip(seed_values(t7.loc[c, "rounds_width_reduction_seeds"]),
+                                                                 seed_values(t7.loc[c, "rounds_embracingfl_seeds"]))]
+        if all(both):
+            out.append(Claim(f"Table 7, case {c}: EmbracingFL needs fewer rounds to the width-reduction accuracy",
+                             f"{p[1]} vs {p[0]} rounds" if p else "fewer", "neither reaches the target on any seed",
+                             "n/a"))
+            continue
+        out.append(claim(f"Table 7, case {c}: EmbracingFL needs fewer rounds to the width-reduction accuracy",
+                         f"{p[1]} vs {p[0]} rounds" if p else "fewer",
+                         judge(gaps, resolution=clock, unit=" rounds", digits=0, censored=cen)))
     t34 = t["table34"].set_index("case")
-    mixes = [c for c in t34.index if c != 1]
-    b34 = float(t34.loc[1, "cifar_split"])
-    out.append(Claim("Tables 3–4: with 25% participation, weak/moderate mixes stay close to case 1",
-                     f"all within {CLOSE_PTS:g} pts", f"case 1 {b34:.1f} ± {t34.loc[1, 'cifar_split_std']:.1f}; "
-                     + "; ".join(f"case {c}: ResNet-like split {t34.loc[c, 'cifar_split']:.1f}, FEMNIST split "
-                                 f"{t34.loc[c, 'femnist_split']:.1f}" for c in mixes),
-                     combine([verdict(float(t34.loc[c, col]) >= b34 - CLOSE_PTS) for c in mixes
-                              for col in ("cifar_split", "femnist_split")])))
-    fl = t["bias_floor"].sort_values("s")
-    g, gy = list(fl["grad_sq"]), list(fl["grad_y_sq"])
-    out.append(Claim("Remark 2: the error floor shrinks with the number of strong clients s", "floor ∝ σ̄_y²/s",
-                     "‖∇F‖² over the last checkpoints " + ", ".join(f"{v:.2f}" for v in g) + " for s = "
-                     + ", ".join(str(int(k)) for k in fl["s"]) + "; its y part " + ", ".join(f"{v:.2f}" for v in gy),
-                     combine([verdict(monotone(v, -1), partly=v[-1] < v[0]) for v in (g, gy)])))
-    f3 = t["fig3"]
+    b34 = seed_values(t34.loc[1, "cifar_split_seeds"])
+    for c in [c for c in t34.index if c != 1]:
+        for col, name in (("cifar_split", "ResNet-like split"), ("femnist_split", "FEMNIST split")):
+            out.append(claim(f"Tables 3–4, case {c} ({name}, 25% participation): within {CLOSE_PTS:g} points of case 1",
+                             f"{PAPER_T3[c] - PAPER_T3[1]:+.1f} / {PAPER_T4[c] - PAPER_T4[1]:+.1f} points",
+                             judge([CLOSE_PTS - (b - a) for a, b in zip(seed_values(t34.loc[c, f"{col}_seeds"]), b34)],
+                                   resolution=res, unit=" pts")))
+    fl = t["bias_floor_seeds"]
+    s0, s1 = int(fl["s"].min()), int(fl["s"].max())
+    for col, what in (("grad_sq", "‖∇F‖²"), ("grad_y_sq", "its y part")):
+        a = fl[fl["s"] == s0].sort_values("seed")[col].to_numpy(float)
+        b = fl[fl["s"] == s1].sort_values("seed")[col].to_numpy(float)
+        out.append(claim(f"Remark 2: the error floor ({what} over the last checkpoints) shrinks from s = {s0} to s = "
+                         f"{s1} strong clients", "floor ∝ σ̄_y²/s", judge(a - b, digits=3)))
+    raw = t["svcca_raw"]
+    last = raw[raw["iteration"] == raw["iteration"].max()]
+    per = last.groupby(["scheme", "depth", "seed"])["svcca"].mean()
 
-    def by_layer(scheme: str) -> pd.Series:
-        return f3[f3["scheme"] == scheme].set_index("depth").sort_index()["mean"]
+    def gap(a: str, b: str, d: int) -> list[float]:
+        return [float(per[a, d, s] - per[b, d, s]) for s in seeds]
 
-    lw, ch, fh = by_layer("second_half"), by_layer("channels"), by_layer("first_half")
-    out.append(Claim("Fig. 3a: layer-wise (output-half) sync keeps layers more alike than channel-wise sync",
-                     "layer-wise higher at every layer",
-                     "layer-wise " + " / ".join(f"{v:.2f}" for v in lw) + " against channel-wise "
-                     + " / ".join(f"{v:.2f}" for v in ch),
-                     combine([verdict(bool(lw[d] > ch[d])) for d in lw.index])))
-    deep = [d for d in lw.index if d >= lw.index.max() - 1]
-    out.append(Claim("Fig. 3b: second-half sync keeps the output side (dense, output) more alike than first-half sync",
-                     "second half higher at the output side",
-                     "second half " + " / ".join(f"{v:.2f}" for v in lw) + " against first half "
-                     + " / ".join(f"{v:.2f}" for v in fh) + " (conv1 to output)",
-                     combine([verdict(bool(lw[d] > fh[d])) for d in deep])))
+    for d in sorted(last["depth"].unique()):
+        name = LAYER_NAMES.get(f"block{int(d)}", str(d))
+        out.append(claim(f"Fig. 3a: layer-wise (output-half) sync keeps {name} more alike than channel-wise sync",
+                         "layer-wise higher at every layer", judge(gap("second_half", "channels", d), digits=3)))
+    for d in [d for d in sorted(last["depth"].unique()) if d >= last["depth"].max() - 1]:
+        name = LAYER_NAMES.get(f"block{int(d)}", str(d))
+        out.append(claim(f"Fig. 3b: second-half sync keeps {name} more alike than first-half sync",
+                         "second half higher at the output side", judge(gap("second_half", "first_half", d), digits=3)))
     return out
+
+
+def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[Choice]:
+    """The evaluation clock (rounds), with the verdicts of the rows that read it."""
+    coarse = claims(t, seeds, clock=2 * EVAL_ROUNDS)
+    return [Choice("evaluation clock", f"every {EVAL_ROUNDS} rounds",
+                   "Table 7 counts rounds, so the clock is in rounds; its tick is each row's resolution",
+                   {f"every {EVAL_ROUNDS} rounds": verdicts_of(used, ("Table 7",)),
+                    f"every {2 * EVAL_ROUNDS} rounds (re-read)": verdicts_of(coarse, ("Table 7",))})]
 
 
 def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str) -> str:
@@ -537,12 +544,14 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         "fig1": fig1(raw, out),
         "fig1_spearman": pd.read_csv(out / "fig1_spearman.csv"),
         "fig3": fig3(raw, out),
+        "svcca_raw": raw, "test_n": test_size(BASE), "rounds": v,
     }
+    tables["bias_floor_seeds"] = pd.read_csv(out / "bias_floor_seeds.csv")
     command = "python -m figures.embracingfl" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
     commit = commit_hash()
     rows = claims(tables, seeds)
-    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit, rules=RULES),
-                                   encoding="utf-8")
+    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit,
+                                                 choices=choices(tables, seeds, rows)), encoding="utf-8")
     (out / "RESULTS.md").write_text(results_markdown(out, seeds, commit, command), encoding="utf-8")
     tables["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return tables

@@ -3,6 +3,9 @@ reused only when asked, and any change of the scenario runs it again."""
 from __future__ import annotations
 
 import copy
+import math
+
+import pandas as pd
 
 from fedsim import load_scenario
 from figures.common import Job, finished, run_jobs
@@ -41,11 +44,21 @@ def test_an_unfinished_run_is_not_reused(tmp_path):
 
 
 def test_claim_helpers_by_hand():
-    from figures.claims import monotone, ratio_verdict, verdict
+    from figures.claims import judge, monotone, verdict
 
     assert monotone([3.0, 1.0, 0.0, 0.0], -1) and not monotone([3.0, 1.0, 1.5], -1)
     assert not monotone([1.0, 1.0], 1) and monotone([1.0, 2.0], 1) and not monotone([1.0], 1)
-    # paper 1.4×: yes from 1.2×, partly above 1, no at or below 1
-    assert [ratio_verdict(x, 1.4) for x in (1.25, 1.2, 1.1, 1.0, 0.8)] == ["yes", "yes", "partly", "no", "no"]
-    assert ratio_verdict(float("nan"), 1.4) == "n/a"
-    assert (verdict(True), verdict(False), verdict(False, partly=True), verdict(None)) == ("yes", "no", "partly", "n/a")
+    # paper 1.4×, one seed: yes from 1.2× (half the gain), partly above 1, no at or below 1
+    assert [judge([x], 1.4, ratio=True).verdict for x in (1.25, 1.2, 1.1, 1.0, 0.8)] == ["yes", "yes", "partly", "no", "no"]
+    assert judge([float("nan")], 1.4, ratio=True).verdict == "n/a"
+    assert (verdict(True), verdict(False), verdict(None)) == ("yes", "no", "n/a")
+
+
+def test_version_clock_keeps_the_first_evaluation_after_each_tick():
+    from figures.common import first_time, on_version_clock
+
+    m = pd.DataFrame({"t": [0.1, 0.2, 0.3, 0.4, 0.5], "updates": [3, 9, 10, 12, 21],
+                      "accuracy": [0.5, 0.9, 0.91, 0.95, 0.96]})
+    coarse = on_version_clock(m, 10)
+    assert list(coarse["t"]) == [0.3, 0.5]
+    assert first_time(m, 0.9) == 0.2 and first_time(coarse, 0.9) == 0.3 and math.isnan(first_time(m, 0.99))

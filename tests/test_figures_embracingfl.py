@@ -36,47 +36,46 @@ def recipe(tmp_path_factory):
 
 
 def test_claims_table_is_generated_from_the_recipe_numbers(recipe):
-    """claims.md is the rendering of ``claims()`` on the run's own tables with commit, seeds and rules;
-    RESULTS.md carries it and the tables; moving an input number moves the cell and the verdict."""
+    """claims.md is the rendering of ``claims()`` on the run's own tables with commit, seeds, the rules and
+    the choices table; RESULTS.md carries it and the tables; moving an input number moves the cell and the
+    verdict."""
     import copy
 
-    from figures.claims import commit_hash, render_claims
+    from figures.claims import RULES, commit_hash, render_claims
 
     out, tables = recipe
     text = (out / "claims.md").read_text(encoding="utf-8")
     rows = fe.claims(tables, [0])
     assert text == render_claims(rows, command="python -m figures.embracingfl --quick --seeds 0", seeds=[0],
-                                 commit=commit_hash(), rules=fe.RULES)
-    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text and fe.RULES in text
+                                 commit=commit_hash(), choices=fe.choices(tables, [0], rows))
+    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text and RULES in text
     results = (out / "RESULTS.md").read_text(encoding="utf-8")
     assert text in results and (out / "table6.md").read_text(encoding="utf-8") in results
-    # the per-seed columns are the runs' own final accuracies
     t6 = tables["table6"].set_index("case")
     assert fe.seed_values(t6.loc[7, "embracingfl_seeds"]) == pytest.approx([t6.loc[7, "embracingfl"]], abs=1e-4)
 
     def row(t: dict, start: str) -> "fe.Claim":
         return next(c for c in fe.claims(t, [0, 1, 2]) if c.claim.startswith(start))
 
-    # Table 6 over three seeds: ahead on every seed / on the mean only / behind on the mean
-    for efl, expected in (([60.0, 61.0, 62.0], "yes"), ([70.0, 70.0, 45.0], "partly"), ([40.0, 41.0, 42.0], "no")):
-        moved = copy.deepcopy(tables)
+    three = copy.deepcopy(tables)
+    raw = three["svcca_raw"]
+    three["svcca_raw"] = pd.concat([raw.assign(seed=s) for s in (0, 1, 2)], ignore_index=True)
+    fl = three["bias_floor_seeds"]
+    three["bias_floor_seeds"] = pd.concat([fl.assign(seed=s) for s in (0, 1, 2)], ignore_index=True)
+    three["fig1_spearman"] = pd.DataFrame({"seed": [0, 1, 2], "spearman_depth_svcca": [-0.5] * 3})
+    # Table 6, case 7, paper +22.5 points: ahead on every seed by half of it / on all but one / one seed carries it
+    for efl, expected in (([62.0, 62.0, 62.0], "yes"), ([70.0, 70.0, 45.0], "partly"), ([90.0, 45.0, 45.0], "no")):
+        moved = copy.deepcopy(three)
         t = moved["table6"]
         i = t.index[t["case"] == 7][0]
-        t.loc[i, ["embracingfl", "width_reduction"]] = [sum(efl) / 3, 50.0]
         t.loc[i, ["embracingfl_seeds", "width_reduction_seeds"]] = [" ".join(map(str, efl)), "50 50 50"]
-        r = row(moved, "Table 6: EmbracingFL above width reduction")
-        assert r.verdict == expected and f"case 7: {sum(efl) / 3:.1f} ± " in r.fedsim
-    # the bias floor: falling with s, rising with s
-    for grads, expected in (([3.0, 1.0], "yes"), ([1.0, 3.0], "no")):
-        moved = copy.deepcopy(tables)
-        moved["bias_floor"]["grad_sq"] = grads
-        moved["bias_floor"]["grad_y_sq"] = grads
-        r = row(moved, "Remark 2")
-        assert r.verdict == expected and f"checkpoints {grads[0]:.2f}, {grads[1]:.2f} for s" in r.fedsim
-    # Table 7: a case never reached by EmbracingFL counts as infinitely many rounds
-    moved = copy.deepcopy(tables)
+        t.loc[t["case"] == 1, "embracingfl_seeds"] = "60 60 60"
+        r = row(moved, "Table 6, case 7: EmbracingFL above")
+        assert r.verdict == expected and "per seed " + " / ".join(f"{x - 50:.1f}" for x in efl) in r.fedsim
+    # Table 7: a case never reached by either counts as not measured; by EmbracingFL alone, as late
+    moved = copy.deepcopy(three)
     t7 = moved["table7"]
-    t7.loc[t7["case"] == 7, ["rounds_embracingfl_seeds", "rounds_width_reduction_seeds"]] = ["nan", "10.0000"]
-    assert row(moved, "Table 7").verdict == "no"
-    t7.loc[t7["case"] == 7, ["rounds_embracingfl_seeds", "rounds_width_reduction_seeds"]] = ["4.0000", "nan"]
-    assert row(moved, "Table 7").verdict == "yes"
+    t7.loc[t7["case"] == 7, ["rounds_embracingfl_seeds", "rounds_width_reduction_seeds"]] = ["nan nan nan", "nan nan nan"]
+    assert row(moved, "Table 7, case 7").verdict == "n/a"
+    t7.loc[t7["case"] == 7, ["rounds_embracingfl_seeds", "rounds_width_reduction_seeds"]] = ["nan nan nan", "1 1 1"]
+    assert row(moved, "Table 7, case 7").verdict == "no"

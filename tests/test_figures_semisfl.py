@@ -25,30 +25,33 @@ def test_crossover_by_hand():
 
 
 def test_claims_table_is_generated_from_the_recipe_numbers(tmp_path):
-    """The quick recipe (shortened to 2 rounds) writes claims.md from its own tables with commit and seeds;
-    moving an input number moves the cell and the verdict."""
+    """The quick recipe (shortened to 2 rounds) writes claims.md from its own tables with commit, seeds, the
+    rules and the choices table; moving an input number moves the cell and the verdict."""
     import copy
 
     from figures import semisfl
-    from figures.claims import commit_hash, render_claims
+    from figures.claims import RULES, commit_hash, render_claims
 
     tables = semisfl.make_all(tmp_path, quick=True, seeds=[0], progress=False, rounds=2)
     text = (tmp_path / "claims.md").read_text(encoding="utf-8")
     rows = semisfl.claims(tables, [0])
     assert text == render_claims(rows, command="python -m figures.semisfl --quick --seeds 0", seeds=[0],
-                                 commit=commit_hash())
-    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text
-    name = "SemiSFL beats FedSwitch-SL, more as skew rises"
-    for gap, expected in ((5.0, "partly"), (-5.0, "no")):  # quick: IID and Dir(0.1) only
+                                 commit=commit_hash(), choices=semisfl.choices(tables, [0], rows))
+    assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text and RULES in text
+    assert "*strong*" in text and "*authors' code*" in text
+    name = "SemiSFL above FedSwitch-SL, dir0.1"
+    for gap, expected in ((5.0, "partly"), (-5.0, "no"), (0.1, "no")):  # one seed: a direction is at most partly
         moved = copy.deepcopy(tables)
         d = moved["dirichlet"]
-        for p in ("iid", "dir0.1"):
-            other = d.loc[(d["partition"] == p) & (d["method"] == "FedSwitch-SL"), "mean"].item()
-            d.loc[(d["partition"] == p) & (d["method"] == "SemiSFL"), "mean"] = other + gap
+        other = float(d.loc[(d["partition"] == "dir0.1") & (d["method"] == "FedSwitch-SL"), "values"].item())
+        d.loc[(d["partition"] == "dir0.1") & (d["method"] == "SemiSFL"), "values"] = f"{other + gap:.2f}"
         row = next(c for c in semisfl.claims(moved, [0]) if c.claim == name)
+        assert row.verdict == expected and f"per seed {gap:.1f} pts" in row.fedsim
+    # the head: MLP above linear by 0.9 points (the paper's number) on the one seed is yes; by 0.2 inside 1/n
+    for gap, expected in ((0.9, "yes"), (0.2, "no")):
+        moved = copy.deepcopy(tables)
+        h = moved["head"]
+        h.loc[h["head"] == "linear", "values"] = "80.00"
+        h.loc[h["head"] == "mlp", "values"] = f"{80 + gap:.2f}"
+        row = next(c for c in semisfl.claims(moved, [0]) if c.claim.startswith("Projection head: MLP"))
         assert row.verdict == expected
-        assert f"dir0.1 {other + gap:.1f} vs {other:.1f}" in row.fedsim
-    moved = copy.deepcopy(tables)
-    moved["head"]["mean"] = [80.0, 81.0, 82.0]
-    row = next(c for c in semisfl.claims(moved, [0]) if c.claim.startswith("Projection head"))
-    assert row.verdict == "yes" and row.fedsim == "none 80.0 / linear 81.0 / mlp 82.0"
