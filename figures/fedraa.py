@@ -20,9 +20,9 @@ evaluated every ``EVAL_S`` virtual seconds; time-to-target is the first evaluati
   to keep the recipe near a quarter of an hour): time-to-target, final accuracy, measured K̂, and the Remark 1
   trend check (larger K̂, slower convergence) with ‖∇F‖² at the final model.
 * ``claims.md``: the paper's claims judged per seed by ``figures.claims.RULES`` (test accuracy evaluated every
-  ``EVAL_S`` = 0.2 s, no coarser than 5% of the smallest time compared), and the choices that matter: Sync
+  ``EVAL_S`` = 0.1 s, no coarser than 5% of the smallest time compared), and the choices that matter: Sync
   Fed-RAA's aggregation (α-mixed as async, or a plain fragment average, α = 1), the staleness clock (per
-  fragment or global) and the evaluation clock (0.2 s, or every 10 server versions), each alternative run
+  fragment or global) and the evaluation clock (0.1 s, or every 10 server versions), each alternative run
   or re-read; fedsim's own Theorem 2 check is printed under it, not as a claim.
 * ``assignments``: which fragment each client trained over time, per scheduler.
 """
@@ -49,7 +49,7 @@ from figures.common import Job, first_time, on_version_clock, run_jobs, save, te
 
 #: the evaluation clock (virtual s): no coarser than 5% of the smallest time to target compared (Fed-RAA's
 #: ≈ 5 s here); every method is evaluated on it, and each time-to-target row checks it
-EVAL_S = 0.2
+EVAL_S = 0.1
 TARGET = 0.92
 BASE: dict[str, Any] = {
     "name": "fedraa-figure",

@@ -29,9 +29,9 @@ channel preset (0.8–8 Mbps up, 10–20 Mbps down, redrawn per transmission); t
 * ``r_h``: R_h over rounds for fixed K_s = 20 and K_s = 5 (Fig. 3b).
 * ``head``: projection head none / linear / MLP under Dir(0.1) (Table V).
 * ``claims.md``: the paper's claims judged per seed by ``figures.claims.RULES`` (the main runs evaluated every
-  ``EVAL_S`` = 0.25 s of simulated time, the same for every method), and the choices that matter:
+  ``EVAL_S`` = 0.1 s of simulated time, the same for every method), and the choices that matter:
   FedSwitch-SL's server view (weak, or strong: its own runs), the K_s controller (the paper's or the authors'
-  code) and the evaluation clock (0.25 s, or every rounds/12 rounds re-read from it).
+  code) and the evaluation clock (0.1 s, or every rounds/12 rounds re-read from it).
 * ``crossover``: traffic per round of SFL (features × K_u + 3 bottoms) vs FL (2 full models) for the
   code's SVHN CNN, CIFAR AlexNet and STL-10 VGG13-BN, from parameter counts of those architectures
   alone (no training), against K_u.
@@ -80,7 +80,7 @@ LABELS = {"semisfl": "SemiSFL", "fedswitch-sl": "FedSwitch-SL", "semisfl-fixed":
 FL_KEYS = ("clients_per_round", "labeled", "k_s", "tau", "weak", "strong")
 #: the evaluation clock of the main runs (virtual s), the same for every method: no coarser than 5% of the
 #: smallest time to target compared (each time-to-target row checks it)
-EVAL_S = 0.25
+EVAL_S = 0.1
 PARTS = {"iid": {"method": "iid"}, **{f"dir{a}": {"method": "dirichlet_client", "alpha": a, "min_size": 16}
                                       for a in (1.0, 0.1, 0.05)}}
 
