@@ -34,7 +34,7 @@ from fedsim.system.devices import check_memory
 from fedsim.system.world import World
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.base import Assignment
+    from fedsim.messages import Assignment
 
 
 def sgd_config(scenario: Scenario) -> SGDConfig:

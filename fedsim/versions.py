@@ -25,7 +25,7 @@ from fedsim.system.world import World
 from fedsim.training import TrainingExecutor
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.base import Contribution, Update
+    from fedsim.messages import Contribution, Update
 
 
 class VersionKeeper:

@@ -11,9 +11,9 @@ import importlib
 from pathlib import Path
 from typing import Any, Iterable
 
-from fedsim.algorithms.base import (Algorithm, AsyncSlots, Assignment, Contribution, LocalTrainer, SemiAsyncConfig,
-                                    SemiAsyncRounds, SlotScheduler, SlotsConfig, SyncRounds, TaskCounter, TrainOutcome,
-                                    Update, Work, quorum, staleness_weight)
+from fedsim.algorithms.base import (Algorithm, AsyncSlots, SemiAsyncConfig, SemiAsyncRounds, SlotScheduler, SlotsConfig,
+                                    SyncRounds, TaskCounter, quorum, staleness_weight)
+from fedsim.messages import Assignment, Contribution, LocalTrainer, TrainOutcome, Update, Work
 import fedsim.components as components
 from fedsim.errors import ConfigError
 

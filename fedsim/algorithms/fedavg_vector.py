@@ -36,7 +36,7 @@ from fedsim.errors import ConfigError
 from fedsim.learn.train import num_steps, samples_processed
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.fedavg import FedAvg
+    from fedsim.algorithms.base import SyncRounds
     from fedsim.scenario import Scenario
 
 #: access models under which clients never wait for each other within a FedAvg round
@@ -96,7 +96,7 @@ def event_order(chains: list[list[tuple[Any, int]]], clients: np.ndarray) -> np.
     return np.lexsort(keys)
 
 
-def vector_rounds(algo: "FedAvg") -> Generator[simpy.events.Event, Any, None]:
+def vector_rounds(algo: "SyncRounds") -> Generator[simpy.events.Event, Any, None]:
     """FedAvg's round loop with each round's client chains computed in numpy (module docstring)."""
     ctx, env, cfg = algo.ctx, algo.ctx.env, algo.cfg
     world, trace = ctx.world, ctx.trace

@@ -30,7 +30,7 @@ Mask = dict[str, torch.Tensor]
 
 
 class Contribution(Protocol):
-    """What ``masked_weighted_average`` reads from an update (``fedsim.algorithms.base.Update`` is one)."""
+    """What ``masked_weighted_average`` reads from an update (``fedsim.messages.Update`` is one)."""
 
     tensors: Mapping[str, torch.Tensor]
     kind: Literal["weights", "delta"]
