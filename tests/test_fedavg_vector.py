@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim.algorithms import FedAvg
 from fedsim.cli import main
+from fedsim.errors import ConfigError
 from fedsim.learn.data import ArrayDataset, FederatedData
-from fedsim.runner import Prepared, run_variant
+from fedsim.runner import Prepared, run_scenario, run_variant
 from fedsim import scenario_from_mapping
 from fedsim.sim.trace import Trace, iter_trace
 
@@ -171,3 +173,33 @@ def test_engine_is_plain_fedavgs_setting(capsys, tmp_path):
     code = main(["run", "default", "algorithm=fedprox", "algorithm.engine=vector", "--out", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "algorithm.engine" in err and len(err.splitlines()) == 1
+
+
+class _PlainAvg(FedAvg):
+    """A user's FedAvg that changes nothing: it takes the vector loop its config asks for."""
+
+    name = "plain-avg"
+
+
+class _PickyAvg(FedAvg):
+    """A user's FedAvg with its own client selection, which the vector loop would not call."""
+
+    name = "picky-avg"
+
+    def select(self, k, round_):
+        return list(range(k))
+
+
+def test_a_subclass_chooses_its_loop_from_its_config(tmp_path):
+    """The loop comes from the config (``engine``), not from the class's identity: a subclass that overrides no
+    decision runs the vector loop and writes FedAvg's trace; one that overrides a decision the vector loop never
+    calls is refused in one line rather than run on the event loop in silence."""
+    data = _merge(BASE, {"algorithm": {"name": "fedavg", "engine": "vector"}})
+    run_scenario(scenario_from_mapping(data), tmp_path / "fedavg", progress=False)
+    data["algorithm"]["name"] = _PlainAvg
+    run_scenario(scenario_from_mapping(data), tmp_path / "plain", progress=False)
+    trace = "trace.compact.gz" if (tmp_path / "fedavg" / "trace.compact.gz").exists() else "trace.jsonl"
+    assert filecmp.cmp(tmp_path / "fedavg" / trace, tmp_path / "plain" / trace, shallow=False)
+    data["algorithm"]["name"] = _PickyAvg
+    with pytest.raises(ConfigError, match="overrides select.*engine: event"):
+        run_scenario(scenario_from_mapping(data), tmp_path / "picky", progress=False)

@@ -218,13 +218,16 @@ class CountingRAA(FedRAA):
 
 
 def test_fedraa_runs_on_the_framework_shapes_and_a_subclass_keeps_its_overrides(tmp_path):
-    """``FedRAA`` builds its instance on ``AsyncSlots`` (one slot per client) or ``SyncRounds``; a subclass's
-    override of a decision (here ``before_apply``) is used on either shape."""
+    """``FedRAA`` is one class on both shapes (``AsyncSlots``, one slot per client, and ``SyncRounds``) and its
+    ``run`` picks the loop from ``aggregation``; a subclass's override of a decision (here ``before_apply``) is
+    used on either loop, with no class built at run time."""
     for aggregation, shape in (("async", AsyncSlots), ("sync", SyncRounds)):
         _CALLS.clear()
         run(tmp_path / aggregation, {"name": CountingRAA, "aggregation": aggregation}, stop={"max_versions": 3})
         assert len(_CALLS) == 3
         frags = load_trace(tmp_path / aggregation / "trace.jsonl", kinds=("fragment",))
         assert len(frags) == sum(_CALLS)
-        made = FedRAA.__new__(CountingRAA, None, FedRAA.Config(aggregation=aggregation))
-        assert isinstance(made, CountingRAA) and isinstance(made, shape)
+        rounds = load_trace(tmp_path / aggregation / "trace.jsonl", kinds=("round",))
+        assert (len(rounds) > 0) == (aggregation == "sync")  # only the sync loop writes round records
+        assert issubclass(CountingRAA, shape)
+    assert "__new__" not in vars(FedRAA)

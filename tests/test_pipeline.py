@@ -224,3 +224,22 @@ def test_integer_counters_follow_one_rule():
     assert state_axpy(a, d, 0.5)["n"].item() == 9 and state_axpy(a, d, 0.5)["w"].item() == 2.0
     assert state_mix(b, a, 0.25)["n"].item() == 9  # mixing never lowers a counter
     assert state_mix(b, a, 0.25)["w"].item() == pytest.approx(2.5)
+
+
+def test_no_class_is_built_at_run_time_and_no_loop_is_chosen_by_class_identity():
+    """An algorithm picks its loop from its config: no ``__new__`` building classes, no three-argument
+    ``type(...)``, no ``type(self) is X`` deciding what runs."""
+    found = []
+    for path in FEDSIM.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            rel = str(path.relative_to(ROOT))
+            if isinstance(node, ast.FunctionDef) and node.name == "__new__":
+                found.append(f"{rel}: def __new__")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" \
+                    and len(node.args) == 3:
+                found.append(f"{rel}: type(name, bases, dict)")
+            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Call) \
+                    and ast.unparse(node.left) in ("type(self)", "type(cls)") \
+                    and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
+                found.append(f"{rel}: {ast.unparse(node)}")
+    assert found == []

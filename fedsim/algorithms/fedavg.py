@@ -59,10 +59,14 @@ class FedAvg(SyncRounds):
         self._fits: np.ndarray | None = None
         if self.cfg.only_fitting:
             self._fits = self._fitting_clients()
-        if type(self) is FedAvg and self.cfg.engine == "vector":
+        if self.vector():
             from fedsim.algorithms.fedavg_vector import check_vector
 
             check_vector(ctx.scenario, self.cfg.deadline_s)
+            changed = [h for h in _VECTOR_SKIPS if getattr(type(self), h) is not getattr(FedAvg, h)]
+            if changed:  # the vector loop would silently skip them
+                raise ConfigError("algorithm.engine", f"{type(self).__name__} overrides {', '.join(changed)}, which the "
+                                  "vector engine does not call (it runs FedAvg's own decisions): use engine: event")
 
     def _fitting_clients(self) -> np.ndarray:
         """Per client: does its device hold the full model's training memory?  Refuses when none does."""
@@ -94,9 +98,21 @@ class FedAvg(SyncRounds):
         then takes the server step toward it (``server_lr``, or ``server_opt`` over the pseudo-gradient)."""
         return fedavg_rule(updates, base)
 
+    def vector(self) -> bool:
+        """Whether this run takes the vector loop: ``engine: vector`` in a ``Config`` that declares ``engine``
+        (FedAvg's and a subclass's that extends it; a ``Config`` without it, such as HeteroFL's, runs events)."""
+        return getattr(self.cfg, "engine", "event") == "vector"
+
     def run(self) -> Generator[simpy.events.Event, Any, None]:
-        if type(self) is FedAvg and self.cfg.engine == "vector":
+        """The loop the config asks for: the vector engine's rounds or the event loop of :class:`SyncRounds`."""
+        if self.vector():
             from fedsim.algorithms.fedavg_vector import vector_rounds
 
             return (yield from vector_rounds(self))
         return (yield from super().run())
+
+
+#: the decisions the vector engine does not call: it samples with FedAvg's stream, trains nothing and writes
+#: the round's records as columns, so a class that overrides one of these must run on the event loop
+_VECTOR_SKIPS = ("select", "assign", "server_rule", "server_phase", "client_model", "client_job", "task_done",
+                 "before_apply", "dispatch")

@@ -39,7 +39,6 @@ from typing import Any, Generator, Literal
 import numpy as np
 
 from fedsim.algorithms.base import (
-    Algorithm,
     AsyncSlots,
     Assignment,
     SyncRounds,
@@ -64,33 +63,19 @@ from fedsim.learn.submodel import extract, fragment_submodel, insert
 from fedsim.learn.train import num_steps, samples_processed
 
 
-#: (FedRAA or a subclass, sync) -> the class that runs it on its loop shape
-_SHAPED: dict[tuple[type, bool], type] = {}
-
-
-class FedRAA(Algorithm):
-    """Fed-RAA's decisions, on the framework's loop shapes: constructing ``FedRAA`` gives
-    :class:`FedRAAAsync` (asynchronous slots, one per client) or, with ``aggregation: sync``,
-    :class:`FedRAASync` (synchronous rounds of every available client).  Fed-RAA decides what a client
-    trains (:meth:`assign`: the scheduler's fragment) and how a fragment is mixed in (``server_rule``); its
-    ``assign`` and ``fragment`` records are its own measurements."""
+class FedRAA(AsyncSlots, SyncRounds):
+    """Fed-RAA's decisions, on the framework's loop shapes: it runs on :class:`AsyncSlots` (a slot per client)
+    or, with ``aggregation: sync``, on :class:`SyncRounds` (synchronous rounds of every available client); its
+    ``run`` picks the loop from the config, so a subclass keeps its overrides on either.  Fed-RAA decides what
+    a client trains (:meth:`assign`: the scheduler's fragment) and how a fragment is mixed in
+    (:meth:`server_rule`); its ``assign`` and ``fragment`` records are its own measurements."""
 
     name = "fedraa"
     theorems = ("fedraa",)  # Fed-RAA Theorem 1 / Corollary 1
-
-    def __new__(cls, ctx: Any = None, config: Any = None) -> "FedRAA":
-        """The instance runs on the shape ``config.aggregation`` asks for; a subclass of ``FedRAA`` keeps its
-        overrides (it is combined with the shape's class)."""
-        if config is None or issubclass(cls, (AsyncSlots, SyncRounds)):
-            return super().__new__(cls)
-        sync = config.aggregation == "sync"
-        shaped = _SHAPED.get((cls, sync))
-        if shaped is None:
-            shape = FedRAASync if sync else FedRAAAsync
-            shaped = shape if cls is FedRAA else type(cls.__name__, (cls, shape),
-                                                      {"__module__": cls.__module__, "__doc__": cls.__doc__})
-            _SHAPED[(cls, sync)] = shaped
-        return super().__new__(shaped)
+    #: the asynchronous loop's flags: every client is its own worker; each arrival is applied on its own
+    client_slots = True
+    serve_each = True
+    refill_on_arrival = False
 
     @classmethod
     def work(cls, config: Any) -> Work:
@@ -272,40 +257,27 @@ class FedRAA(Algorithm):
             self.q[j] += 1
 
     def run(self) -> Generator[Any, Any, None]:
+        """The setup record, then the loop ``aggregation`` asks for."""
         self._emit_setup()
-        return (yield from super().run())
-
-
-class FedRAAAsync(FedRAA, AsyncSlots):
-    """Asynchronous Fed-RAA: every client is its own worker (idle → a fragment → train → upload); arrivals
-    are served one at a time and mixed in with FedAsync's rule restricted to the fragment's entries."""
-
-    client_slots = True
-    serve_each = True
-    refill_on_arrival = False
-
-    def server_rule(self, batch: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
-        """θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(τ) on the configured staleness clock."""
-        cfg = self.cfg
-        (update,) = batch
-        new, a = fedasync_rule(update, base, self._tau(update), cfg.alpha, cfg.staleness, cfg.staleness_a,
-                               cfg.staleness_b)
-        return new, [a]
-
-
-class FedRAASync(FedRAA, SyncRounds):
-    """Sync Fed-RAA: every round each available client trains the fragment Gre-RAA gives it; the server
-    waits for all, averages each fragment's copies and mixes the average in with the async rule's α_t."""
+        loop = SyncRounds.run if self.cfg.aggregation == "sync" else AsyncSlots.run
+        return (yield from loop(self))
 
     def select(self, k: int, round_: int) -> list[int]:
-        """Every available client, every round."""
+        """Sync Fed-RAA's round: every available client, every round."""
         return [c for c in range(self.ctx.num_clients) if self.ctx.world.is_available(c)]
 
-    def server_rule(self, updates: list[Update], base: State) -> tuple[State, list[float]]:
-        """Per fragment, the average of its returned copies mixed in with α_t = α·s(τ), the async rule's
-        factor (τ on the configured clock; every copy of a barrier round started from the current fragment,
-        so τ = 0 and α_t = α).  Each update's weight is α_t · (its share of its fragment's average)."""
+    def server_rule(self, updates: list[Update], base: State,
+                    bases: list[State] | None = None) -> tuple[State, list[float]]:
+        """Asynchronous (one update): θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(τ) on the configured staleness
+        clock.  Sync (a round's updates, ``bases`` not given): per fragment, the average of its returned copies
+        mixed in with the same α_t (every copy of a barrier round started from the current fragment, so τ = 0
+        and α_t = α); each update's weight is α_t · (its share of its fragment's average)."""
         cfg = self.cfg
+        if cfg.aggregation != "sync":
+            (update,) = updates
+            new, a = fedasync_rule(update, base, self._tau(update), cfg.alpha, cfg.staleness, cfg.staleness_a,
+                                   cfg.staleness_b)
+            return new, [a]
         taus = [self._tau(u) for u in updates]
         mixes = {staleness_weight(t, cfg.staleness, cfg.staleness_a, cfg.staleness_b) for t in taus}
         if len(mixes) != 1:  # unreachable in a barrier round; kept explicit rather than silently averaged
