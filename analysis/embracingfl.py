@@ -151,7 +151,7 @@ def partition_probes(run_dir: str, *, sigma_samples: int = 8, progress: bool = F
     from pathlib import Path
 
     from analysis.probes import Prober, ProbeSettings, _load_state, _threads, checkpoints
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
     from fedsim.sim.trace import load_trace
 
@@ -315,7 +315,7 @@ def late_gradient_norms(run_dir: str, last: int = 3) -> dict[str, float]:
 
     from analysis.estimators import flat_params, global_gradient
     from analysis.probes import Prober, ProbeSettings, _load_state, checkpoints, client_loss
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
     from fedsim.sim.trace import load_trace
 

@@ -410,13 +410,13 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
               progress: bool = False, store_activations: bool = False) -> pd.DataFrame:
     """Probe every saved checkpoint of a run (or ``versions`` of them); one row per checkpoint.
 
-    Rebuilds data, partition and model skeleton from ``scenario.yaml`` with ``fedsim.runner.prepare_data``
+    Rebuilds data, partition and model skeleton from ``scenario.yaml`` with ``fedsim.build.prepare_data``
     and ``build_global_model`` (the run's own inputs), then adds ``svcca_final_<block>``: SVCCA (99% of
     the variance kept) of each block's activations against the final model's.  Writes ``probes.csv``,
     merges :func:`summarise_probes` into ``measured.json`` (keys it does not produce are kept) and, with
     ``store_activations``, ``probes/activations_v{version:06d}.npz``.
     """
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
 
     run = Path(run_dir)
@@ -486,7 +486,7 @@ def ensure_probes(run_dir: str | Path, *, progress: bool = False) -> pd.DataFram
         scenario = load_scenario(run / "scenario.yaml")
         parts = None
         if scenario.train.local_steps is None:
-            from fedsim.runner import prepare_data
+            from fedsim.build import prepare_data
 
             parts = prepare_data(scenario).parts
         K, k_note = _local_steps(scenario, parts or [])

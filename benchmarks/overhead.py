@@ -48,7 +48,7 @@ WORKLOAD = {
 
 def make_plan(scenario_path: Path, run_dir: Path, plan_path: Path) -> None:
     """The plain loop's inputs, taken from the scenario and a finished fedsim run of it."""
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
     from fedsim.sim.rng import Streams
     from fedsim.sim.trace import load_trace

@@ -39,7 +39,8 @@ def one(clients: int, per_round: int, rounds: int, out: str, engine: str = "even
     import torch
 
     from fedsim.learn.data import ArrayDataset, FederatedData
-    from fedsim.runner import Prepared, run_variant
+    from fedsim.build import Prepared
+    from fedsim.runner import run_variant
     from fedsim import scenario_from_mapping
 
     t0 = time.perf_counter()

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedsim.runner import prepare_data, run_variant
+from fedsim.build import prepare_data
+from fedsim.runner import run_variant
 from fedsim import scenario_from_mapping
 
 

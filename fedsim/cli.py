@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if seeds is not None:
         from fedsim.config import Domain
-        from fedsim.runner import check_run_dir
+        from fedsim.rundirs import check_run_dir
         from fedsim.sweep import run_seeds
 
         if args.target is not None:
@@ -146,7 +146,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run directory: {out} (seed-*/, seeds.csv, seeds_summary.csv, seeds.png)")
         return _exit_code(list(table["status"]))
     if args.resume:
-        from fedsim.runner import preflight
+        from fedsim.preflight import preflight
         from fedsim.sweep import Unit, run_units
 
         preflight(scenario, allow_large=args.allow_large)
@@ -274,7 +274,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from fedsim.learn.submodel import submodel_costs, width_submodel
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)

@@ -167,7 +167,7 @@ def compare(folders: Sequence[str | Path], out: Path, *, target: float | None = 
             force: bool = False) -> pd.DataFrame:
     """Compare the runs under ``folders`` into ``out`` (new or empty; ``force`` clears an earlier
     comparison): comparison.csv, comparison.md and the figures."""
-    from fedsim.runner import prepare_run_dir
+    from fedsim.rundirs import prepare_run_dir
     from fedsim.sweep import check_target
 
     check_target(target)

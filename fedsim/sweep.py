@@ -135,7 +135,7 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
     it).  ``jobs`` > 1 runs units in that many local processes; ``ray`` (an address, or ``"local"`` for a Ray
     started here) runs them as Ray tasks.  Either way each run is the run the serial loop would make: same
     seed, same streams, one torch thread."""
-    from fedsim.runner import run_state
+    from fedsim.rundirs import run_state
 
     results: list[list[dict[str, Any]] | None] = [None] * len(units)
     todo: list[int] = []
@@ -409,7 +409,8 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
     value, error bars over seeds) or ``sweep_heatmap*.png`` (a 2-D grid: time to target, final accuracy,
     bytes and energy per cell).  Every scenario is validated, and with ``resume`` every existing folder
     checked, before the first run."""
-    from fedsim.runner import preflight, prepare_run_dir
+    from fedsim.preflight import preflight
+    from fedsim.rundirs import prepare_run_dir
 
     check_target(target)
     check_jobs(jobs, ray)
@@ -594,7 +595,8 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
 
     import numpy as np
 
-    from fedsim.runner import preflight, prepare_run_dir
+    from fedsim.preflight import preflight
+    from fedsim.rundirs import prepare_run_dir
 
     if len(set(seeds)) != len(seeds) or not seeds:
         raise ConfigError("--seeds", f"give distinct seeds, e.g. 0,1,2 (got {seeds})")

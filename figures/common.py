@@ -18,7 +18,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim import scenario_from_mapping  # noqa: E402
-from fedsim.runner import run_scenario, run_state  # noqa: E402
+from fedsim.runner import run_scenario  # noqa: E402
+from fedsim.rundirs import run_state
 from fedsim.scenario import Scenario  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
 
@@ -83,7 +84,7 @@ def test_size(mapping: dict[str, Any]) -> int:
     resolution of an accuracy difference (the claims' rules).  Built once per data section."""
     import json
 
-    from fedsim.runner import prepare_data
+    from fedsim.build import prepare_data
 
     key = json.dumps(mapping.get("data"), sort_keys=True, default=str)
     if key not in _TEST_N:

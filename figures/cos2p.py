@@ -144,7 +144,7 @@ def _server_scores(d: Path) -> dict[str, float]:
     import torch
 
     from fedsim.learn.cos2p import classification_scores
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
 
     sc = load_scenario(d / "scenario.yaml")
     key = f"{sc.seed}"
@@ -456,7 +456,7 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
     from fedsim.algorithms.cos2p import split_rates
     from fedsim.learn.costs import memory_estimate
     from fedsim.learn.submodel import SubModel, submodel_costs, width_submodel
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
 
     sc = scenario_from_mapping({**base, "algorithm": cos})
     data = prepare_data(sc).data

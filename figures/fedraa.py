@@ -235,7 +235,7 @@ def _grad_norm_sq(res: dict[str, Any]) -> float:
 def _probe_grad_norm_sq(res: dict[str, Any]) -> float:
     """The probe behind :func:`_grad_norm_sq`."""
     from analysis.probes import Prober, ProbeSettings
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
     import torch
 

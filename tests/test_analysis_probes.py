@@ -21,7 +21,8 @@ from analysis.probes import (
 from analysis.report import check_run
 from fedsim.errors import ConfigError
 from fedsim.learn.quadratic import QuadraticProblem, quadratic_loss
-from fedsim.runner import build_global_model, prepare_data, run_scenario
+from fedsim.build import build_global_model, prepare_data
+from fedsim.runner import run_scenario
 from fedsim import load_scenario, scenario_from_mapping
 from fedsim.sim.rng import Streams
 

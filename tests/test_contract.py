@@ -251,7 +251,7 @@ def test_a_natural_partition_with_fewer_clients_than_ids_is_refused(tmp_path):
     '''))
     with pytest.raises(ConfigError, match=r"data.num_clients: 5 clients requested but the dataset has 8 natural "
                                           r"clients \(30 samples of the last 3 would go unused\)"):
-        from fedsim.runner import prepare_data
+        from fedsim.build import prepare_data
 
         prepare_data(fedsim.scenario_from_mapping({"data": {"name": "sites:load", "num_clients": 5,
                                                             "partition": {"method": "natural"}},

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fedsim.learn.train import batch_schedule
-from fedsim.runner import build_global_model, prepare_data, run_scenario
+from fedsim.build import build_global_model, prepare_data
+from fedsim.runner import run_scenario
 from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import load_trace

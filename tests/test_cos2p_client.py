@@ -76,6 +76,7 @@ def _vit_run(tiny, tmp_path, monkeypatch, algo, versions=4, results=None):
     import copy
 
     import fedsim.algorithms.cos2p as mod
+    import fedsim.preflight as preflight
     import fedsim.runner as runner
     from fedsim.learn.models import build_model
     from fedsim.runner import run_scenario
@@ -98,6 +99,7 @@ def _vit_run(tiny, tmp_path, monkeypatch, algo, versions=4, results=None):
         return res
 
     monkeypatch.setattr(runner, "build_global_model", vit)
+    monkeypatch.setattr(preflight, "build_global_model", vit)  # its checks build the same model
     monkeypatch.setattr(mod, "cos2p_aggregate", spy)
     sc = copy.deepcopy(tiny)
     sc["data"] = {"name": "digits", "num_clients": 3, "partition": {"method": "iid"}}
@@ -150,7 +152,7 @@ def test_blocks_outside_every_window_never_change(tiny, tmp_path, monkeypatch):
     init = torch.load(tmp_path / "checkpoints" / "v000000.pt") if (tmp_path / "checkpoints").exists() else None
     final = torch.load(tmp_path / "final_model.pt")
     import fedsim.runner as runner  # the patched builder gives the initial model
-    from fedsim.runner import prepare_data
+    from fedsim.build import prepare_data
     from fedsim import load_scenario
 
     sc = load_scenario(tmp_path / "scenario.yaml")

@@ -127,7 +127,7 @@ def test_set_deterministic_sets_the_cublas_workspace_only_for_cuda(monkeypatch):
 
 
 def test_data_on_the_same_device_is_the_same_object(tiny):
-    from fedsim.runner import prepare_data
+    from fedsim.build import prepare_data
 
     data = prepare_data(_tiny(tiny)).data
     assert data_on(data, torch.device("cpu")) is data
@@ -142,7 +142,7 @@ def test_host_memory_is_read_on_cpu():
 def test_batched_round_reports_and_checks_host_memory(monkeypatch, capsys, tmp_path):
     """A batched round's need on the host device is printed in one line, and refused in one line when the
     device has less free than that."""
-    import fedsim.runner as runner
+    import fedsim.preflight as preflight
 
     raw = {"seed": 1, "data": {"num_clients": 6}, "model": {"name": "cnn"},
            "train": {"local_steps": 2, "batched": True, "device": "cpu"},
@@ -151,7 +151,7 @@ def test_batched_round_reports_and_checks_host_memory(monkeypatch, capsys, tmp_p
     run_scenario(fedsim.load_scenario(raw), tmp_path / "ok", progress=True)
     notes = [ln for ln in capsys.readouterr().out.splitlines() if "train.batched" in ln]
     assert len(notes) == 1 and "a batched round of 4 clients needs about" in notes[0] and "GiB on cpu" in notes[0]
-    monkeypatch.setattr(runner, "memory_available", lambda device: (1000.0, "free on cuda:0"))
+    monkeypatch.setattr(preflight, "memory_available", lambda device: (1000.0, "free on cuda:0"))
     with pytest.raises(ConfigError, match=r"^train.batched: a batched round of 4 clients needs about .* GiB free on "
                                           r"cuda:0 \(allowed: a round that fits"):
         run_scenario(fedsim.load_scenario(raw), tmp_path / "small", progress=False)

@@ -145,7 +145,7 @@ def test_server_averages_y_over_strong_and_z_over_everyone(tiny, tmp_path):
     types = trace[trace["kind"] == "client_types"].iloc[0]["types"]
     assert sorted(types) == ["strong", "strong", "weak", "weak"]
     # re-train every client by hand from the initial model with its own stream
-    from fedsim.runner import prepare_data
+    from fedsim.build import prepare_data
     from fedsim.sim.rng import Streams
 
     scen = scenario_from_mapping(sc)

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 import fedsim
-from fedsim.runner import prepare_data, run_scenario
+from fedsim.build import prepare_data
+from fedsim.runner import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "docs" / "extending"

@@ -21,7 +21,8 @@ from fedsim.algorithms import FedAvg
 from fedsim.cli import main
 from fedsim.errors import ConfigError
 from fedsim.learn.data import ArrayDataset, FederatedData
-from fedsim.runner import Prepared, run_scenario, run_variant
+from fedsim.build import Prepared
+from fedsim.runner import run_scenario, run_variant
 from fedsim import scenario_from_mapping
 from fedsim.sim.trace import Trace, iter_trace
 

@@ -46,7 +46,7 @@ def test_trend_table_is_spearman_of_the_sweep_columns(recipe):
 def test_grad_norm_is_the_full_gradient_of_the_mean_client_loss(recipe):
     """At the first checkpoint (version 0, the initial model), recompute ∇F = mean_i ∇F_i by autograd on
     each client's whole local training set and compare with the recipe's probe."""
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim import load_scenario
 
     out, _ = recipe

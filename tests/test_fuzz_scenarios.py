@@ -103,14 +103,14 @@ def test_fuzz_every_field_exit_2_naming_it_or_a_valid_run(tmp_path_factory, caps
     """The work limits are lowered so a valid case stays a few seconds (real SGD steps of the training
     algorithms cost ~2 ms each); a run over them must be
     refused as too large (exit 2 naming a field and --allow-large), never started."""
-    import fedsim.runner as runner
+    import fedsim.preflight as preflight
 
-    limits = runner.LARGE_EVENTS, runner.LARGE_SGD_STEPS, runner.LARGE_SLOTS
-    runner.LARGE_EVENTS, runner.LARGE_SGD_STEPS, runner.LARGE_SLOTS = 20_000, 2_000, 1_000
+    limits = preflight.LARGE_EVENTS, preflight.LARGE_SGD_STEPS, preflight.LARGE_SLOTS
+    preflight.LARGE_EVENTS, preflight.LARGE_SGD_STEPS, preflight.LARGE_SLOTS = 20_000, 2_000, 1_000
     try:
         _case(tmp_path_factory, capsys, field, value)
     finally:
-        runner.LARGE_EVENTS, runner.LARGE_SGD_STEPS, runner.LARGE_SLOTS = limits
+        preflight.LARGE_EVENTS, preflight.LARGE_SGD_STEPS, preflight.LARGE_SLOTS = limits
 
 
 #: algorithms whose unmutated base refuses systems-only runs (they train from the model itself, e.g.

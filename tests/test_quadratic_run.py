@@ -23,7 +23,8 @@ from fedsim.learn.models import build_model
 from fedsim.learn.partition import partition_summary
 from fedsim.learn.quadratic import quadratic_loss
 from fedsim.learn.train import evaluate, half_squared_error, loss_for
-from fedsim.runner import prepare_data, run_scenario
+from fedsim.build import prepare_data
+from fedsim.runner import run_scenario
 from fedsim import load_scenario
 from fedsim.sim.rng import Streams
 

@@ -61,7 +61,7 @@ def test_without_unlabeled_terms_and_ks0_a_client_phase_equals_minibatch_sfl(tmp
     assert set(a) == set(b)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6)
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     sc = scenario_from_mapping(semi)
     w0 = build_global_model(sc, prepare_data(sc).data).state_dict()
     assert max(float((a[k] - w0[k]).abs().max()) for k in a) > 1e-3  # it did train
@@ -272,7 +272,7 @@ def test_fl_baselines_move_whole_models(tmp_path, algo, copies, helpers):
     assert summary["versions"] == rounds
     assert summary["bytes_up"] == rounds * n_h * copies * w
     assert summary["bytes_down"] == (rounds * n_h * copies + helpers) * w
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     sc = scenario_from_mapping(mapping)
     w0 = build_global_model(sc, prepare_data(sc).data).state_dict()
     final = torch.load(run / "final_model.pt")

@@ -8,7 +8,8 @@ from fedsim.errors import ConfigError
 from fedsim.learn.models import build_model
 from fedsim.learn.split import SideOptimizer, SplitComputer, merge_state, split_costs, split_state
 from fedsim.learn.train import SGDConfig, batch_schedule
-from fedsim.runner import build_global_model, prepare_data, run_scenario
+from fedsim.build import build_global_model, prepare_data
+from fedsim.runner import run_scenario
 from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams
 

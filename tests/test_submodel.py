@@ -305,7 +305,7 @@ def test_digits32_is_bilinear_digits_on_three_channels():
 def _context(mapping):
     import simpy
 
-    from fedsim.runner import build_global_model, prepare_data
+    from fedsim.build import build_global_model, prepare_data
     from fedsim.runtime import Context
     from fedsim import scenario_from_mapping
     from fedsim.sim.rng import Streams

@@ -16,7 +16,8 @@ from fedsim.cli import main
 from fedsim.report import submodel_table
 from fedsim.learn.submodel import extract, insert, sub_state_bytes, width_submodel
 from fedsim.learn.train import local_sgd
-from fedsim.runner import build_global_model, prepare_data, run_scenario
+from fedsim.build import build_global_model, prepare_data
+from fedsim.runner import run_scenario
 from fedsim.runtime import Context
 from fedsim.scenario import load_raw
 from fedsim import scenario_from_mapping

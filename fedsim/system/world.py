@@ -131,9 +131,11 @@ class World:
     @classmethod
     def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
                       scenario: "Scenario") -> "World":
-        return cls(env, streams, trace, num_clients, devices=scenario.devices, channel=scenario.channel,
-                   network=scenario.network, availability=scenario.availability, server=scenario.server,
-                   source_dir=scenario.source_dir)
+        world = cls(env, streams, trace, num_clients, devices=scenario.devices, channel=scenario.channel,
+                    network=scenario.network, availability=scenario.availability, server=scenario.server,
+                    source_dir=scenario.source_dir)
+        world.model_name = scenario.model.name  # a profile's measured ms-per-sample is looked up by it
+        return world
 
     # ------------------------------------------------------------------------------ construction
     def _init_devices(self, devices: Any) -> None:

@@ -1,0 +1,214 @@
+"""Every check that can fail, run before anything is written: data, partition, model, device and server
+profiles, memory, ``train.device``, and the work estimate (SGD steps, events and slots the stop rules
+allow, refused past the ``LARGE_*`` limits unless ``--allow-large``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import simpy
+import torch
+
+from fedsim.build import Prepared, build_global_model, prepare_data
+from fedsim.errors import ConfigError
+from fedsim.learn.accelerator import data_on, deterministic_workspace, memory_available, run_device
+from fedsim.learn.costs import memory_estimate
+from fedsim.learn.train import num_steps
+from fedsim.runtime import Context
+from fedsim.scenario import AlgorithmSpec, Scenario
+from fedsim.sim.rng import Streams
+from fedsim.system.devices import check_memory
+from fedsim.system.world import World
+from fedsim.training import sgd_config
+
+
+def check_memory_fits(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
+    """Refuse a model that does not fit a device of the mix (names the device, the need and the budget)."""
+    if not scenario.devices.check_memory:
+        return
+    need = memory_estimate(model, input_shape, scenario.train.batch_size, momentum=scenario.train.momentum > 0).total
+    for prof in world.profiles.values():
+        check_memory(prof, need, f"training model '{scenario.model.name}' (batch {scenario.train.batch_size})")
+
+
+#: Work beyond these needs ``allow_large`` (``--allow-large``): real SGD steps, simulated events, slots.
+LARGE_SGD_STEPS = 10**8
+LARGE_EVENTS = 10**7
+LARGE_SLOTS = 10**5
+#: Evaluations a run may do before ``eval.every_s`` is refused as dominating the run.
+MAX_EVALUATIONS = 10**5
+
+
+@dataclass
+class Estimate:
+    """What a run will cost, known before it starts (upper bounds where the stop rules allow)."""
+
+    steps_per_task: int
+    tasks: float
+    sgd_steps: float
+    events: float
+    slots: int
+    fastest_task_s: float
+    bound: str = "stop"
+    server_steps: int = 0  # the server's own SGD steps per model version
+
+
+def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, prepared: Prepared, steps: list[int]) -> float:
+    """Jitter-free lower estimate of one task: download + compute + upload of the fastest client (the
+    world's own expected times, as a scheduler that knows each client's speed would estimate them)."""
+    from fedsim.learn.costs import flops_per_sample, state_bytes
+    from fedsim.learn.train import samples_processed
+
+    cost = flops_per_sample(model, tuple(prepared.data.train.input_shape)).total
+    nbytes = state_bytes(model.state_dict())
+    best = math.inf
+    for c, idx in enumerate(prepared.parts):
+        samples = samples_processed(len(idx), steps[c], scenario.train.batch_size)
+        comp = world.expected_compute_seconds(c, cost * samples, samples=samples)
+        best = min(best, comp + world.expected_transfer_seconds(c, nbytes, nbytes))
+    return float(best)
+
+
+def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: torch.nn.Module,
+                  prepared: Prepared) -> Estimate:
+    """Tasks, SGD steps and events the stop rules allow, from the algorithm's knobs and the fastest task."""
+    work = spec.cls.work(spec.params)  # declared by the algorithm, never guessed from its config
+    sgd = sgd_config(scenario)
+    fixed = work.steps_per_task
+    steps = [int(fixed) if fixed is not None else num_steps(len(ix), sgd) for ix in prepared.parts]
+    slots = int(work.slots)
+    per_version = max(1, int(work.per_version))  # updates one model version needs
+    fastest = _fastest_task_s(scenario, world, model, prepared, steps)
+    st = scenario.stop
+    bounds = []
+    if st.max_versions is not None:
+        bounds.append((float(st.max_versions) * per_version, "stop.max_versions"))
+    if st.max_updates is not None:
+        bounds.append((float(st.max_updates) + slots, "stop.max_updates"))
+    if st.max_time_s is not None and fastest > 0:
+        bounds.append((st.max_time_s / fastest * min(slots, len(prepared.parts)) + slots, "stop.max_time_s"))
+    tasks, bound = min(bounds) if bounds else (math.inf, "stop")
+    tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
+    per_task = max(steps)
+    server = int(work.server_steps)
+    versions = float(st.max_versions) if st.max_versions is not None else tasks / per_version + 1
+    sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task + versions * server
+    events = tasks * (per_task if work.exchanges_per_step else 1) * 4 + slots
+    return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound, server)
+
+
+def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allow_large: bool) -> list[str]:
+    """Refuse runaway runs (unless ``allow_large``), eval intervals that dominate a run, hopeless deadlines."""
+    alg = "algorithm" if len(scenario.algorithms) == 1 else f"algorithm.{spec.label}"
+    work = spec.cls.work(spec.params)
+    notes = []
+    if not allow_large:
+        if est.slots > LARGE_SLOTS:
+            raise ConfigError(f"{alg}.{work.slots_field}", f"{est.slots} parallel slots is absurd for "
+                              f"{scenario.data.num_clients} clients (allowed: at most {LARGE_SLOTS:,}; --allow-large to run anyway)")
+        if est.sgd_steps > LARGE_SGD_STEPS:
+            steps_field = (f"{alg}.{work.steps_field}" if work.steps_per_task is not None else "train.local_steps")
+            field = steps_field if est.steps_per_task > LARGE_SGD_STEPS / 100 else est.bound
+            server = ""
+            if est.server_steps > LARGE_SGD_STEPS / 100:
+                field = f"{alg}.{work.server_field}" if work.server_field else est.bound
+            if est.server_steps:
+                server = f" + {est.server_steps:,} server steps per version"
+            raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
+                              f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks{server}; allowed without "
+                              f"--allow-large: {LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
+        if est.events > LARGE_EVENTS:
+            raise ConfigError(est.bound, f"the run would simulate about {est.events:.3g} events (allowed without "
+                              f"--allow-large: {LARGE_EVENTS:.0e}); lower the stop rules or pass --allow-large")
+    horizon = scenario.stop.max_time_s
+    if horizon is None and math.isfinite(est.tasks):
+        horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
+    retry = work.retry_s
+    idle_possible = est.slots > scenario.data.num_clients or scenario.availability.model != "always"
+    if retry is not None and idle_possible and horizon is not None and not allow_large:
+        # a slot (or round) that finds nobody reachable waits retry_s and tries again
+        retries = horizon / retry * max(1, est.slots)
+        if retries > LARGE_EVENTS:
+            raise ConfigError(f"{alg}.retry_s", f"got {retry!r}: idle slots would retry about {retries:.3g} times in "
+                              f"{horizon:.3g} s of virtual time (allowed without --allow-large: {LARGE_EVENTS:.0e}; "
+                              f"i.e. retry_s >= {horizon * max(1, est.slots) / LARGE_EVENTS:.3g})")
+    every = scenario.eval.every_s
+    if every is not None:
+        if horizon is not None and horizon / every > MAX_EVALUATIONS:
+            raise ConfigError("eval.every_s", f"got {every!r}: about {horizon / every:.3g} evaluations in "
+                              f"{horizon:.3g} s of virtual time would dominate the run (allowed: at most "
+                              f"{MAX_EVALUATIONS:,} evaluations, i.e. every_s >= {horizon / MAX_EVALUATIONS:.3g})")
+    deadline = work.deadline_s
+    # sub-model algorithms train smaller models than the full one the estimate costs: no lower bound there
+    if deadline is not None and not spec.cls.fits_devices(spec.params) and deadline < est.fastest_task_s:
+        raise ConfigError(f"{alg}.deadline_s", f"got {deadline!r}: shorter than the fastest client's task "
+                          f"({est.fastest_task_s:.4g} s of download, compute and upload without jitter), so "
+                          f"every round would drop every client (allowed: >= {est.fastest_task_s:.4g})")
+    return notes
+
+
+def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
+    """Every check that can fail, before anything is written: data, partition, model, profiles, memory,
+    settings with no effect, the work estimate.  Returns the prepared data for the run."""
+    from fedsim.sim.trace import Trace as _Trace
+
+    device = run_device(scenario.train)  # an accelerator this machine lacks is refused before any work
+    if scenario.train.deterministic:
+        deterministic_workspace(device)  # before the first cuBLAS call, which fixes its workspace
+    if scenario.train.systems_only and scenario.stop.target_accuracy is not None:
+        raise ConfigError("stop.target_accuracy", f"got {scenario.stop.target_accuracy!r}, but a systems-only run "
+                          "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
+    prepared = prepare_data(scenario)
+    world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
+    model = build_global_model(scenario, prepared.data)
+    prepared.data = data_on(prepared.data, device)  # moved once; every variant's context shares it
+    for spec in scenario.algorithms:
+        if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
+            check_memory_fits(world, model, scenario, tuple(prepared.data.train.input_shape))
+        note = _check_host_memory(scenario, spec, model, prepared, device)
+        if note and note not in prepared.notes:
+            prepared.notes.append(note)
+        _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
+        # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
+        variant = scenario.variant(spec)
+        env = simpy.Environment()
+        streams = Streams(scenario.seed)
+        trial = _Trace(None)
+        w = World.from_scenario(env, streams, trial, len(prepared.parts), variant)
+        ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
+        spec.cls(ctx, spec.params)
+    return prepared
+
+
+def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.Module, prepared: Prepared,
+                       device: torch.device) -> str:
+    """Batched rounds train a round's clients at once on the host device: refuse a round that does not fit
+    its memory (one line: need, what is free, where), else return that finding as one line ("" when the
+    run trains nothing batched, or the device's memory cannot be read).
+
+    The need is, per client of a round (at most the algorithm's parallel slots), the model's training
+    memory at ``train.batch_size`` (:func:`~fedsim.learn.costs.memory_estimate`: parameters, gradients,
+    momentum, activations), plus the dataset, which lives on the device for the whole run."""
+    from fedsim.learn.batched import can_batch
+
+    tr = scenario.train
+    if not tr.batched or tr.systems_only or not can_batch(model, prepared.data.train.task):
+        return ""
+    clients = max(1, min(int(spec.cls.work(spec.params).slots), len(prepared.parts)))
+    per_client = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size,
+                                 momentum=tr.momentum > 0).total
+    data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
+    need = per_client * clients + data
+    free = memory_available(device)
+    if free is None:
+        return ""
+    have, what = free
+    gib = 2.0 ** 30
+    line = (f"a batched round of {clients} clients needs about {need / gib:.3g} GiB on {device} "
+            f"({per_client / gib:.3g} GiB per client at batch {tr.batch_size}, {data / gib:.3g} GiB of data); "
+            f"{have / gib:.3g} GiB {what}")
+    if need > have:
+        raise ConfigError("train.batched", f"{line} (allowed: a round that fits; fewer clients per round, a smaller "
+                                           "batch_size, or train.batched: false)")
+    return f"train.batched: {line}"
