@@ -257,6 +257,9 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
         kwargs[key] = coerce(value, hints[key], name)
         if not dataclasses.is_dataclass(kwargs[key]):
             check_domain(kwargs[key], field_domain(fields[key], hints[key]), name)
+    for key, f in fields.items():  # a field without a default must be given
+        if key not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{prefix}.{key}" if prefix else key, "missing field")
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
     if callable(validate):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,12 @@ def _base() -> dict:
         (lambda d: d["power_modes"].__setitem__("default", "turbo"), "power_modes.default"),
         (lambda d: d["idle_w"].__setitem__("value", -0.5), "idle_w.value"),
         (lambda d: d.__setitem__("kind", "fridge"), "kind"),
+        # read like a scenario's sections (fedsim.config.from_mapping): unknown keys and wrong types too
+        (lambda d: d.__setitem__("memroy", d["memory"]), "memroy"),
+        (lambda d: d["memory"].__setitem__("valeu", 4), "memory.valeu"),
+        (lambda d: d["memory"].__setitem__("value", "four"), "memory.value"),
+        (lambda d: d["power_modes"]["modes"].__setitem__("MAXN", 0), "power_modes.modes.MAXN"),
+        (lambda d: d["efficiency"].__setitem__("value", 1.5), "efficiency.value"),
     ],
 )
 def test_bad_profiles_name_file_and_field(tmp_path, mutate, field):
@@ -155,6 +162,20 @@ def test_bad_profiles_name_file_and_field(tmp_path, mutate, field):
     with pytest.raises(ConfigError) as e:
         load_profile(path)
     assert "broken-board.yaml" in str(e.value) and field in str(e.value)
+
+
+def test_profile_yaml_aliases_have_a_node_budget(tmp_path):
+    """A profile file is read by the same YAML reader as a scenario: a "billion laughs" file is refused in one
+    line, quickly, naming the file."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    path = tmp_path / "laughs.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        load_profile(path)
+    assert time.perf_counter() - t0 < 2.0
+    assert "laughs.yaml" in str(e.value) and "alias" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_unknown_profile_name_lists_allowed():

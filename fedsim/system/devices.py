@@ -20,10 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import numpy as np
-import yaml
 
 from fedsim.config import shown
 from fedsim.errors import ConfigError
@@ -147,57 +146,6 @@ def profile_at(name_or_path: str | Path, field: str, base_dir: Path | None = Non
         raise ConfigError(field + rest, exc.message) from None
 
 
-class _Reader:
-    """Reads fields from one profile file and names the file and field in every error."""
-
-    def __init__(self, path: Path, data: Any) -> None:
-        self.path = path
-        if not isinstance(data, Mapping):
-            self.fail("", "the file must hold a mapping of fields")
-        self.data = data
-
-    def fail(self, fld: str, message: str) -> None:
-        where = f"{self.path.name}: {fld}" if fld else self.path.name
-        raise ConfigError(f"devices.profile[{where}]", message)
-
-    def get(self, mapping: Mapping, key: str, fld: str, required: bool = True) -> Any:
-        if key not in mapping or mapping[key] is None:
-            if required:
-                self.fail(fld, "missing field")
-            return None
-        return mapping[key]
-
-    def number(self, value: Any, fld: str, *, positive: bool = True, allow_zero: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.fail(fld, f"expected a number, got {value!r}")
-        x = float(value)
-        if not math.isfinite(x):
-            self.fail(fld, f"expected a finite number, got {value!r}")
-        if positive and (x < 0 or (x == 0 and not allow_zero)):
-            self.fail(fld, f"must be {'non-negative' if allow_zero else 'positive'}, got {value!r}")
-        return x
-
-    def sourced(self, node: Any, fld: str, units: Mapping[str, float] | None, *, allow_zero: bool = False) -> tuple[float, Sourced]:
-        """Parse ``{value, unit, source, status}``; returns the value in base units and the record."""
-        if not isinstance(node, Mapping):
-            self.fail(fld, f"expected a mapping with value, unit, source and status, got {node!r}")
-        value = self.number(self.get(node, "value", f"{fld}.value"), f"{fld}.value", allow_zero=allow_zero)
-        unit = str(self.get(node, "unit", f"{fld}.unit"))
-        scale = 1.0
-        if units is not None:
-            if unit not in units:
-                self.fail(f"{fld}.unit", f"unknown unit {unit!r} (allowed: {', '.join(units)})")
-            scale = units[unit]
-        source = self.get(node, "source", f"{fld}.source")
-        if not isinstance(source, str) or not source.strip():
-            self.fail(f"{fld}.source", "must name the document or URL the number comes from")
-        status = self.get(node, "status", f"{fld}.status")
-        if status not in STATUSES:
-            self.fail(f"{fld}.status", f"unknown status {status!r} (allowed: {', '.join(STATUSES)})")
-        rec = Sourced(value, unit, source, status, str(node.get("note", "") or ""))
-        return value * scale, rec
-
-
 def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> DeviceProfile:
     """Load and validate a profile by shipped name (``'jetson-nano'``) or by path to a YAML file (a relative
     path is looked up in ``base_dir``, the scenario file's folder, first).
@@ -224,103 +172,134 @@ def load_profile(name_or_path: str | Path, base_dir: Path | None = None) -> Devi
 _PROFILES: dict[tuple, DeviceProfile] = {}
 
 
+Status = Literal["verified", "derived", "unverified"]
+
+
+@dataclass
+class SourcedEntry:
+    """A profile file's ``{value, unit, source, status, note}`` entry, as written (units not yet applied)."""
+
+    value: float
+    unit: str
+    source: str
+    status: Status
+    note: str = ""
+
+    #: zero allowed (an idle draw may be 0 W); every other number must be positive
+    allow_zero = False
+
+    def validate(self, prefix: str) -> None:
+        if not math.isfinite(self.value):
+            raise ConfigError(f"{prefix}.value", f"expected a finite number, got {self.value!r}")
+        if self.value < 0 or (self.value == 0 and not self.allow_zero):
+            raise ConfigError(f"{prefix}.value", f"must be {'non-negative' if self.allow_zero else 'positive'}, "
+                                                 f"got {self.value!r}")
+        if not self.source.strip():
+            raise ConfigError(f"{prefix}.source", "must name the document or URL the number comes from")
+
+    def scaled(self, prefix: str, units: Mapping[str, float]) -> tuple[float, Sourced]:
+        """The value in base units, and its record; an unknown unit is refused naming the allowed ones."""
+        if self.unit not in units:
+            raise ConfigError(f"{prefix}.unit", f"unknown unit {self.unit!r} (allowed: {', '.join(units)})")
+        return self.value * units[self.unit], Sourced(self.value, self.unit, self.source, self.status, self.note)
+
+
+@dataclass
+class IdleEntry(SourcedEntry):
+    allow_zero = True
+
+
+@dataclass
+class PowerModesEntry:
+    unit: Literal["W"]
+    default: str
+    modes: dict[str, float]
+    source: str
+    status: Status
+    note: str = ""
+
+    def validate(self, prefix: str) -> None:
+        if not self.modes:
+            raise ConfigError(f"{prefix}.modes", "expected a non-empty mapping from mode name to watts")
+        for mode, watts in self.modes.items():
+            if not math.isfinite(watts) or watts <= 0:
+                raise ConfigError(f"{prefix}.modes.{mode}", f"must be positive, got {watts!r}")
+        if self.default not in self.modes:
+            raise ConfigError(f"{prefix}.default", f"unknown mode {self.default!r} (allowed: {', '.join(self.modes)})")
+
+
+@dataclass
+class RadioEntry:
+    tx_power: SourcedEntry
+
+
+@dataclass
+class ProfileFile:
+    """The fields of a device profile file, read by :func:`fedsim.config.from_mapping` like a scenario's
+    sections: unknown keys, wrong types and missing fields are one line naming the file and the field."""
+
+    name: str
+    kind: Literal["edge", "phone", "server"]
+    peak: dict[Literal["fp32", "fp16", "int8_dense", "int8_sparse"], SourcedEntry]
+    efficiency: SourcedEntry
+    memory: SourcedEntry
+    power_modes: PowerModesEntry
+    idle_w: IdleEntry
+    description: str = ""
+    training_precision: Literal["fp32", "fp16", "int8_dense", "int8_sparse"] = "fp32"
+    radio: RadioEntry | None = None
+    ms_per_sample: dict[str, SourcedEntry] = field(default_factory=dict)
+
+    def validate(self, prefix: str) -> None:
+        where = f"{prefix}." if prefix else ""
+        if not self.name:
+            raise ConfigError(f"{where}name", "expected a non-empty string")
+        if not self.peak:
+            raise ConfigError(f"{where}peak", "expected a mapping from precision to {value, unit, source, status}")
+        if self.training_precision not in self.peak:
+            raise ConfigError(f"{where}training_precision", f"no peak number given at {self.training_precision!r} "
+                                                            f"(have: {', '.join(self.peak)})")
+        if self.efficiency.value > 1:
+            raise ConfigError(f"{where}efficiency.value", f"achieved/peak must be in (0, 1], got {self.efficiency.value!r}")
+
+
 def _read_profile(path: Path) -> DeviceProfile:
-    """Parse and validate the profile file ``path`` (:func:`load_profile`)."""
-    from fedsim.config import read_text
+    """Parse and validate the profile file ``path`` (:func:`load_profile`); every error names the file."""
+    from fedsim.config import from_mapping, read_text
+    from fedsim.yamlio import parse_yaml
 
-    text = read_text(path, f"devices.profile[{path.name}]", "profile YAML file")
+    field_of = f"devices.profile[{path.name}]"
+    text = read_text(path, field_of, "profile YAML file")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"devices.profile[{path.name}]", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    r = _Reader(path, data)
-    sources: dict[str, Sourced] = {}
-
-    name = r.get(data, "name", "name")
-    if not isinstance(name, str) or not name:
-        r.fail("name", f"expected a non-empty string, got {name!r}")
-    kind = r.get(data, "kind", "kind")
-    if kind not in KINDS:
-        r.fail("kind", f"unknown kind {kind!r} (allowed: {', '.join(KINDS)})")
-
-    peak_node = r.get(data, "peak", "peak")
-    if not isinstance(peak_node, Mapping) or not peak_node:
-        r.fail("peak", "expected a mapping from precision to {value, unit, source, status}")
-    peak: dict[str, float] = {}
-    for prec, node in peak_node.items():
-        if prec not in PRECISIONS:
-            r.fail(f"peak.{prec}", f"unknown precision {prec!r} (allowed: {', '.join(PRECISIONS)})")
-        units = {k: v for k, v in _THROUGHPUT_UNITS.items() if ("FLOP" in k) == prec.startswith("fp")}
-        peak[prec], sources[f"peak.{prec}"] = r.sourced(node, f"peak.{prec}", units)
-
-    training_precision = data.get("training_precision", "fp32") or "fp32"
-    if training_precision not in PRECISIONS:
-        r.fail("training_precision", f"unknown precision {training_precision!r} (allowed: {', '.join(PRECISIONS)})")
-    if training_precision not in peak:
-        r.fail("training_precision", f"no peak number given at {training_precision!r} (have: {', '.join(peak)})")
-
-    efficiency, sources["efficiency"] = r.sourced(r.get(data, "efficiency", "efficiency"), "efficiency", {"ratio": 1.0})
-    if efficiency > 1:
-        r.fail("efficiency.value", f"achieved/peak must be in (0, 1], got {efficiency!r}")
-
-    memory_bytes, sources["memory"] = r.sourced(r.get(data, "memory", "memory"), "memory", _MEMORY_UNITS)
-
-    pm = r.get(data, "power_modes", "power_modes")
-    if not isinstance(pm, Mapping):
-        r.fail("power_modes", "expected a mapping with unit, default, modes, source and status")
-    if pm.get("unit") != "W":
-        r.fail("power_modes.unit", f"unknown unit {pm.get('unit')!r} (allowed: W)")
-    modes_node = r.get(pm, "modes", "power_modes.modes")
-    if not isinstance(modes_node, Mapping) or not modes_node:
-        r.fail("power_modes.modes", "expected a non-empty mapping from mode name to watts")
-    power_modes = {str(k): r.number(v, f"power_modes.modes.{k}") for k, v in modes_node.items()}
-    default_mode = str(r.get(pm, "default", "power_modes.default"))
-    if default_mode not in power_modes:
-        r.fail("power_modes.default", f"unknown mode {default_mode!r} (allowed: {', '.join(power_modes)})")
-    src = r.get(pm, "source", "power_modes.source")
-    status = r.get(pm, "status", "power_modes.status")
-    if status not in STATUSES:
-        r.fail("power_modes.status", f"unknown status {status!r} (allowed: {', '.join(STATUSES)})")
-    sources["power_modes"] = Sourced(power_modes[default_mode], "W", str(src), status, str(pm.get("note", "") or ""))
-
-    idle_w, sources["idle_w"] = r.sourced(r.get(data, "idle_w", "idle_w"), "idle_w", {"W": 1.0}, allow_zero=True)
-
-    tx_power_w = None
-    radio = data.get("radio")
-    if radio is not None:
-        if not isinstance(radio, Mapping):
-            r.fail("radio", "expected a mapping with tx_power")
-        tx_power_w, sources["radio.tx_power"] = r.sourced(
-            r.get(radio, "tx_power", "radio.tx_power"), "radio.tx_power", {"W": 1.0}
-        )
-
-    ms_per_sample: dict[str, float] = {}
-    mps = data.get("ms_per_sample") or {}
-    if not isinstance(mps, Mapping):
-        r.fail("ms_per_sample", "expected a mapping from model name to {value, unit: ms, source, status}")
-    for model, node in mps.items():
-        ms_per_sample[str(model)], sources[f"ms_per_sample.{model}"] = r.sourced(
-            node, f"ms_per_sample.{model}", {"ms": 1.0}
-        )
-
-    return DeviceProfile(
-        name=name,
-        kind=kind,
-        peak=peak,
-        training_precision=training_precision,
-        efficiency=efficiency,
-        memory_bytes=memory_bytes,
-        power_modes=power_modes,
-        default_power_mode=default_mode,
-        idle_w=idle_w,
-        tx_power_w=tx_power_w,
-        ms_per_sample=ms_per_sample,
-        description=str(data.get("description", "") or ""),
-        path=str(path),
-        sources=sources,
-    )
+        data = parse_yaml(text, field_of, "profile YAML file")  # aliases within a node budget, nesting bounded
+        if not isinstance(data, Mapping):
+            raise ConfigError("", "the file must hold a mapping of fields")
+        f = from_mapping(ProfileFile, data)
+        sources: dict[str, Sourced] = {}
+        peak: dict[str, float] = {}
+        for prec, entry in f.peak.items():
+            units = {k: v for k, v in _THROUGHPUT_UNITS.items() if ("FLOP" in k) == prec.startswith("fp")}
+            peak[prec], sources[f"peak.{prec}"] = entry.scaled(f"peak.{prec}", units)
+        efficiency, sources["efficiency"] = f.efficiency.scaled("efficiency", {"ratio": 1.0})
+        memory_bytes, sources["memory"] = f.memory.scaled("memory", _MEMORY_UNITS)
+        pm = f.power_modes
+        sources["power_modes"] = Sourced(pm.modes[pm.default], "W", pm.source, pm.status, pm.note)
+        idle_w, sources["idle_w"] = f.idle_w.scaled("idle_w", {"W": 1.0})
+        tx_power_w = None
+        if f.radio is not None:
+            tx_power_w, sources["radio.tx_power"] = f.radio.tx_power.scaled("radio.tx_power", {"W": 1.0})
+        ms_per_sample: dict[str, float] = {}
+        for model, entry in f.ms_per_sample.items():
+            ms_per_sample[model], sources[f"ms_per_sample.{model}"] = entry.scaled(f"ms_per_sample.{model}", {"ms": 1.0})
+    except ConfigError as exc:
+        if exc.field.startswith(field_of):  # the YAML reader names the file already
+            raise
+        where = f"{path.name}: {exc.field}" if exc.field else path.name
+        raise ConfigError(f"devices.profile[{where}]", exc.message) from None
+    return DeviceProfile(name=f.name, kind=f.kind, peak=peak, training_precision=f.training_precision,
+                         efficiency=efficiency, memory_bytes=memory_bytes, power_modes=dict(pm.modes),
+                         default_power_mode=pm.default, idle_w=idle_w, tx_power_w=tx_power_w,
+                         ms_per_sample=ms_per_sample, description=f.description, path=str(path), sources=sources)
 
 
 def profile_table(names: list[str] | None = None) -> "pd.DataFrame":
