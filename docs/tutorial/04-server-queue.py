@@ -40,9 +40,11 @@ def show(fig, name):
 #
 # FedAsync serves every arriving update as its own `apply` job. Put the server on a Raspberry Pi 4
 # (`server.profile=raspberry-pi-4`) and raise the number of clients in flight (`algorithm.concurrency`):
-# more clients in flight, more arrivals per second at the same server. The scenario's digits are split
-# over 40 clients (`data.num_clients=40`) so that up to 40 can be in flight. Systems-only runs, 1 s of
-# virtual time each.
+# more clients in flight, more arrivals per second at the same server. (Watch `mean_service_s` in the
+# table: applying an update of this small MLP is so little work that even a Pi does it in microseconds,
+# so a job's service time is almost all the server's fixed per-job cost, `server.overhead_s`.) The
+# scenario's digits are split over 40 clients (`data.num_clients=40`) so that up to 40 can be in flight.
+# Systems-only runs, 1 s of virtual time each.
 #
 # Little's law says that over a window, the time-average number waiting L_q equals the arrival rate λ
 # times the mean wait W_q. The summary measures L_q with a time-weighted accumulator inside the station,
@@ -156,10 +158,12 @@ assert two["mean_wait_s"] < table.loc[40, "mean_wait_s"] and two["requests"] > t
 
 # %% [markdown]
 # 3. **Is this M/D/1?** Service times here are nearly constant, so try the M/D/1 formula
-#    W_q = ρ / (2μ(1 − ρ)) with ρ the measured utilisation and μ = 1 / E[S]. *Expected:* it does not fit,
-#    and for a reason: the arrivals are not Poisson. The system is *closed*: a fixed number of clients
-#    cycle between training and the server, so arrivals slow down exactly when the queue is long. Compare
-#    the formula with `mean_wait_s` at each concurrency and describe the gap.
-# 4. **A faster server** (`server.profile=rtx-3090`, the scenario's default). *Expected:* the service
-#    time shrinks to about the fixed `server.overhead_s` (0.002 s), utilisation falls, and waits nearly
-#    vanish at every concurrency of the sweep.
+#    W_q = ρ / (2μ(1 − ρ)) with ρ the measured utilisation and μ = 1 / E[S], at each concurrency.
+#    *Expected:* the formula's wait is above the measured one at every concurrency of the sweep. The
+#    arrivals are not Poisson: the system is *closed*, a fixed number of clients cycle between training
+#    and the server, so no more than concurrency − 1 jobs can ever be ahead of one, while M/D/1's wait
+#    grows without bound as ρ → 1.
+# 4. **Which cost is the server's?** Swap the Pi for the scenario's RTX 3090 (`server.profile=rtx-3090`),
+#    then halve the per-job overhead (`server.overhead_s=0.001`). *Expected:* the faster GPU changes almost
+#    nothing, since the work was already microseconds; halving the overhead halves the service time and,
+#    at light load, about halves the utilisation.
