@@ -1,0 +1,199 @@
+# %% [markdown]
+# # Lesson 1: a round, a straggler and a deadline
+#
+# **Question.** A synchronous FedAvg round lasts until the last of its clients has uploaded. Who is that
+# client, what makes it slow, and what do you buy and lose by closing the round at a deadline instead?
+#
+# You will run FedAvg twice on the same simulated world (20 clients on three Jetson classes, uplinks
+# of 0.5 to 5 Mbit/s, the built-in `default` scenario), once waiting for everyone and once with
+# `deadline_s`, and read the answer off the event trace. About 15 minutes.
+#
+# The runs use `train.systems_only: true`: every download, computation and upload takes the time its real
+# size and FLOPs give it on the simulated hardware, but no SGD step is taken, so each run takes about a
+# second of wall time. Timing is the whole question here; lesson 2 trains.
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.patches import Patch
+
+import fedsim
+from fedsim.errors import ConfigError
+
+RUNS = Path("runs/tutorial/01")                                  # this lesson's run folders
+FIGURES = Path(os.environ.get("FEDSIM_TUTORIAL_FIGURES", RUNS))  # where its figures go
+FIGURES.mkdir(parents=True, exist_ok=True)
+pd.set_option("display.width", 120)
+
+
+def show(fig, name):
+    """Save a figure under FIGURES (and draw it under the cell when this runs as a notebook)."""
+    fig.savefig(FIGURES / name, dpi=100, bbox_inches="tight")
+    if "ipykernel" in sys.modules:
+        from IPython.display import display
+        display(fig)
+    plt.close(fig)
+
+
+COMMON = ["algorithm=fedavg", "train.systems_only=true", "stop.max_time_s=10", "output.figures=false"]
+
+# %% [markdown]
+# ## Run 1: wait for everyone
+#
+# `fedsim.run` takes a built-in scenario name and `key=value` overrides, exactly as `fedsim run` does on
+# the command line. `algorithm=fedavg` keeps only FedAvg (the scenario also runs FedBuff); FedAvg samples
+# 10 of the 20 clients per round.
+
+# %%
+wait = fedsim.run("default", out=RUNS / "wait", force=True, overrides=COMMON)
+print({k: wait.summary[k] for k in ("versions", "dropped", "virtual_time_s")})
+
+# %% [markdown]
+# The trace (`res.trace`, the run's `trace.jsonl` as a DataFrame) has one row per event. A client's task in
+# a round is a `download`, a `compute` and an `upload`, each with `start` and `end`; `round` rows say when
+# each round started and ended. `energy.csv` names each client's device class.
+
+# %%
+trace = wait.trace
+classes = pd.read_csv(wait.out / "energy.csv").set_index("device")["device_class"]
+rounds = trace[trace.kind == "round"][["round", "start", "end"]].reset_index(drop=True)
+phases = []
+for kind in ("download", "compute", "upload"):
+    ev = trace[trace.kind == kind][["client", "start", "end", "rate_bps"]].copy()
+    ev["n"] = ev.groupby("client").cumcount()       # a client runs one task at a time: its n-th download,
+    ev[f"{kind}_s"] = ev["end"] - ev["start"]        # compute and upload belong to its n-th task
+    phases.append(ev.rename(columns={"start": f"{kind}_start", "end": f"{kind}_end", "rate_bps": f"{kind}_bps"}))
+# tasks still running when the run stopped have no upload yet: the inner merge leaves them out
+tasks = phases[0].merge(phases[1], on=["client", "n"]).merge(phases[2], on=["client", "n"])
+tasks = tasks.rename(columns={"download_start": "start", "upload_end": "end"})
+tasks["client"] = tasks["client"].astype(int)
+tasks["uplink_mbps"] = tasks["upload_bps"] / 1e6
+tasks["task_s"] = tasks["end"] - tasks["start"]
+tasks["class"] = tasks["client"].map(classes)
+# every task of a round starts at the round's start (its dispatch); the round cut short by the end of the
+# run has no `round` row, so its tasks are left out
+tasks = tasks[tasks["start"] < rounds["end"].max()]
+tasks["round"] = pd.cut(tasks["start"], [*rounds["start"], float("inf")], right=False,
+                        labels=rounds["round"].astype(int)).astype(int)
+print(tasks[["download_s", "compute_s", "upload_s"]].mean().round(4).to_string())
+
+# %% [markdown]
+# Compute takes milliseconds: the `cnn` is small and a Jetson is fast. The model is 54,824 bytes, and
+# sending it over an uplink of 0.5 to 5 Mbit/s takes a tenth of a second to nearly a second. So in this
+# world the straggler is whoever has the slowest *link*, whatever its processor. Each round's straggler is
+# the client whose upload ended last:
+
+# %%
+last = tasks.loc[tasks.groupby("round")["end"].idxmax()]
+table = last[["round", "client", "class", "uplink_mbps", "task_s"]].round(3)
+table["round_s"] = (rounds["end"] - rounds["start"]).round(3).values
+print(table.to_string(index=False))
+
+# %% [markdown]
+# Every round waits for one of a handful of clients with slow uplinks, and they are of every device class.
+# Per client, the task time barely varies (only compute has jitter, and compute is milliseconds):
+
+# %%
+per_client = tasks.groupby("client").agg(cls=("class", "first"), uplink_mbps=("uplink_mbps", "mean"),
+                                        task_s=("task_s", "max")).sort_values("task_s")
+fig, ax = plt.subplots(figsize=(7, 4.5))
+colours = {"jetson-nano": "#e15759", "jetson-xavier-nx-8gb": "#4e79a7", "jetson-agx-orin-32gb": "#59a14f"}
+ax.barh([str(c) for c in per_client.index], per_client["task_s"], color=per_client["cls"].map(colours))
+ax.axvline(0.4, color="k", ls="--")
+ax.text(0.405, len(per_client) - 0.6, "deadline_s = 0.4 (run 2)", fontsize=8)
+ax.legend(handles=[Patch(color=c, label=n) for n, c in colours.items()], loc="lower right", fontsize=8)
+ax.set_xlabel("longest task (download + compute + upload), s")
+ax.set_ylabel("client")
+ax.set_title("Who makes a FedAvg round long")
+show(fig, "01-task-times.png")
+
+# %% [markdown]
+# ## Run 2: close each round at a deadline
+#
+# `algorithm.deadline_s=0.4` ends a round 0.4 s after it started; the updates that have not arrived are
+# dropped (a `drop` event with `reason: deadline`), and the round's `dropped` field lists those clients.
+# Before running it, predict from run 1 which clients will be dropped: every client whose task takes
+# longer than 0.4 s.
+
+# %%
+DEADLINE = 0.4
+predicted = set(per_client.index[per_client["task_s"] > DEADLINE])
+cut = fedsim.run("default", out=RUNS / "deadline", force=True, overrides=COMMON + [f"algorithm.deadline_s={DEADLINE}"])
+drops = cut.trace[cut.trace.kind == "drop"]
+dropped = set(drops["client"].astype(int))
+print("rounds in 10 s:", wait.summary["versions"], "without a deadline,", cut.summary["versions"], "with it")
+print("updates dropped:", cut.summary["dropped"], "| reasons:", drops["reason"].value_counts().to_dict())
+print("predicted to be dropped:", sorted(predicted))
+print("dropped               :", sorted(dropped))
+
+# %% [markdown]
+# ## What the deadline cost
+#
+# A dropped client's link rate does not change between rounds, so it is dropped *every* time it is
+# sampled: its data never reaches the model. `partition.csv` holds each client's samples per label; the
+# share of each label that only dropped clients hold is lost to training:
+
+# %%
+part = pd.read_csv(cut.out / "partition.csv").set_index("client")
+labels = [c for c in part.columns if c.startswith("label_")]
+contributed = set(cut.trace[cut.trace.kind == "apply"]["client"].astype(int))
+lost = part.loc[sorted(set(part.index) - contributed), labels].sum() / part[labels].sum()
+print("clients that never contributed:", sorted(set(part.index) - contributed))
+print("share of all training samples lost:",
+      round(part.loc[sorted(set(part.index) - contributed), "samples"].sum() / part["samples"].sum(), 3))
+print("share lost per label:", lost.round(2).to_dict())
+
+# %%
+fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+for run, name in ((wait, "no deadline"), (cut, f"deadline_s = {DEADLINE}")):
+    r = run.trace[run.trace.kind == "round"]
+    ax[0].step(r["end"], r["round"], where="post", label=name)
+ax[0].set_xlabel("virtual time (s)")
+ax[0].set_ylabel("rounds completed")
+ax[0].legend()
+ax[1].bar(range(10), lost.values, color="#e15759")
+ax[1].set_xticks(range(10))
+ax[1].set_xlabel("label")
+ax[1].set_ylabel("share never trained on")
+ax[1].set_ylim(0, 1)
+fig.suptitle("A deadline buys rounds and costs data")
+show(fig, "01-deadline.png")
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **Predict the drops.** From run 1 alone, which clients does `deadline_s=0.4` drop, and how often?
+#    *Expected:* exactly the clients whose task in run 1 took longer than 0.4 s, every time they are
+#    sampled. The lesson's run checks it:
+
+# %%
+assert dropped == predicted, (dropped, predicted)
+assert cut.summary["versions"] > wait.summary["versions"]
+assert all(r == "deadline" for r in drops["reason"])
+
+# %% [markdown]
+# 2. **A deadline nobody can meet.** What does fedsim do with `deadline_s=0.01`, shorter than the fastest
+#    client's task? *Expected:* it refuses the scenario before running anything, with one line naming the
+#    field (exit code 2 on the command line; `ConfigError` in Python):
+
+# %%
+try:
+    fedsim.run("default", out=RUNS / "impossible", force=True, overrides=COMMON + ["algorithm.deadline_s=0.01"])
+    raise AssertionError("a deadline shorter than every task should be refused")
+except ConfigError as err:
+    print(err)
+
+# %% [markdown]
+# 3. **Raise the deadline to 0.6 s and then 0.9 s.** *Expected:* fewer clients dropped each time, and at a
+#    deadline above the slowest task in the bar chart nobody is dropped and the run has as many rounds
+#    as run 1. Use the bar chart to predict the drops before running.
+# 4. **Give everyone the same uplink** (`channel.uplink.mbps=2`). *Expected:* the task times in the bar
+#    chart collapse to nearly one value (the download rates still differ), and the straggler is now
+#    decided by the downlink and the few milliseconds of compute jitter.
+# 5. **Train for real** (drop `train.systems_only=true`, keep 10 s): compare `final_accuracy` in the two
+#    runs' summaries. Whether the extra rounds beat the lost labels depends on which labels the dropped
+#    clients hold; that is the trade-off, and the per-label bar chart is where to start explaining it.

@@ -1,0 +1,67 @@
+"""Every lesson of the course (docs/tutorial/) runs end to end, and its committed page is current.
+
+A lesson checks its own answers with plain ``assert`` statements (an exercise's expected outcome, shown
+by the lesson's run), so running it here is what fails CI when fedsim stops doing what the lesson teaches.
+The committed Markdown page must hold the lesson's code cells as they are now, and every figure the lesson
+saves must be committed beside it, so the page on the repository's host is the lesson that CI runs."""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIAL = ROOT / "docs" / "tutorial"
+
+_spec = importlib.util.spec_from_file_location("tutorial_build", TUTORIAL / "build.py")
+build = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = build  # its dataclasses look their module up
+_spec.loader.exec_module(build)
+
+LESSONS = build.lessons()
+
+
+def test_the_course_has_at_least_six_lessons_all_in_the_index() -> None:
+    assert len(LESSONS) >= 6
+    index = (TUTORIAL / "README.md").read_text(encoding="utf-8")
+    for lesson in LESSONS:
+        assert f"({lesson.with_suffix('.md').name})" in index, f"{lesson.name} is not linked from the course index"
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda p: p.stem)
+def test_lesson_runs_and_its_page_is_current(lesson: Path, tmp_path: Path) -> None:
+    cells = build.execute(lesson, tmp_path / "figures", tmp_path)
+    code = [c for c in cells if c.kind == "code"]
+    assert len(code) >= 4
+    assert any(c.output.strip() for c in code), "a lesson prints what its runs measured"
+    saved = sorted({name for c in code for name in c.figures})
+    assert saved, "a lesson shows at least one figure"
+    assert any("assert " in c.text for c in code), "a lesson checks at least one exercise's answer"
+    assert re.search(r"^## Exercises", "\n".join(c.text for c in cells if c.kind == "markdown"), re.M)
+
+    page = lesson.with_suffix(".md")
+    assert page.exists(), f"run `python docs/tutorial/build.py {lesson.name[:2]}` and commit {page.name}"
+    text = page.read_text(encoding="utf-8")
+    stale = [c.line for c in code if f"```python\n{c.text}\n```" not in text]
+    assert not stale, f"{page.name} is older than {lesson.name} (cells at lines {stale}): rebuild it"
+    for name in saved:
+        assert (TUTORIAL / "figures" / name).exists(), f"figure {name} is not committed"
+        assert f"(figures/{name})" in text, f"{page.name} does not show {name}"
+
+
+def test_parse_splits_prose_and_code(tmp_path: Path) -> None:
+    script = tmp_path / "99-demo.py"
+    script.write_text("# %% [markdown]\n# # Title\n#\n# Prose.\n\n# %%\nx = 1\nprint(x)\n", encoding="utf-8")
+    cells = build.parse(script)
+    assert [c.kind for c in cells] == ["markdown", "code"]
+    assert cells[0].text == "# Title\n\nProse."
+    assert cells[1].text == "x = 1\nprint(x)" and cells[1].line == 7
+    out = build.execute(script, tmp_path / "figs", tmp_path)
+    assert out[1].output == "1\n"
+    bad = tmp_path / "98-bad.py"
+    bad.write_text("# %% [markdown]\nnot a comment\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="start with '#'"):
+        build.parse(bad)
