@@ -136,7 +136,7 @@ def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sig
         raise ConfigError("method", f"unknown probe method {method!r} (allowed: exact, sampled)")
     exact = method == "exact" and isinstance(clients, TorchClients)
     if exact and sigma_samples > 0:
-        stats = [clients.sample_stats(i, w) for i in range(clients.n_clients)]
+        stats = clients.sample_stats_all(w)
         grads = np.stack([st.grad for st in stats])
         losses = [st.loss for st in stats]
         sig = [st.minibatch_variance(clients.batch_size) for st in stats]
@@ -220,7 +220,8 @@ class Prober:
         self.model.load_state_dict(state)
         if not isinstance(getattr(self.model, "blocks", None), torch.nn.ModuleList):
             return {}
-        return probe_activations(self.model, self.probe_inputs, conv="pool")
+        with _threads(1):
+            return probe_activations(self.model, self.probe_inputs, conv="pool")
 
     def probe(self, state: Mapping[str, torch.Tensor], version: int) -> dict[str, float]:
         """The probe row of global state ``state`` at model version ``version``.
@@ -244,13 +245,24 @@ class Prober:
 
 @contextmanager
 def _threads(n: int) -> Iterator[None]:
-    """One intra-op thread while probing, so reductions (and so the numbers) do not depend on the host."""
+    """One intra-op thread while probing, so reductions (and so the numbers) do not depend on the host.
+
+    numpy's BLAS (Lanczos' reorthogonalisation) is held to ``n`` threads too: on a loaded machine, BLAS
+    threads waiting on each other cost more than the small products they split."""
     old = torch.get_num_threads()
     torch.set_num_threads(n)
+    try:
+        from threadpoolctl import threadpool_limits  # scikit-learn's dependency, so always installed with fedsim
+    except ImportError:  # pragma: no cover - only without scikit-learn
+        limits = None
+    else:
+        limits = threadpool_limits(limits=n, user_api="blas")
     try:
         yield
     finally:
         torch.set_num_threads(old)
+        if limits is not None:
+            limits.restore_original_limits()
 
 
 class LiveProbes:

@@ -13,6 +13,7 @@ from analysis.estimators import (
     flat_params,
     lanczos_top_eigenvalue,
     per_sample_stats,
+    per_sample_stats_many,
     set_flat_params,
     torch_hvp_reusing,
 )
@@ -49,6 +50,31 @@ def test_per_sample_sigma2_is_the_with_replacement_minibatch_variance():
     rng = np.random.default_rng(1)
     draws = [np.sum((per[rng.integers(0, len(x), B)].mean(axis=0) - full) ** 2) for _ in range(20000)]
     assert float(np.mean(draws)) == pytest.approx(exact, rel=0.03)
+
+
+def test_per_sample_stats_of_many_datasets_equal_each_dataset_alone():
+    """One stream of chunks over the clients' concatenated data, with chunks straddling client boundaries
+    (sizes 5, 1, 11 in chunks of 4), gives every client its own gradient, loss and σ², as brute force does."""
+    model, x, y = _model_and_data(n=17)
+    cuts = [(0, 5), (5, 6), (6, 17)]
+    datasets = [(x[a:b], y[a:b]) for a, b in cuts]
+    many = per_sample_stats_many(model, cross_entropy_loss, datasets, chunk=4)
+    assert [st.n for st in many] == [5, 1, 11]
+    for st, (a, b) in zip(many, cuts):
+        alone = per_sample_stats(model, cross_entropy_loss, (x[a:b], y[a:b]))
+        per = []
+        for j in range(a, b):
+            model.zero_grad()
+            F.cross_entropy(model(x[j:j + 1]), y[j:j + 1]).backward()
+            per.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy().copy())
+        per = np.array(per)
+        assert np.allclose(st.grad, per.mean(axis=0), rtol=1e-10, atol=1e-12)
+        assert np.allclose(st.grad, alone.grad, rtol=1e-12, atol=1e-14)
+        assert st.loss == pytest.approx(alone.loss, rel=1e-12)
+        assert st.sq_mean == pytest.approx(float(np.mean(np.sum(per * per, axis=1))), rel=1e-10)
+        assert st.minibatch_variance(3) == pytest.approx(alone.minibatch_variance(3), rel=1e-10, abs=1e-14)
+    with pytest.raises(Exception, match="non-empty"):
+        per_sample_stats_many(model, cross_entropy_loss, [(x[:0], y[:0])])
 
 
 def test_lanczos_top_eigenvalue_is_within_its_stated_error_of_the_exact_one():
