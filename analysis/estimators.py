@@ -368,7 +368,7 @@ def per_sample_stats_many(model: torch.nn.Module, loss_fn: LossFn, datasets: Seq
     joined = tuple(torch.cat([data[j] for data in datasets]) if m > 1 else datasets[0][j]
                    for j in range(len(datasets[0])))
     device = joined[0].device
-    owner = torch.repeat_interleave(torch.arange(m, device=device), torch.tensor(sizes, device=device))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
 
     def one(p: Mapping[str, torch.Tensor], *sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         loss = loss_fn(_Bound(model, p), *(t.unsqueeze(0) for t in sample))
@@ -380,15 +380,22 @@ def per_sample_stats_many(model: torch.nn.Module, loss_fn: LossFn, datasets: Seq
     loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
     for lo in range(0, n, step):
         part = tuple(t[lo:lo + step] for t in joined)
-        who = owner[lo:lo + step]
+        hi = lo + part[0].shape[0]
+        # the datasets this chunk touches, as (dataset, first row, end row) within the chunk
+        segs = [(i, max(lo, int(bounds[i])) - lo, min(hi, int(bounds[i + 1])) - lo)
+                for i in range(m) if bounds[i] < hi and bounds[i + 1] > lo]
         grads, losses = per_sample(params, *part)
         off = 0
         for k in names:  # per tensor, in float64: σ² is a difference of two close sums
             gk = grads[k].reshape(part[0].shape[0], -1).double()
-            total[:, off:off + gk.shape[1]].index_add_(0, who, gk)
-            sq.index_add_(0, who, torch.einsum("ij,ij->i", gk, gk))
+            for i, a, b in segs:
+                total[i, off:off + gk.shape[1]] += gk[a:b].sum(dim=0)
+                flat = gk[a:b].reshape(-1)
+                sq[i] += torch.dot(flat, flat)
             off += gk.shape[1]
-        loss_sum.index_add_(0, who, losses.double().reshape(-1))
+        losses = losses.double().reshape(-1)
+        for i, a, b in segs:
+            loss_sum[i] += losses[a:b].sum()
     total_np, sq_np, loss_np = total.cpu().numpy(), sq.cpu().numpy(), loss_sum.cpu().numpy()
     return [SampleStats(total_np[i] / sizes[i], float(loss_np[i]) / sizes[i], float(sq_np[i]) / sizes[i], sizes[i])
             for i in range(m)]

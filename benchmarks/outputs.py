@@ -8,12 +8,14 @@ ratios with the load average beside them:
 2. the figures and report.html of that run folder, built alone (what ``output.figures`` adds to a run):
    their wall time over the simulation's (target: at most 1);
 3. the same run with its default outputs on: the whole process's peak memory (target: under 450 MB);
-4. ``fedsim check``'s probing on a cos2p run with checkpoints: the earlier estimators
-   (``ProbeSettings(method="sampled")``: Monte-Carlo σ², power iteration) against the current ones
-   (exact σ² from per-sample gradients, Lanczos), on the same checkpoints (target: at least 5x).
+4. ``fedsim check``'s probing on a cos2p run with checkpoints: the original estimators
+   (``ProbeSettings(method="sampled")``: Monte-Carlo σ², power iteration, each product a fresh forward and
+   double backward) against the current ones (exact σ² from per-sample gradients, Lanczos with its error
+   bound), on the same checkpoints, alternately, one ratio per round (target: at least 5x).  Both share the
+   per-run setup (data, model, SVCCA), so a faster setup makes the ratio smaller, never larger.
 
 Peaks are each child's ``ru_maxrss`` (``os.wait4``), no extra package needed.  Usage:
-``python benchmarks/outputs.py [--scenario gas-cell-timing] [--skip-probes]``.
+``python benchmarks/outputs.py [--scenario gas-cell-timing] [--skip-probes | --only-probes]``.
 """
 from __future__ import annotations
 
@@ -72,6 +74,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="gas-cell-timing")
     ap.add_argument("--skip-probes", action="store_true", help="only the output-cost ratios")
+    ap.add_argument("--only-probes", action="store_true", help="only the probes' speed-up (no gas-cell-timing runs)")
     ap.add_argument("--probe-versions", type=int, default=6,
                     help="versions of the cos2p run (checkpoints every 3: version 0, 3, 6, ...)")
     ap.add_argument("--probe-rounds", type=int, default=2, help="alternating rounds of the two probe methods")
@@ -79,40 +82,54 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="fedsim-bench-outputs-"))
     try:
         print(f"before: {load()}")
-        bare = work / "bare"
-        wall, peak_bare, _ = child([*FEDSIM, "run", args.scenario, "output.trace_format=compact",
-                                    "output.figures=false", "--quiet", "--out", str(bare)])
-        sim = json.loads((bare / "summary.json").read_text())["wall_time_s"]
-        print(f"{args.scenario}, compact trace, figures off: whole process {wall:.1f} s, simulating {sim:.1f} s, "
-              f"peak {peak_bare:.0f} MB  ({load()})")
-        out_wall, out_peak, text = child([sys.executable, "-c", OUTPUTS, str(bare)])
-        outputs = float(text.strip().splitlines()[-1])
-        print(f"figures + report.html alone: {outputs:.1f} s (process {out_wall:.1f} s, peak {out_peak:.0f} MB)  "
-              f"({load()})")
-        full = work / "full"
-        wall_full, peak_full, _ = child([*FEDSIM, "run", args.scenario, "output.trace_format=compact", "--quiet",
-                                         "--out", str(full)])
-        print(f"{args.scenario}, compact trace, default outputs: whole process {wall_full:.1f} s, "
-              f"peak {peak_full:.0f} MB  ({load()})")
-        print(f"RATIO outputs / simulation wall: {outputs / sim:.2f}  (target <= 1)")
-        print(f"RATIO peak with outputs: {peak_full:.0f} MB = {peak_full / peak_bare:.2f}x the run without them "
-              f"(target < 450 MB)")
+        if not args.only_probes:
+            output_costs(args.scenario, work)
         if not args.skip_probes:
-            cos = work / "cos2p"
-            child([*FEDSIM, "run", "cos2p", f"stop.max_versions={args.probe_versions}", "output.checkpoints=3",
-                   "output.figures=false", "--quiet", "--out", str(cos)])
-            n = len(list((cos / "checkpoints").glob("v*.pt")))
-            times = {}
-            for method in ("sampled", "exact") * args.probe_rounds:  # alternating, the last of each kept
-                (cos / "probes.csv").unlink(missing_ok=True)
-                _, peak, text = child([sys.executable, "-c", PROBES, str(cos), method])
-                times[method] = (float(text.strip().splitlines()[-1]), peak)
-                print(f"probing {n} cos2p checkpoints, {method}: {times[method][0]:.1f} s, peak {peak:.0f} MB  "
-                      f"({load()})")
-            print(f"RATIO probe speed-up (sampled / exact): {times['sampled'][0] / times['exact'][0]:.2f}x "
-                  "(target >= 5)")
+            probe_speedup(work, args.probe_versions, args.probe_rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def output_costs(scenario: str, work: Path) -> None:
+    """Measurements 1-3: the simulation alone, its figures and report alone, the run with default outputs."""
+    bare = work / "bare"
+    wall, peak_bare, _ = child([*FEDSIM, "run", scenario, "output.trace_format=compact",
+                                "output.figures=false", "--quiet", "--out", str(bare)])
+    sim = json.loads((bare / "summary.json").read_text())["wall_time_s"]
+    print(f"{scenario}, compact trace, figures off: whole process {wall:.1f} s, simulating {sim:.1f} s, "
+          f"peak {peak_bare:.0f} MB  ({load()})")
+    out_wall, out_peak, text = child([sys.executable, "-c", OUTPUTS, str(bare)])
+    outputs = float(text.strip().splitlines()[-1])
+    print(f"figures + report.html alone: {outputs:.1f} s (process {out_wall:.1f} s, peak {out_peak:.0f} MB)  "
+          f"({load()})")
+    full = work / "full"
+    wall_full, peak_full, _ = child([*FEDSIM, "run", scenario, "output.trace_format=compact", "--quiet",
+                                     "--out", str(full)])
+    print(f"{scenario}, compact trace, default outputs: whole process {wall_full:.1f} s, "
+          f"peak {peak_full:.0f} MB  ({load()})")
+    print(f"RATIO outputs / simulation wall: {outputs / sim:.2f}  (target <= 1)")
+    print(f"RATIO peak with outputs: {peak_full:.0f} MB = {peak_full / peak_bare:.2f}x the run without them "
+          f"(target < 450 MB)")
+
+
+def probe_speedup(work: Path, versions: int, rounds: int) -> None:
+    """Measurement 4: the same checkpoints probed by the original estimators (the baseline) and the current
+    ones, alternately, in fresh processes; each time covers ``probe_run`` whole (data, model, every
+    checkpoint, SVCCA, the summary), not the probes alone."""
+    cos = work / "cos2p"
+    child([*FEDSIM, "run", "cos2p", f"stop.max_versions={versions}", "output.checkpoints=3",
+           "output.figures=false", "--quiet", "--out", str(cos)])
+    n = len(list((cos / "checkpoints").glob("v*.pt")))
+    times: dict[str, list[float]] = {"sampled": [], "exact": []}
+    for method in ("sampled", "exact") * rounds:  # alternating
+        (cos / "probes.csv").unlink(missing_ok=True)
+        _, peak, text = child([sys.executable, "-c", PROBES, str(cos), method])
+        times[method].append(float(text.strip().splitlines()[-1]))
+        print(f"probing {n} cos2p checkpoints, {method}: {times[method][-1]:.1f} s, peak {peak:.0f} MB  "
+              f"({load()})")
+    ratios = [a / b for a, b in zip(times["sampled"], times["exact"])]
+    print(f"RATIO probe speed-up (sampled, the original estimators / exact): "
+          f"{' '.join(f'{r:.2f}x' for r in ratios)} by round (target >= 5)")
 
 
 if __name__ == "__main__":
