@@ -12,8 +12,8 @@ At one global model w (a checkpoint, or the live model during a simulation) a pr
   size B, samples uniform *with* replacement (the run's without-replacement batches have slightly
   smaller variance, so this errs high).  Computed exactly, not sampled: B independent draws average
   the client's per-sample gradients g_j, so E‖g − ∇F_i‖² = (1/B)·(1/n_i)Σ_j‖g_j − ∇F_i‖², from one
-  vectorised pass of per-sample gradients that also gives ∇F_i and F_i
-  (:func:`analysis.estimators.per_sample_stats`).  ``method="sampled"`` keeps the earlier Monte-Carlo
+  vectorised pass of per-sample gradients over every client's data that also gives ∇F_i and F_i
+  (:func:`analysis.estimators.per_sample_stats_many`).  ``method="sampled"`` keeps the earlier Monte-Carlo
   mean over ``sigma_samples`` drawn minibatches (relative standard error about sqrt(2/sigma_samples));
 * ``L_hessian``: the top Hessian eigenvalue of F on a probe subset (``hessian_samples`` spread equally
   over clients), by Lanczos on exact Hessian-vector products whose gradient graph is built once
