@@ -591,13 +591,19 @@ def html_report(run_dir: str | Path) -> Path:
     import html
     import json
 
+    from fedsim.report_panels import PANELS_CSS, nav_html, panels_html, server_summary_rows
+
     run_dir = Path(run_dir)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS +
+             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + PANELS_CSS +
              "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
+    panels = panels_html(run_dir)  # the "what happened" panels (fedsim.report_panels)
+    parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
+                          [("fp-breakdown-title", "time per client"), ("fp-server-title", "server"),
+                           ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * bool(panels)))
     subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and (d / "summary.json").exists())
     if subs:
         parts.append("<h2>Runs in this folder</h2><ul class='runs'>" + "".join(
@@ -616,6 +622,8 @@ def html_report(run_dir: str | Path) -> Path:
             if any(k in r for r in runs):
                 cells = "".join(f"<td>{html.escape(fmt_summary(k, r.get(k)))}</td>" for r in runs)
                 parts.append(f"<tr><th>{k}</th>{cells}</tr>")
+        for name, cells in server_summary_rows(data):
+            parts.append(f"<tr><th>{name}</th>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
     data = interactive_data(run_dir)
     if data is not None and data["bars"][0]:
@@ -633,6 +641,7 @@ def html_report(run_dir: str | Path) -> Path:
                      f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
                      f"<script type='application/json' id='fedsim-data'>{payload}</script>"
                      f"<script>{_INTERACTIVE_JS}</script>")
+    parts.append(panels)
     for name, title in (("check.csv", "Theory check (fedsim check)"), ("probes.csv", "Probes"),
                         ("probes_live.csv", "Live probes"), ("seeds_summary.csv", "Across seeds")):
         path = run_dir / name

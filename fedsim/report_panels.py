@@ -1,0 +1,949 @@
+"""report.html's "what happened" panels: where each client's time went, the server, staleness, rounds.
+
+One streamed pass over a run's trace (:func:`fedsim.sim.trace.iter_blocks`) gathers what the panels draw:
+
+* **per-client time breakdown**: every second of ``[0, T]`` (T the run's virtual time) of every client is
+  given exactly one label, so a client's bar sums to T.  Where a client's records overlap, the first label
+  of :data:`BREAKDOWN` wins (compute over upload over download over the server's work for it, and so on);
+  time in a synchronous round after the client's own work is "waiting for the round" (the stragglers, and
+  the deadline when there is one); time covered by nothing is "idle".
+* **server**: utilisation (busy worker-seconds over ``T x workers``) and queue length over time, mean
+  and peak queue wait, request counts per kind of request (the trace's ``what``);
+* **staleness**: the staleness of every applied update, as a histogram and over time;
+* **rounds**: each synchronous round's start, end, straggler (the participant whose work finished last)
+  and deadline drops; drops of asynchronous algorithms at their time;
+* **traffic by purpose**: transfers and server requests grouped by the trace's ``what`` (split learning's
+  activations and gradients apart from whole models).
+
+The page's JavaScript (:data:`PANELS_JS`) draws plain SVG; its time series share the interactive
+timeline's axis (they follow ``window.fedsimView``, the view the timeline publishes) and draw the whole
+run when there is no timeline.  Also here: the glossary, the "up" link of a run inside a folder of runs,
+and the report of a sweep or ``--seeds`` folder (:func:`folder_report`).
+"""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fedsim.digest import merge_intervals
+from fedsim.sim.trace import iter_blocks, trace_path
+
+#: Labels of a client's time, in priority order (where records overlap the first wins), with colours.
+#: "idle" is what no record covers; it is last.
+BREAKDOWN: tuple[tuple[str, str, str], ...] = (
+    ("compute", "compute", "#f28e2b"),
+    ("upload", "upload", "#59a14f"),
+    ("download", "download", "#4c9be8"),
+    ("queue", "queue wait at the server", "#9c9c9c"),
+    ("served", "served by the server", "#b07aa1"),
+    ("unavailable", "unavailable (offline)", "#333333"),
+    ("round_wait", "waiting for the round (stragglers, deadline)", "#edc948"),
+    ("idle", "idle (no task)", "#eeeeee"),
+)
+BREAKDOWN_KEYS = tuple(k for k, _, _ in BREAKDOWN)
+#: The order a client's bar is drawn in, left to right (a task's phases in the order they happen).
+DRAW_ORDER = ("download", "compute", "upload", "queue", "served", "round_wait", "unavailable", "idle")
+
+#: Colours of traffic by purpose (the trace's ``what``); any other purpose gets the next of ``_SPARE``.
+PURPOSE_COLOURS = {"model": "#4c9be8", "activations": "#e15759", "gradients": "#76b7b2", "aggregate": "#b07aa1",
+                   "apply": "#9467bd", "train": "#f28e2b"}
+_SPARE = ("#ff9da7", "#9c755f", "#8cd17d", "#d4a6c8", "#86bcb6", "#f1ce63", "#a0cbe8")
+
+_KINDS = ("download", "compute", "upload", "offline", "server", "apply", "round", "drop")
+_FIELDS = ("client", "start", "end", "wait", "what", "staleness", "clients", "dropped", "bytes", "reason", "round")
+
+#: Bins of the server's utilisation and of a busy queue / staleness series (a bounded page for any run).
+SERIES_BINS = 400
+#: Queue-length changes (and applied updates) drawn one by one at most; past it, binned.
+SERIES_EXACT = 4000
+
+GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("version", "The global model's number: it goes up by one each time the server installs a new model "
+                "(an aggregation in FedAvg, every applied update in FedAsync)."),
+    ("staleness", "Of an applied update: how many versions were installed between the version the client "
+                  "downloaded and the one its update was applied to (0 = fresh). Also in seconds."),
+    ("round", "One synchronous step of FedAvg-like algorithms: select clients, let them work, wait for all "
+              "(or the deadline), aggregate. For asynchronous algorithms the trace's round is the "
+              "aggregation that applied the update."),
+    ("slot", "Asynchronous algorithms keep a fixed number of clients working at once (the concurrency); a "
+             "slot is one of those places, handed to another client when its task ends."),
+    ("quorum", "The number of updates a server waits for before it aggregates (e.g. FedBuff's buffer size, "
+               "Co-S²P's ⌈μN⌉): later updates wait for the next aggregation."),
+    ("utilisation", "The fraction of the run's time the server's workers were busy serving requests: busy "
+                    "worker-seconds / (run time × workers). Near 1 means requests queue."),
+    ("straggler", "In a synchronous round, the selected client whose work ends last: everyone else waits "
+                  "for it (yellow in the time breakdown)."),
+    ("queue wait", "Time a request spent at the server before a worker started serving it."),
+)
+
+
+def _finite(a: Any) -> np.ndarray:
+    return np.asarray(a, dtype=float)
+
+
+def _clean(a: Any, digits: int = 6) -> list[Any]:
+    """JSON numbers with ``digits`` significant digits (None for NaN / inf)."""
+    out = []
+    for v in np.asarray(a, dtype=float).ravel().tolist():
+        out.append(None if not np.isfinite(v) else float(f"{v:.{digits}g}"))
+    return out
+
+
+def _union_length(s: np.ndarray, e: np.ndarray) -> float:
+    if not len(s):
+        return 0.0
+    a, b = merge_intervals(s, e, 0.0)
+    return float(np.sum(b - a))
+
+
+def breakdown_of(intervals: dict[str, tuple[np.ndarray, np.ndarray]], t_end: float) -> dict[str, float]:
+    """Seconds of ``[0, t_end]`` under each label of :data:`BREAKDOWN`, for one client.
+
+    ``intervals`` maps a label to (starts, ends) arrays (clipped to the window here).  A second covered by
+    several labels counts for the first in :data:`BREAKDOWN`'s order; "idle" is the rest, so the values
+    sum to ``t_end`` (up to rounding)."""
+    out: dict[str, float] = {}
+    cs = np.empty(0)
+    ce = np.empty(0)
+    covered = 0.0
+    for key in BREAKDOWN_KEYS[:-1]:
+        s, e = intervals.get(key, (np.empty(0), np.empty(0)))
+        s = np.clip(_finite(s), 0.0, t_end)
+        e = np.clip(_finite(e), 0.0, t_end)
+        ok = np.isfinite(s) & np.isfinite(e) & (e > s)
+        if not ok.any():
+            out[key] = 0.0
+            continue
+        cs, ce = np.concatenate([cs, s[ok]]), np.concatenate([ce, e[ok]])
+        cs, ce = merge_intervals(cs, ce, 0.0)
+        now = float(np.sum(ce - cs))
+        out[key] = max(now - covered, 0.0)
+        covered = now
+    out["idle"] = max(t_end - covered, 0.0)
+    return out
+
+
+class _Gather:
+    """What the panels need from one pass over the trace (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.iv: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {k: [] for k in BREAKDOWN_KEYS}
+        self.srv: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # client, start, end, wait
+        self.srv_what: list[str] = []
+        self.applies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # t, client, staleness
+        self.rounds: list[dict[str, Any]] = []
+        self.drops: list[dict[str, Any]] = []
+        self.uploads: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # client, end, start
+        self.tasks: list[np.ndarray] = []  # clients of compute records
+        self.traffic: dict[tuple[str, str], list[float]] = {}  # (direction, purpose) -> [count, bytes, seconds]
+        self.clients: set[int] = set()
+        self.t_last = 0.0
+
+    def add(self, b: Any) -> None:
+        if not len(b):
+            return
+        t = b.t
+        if np.isfinite(t).any():
+            self.t_last = max(self.t_last, float(np.nanmax(t)))
+        kind = b.kind
+        c = b.num("client")
+        if kind in ("download", "compute", "upload", "offline"):
+            s, e = b.num("start"), b.num("end")
+            key = "unavailable" if kind == "offline" else kind
+            self.iv[key].append((c, s, e))
+            self.clients |= set(np.unique(c[np.isfinite(c)]).astype(np.int64).tolist())
+            if kind == "compute":
+                self.tasks.append(c)
+            if kind == "upload":
+                self.uploads.append((c, e, s))
+            if kind in ("download", "upload"):
+                whats = b.values("what") if b.has("what") else [None] * len(b)
+                nb = b.num("bytes")
+                for w, n, d in zip(whats, nb.tolist(), (e - s).tolist()):
+                    self._traffic(kind, w, n, d)
+            elif kind == "compute" and b.has("what"):
+                for w, d in zip(b.values("what"), (e - s).tolist()):
+                    self._traffic("compute", w, float("nan"), d)
+        elif kind == "server":
+            s, e, w = b.num("start"), b.num("end"), b.num("wait")
+            w = np.where(np.isfinite(w), w, 0.0)
+            self.srv.append((c, s, e, w))
+            whats = [str(x) if x is not None else "request" for x in (b.values("what") if b.has("what")
+                                                                       else [None] * len(b))]
+            self.srv_what.extend(whats)
+            for x, d in zip(whats, (e - s).tolist()):
+                self._traffic("server", x, float("nan"), d)
+        elif kind == "apply":
+            self.applies.append((t, c, b.num("staleness")))
+        elif kind == "round":
+            for rnd, s, e, cl, dr in zip(b.values("round"), b.values("start"), b.values("end"), b.values("clients"),
+                                         b.values("dropped")):
+                self.rounds.append({"round": rnd, "start": s, "end": e, "clients": cl or [],
+                                    "dropped": dr if isinstance(dr, list) else []})
+        elif kind == "drop":
+            for ti, ci, why, rnd in zip(t.tolist(), c.tolist(), b.values("reason"), b.values("round")):
+                self.drops.append({"t": ti, "client": None if not np.isfinite(ci) else int(ci),
+                                   "reason": "" if why is None else str(why), "round": rnd})
+
+    def _traffic(self, direction: str, what: Any, nbytes: float, seconds: float) -> None:
+        purpose = _purpose(direction, what)
+        row = self.traffic.setdefault((direction, purpose), [0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += 0.0 if not np.isfinite(nbytes) else nbytes
+        row[2] += 0.0 if not np.isfinite(seconds) else seconds
+
+
+def _purpose(direction: str, what: Any) -> str:
+    """What a transfer or request is for, from the trace's ``what`` (a transfer without one moves a model).
+    Split learning's uploads name activations (``activations``, ``smashed``...), its downloads gradients."""
+    if what is None or (isinstance(what, float) and not np.isfinite(what)):
+        return "model" if direction in ("download", "upload") else ("request" if direction == "server" else "train")
+    w = str(what)
+    low = w.lower()
+    if direction in ("download", "upload"):
+        if "activ" in low or "smash" in low or "feature" in low:
+            return "activations"
+        if "grad" in low:
+            return "gradients"
+    return w
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0)
+
+
+def _run_time(run_dir: Path, fallback: float) -> float:
+    """The run's virtual time: summary.json's ``virtual_time_s`` (a run's own), else the trace's last time."""
+    p = run_dir / "summary.json"
+    if p.exists():
+        try:
+            s = json.loads(p.read_text(encoding="utf-8"))
+        except ValueError:
+            s = None
+        if isinstance(s, dict) and isinstance(s.get("virtual_time_s"), (int, float)) and s["virtual_time_s"] > 0:
+            return float(s["virtual_time_s"])
+    return float(fallback)
+
+
+def _workers(run_dir: Path) -> int:
+    p = run_dir / "summary.json"
+    if p.exists():
+        try:
+            s = json.loads(p.read_text(encoding="utf-8"))
+            w = s.get("server", {}).get("workers") if isinstance(s, dict) else None
+            if isinstance(w, (int, float)) and w >= 1:
+                return int(w)
+        except (ValueError, AttributeError):
+            pass
+    return 1
+
+
+def gather(run_dir: str | Path) -> _Gather | None:
+    """One streamed pass over a run's trace; None when the run has no trace."""
+    path = trace_path(run_dir)
+    if not path.exists():
+        return None
+    g = _Gather()
+    for b in iter_blocks(path, kinds=_KINDS, fields=_FIELDS):
+        g.add(b)
+    return g
+
+
+def client_breakdown(g: _Gather, t_end: float) -> pd.DataFrame:
+    """Per client (rows, sorted by id): seconds under each label of :data:`BREAKDOWN` over ``[0, t_end]``
+    (each row sums to ``t_end``), with ``tasks`` (compute records), ``per_task_s`` (download + compute +
+    upload seconds per task), ``updates`` and ``mean_staleness`` (applied updates) and ``drops``."""
+    cols = {k: tuple(_cat([p[i] for p in g.iv[k]]) for i in range(3)) for k in BREAKDOWN_KEYS if g.iv[k]}
+    extra: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"queue": [], "served": [], "round_wait": []}
+    if g.srv:
+        c, s, e, w = (_cat([p[i] for p in g.srv]) for i in range(4))
+        own = np.isfinite(c)
+        extra["queue"].append((c[own], s[own] - w[own], s[own]))
+        extra["served"].append((c[own], s[own], e[own]))
+        # the server's work for no client (an aggregation) inside a synchronous round is served time of the
+        # round's participants: they wait for it
+        gs, ge = s[~own], e[~own]
+        order = np.argsort(gs, kind="stable")
+        gs, ge = gs[order], ge[order]
+    else:
+        gs = ge = np.empty(0)
+    for r in g.rounds:
+        try:
+            rs, re_ = float(r["start"]), float(r["end"])
+        except (TypeError, ValueError):
+            continue
+        who = [int(x) for x in r["clients"] if isinstance(x, (int, float))]
+        if not who or not re_ > rs:
+            continue
+        arr = np.asarray(who, dtype=float)
+        extra["round_wait"].append((arr, np.full(len(arr), rs), np.full(len(arr), re_)))
+        lo, hi = np.searchsorted(gs, rs, side="left"), np.searchsorted(gs, re_, side="left")
+        for a, b in zip(gs[lo:hi].tolist(), ge[lo:hi].tolist()):
+            extra["served"].append((arr, np.full(len(arr), a), np.full(len(arr), min(b, re_))))
+    for k, parts in extra.items():
+        if parts:
+            old = cols.get(k)
+            got = [np.concatenate([p[i] for p in parts]) for i in range(3)]
+            cols[k] = tuple(np.concatenate([old[i], got[i]]) for i in range(3)) if old else tuple(got)
+    clients = sorted(g.clients | {int(x) for k in cols for x in np.unique(cols[k][0][np.isfinite(cols[k][0])])})
+    # per client slices: one argsort per label
+    index: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+    for k, (c, s, e) in cols.items():
+        ok = np.isfinite(c)
+        c, s, e = c[ok], s[ok], e[ok]
+        order = np.argsort(c, kind="stable")
+        c, s, e = c[order], s[order], e[order]
+        keys, first = np.unique(c, return_index=True)
+        bounds = np.append(first, len(c))
+        index[k] = {int(kk): (s[a:b], e[a:b]) for kk, a, b in zip(keys.tolist(), bounds[:-1], bounds[1:])}
+    rows = {}
+    for cl in clients:
+        rows[cl] = breakdown_of({k: index[k][cl] for k in index if cl in index[k]}, t_end)
+    out = pd.DataFrame.from_dict(rows, orient="index", columns=list(BREAKDOWN_KEYS)) if rows else \
+        pd.DataFrame(columns=list(BREAKDOWN_KEYS))
+    out.index.name = "client"
+    tasks = pd.Series(_cat(g.tasks)).value_counts() if g.tasks else pd.Series(dtype=float)
+    out["tasks"] = [int(tasks.get(float(c), 0)) for c in out.index]
+    work = out[["download", "compute", "upload"]].sum(axis=1)
+    out["per_task_s"] = np.where(out["tasks"] > 0, work / out["tasks"].clip(lower=1), np.nan)
+    if g.applies:
+        ac, ast = _cat([a[1] for a in g.applies]), _cat([a[2] for a in g.applies])
+        st = pd.DataFrame({"c": ac, "s": ast}).dropna(subset=["c"]).groupby("c")["s"]
+        counts, means = st.size(), st.mean()
+        out["updates"] = [int(counts.get(float(c), 0)) for c in out.index]
+        out["mean_staleness"] = [float(means.get(float(c), np.nan)) for c in out.index]
+    else:
+        out["updates"] = 0
+        out["mean_staleness"] = np.nan
+    drops = pd.Series([d["client"] for d in g.drops if d["client"] is not None]).value_counts() \
+        if g.drops else pd.Series(dtype=float)
+    out["drops"] = [int(drops.get(c, 0)) for c in out.index]
+    return out
+
+
+def server_stats(g: _Gather, t_end: float, workers: int = 1) -> dict[str, Any] | None:
+    """The server's utilisation (busy worker-seconds of ``[0, t_end]`` over ``t_end x workers``), mean and
+    peak queue wait, request counts per ``what``, and the series drawn: utilisation per bin and queue
+    length (exact steps, or time-averaged and peak per bin past :data:`SERIES_EXACT` changes)."""
+    if not g.srv or not t_end > 0:
+        return None
+    from fedsim.report import binned_queue, queue_length  # (report imports this module lazily)
+
+    c, s, e, w = (_cat([p[i] for p in g.srv]) for i in range(4))
+    ok = np.isfinite(s) & np.isfinite(e)
+    s, e, w = s[ok], e[ok], w[ok]
+    cs, ce = np.clip(s, 0, t_end), np.clip(e, 0, t_end)
+    busy = float(np.sum(ce - cs))
+    edges = np.linspace(0.0, t_end, SERIES_BINS + 1)
+    # busy seconds per bin: the integral of "requests in service" (+1 at a start, -1 at an end)
+    pts = np.concatenate([cs, ce])
+    steps = np.concatenate([np.ones(len(cs)), -np.ones(len(ce))])
+    order = np.argsort(pts, kind="stable")
+    pts, level = pts[order], np.cumsum(steps[order])
+    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(pts))]) if len(pts) else np.zeros(1)
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        if not len(pts):
+            return np.zeros(len(x))
+        i = np.searchsorted(pts, x, side="right") - 1
+        ic = np.clip(i, 0, None)
+        return np.where(i >= 0, area[ic] + level[ic] * (x - pts[ic]), 0.0)
+
+    util = np.diff(integral(edges)) / np.diff(edges) / workers
+    q = queue_length(pd.DataFrame({"start": s, "wait": w}))
+    if len(q) > SERIES_EXACT:
+        qe, qmean, qpeak = binned_queue(q, 0.0, t_end, bins=SERIES_BINS)
+        queue = {"t": _clean(qe[:-1]), "q": _clean(qmean, 4), "peak": _clean(qpeak, 4), "binned": True}
+    else:
+        queue = {"t": _clean(q["t"]), "q": _clean(q["queue"], 4), "peak": None, "binned": False}
+    _, qm, _ = binned_queue(q, 0.0, t_end, bins=1)
+    kinds = pd.Series(g.srv_what).value_counts() if g.srv_what else pd.Series(dtype=int)
+    return {"utilisation": busy / (t_end * workers), "busy_s": busy, "workers": workers, "requests": int(len(s)),
+            "mean_wait": float(np.mean(w)) if len(w) else 0.0, "peak_wait": float(np.max(w)) if len(w) else 0.0,
+            "mean_queue": float(qm[0]), "peak_queue": float(q["queue"].max()) if len(q) else 0.0,
+            "what": {str(k): int(v) for k, v in kinds.items()},
+            "bins": _clean(edges), "util": _clean(util, 4), "queue": queue}
+
+
+def staleness_stats(g: _Gather, t_end: float) -> dict[str, Any] | None:
+    """Applied updates' staleness: histogram (one bar per value, or 40 bins past 60 values) and over time
+    (every update, or mean and max per bin past :data:`SERIES_EXACT` updates)."""
+    if not g.applies:
+        return None
+    t, st = _cat([a[0] for a in g.applies]), _cat([a[2] for a in g.applies])
+    ok = np.isfinite(t) & np.isfinite(st)
+    t, st = t[ok], st[ok]
+    if not len(st):
+        return None
+    top = int(np.max(st))
+    if top <= 60 and np.all(st == np.round(st)):
+        values, counts = np.unique(st.astype(np.int64), return_counts=True)
+        hist = {"lo": values.tolist(), "hi": (values + 1).tolist(), "n": counts.tolist(), "integer": True}
+    else:
+        n, edges = np.histogram(st, bins=40)
+        hist = {"lo": _clean(edges[:-1]), "hi": _clean(edges[1:]), "n": n.tolist(), "integer": False}
+    if len(t) > SERIES_EXACT:
+        edges = np.linspace(0.0, max(t_end, float(t.max())), SERIES_BINS + 1)
+        b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, SERIES_BINS - 1)
+        cnt = np.bincount(b, minlength=SERIES_BINS)
+        mean = np.bincount(b, weights=st, minlength=SERIES_BINS) / np.maximum(cnt, 1)
+        mx = np.full(SERIES_BINS, -np.inf)
+        np.maximum.at(mx, b, st)
+        keep = cnt > 0
+        series = {"t": _clean(((edges[:-1] + edges[1:]) / 2)[keep]), "s": _clean(mean[keep], 4),
+                  "max": _clean(mx[keep], 4), "binned": True}
+    else:
+        series = {"t": _clean(t), "s": _clean(st, 4), "max": None, "binned": False}
+    return {"updates": int(len(st)), "mean": float(np.mean(st)), "max": float(np.max(st)),
+            "hist": hist, "series": series}
+
+
+def round_stats(g: _Gather) -> dict[str, Any]:
+    """Synchronous rounds (start, end, participants, straggler, dropped) and every drop with its time.
+    A round's straggler is the participant not dropped whose last upload inside the round ended last."""
+    up_c = _cat([u[0] for u in g.uploads])
+    up_e = _cat([u[1] for u in g.uploads])
+    order = np.argsort(up_e, kind="stable")
+    up_c, up_e = up_c[order], up_e[order]
+    rounds = []
+    for r in sorted(g.rounds, key=lambda r: (float(r["start"] or 0.0), float(r["end"] or 0.0))):
+        try:
+            rs, re_ = float(r["start"]), float(r["end"])
+        except (TypeError, ValueError):
+            continue
+        dropped = [int(x) for x in r["dropped"]]
+        who = {int(x) for x in r["clients"]} - set(dropped)
+        lo, hi = np.searchsorted(up_e, rs, side="left"), np.searchsorted(up_e, re_, side="right")
+        straggler, done = None, None
+        for ci, ti in zip(up_c[lo:hi][::-1].tolist(), up_e[lo:hi][::-1].tolist()):
+            if int(ci) in who:
+                straggler, done = int(ci), ti
+                break
+        rounds.append({"round": r["round"], "start": rs, "end": re_, "clients": len(r["clients"]),
+                       "straggler": straggler, "straggler_done": done, "dropped": dropped})
+    return {"rounds": rounds, "drops": g.drops}
+
+
+def panels_data(run_dir: str | Path) -> dict[str, Any] | None:
+    """Everything the panels draw for one run (JSON-ready); None when the run has no trace."""
+    run_dir = Path(run_dir)
+    g = gather(run_dir)
+    if g is None:
+        return None
+    t_end = _run_time(run_dir, g.t_last)
+    table = client_breakdown(g, t_end)
+    clients = {"id": [int(c) for c in table.index],
+               "parts": [_clean(table[k], 6) for k in DRAW_ORDER],
+               "tasks": table["tasks"].astype(int).tolist(), "per_task": _clean(table["per_task_s"]),
+               "updates": table["updates"].astype(int).tolist(), "stale": _clean(table["mean_staleness"], 4),
+               "drops": table["drops"].astype(int).tolist()}
+    traffic = [{"direction": d, "purpose": p, "count": int(v[0]), "bytes": v[1], "seconds": v[2]}
+               for (d, p), v in sorted(g.traffic.items())]
+    spare = iter(_SPARE * 4)
+    colours = {}
+    for row in traffic:
+        if row["purpose"] not in colours:
+            colours[row["purpose"]] = PURPOSE_COLOURS.get(row["purpose"]) or next(spare, "#999999")
+    spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
+    return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
+            "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients,
+            "server": server_stats(g, t_end, _workers(run_dir)), "staleness": staleness_stats(g, t_end),
+            "rounds": round_stats(g), "traffic": traffic, "purpose_colours": colours}
+
+
+# ---------------------------------------------------------------------------------------------- HTML
+
+def glossary_html() -> str:
+    """The glossary, a section the navigation links to."""
+    items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in GLOSSARY)
+    return f"<h2 id='glossary'>Glossary</h2><dl class='fp-gloss'>{items}</dl>"
+
+
+def _is_runs_folder(path: Path) -> bool:
+    return any((path / n).exists() for n in ("report.html", "summary.json", "seeds.csv", "sweep.json",
+                                             "sweep.yaml", "sweep.csv", "scenario.yaml"))
+
+
+def nav_html(run_dir: Path, sections: Sequence[tuple[str, str]] = ()) -> str:
+    """The bar at the top of a report: up to the folder of runs this one belongs to (a multi-algorithm run,
+    a seed of ``--seeds``, a point of a sweep, up to two levels), the page's sections, the glossary."""
+    links = []
+    up = run_dir.resolve().parent
+    for depth in (1, 2, 3):
+        if _is_runs_folder(up) and up != run_dir.resolve():
+            rel = "../" * depth + "report.html"
+            links.append(f"<a class='fp-up' href='{rel}'>↑ up: {html.escape(up.name)}</a>")
+            break
+        up = up.parent
+    links += [f"<a href='#{html.escape(a)}'>{html.escape(t)}</a>" for a, t in sections]
+    links.append("<a href='#glossary'>glossary</a>")
+    return "<nav class='fp-nav'>" + " · ".join(links) + "</nav>"
+
+
+def server_summary_rows(summary: dict[str, Any] | list[Any]) -> list[tuple[str, list[str]]]:
+    """Rows for the summary table from summary.json's ``server`` block: utilisation, mean and peak queue
+    wait, mean and peak queue length, requests (one cell per run of the table)."""
+    from fedsim.report import fmt_seconds
+
+    runs = summary if isinstance(summary, list) else [summary]
+    servers = [r.get("server") if isinstance(r, dict) and isinstance(r.get("server"), dict) else {} for r in runs]
+    if not any(servers):
+        return []
+    spec = (("server utilisation", "utilisation", lambda v: f"{v:.1%}"),
+            ("server mean queue wait", "mean_wait", fmt_seconds), ("server peak queue wait", "max_wait", fmt_seconds),
+            ("server mean queue length", "mean_queue_length", lambda v: f"{v:.3g}"),
+            ("server peak queue length", "max_queue_length", lambda v: f"{v:.0f}"),
+            ("server requests", "requests", lambda v: f"{int(v):,}"))
+    rows = []
+    for name, key, f in spec:
+        cells = [f(s[key]) if isinstance(s.get(key), (int, float)) else "" for s in servers]
+        if any(cells):
+            rows.append((name, cells))
+    return rows
+
+
+def panels_html(run_dir: str | Path) -> str:
+    """The "What happened" section of a run's report.html ('' when the run has no trace)."""
+    data = panels_data(run_dir)
+    if data is None:
+        return ""
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    link = ""
+    if (Path(run_dir) / "check" / "staleness_hist.png").exists():
+        link = " <a href='check/staleness_hist.png'>check/staleness_hist.png</a> (from fedsim check)."
+    return ("<h2 id='fp-title'>What happened</h2><p class='hint'>Where each client's time went, the server, "
+            "staleness and rounds, from the trace. Time series share the interactive timeline's virtual-time "
+            "axis (zoom there). Hover anything for its numbers.</p>"
+            "<h3 id='fp-breakdown-title'>Per-client time breakdown</h3><p class='hint'>Each bar is one client's "
+            "whole run (every second labelled, so the bars are equally long). Pick the clients to show and "
+            "their order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
+            "</option><option value='slowest'>slowest (time per task)</option><option value='stale'>most stale"
+            "</option><option value='drops'>most dropped</option><option value='round_wait'>most waiting for "
+            "the round</option><option value='idle'>most idle</option></select> show <input id='fp-count' "
+            "type='number' min='1' value='40' style='width:5em'> clients <input id='fp-pick' type='text' "
+            "placeholder='or list: 3, 7-9' style='width:10em'> <span id='fp-shown' class='hint'></span></div>"
+            "<div class='fp-legend' id='fp-legend'></div><div class='fp-wrap' id='fp-wrap'>"
+            "<svg id='fp-breakdown' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "<h3 id='fp-server-title'>The server</h3><div id='fp-server-stats' class='hint'></div>"
+            "<svg id='fp-server' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "<h3 id='fp-rounds-title'>Rounds, stragglers and drops</h3><div id='fp-rounds-stats' class='hint'></div>"
+            "<svg id='fp-rounds' xmlns='http://www.w3.org/2000/svg'></svg>"
+            f"<h3 id='fp-stale-title'>Staleness</h3><div id='fp-stale-stats' class='hint'>{link}</div>"
+            "<svg id='fp-stale-hist' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "<svg id='fp-stale-time' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "<h3 id='fp-traffic-title'>Traffic and server work by purpose</h3><p class='hint'>Transfers and "
+            "server requests grouped by the trace's <code>what</code>: split learning's activations and "
+            "gradients apart from whole models.</p><svg id='fp-traffic' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "<div class='fp-tip' id='fp-tip'></div></div>"
+            f"<script type='application/json' id='fedsim-panels'>{payload}</script>"
+            f"<script>{PANELS_JS}</script>" + glossary_html())
+
+
+PANELS_CSS = (
+    ".fp-nav{font-size:13px;margin:0 0 1em;padding:4px 0;border-bottom:1px solid #ddd}.fp-nav a{margin-right:2px}"
+    ".fp-wrap{position:relative}.fp-wrap svg{display:block;background:#fff;margin:4px 0}"
+    ".fp-tip{position:absolute;pointer-events:none;background:#222;color:#fff;font-size:12px;padding:4px 7px;"
+    "border-radius:3px;white-space:pre;display:none;z-index:3;max-width:420px}"
+    ".fp-seg:hover,.fp-hit:hover{stroke:#000;stroke-width:1}.fp-legend span{display:inline-block;margin-right:12px;"
+    "font-size:12px}.fp-legend i{display:inline-block;width:12px;height:10px;margin-right:4px;"
+    "vertical-align:middle;border:1px solid #bbb}.fp-tools{font-size:13px}.fp-gloss dt{font-weight:bold}"
+    ".fp-gloss dd{margin:0 0 0.5em 1.5em;font-size:14px}")
+
+# Plain SVG and DOM calls, no library: the page works offline and from a file.
+PANELS_JS = r"""
+(function () {
+  "use strict";
+  var P = JSON.parse(document.getElementById("fedsim-panels").textContent);
+  var NS = "http://www.w3.org/2000/svg", W = 940, L = 80, R = 12, PW = W - L - R;
+  var full = [0, Math.max(P.t_end, 1e-9)], view = full.slice();
+  var tip = document.getElementById("fp-tip"), wrap = document.getElementById("fp-wrap");
+  function el(tag, attrs, parent) {
+    var e = document.createElementNS(NS, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function clear(n) { while (n.firstChild) n.removeChild(n.firstChild); }
+  function fmtS(s) {
+    if (s === null || s === undefined) return "–";
+    var a = Math.abs(s);
+    if (a === 0) return "0 s";
+    if (a < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
+    if (a < 1) return (s * 1e3).toPrecision(3) + " ms";
+    return s.toPrecision(4) + " s";
+  }
+  function fmtB(b) {
+    var u = ["B", "kB", "MB", "GB", "TB"], i = 0;
+    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
+    return i === 0 ? b.toFixed(0) + " B" : b.toFixed(2) + " " + u[i];
+  }
+  function pct(v) { return (100 * v).toFixed(1) + "%"; }
+  function hover(node, text) { node.setAttribute("class", (node.getAttribute("class") || "") + " fp-hit");
+                               node.fpTip = text; }
+  wrap.addEventListener("mouseover", function (ev) {
+    var t = ev.target && ev.target.fpTip;
+    if (!t) return;
+    tip.textContent = typeof t === "function" ? t(ev) : t;
+    tip.style.display = "block";
+  });
+  wrap.addEventListener("mousemove", function (ev) {
+    if (tip.style.display !== "block") return;
+    var box = wrap.getBoundingClientRect(), x = ev.clientX - box.left + 12;
+    x = Math.min(x, Math.max(0, box.width - tip.offsetWidth - 4));
+    tip.style.left = x + "px";
+    tip.style.top = (ev.clientY - box.top + 14) + "px";
+  });
+  wrap.addEventListener("mouseout", function (ev) { if (ev.target && ev.target.fpTip) tip.style.display = "none"; });
+  function sx(t) { return L + (t - view[0]) / (view[1] - view[0]) * PW; }
+  function ticks(a, b) {
+    var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
+    [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });
+    var out = [], t = Math.ceil(a / step) * step;
+    for (; t <= b + step * 1e-9; t += step) out.push(t);
+    return out;
+  }
+  function frame(svg, h, label) {
+    svg.setAttribute("width", W); svg.setAttribute("height", h); svg.setAttribute("viewBox", "0 0 " + W + " " + h);
+    clear(svg);
+    var clip = el("clipPath", {id: svg.id + "-clip"}, el("defs", {}, svg));
+    el("rect", {x: L, y: 0, width: PW, height: h}, clip);
+    el("line", {x1: L, x2: L + PW, y1: h - 22, y2: h - 22, stroke: "#333"}, svg);
+    ticks(view[0], view[1]).forEach(function (t) {
+      var x = sx(t);
+      el("line", {x1: x, x2: x, y1: h - 22, y2: h - 18, stroke: "#333"}, svg);
+      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10}, svg).textContent = +t.toPrecision(6);
+    });
+    el("text", {x: L + PW, y: 10, "text-anchor": "end", "font-size": 10, fill: "#555"}, svg).textContent = label;
+    return el("g", {"clip-path": "url(#" + svg.id + "-clip)"}, svg);
+  }
+  function yAxis(svg, lo, hi, yOf, fmt) {
+    [lo, hi].forEach(function (v) {
+      el("text", {x: L - 6, y: yOf(v) + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = fmt(v);
+      el("line", {x1: L, x2: L + PW, y1: yOf(v), y2: yOf(v), stroke: "#eee"}, svg);
+    });
+  }
+  window.fedsimPanels = {drawn: {}};
+
+  // ------------------------------------------------------------------ per-client breakdown
+  var C = P.clients, nC = C.id.length, K = P.keys.length;
+  var legend = document.getElementById("fp-legend");
+  P.labels.forEach(function (lab, k) {
+    var s = document.createElement("span"), sw = document.createElement("i");
+    sw.style.background = P.colours[k]; s.appendChild(sw); s.appendChild(document.createTextNode(lab));
+    legend.appendChild(s);
+  });
+  function parsePick(text) {
+    var out = [];
+    text.split(",").forEach(function (part) {
+      var m = part.trim().match(/^(\d+)\s*(?:-\s*(\d+))?$/);
+      if (!m) return;
+      var a = +m[1], b = m[2] === undefined ? a : +m[2];
+      for (var c = a; c <= b && out.length < 5000; c++) out.push(c);
+    });
+    return out;
+  }
+  function drawBreakdown() {
+    var sel = document.getElementById("fp-sort").value, n = Math.max(1, +document.getElementById("fp-count").value || 40);
+    var pick = parsePick(document.getElementById("fp-pick").value), pos = {};
+    C.id.forEach(function (c, i) { pos[c] = i; });
+    var idx;
+    if (pick.length) idx = pick.filter(function (c) { return c in pos; }).map(function (c) { return pos[c]; });
+    else {
+      idx = C.id.map(function (_, i) { return i; });
+      var key = {slowest: function (i) { return C.per_task[i] === null ? -1 : C.per_task[i]; },
+                 stale: function (i) { return C.stale[i] === null ? -1 : C.stale[i]; },
+                 drops: function (i) { return C.drops[i]; },
+                 round_wait: function (i) { return C.parts[P.keys.indexOf("round_wait")][i]; },
+                 idle: function (i) { return C.parts[P.keys.indexOf("idle")][i]; }}[sel];
+      if (key) idx.sort(function (a, b) { return key(b) - key(a) || C.id[a] - C.id[b]; });
+      idx = idx.slice(0, n);
+    }
+    var ROW = 14, h = idx.length * ROW + 30, svg = document.getElementById("fp-breakdown");
+    svg.setAttribute("width", W); svg.setAttribute("height", h); svg.setAttribute("viewBox", "0 0 " + W + " " + h);
+    clear(svg);
+    var T = P.t_end, g = el("g", {id: "fp-segs"}, svg);
+    idx.forEach(function (i, r) {
+      var y = 4 + r * ROW, x = L, c = C.id[i];
+      el("text", {x: L - 6, y: y + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = "client " + c;
+      for (var k = 0; k < K; k++) {
+        var v = C.parts[k][i] || 0, w = v / T * PW;
+        if (v <= 0) continue;
+        var seg = el("rect", {"class": "fp-seg", x: x.toFixed(2), y: y + 1.5, width: Math.max(w, 0.5).toFixed(2),
+                              height: ROW - 3, fill: P.colours[k], "data-client": c, "data-part": P.keys[k]}, g);
+        if (P.keys[k] === "idle") seg.setAttribute("stroke", "#ccc");
+        hover(seg, "client " + c + ": " + P.labels[k] + "\n" + fmtS(v) + " = " + pct(v / T) + " of the run (" +
+              fmtS(T) + ")\n" + C.tasks[i] + " tasks" + (C.per_task[i] !== null ? ", " + fmtS(C.per_task[i]) +
+              " per task (download + compute + upload)" : "") + "\n" + C.updates[i] + " updates applied" +
+              (C.stale[i] !== null ? ", mean staleness " + C.stale[i] : "") + ", " + C.drops[i] + " dropped");
+        x += w;
+      }
+    });
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
+      var x = L + f * PW;
+      el("line", {x1: x, x2: x, y1: h - 24, y2: h - 20, stroke: "#333"}, svg);
+      el("text", {x: x, y: h - 8, "text-anchor": "middle", "font-size": 10}, svg).textContent = (100 * f) + "%";
+    });
+    el("text", {x: L + PW, y: h - 24, "text-anchor": "end", "font-size": 10, fill: "#555"}, svg).textContent =
+      "share of the run's " + fmtS(T) + " of virtual time";
+    document.getElementById("fp-shown").textContent = idx.length + " of " + nC + " clients";
+    window.fedsimPanels.drawn.breakdown = idx.map(function (i) { return C.id[i]; });
+  }
+  ["fp-sort", "fp-count", "fp-pick"].forEach(function (id) {
+    document.getElementById(id).addEventListener("input", drawBreakdown);
+    document.getElementById(id).addEventListener("change", drawBreakdown);
+  });
+  if (nC) drawBreakdown();
+
+  // ------------------------------------------------------------------ server
+  var S = P.server;
+  function drawServer() {
+    var svg = document.getElementById("fp-server");
+    if (!S) { svg.style.display = "none"; return; }
+    var H = 150, g = frame(svg, H, "server: utilisation (shaded, per bin) and requests waiting (line)");
+    var qv = S.queue.q.concat(S.queue.peak || []).filter(function (v) { return v !== null; });
+    var qMax = Math.max.apply(null, [1].concat(qv));
+    function yu(v) { return H - 22 - v * (H - 34); }
+    function yq(v) { return H - 22 - v / qMax * (H - 34); }
+    yAxis(svg, 0, 1, yu, function (v) { return (100 * v) + "%"; });
+    el("text", {x: L + PW - 2, y: yq(qMax) + 12, "text-anchor": "end", "font-size": 10, fill: "#b07aa1"},
+       svg).textContent = "queue max " + +qMax.toPrecision(3);
+    for (var i = 0; i < S.util.length; i++) {
+      var a = S.bins[i], b = S.bins[i + 1];
+      if (b < view[0] || a > view[1]) continue;
+      var x0 = sx(a), x1 = sx(b), u = S.util[i] || 0;
+      var r = el("rect", {x: x0.toFixed(2), y: yu(Math.min(u, 1)).toFixed(2), width: Math.max(x1 - x0, 0.5).toFixed(2),
+                          height: (H - 22 - yu(Math.min(u, 1))).toFixed(2), fill: "#d9c3d4"}, g);
+      hover(r, "server " + fmtS(a) + " – " + fmtS(b) + "\nutilisation " + pct(u));
+    }
+    var d = "", T = S.queue.t, Q = S.queue.q;
+    for (i = 0; i < T.length; i++) {
+      var next = i + 1 < T.length ? T[i + 1] : full[1];
+      if (next < view[0]) continue;
+      if (T[i] > view[1]) break;
+      var x = Math.max(L - 2, sx(T[i])), y = yq(Q[i]);
+      d += (d ? "V" : "M" + x.toFixed(1) + ",") + y.toFixed(1) + "H" + Math.min(L + PW + 2, sx(next)).toFixed(1);
+    }
+    el("path", {d: d, fill: "none", stroke: "#7b3f72", "stroke-width": 1.3, id: "fp-queue-line"}, g);
+    var st = document.getElementById("fp-server-stats");
+    st.textContent = "utilisation " + pct(S.utilisation) + " (" + S.workers + " worker" + (S.workers > 1 ? "s" : "") +
+      "), " + S.requests + " requests; queue wait mean " + fmtS(S.mean_wait) + ", peak " + fmtS(S.peak_wait) +
+      "; queue length mean " + S.mean_queue.toPrecision(3) + ", peak " + S.peak_queue + "; requests: " +
+      Object.keys(S.what).map(function (k) { return k + " " + S.what[k]; }).join(", ");
+    window.fedsimPanels.drawn.server = S.util.length;
+  }
+
+  // ------------------------------------------------------------------ rounds and drops
+  var RD = P.rounds;
+  function drawRounds() {
+    var svg = document.getElementById("fp-rounds");
+    var rs = RD.rounds, dr = RD.drops;
+    if (!rs.length && !dr.length) {
+      svg.style.display = "none";
+      document.getElementById("fp-rounds-stats").textContent = "No synchronous rounds and no drops in this run.";
+      return;
+    }
+    var H = 86, g = frame(svg, H, "rounds (bands, straggler's finish ▼) and drops (red ×)");
+    rs.forEach(function (r, i) {
+      if (r.end < view[0] || r.start > view[1]) return;
+      var x0 = sx(r.start), x1 = sx(r.end);
+      var band = el("rect", {x: x0.toFixed(2), y: 16, width: Math.max(x1 - x0, 1).toFixed(2), height: 30,
+                             fill: i % 2 ? "#e8eef7" : "#cddaf0", stroke: "#fff", "class": "fp-round"}, g);
+      hover(band, "round " + r.round + ": " + fmtS(r.start) + " → " + fmtS(r.end) + " (" + fmtS(r.end - r.start) +
+            ")\n" + r.clients + " clients selected" + (r.straggler !== null ? "\nstraggler: client " + r.straggler +
+            ", finished at " + fmtS(r.straggler_done) : "") + (r.dropped.length ? "\ndropped at the deadline: clients " +
+            r.dropped.join(", ") : ""));
+      if (r.straggler_done !== null && r.straggler !== null) {
+        var xs = sx(r.straggler_done);
+        var m = el("path", {d: "M" + (xs - 4) + ",8L" + (xs + 4) + ",8L" + xs + ",16Z", fill: "#c9a100",
+                            "class": "fp-straggler"}, g);
+        hover(m, "round " + r.round + " straggler: client " + r.straggler + " finished at " + fmtS(r.straggler_done));
+      }
+    });
+    dr.forEach(function (d) {
+      if (d.t < view[0] || d.t > view[1]) return;
+      var x = sx(d.t), m = el("path", {d: "M" + (x - 4) + ",50L" + (x + 4) + ",58M" + (x + 4) + ",50L" + (x - 4) + ",58",
+                                       stroke: "#d62728", "stroke-width": 2, "class": "fp-drop"}, g);
+      var hit = el("rect", {x: x - 5, y: 48, width: 10, height: 12, fill: "transparent"}, g);
+      hover(hit, "client " + d.client + " dropped at " + fmtS(d.t) + (d.reason ? " (" + d.reason + ")" : "") +
+            (d.round !== null && d.round !== undefined ? ", round " + d.round : ""));
+    });
+    var nd = rs.reduce(function (a, r) { return a + r.dropped.length; }, 0);
+    var counts = {};
+    rs.forEach(function (r) { if (r.straggler !== null) counts[r.straggler] = (counts[r.straggler] || 0) + 1; });
+    var most = Object.keys(counts).sort(function (a, b) { return counts[b] - counts[a]; }).slice(0, 3);
+    document.getElementById("fp-rounds-stats").textContent = rs.length + " synchronous rounds, " + dr.length +
+      " drops" + (nd ? " (" + nd + " at round deadlines)" : "") + (most.length ? "; most often the straggler: " +
+      most.map(function (c) { return "client " + c + " (" + counts[c] + " rounds)"; }).join(", ") : "");
+    window.fedsimPanels.drawn.rounds = rs.length + dr.length;
+  }
+
+  // ------------------------------------------------------------------ staleness
+  var ST = P.staleness;
+  function drawStaleHist() {
+    var svg = document.getElementById("fp-stale-hist");
+    if (!ST) {
+      svg.style.display = "none"; document.getElementById("fp-stale-time").style.display = "none";
+      document.getElementById("fp-stale-stats").insertAdjacentText("afterbegin", "No applied updates in this run.");
+      return;
+    }
+    var H = 150, h = ST.hist, nB = h.n.length, top = Math.max.apply(null, [1].concat(h.n));
+    svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    clear(svg);
+    var lo = h.lo[0], hi = Math.max(h.hi[nB - 1], h.integer ? lo + 12 : h.hi[nB - 1]);
+    function x(v) { return L + (v - lo) / Math.max(hi - lo, 1e-12) * PW; }
+    function y(v) { return H - 22 - v / top * (H - 34); }
+    yAxis(svg, 0, top, y, function (v) { return v; });
+    for (var i = 0; i < nB; i++) {
+      var r = el("rect", {x: x(h.lo[i]) + 1, y: y(h.n[i]), width: Math.max(1, x(h.hi[i]) - x(h.lo[i]) - 2),
+                          height: H - 22 - y(h.n[i]), fill: "#4e79a7", "class": "fp-hbar"}, svg);
+      hover(r, (h.integer ? "staleness " + h.lo[i] + " versions" : "staleness " + h.lo[i] + " – " + h.hi[i]) +
+            "\n" + h.n[i] + " updates (" + pct(h.n[i] / ST.updates) + ")");
+      if (h.integer && nB <= 30)
+        el("text", {x: (x(h.lo[i]) + x(h.hi[i])) / 2, y: H - 8, "text-anchor": "middle", "font-size": 10}, svg).textContent = h.lo[i];
+    }
+    el("line", {x1: L, x2: L + PW, y1: H - 22, y2: H - 22, stroke: "#333"}, svg);
+    el("text", {x: L + PW, y: 10, "text-anchor": "end", "font-size": 10, fill: "#555"}, svg).textContent =
+      "staleness histogram (versions): " + ST.updates + " applied updates, mean " + ST.mean.toPrecision(3) +
+      ", max " + ST.max;
+    window.fedsimPanels.drawn.staleHist = nB;
+  }
+  function drawStaleTime() {
+    if (!ST) return;
+    var svg = document.getElementById("fp-stale-time"), H = 130, s = ST.series;
+    var top = Math.max.apply(null, [1].concat((s.max || s.s).filter(function (v) { return v !== null; })));
+    var g = frame(svg, H, "staleness of each applied update over virtual time" + (s.binned ? " (mean per bin, max light)" : ""));
+    function y(v) { return H - 22 - v / top * (H - 34); }
+    yAxis(svg, 0, top, y, function (v) { return +v.toPrecision(3); });
+    var n = 0;
+    for (var i = 0; i < s.t.length; i++) {
+      if (s.t[i] < view[0] || s.t[i] > view[1]) continue;
+      if (s.binned) el("line", {x1: sx(s.t[i]), x2: sx(s.t[i]), y1: y(0), y2: y(s.max[i]), stroke: "#c6d4e6"}, g);
+      var dot = el("circle", {cx: sx(s.t[i]).toFixed(1), cy: y(s.s[i]).toFixed(1), r: 2.2, fill: "#4e79a7", "class": "fp-sdot"}, g);
+      hover(dot, "update applied at " + fmtS(s.t[i]) + "\nstaleness " + s.s[i] + (s.binned ? " (bin mean), max " + s.max[i] : ""));
+      n++;
+    }
+    window.fedsimPanels.drawn.staleTime = n;
+  }
+
+  // ------------------------------------------------------------------ traffic by purpose
+  function drawTraffic() {
+    var svg = document.getElementById("fp-traffic"), rows = P.traffic;
+    if (!rows.length) { svg.style.display = "none"; return; }
+    var ROW = 18, H = rows.length * ROW + 30, top = 0;
+    rows.forEach(function (r) { top = Math.max(top, r.seconds); });
+    svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    clear(svg);
+    rows.forEach(function (r, i) {
+      var y = 4 + i * ROW, w = top > 0 ? r.seconds / top * (PW - 220) : 0, col = P.purpose_colours[r.purpose];
+      el("text", {x: L + 50, y: y + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = r.direction;
+      var bar = el("rect", {x: L + 56, y: y + 2, width: Math.max(w, 1).toFixed(1), height: ROW - 4, fill: col,
+                            "class": "fp-traffic-bar", "data-purpose": r.purpose}, svg);
+      el("text", {x: L + 60 + w, y: y + ROW / 2 + 3, "font-size": 10}, svg).textContent =
+        r.purpose + ": " + r.count + "×, " + fmtS(r.seconds) + (r.bytes > 0 ? ", " + fmtB(r.bytes) : "");
+      hover(bar, r.direction + " — " + r.purpose + "\n" + r.count + " records, " + fmtS(r.seconds) + " in all" +
+            (r.bytes > 0 ? "\n" + fmtB(r.bytes) + " moved" : ""));
+    });
+    el("text", {x: L + PW, y: H - 6, "text-anchor": "end", "font-size": 10, fill: "#555"}, svg).textContent =
+      "bar length: summed time (all clients)";
+    window.fedsimPanels.drawn.traffic = rows.length;
+  }
+
+  function drawTime() { drawServer(); drawRounds(); drawStaleTime(); }
+  drawStaleHist(); drawTraffic(); drawTime();
+  // follow the interactive timeline's view (it publishes window.fedsimView on every render)
+  var held = window.fedsimView, pending = false;
+  function follow(v) {
+    if (v && isFinite(v.start) && isFinite(v.end) && v.end > v.start) {
+      view = [v.start, v.end];
+      if (!pending) { pending = true; requestAnimationFrame(function () { pending = false; drawTime(); }); }
+    }
+  }
+  try {
+    Object.defineProperty(window, "fedsimView", {configurable: true, get: function () { return held; },
+                                                  set: function (v) { held = v; follow(v); }});
+  } catch (e) { /* another script owns it: the panels keep the whole run */ }
+  follow(held);
+})();
+"""
+
+
+# ---------------------------------------------------------------------------------------------- folders
+
+def folder_report(out: str | Path, kind: str) -> Path:
+    """``report.html`` of a sweep (``kind='sweep'``) or ``--seeds`` (``kind='seeds'``) folder: its table with
+    a link to every run's report, its figures (the grid's heat maps or line plot, the seeds' curves), the
+    accuracy curves of every run on one virtual-time axis, and the glossary.  Self-contained like a run's."""
+    import base64
+
+    from fedsim.report import accuracy_figure
+
+    out = Path(out)
+    title = {"sweep": "fedsim sweep", "seeds": "fedsim --seeds"}[kind]
+    runs = sorted({p.parent for p in out.glob("**/summary.json") if p.parent != out and (p.parent / "report.html").exists()}
+                  | {p.parent for p in out.glob("**/report.html") if p.parent != out})
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}: {html.escape(out.name)}</title>",
+             "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:"
+             "collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + PANELS_CSS + "</style></head><body>",
+             f"<h1>{title}: {html.escape(out.name)}</h1>",
+             "<nav class='fp-nav'><a href='#fp-runs'>runs</a> · <a href='#fp-figures'>figures</a> · "
+             "<a href='#glossary'>glossary</a></nav>"]
+    csv = out / ("sweep.csv" if kind == "sweep" else "seeds_summary.csv")
+    if csv.exists():
+        table = pd.read_csv(csv)
+        parts.append(f"<h2>{'Grid' if kind == 'sweep' else 'Across seeds'} ({csv.name})</h2>" +
+                     table.head(500).to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+    parts.append("<h2 id='fp-runs'>Every run</h2><ul class='runs'>")
+    for r in runs:
+        rel = r.relative_to(out).as_posix()
+        parts.append(f"<li><a href='{html.escape(rel)}/report.html'>{html.escape(rel)}</a>" +
+                     _run_line(r) + "</li>")
+    parts.append("</ul>")
+    curves = {}
+    for r in runs:
+        m = r / "metrics.csv"
+        if m.exists():
+            frame = pd.read_csv(m)
+            if len(frame) and "accuracy" in frame and frame["accuracy"].notna().any():
+                curves[r.relative_to(out).as_posix()] = frame
+    figs = sorted(out.glob("*.png"))
+    tmp = None
+    if curves and len(curves) <= 40:
+        tmp = out / "runs_accuracy.png"
+        accuracy_figure(curves, tmp, title="every run: test accuracy against virtual time")
+        figs = sorted(set(figs) | {tmp})
+    if figs:
+        parts.append("<h2 id='fp-figures'>Figures</h2>")
+    for f in figs:
+        data64 = base64.b64encode(f.read_bytes()).decode("ascii")
+        parts.append(f"<h3>{html.escape(f.stem.replace('_', ' '))}</h3><img alt='{html.escape(f.name)}' "
+                     f"src='data:image/png;base64,{data64}'>")
+    parts.append(glossary_html() + "</body></html>")
+    path = out / "report.html"
+    path.write_text("\n".join(parts), encoding="utf-8")
+    return path
+
+
+def _run_line(run: Path) -> str:
+    p = run / "summary.json"
+    if not p.exists():
+        return ""
+    try:
+        s = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError:
+        return ""
+    rows = s if isinstance(s, list) else [s]
+    bits = []
+    for r in rows:
+        if not isinstance(r, dict):
+            continue
+        acc = r.get("final_accuracy")
+        bits.append(f"{html.escape(str(r.get('label', '')))} {r.get('status', '')}" +
+                    (f", final accuracy {acc:.4f}" if isinstance(acc, (int, float)) else ""))
+    return (": " + "; ".join(bits)) if bits else ""
+
