@@ -591,9 +591,10 @@ def html_report(run_dir: str | Path) -> Path:
     import html
     import json
 
-    from fedsim.report_panels import PANELS_CSS, nav_html, panels_html, server_summary_rows
+    from fedsim.report_panels import PANELS_CSS, link_up, nav_html, panels_html, server_summary_rows
 
     run_dir = Path(run_dir)
+    link_up_later = False
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
@@ -609,6 +610,7 @@ def html_report(run_dir: str | Path) -> Path:
         parts.append("<h2>Runs in this folder</h2><ul class='runs'>" + "".join(
             f"<li><a href='{html.escape(d.name)}/report.html'>{html.escape(d.name)}</a>"
             + ("" if (d / "report.html").exists() else " (no report written)") + "</li>" for d in subs) + "</ul>")
+        link_up_later = True
     summary_path = run_dir / "summary.json"
     if summary_path.exists():
         data = json.loads(summary_path.read_text(encoding="utf-8"))
@@ -662,6 +664,8 @@ def html_report(run_dir: str | Path) -> Path:
     parts.append("</body></html>")
     out = run_dir / "report.html"
     out.write_text("\n".join(parts), encoding="utf-8")
+    if link_up_later:  # the runs listed above link up to this page, now that it exists
+        link_up(run_dir)
     _DIGEST.clear()  # the run's outputs are written: its digest is not needed any more
     return out
 

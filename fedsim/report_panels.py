@@ -23,6 +23,7 @@ and the report of a sweep or ``--seeds`` folder (:func:`folder_report`).
 from __future__ import annotations
 
 import html
+import io
 import json
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -55,7 +56,11 @@ PURPOSE_COLOURS = {"model": "#4c9be8", "activations": "#e15759", "gradients": "#
 _SPARE = ("#ff9da7", "#9c755f", "#8cd17d", "#d4a6c8", "#86bcb6", "#f1ce63", "#a0cbe8")
 
 _KINDS = ("download", "compute", "upload", "offline", "server", "apply", "round", "drop")
-_FIELDS = ("client", "start", "end", "wait", "what", "staleness", "clients", "dropped", "bytes", "reason", "round")
+_FIELDS = ("client", "start", "end", "wait", "what", "staleness", "clients", "dropped", "bytes", "reason", "round",
+           "version")
+#: A download with no model version and no ``what``: in a split-learning run (one whose uploads carry
+#: activations) it brings back gradients; otherwise a model (see :func:`transfer_purpose`).
+_UNVERSIONED = "unversioned"
 
 #: Bins of the server's utilisation and of a busy queue / staleness series (a bounded page for any run).
 SERIES_BINS = 400
@@ -164,6 +169,9 @@ class _Gather:
             if kind in ("download", "upload"):
                 whats = b.values("what") if b.has("what") else [None] * len(b)
                 nb = b.num("bytes")
+                if kind == "download":  # a model download names its version; a gradient's has none
+                    whats = [_UNVERSIONED if w is None and not np.isfinite(v) else w
+                             for w, v in zip(whats, b.num("version").tolist())]
                 for w, n, d in zip(whats, nb.tolist(), (e - s).tolist()):
                     self._traffic(kind, w, n, d)
             elif kind == "compute" and b.has("what"):
@@ -198,9 +206,24 @@ class _Gather:
         row[2] += 0.0 if not np.isfinite(seconds) else seconds
 
 
+def transfer_purpose(direction: str, what: Any, version: Any = None, split: bool = False) -> str:
+    """What a transfer is for: ``activations``, ``gradients`` or ``model`` (or the trace's own ``what``).
+
+    Uploads of split learning name their payload in ``what`` (``activations``); downloads carry no ``what``,
+    but a model download names the model ``version`` it brings, so in a split-learning run (``split``: its
+    uploads carry activations) a download without a version brings gradients.  A transfer with neither is
+    a model (FL moves whole models)."""
+    if direction == "download" and what is None and (version is None or (isinstance(version, float)
+                                                                         and not np.isfinite(version))):
+        return "gradients" if split else "model"
+    return _purpose(direction, what)
+
+
 def _purpose(direction: str, what: Any) -> str:
     """What a transfer or request is for, from the trace's ``what`` (a transfer without one moves a model).
     Split learning's uploads name activations (``activations``, ``smashed``...), its downloads gradients."""
+    if what == _UNVERSIONED:
+        return _UNVERSIONED
     if what is None or (isinstance(what, float) and not np.isfinite(what)):
         return "model" if direction in ("download", "upload") else ("request" if direction == "server" else "train")
     w = str(what)
@@ -442,8 +465,16 @@ def panels_data(run_dir: str | Path) -> dict[str, Any] | None:
                "tasks": table["tasks"].astype(int).tolist(), "per_task": _clean(table["per_task_s"]),
                "updates": table["updates"].astype(int).tolist(), "stale": _clean(table["mean_staleness"], 4),
                "drops": table["drops"].astype(int).tolist()}
+    split = any(p == "activations" for _, p in g.traffic)
+    merged: dict[tuple[str, str], list[float]] = {}
+    for (d, p), v in g.traffic.items():
+        if p == _UNVERSIONED:
+            p = transfer_purpose(d, None, None, split)
+        row = merged.setdefault((d, p), [0, 0.0, 0.0])
+        for i in range(3):
+            row[i] += v[i]
     traffic = [{"direction": d, "purpose": p, "count": int(v[0]), "bytes": v[1], "seconds": v[2]}
-               for (d, p), v in sorted(g.traffic.items())]
+               for (d, p), v in sorted(merged.items())]
     spare = iter(_SPARE * 4)
     colours = {}
     for row in traffic:
@@ -465,8 +496,9 @@ def glossary_html() -> str:
 
 
 def _is_runs_folder(path: Path) -> bool:
-    return any((path / n).exists() for n in ("report.html", "summary.json", "seeds.csv", "sweep.json",
-                                             "sweep.yaml", "sweep.csv", "scenario.yaml"))
+    """A folder of runs whose page exists or is coming (a sweep announces itself before its runs; a
+    multi-algorithm run and a --seeds folder get their links from :func:`link_up` when their page is written)."""
+    return (path / "report.html").exists() or (path / "sweep.yaml").exists()
 
 
 def nav_html(run_dir: Path, sections: Sequence[tuple[str, str]] = ()) -> str:
@@ -483,6 +515,30 @@ def nav_html(run_dir: Path, sections: Sequence[tuple[str, str]] = ()) -> str:
     links += [f"<a href='#{html.escape(a)}'>{html.escape(t)}</a>" for a, t in sections]
     links.append("<a href='#glossary'>glossary</a>")
     return "<nav class='fp-nav'>" + " · ".join(links) + "</nav>"
+
+
+def link_up(parent: str | Path, reports: Iterable[Path] | None = None) -> int:
+    """Give the reports of the runs inside ``parent`` (default: its direct sub-folders) an "up" link to
+    ``parent``'s report.html, once that report exists: a folder's runs are written before the folder's own
+    page, so their pages could not know it then.  Returns how many pages were given the link."""
+    import os
+    from urllib.parse import quote
+
+    parent = Path(parent)
+    if reports is None:
+        reports = [d / "report.html" for d in parent.iterdir() if d.is_dir()]
+    done = 0
+    for page in reports:
+        if not page.exists():
+            continue
+        text = page.read_text(encoding="utf-8")
+        if "class='fp-up'" in text or "<nav class='fp-nav'>" not in text:
+            continue
+        rel = quote(Path(os.path.relpath(parent / "report.html", page.parent)).as_posix())
+        link = f"<a class='fp-up' href='{rel}'>↑ up: {html.escape(parent.name)}</a> · "
+        page.write_text(text.replace("<nav class='fp-nav'>", "<nav class='fp-nav'>" + link, 1), encoding="utf-8")
+        done += 1
+    return done
 
 
 def server_summary_rows(summary: dict[str, Any] | list[Any]) -> list[tuple[str, list[str]]]:
@@ -879,6 +935,7 @@ def folder_report(out: str | Path, kind: str) -> Path:
     a link to every run's report, its figures (the grid's heat maps or line plot, the seeds' curves), the
     accuracy curves of every run on one virtual-time axis, and the glossary.  Self-contained like a run's."""
     import base64
+    from urllib.parse import quote
 
     from fedsim.report import accuracy_figure
 
@@ -896,12 +953,12 @@ def folder_report(out: str | Path, kind: str) -> Path:
     csv = out / ("sweep.csv" if kind == "sweep" else "seeds_summary.csv")
     if csv.exists():
         table = pd.read_csv(csv)
-        parts.append(f"<h2>{'Grid' if kind == 'sweep' else 'Across seeds'} ({csv.name})</h2>" +
-                     table.head(500).to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+        parts.append(f"<h2>{'Grid' if kind == 'sweep' else 'Across seeds'} ({csv.name})</h2><div style='overflow-x:auto'>"
+                     + table.head(500).to_html(index=False, float_format=lambda v: f"{v:.4g}") + "</div>")
     parts.append("<h2 id='fp-runs'>Every run</h2><ul class='runs'>")
     for r in runs:
         rel = r.relative_to(out).as_posix()
-        parts.append(f"<li><a href='{html.escape(rel)}/report.html'>{html.escape(rel)}</a>" +
+        parts.append(f"<li><a href='{html.escape(quote(rel))}/report.html'>{html.escape(rel)}</a>" +
                      _run_line(r) + "</li>")
     parts.append("</ul>")
     curves = {}
@@ -911,21 +968,26 @@ def folder_report(out: str | Path, kind: str) -> Path:
             frame = pd.read_csv(m)
             if len(frame) and "accuracy" in frame and frame["accuracy"].notna().any():
                 curves[r.relative_to(out).as_posix()] = frame
-    figs = sorted(out.glob("*.png"))
-    tmp = None
-    if curves and len(curves) <= 40:
-        tmp = out / "runs_accuracy.png"
-        accuracy_figure(curves, tmp, title="every run: test accuracy against virtual time")
-        figs = sorted(set(figs) | {tmp})
+    figs: list[tuple[str, bytes]] = [(f.stem, f.read_bytes()) for f in sorted(out.glob("*.png"))]
+    if curves and len(curves) <= 40:  # drawn in memory: the folder gets no file besides report.html
+        buf = io.BytesIO()
+        accuracy_figure(curves, buf, title="every run: test accuracy against virtual time")  # type: ignore[arg-type]
+        figs.insert(0, ("every run's accuracy", buf.getvalue()))
     if figs:
         parts.append("<h2 id='fp-figures'>Figures</h2>")
-    for f in figs:
-        data64 = base64.b64encode(f.read_bytes()).decode("ascii")
-        parts.append(f"<h3>{html.escape(f.stem.replace('_', ' '))}</h3><img alt='{html.escape(f.name)}' "
+    for name, png in figs:
+        data64 = base64.b64encode(png).decode("ascii")
+        parts.append(f"<h3>{html.escape(name.replace('_', ' '))}</h3><img alt='{html.escape(name)}' "
                      f"src='data:image/png;base64,{data64}'>")
     parts.append(glossary_html() + "</body></html>")
     path = out / "report.html"
     path.write_text("\n".join(parts), encoding="utf-8")
+    # every run's page links up to the nearest folder page above it (a multi-algorithm run's, or this one)
+    for r in runs:
+        up = r.parent
+        while up != out and not (up / "report.html").exists():
+            up = up.parent
+        link_up(up, [r / "report.html"])
     return path
 
 
