@@ -253,17 +253,22 @@ def _run_time(run_dir: Path, fallback: float) -> float:
     return float(fallback)
 
 
-def _workers(run_dir: Path) -> int:
+def _server_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json's ``server`` block (the server's own accounting), or {}."""
     p = run_dir / "summary.json"
     if p.exists():
         try:
             s = json.loads(p.read_text(encoding="utf-8"))
-            w = s.get("server", {}).get("workers") if isinstance(s, dict) else None
-            if isinstance(w, (int, float)) and w >= 1:
-                return int(w)
-        except (ValueError, AttributeError):
-            pass
-    return 1
+        except ValueError:
+            return {}
+        if isinstance(s, dict) and isinstance(s.get("server"), dict):
+            return s["server"]
+    return {}
+
+
+def _workers(run_dir: Path) -> int:
+    w = _server_summary(run_dir).get("workers")
+    return int(w) if isinstance(w, (int, float)) and w >= 1 else 1
 
 
 def gather(run_dir: str | Path) -> _Gather | None:
@@ -349,10 +354,15 @@ def client_breakdown(g: _Gather, t_end: float) -> pd.DataFrame:
     return out
 
 
-def server_stats(g: _Gather, t_end: float, workers: int = 1) -> dict[str, Any] | None:
+def server_stats(g: _Gather, t_end: float, workers: int = 1,
+                 reported: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The server's utilisation (busy worker-seconds of ``[0, t_end]`` over ``t_end x workers``), mean and
     peak queue wait, request counts per ``what``, and the series drawn: utilisation per bin and queue
-    length (exact steps, or time-averaged and peak per bin past :data:`SERIES_EXACT` changes)."""
+    length (exact steps, or time-averaged and peak per bin past :data:`SERIES_EXACT` changes).
+
+    These count the requests the trace holds: those finished by the end.  ``reported`` (summary.json's
+    ``server`` block, the server's own accounting, which also counts a request still in service when the
+    run stopped) is passed through for the page's headline, so it agrees with the summary table."""
     if not g.srv or not t_end > 0:
         return None
     from fedsim.report import binned_queue, queue_length  # (report imports this module lazily)
@@ -390,6 +400,7 @@ def server_stats(g: _Gather, t_end: float, workers: int = 1) -> dict[str, Any] |
             "mean_wait": float(np.mean(w)) if len(w) else 0.0, "peak_wait": float(np.max(w)) if len(w) else 0.0,
             "mean_queue": float(qm[0]), "peak_queue": float(q["queue"].max()) if len(q) else 0.0,
             "what": {str(k): int(v) for k, v in kinds.items()},
+            "reported": {k: float(v) for k, v in (reported or {}).items() if isinstance(v, (int, float))},
             "bins": _clean(edges), "util": _clean(util, 4), "queue": queue}
 
 
@@ -483,7 +494,7 @@ def panels_data(run_dir: str | Path) -> dict[str, Any] | None:
     spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
     return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
             "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients,
-            "server": server_stats(g, t_end, _workers(run_dir)), "staleness": staleness_stats(g, t_end),
+            "server": server_stats(g, t_end, _workers(run_dir), _server_summary(run_dir)), "staleness": staleness_stats(g, t_end),
             "rounds": round_stats(g), "traffic": traffic, "purpose_colours": colours}
 
 
@@ -785,10 +796,13 @@ PANELS_JS = r"""
       d += (d ? "V" : "M" + x.toFixed(1) + ",") + y.toFixed(1) + "H" + Math.min(L + PW + 2, sx(next)).toFixed(1);
     }
     el("path", {d: d, fill: "none", stroke: "#7b3f72", "stroke-width": 1.3, id: "fp-queue-line"}, g);
-    var st = document.getElementById("fp-server-stats");
-    st.textContent = "utilisation " + pct(S.utilisation) + " (" + S.workers + " worker" + (S.workers > 1 ? "s" : "") +
-      "), " + S.requests + " requests; queue wait mean " + fmtS(S.mean_wait) + ", peak " + fmtS(S.peak_wait) +
-      "; queue length mean " + S.mean_queue.toPrecision(3) + ", peak " + S.peak_queue + "; requests: " +
+    var st = document.getElementById("fp-server-stats"), Rp = S.reported || {};
+    var u = Rp.utilisation !== undefined ? Rp.utilisation : S.utilisation;
+    var differs = Math.abs(u - S.utilisation) > 5e-4;
+    st.textContent = "utilisation " + pct(u) + " (" + S.workers + " worker" + (S.workers > 1 ? "s" : "") +
+      (differs ? "; " + pct(S.utilisation) + " counting only the requests finished by the end, as drawn" : "") +
+      "), " + S.requests + " finished requests; queue wait mean " + fmtS(S.mean_wait) + ", peak " + fmtS(S.peak_wait) +
+      "; queue length mean " + S.mean_queue.toPrecision(3) + ", peak " + S.peak_queue + "; requests by kind: " +
       Object.keys(S.what).map(function (k) { return k + " " + S.what[k]; }).join(", ");
     window.fedsimPanels.drawn.server = S.util.length;
   }
@@ -909,7 +923,7 @@ PANELS_JS = r"""
     window.fedsimPanels.drawn.traffic = rows.length;
   }
 
-  function drawTime() { drawServer(); drawRounds(); drawStaleTime(); }
+  function drawTime() { drawServer(); drawRounds(); drawStaleTime(); window.fedsimPanels.view = view.slice(); }
   drawStaleHist(); drawTraffic(); drawTime();
   // follow the interactive timeline's view (it publishes window.fedsimView on every render)
   var held = window.fedsimView, pending = false;

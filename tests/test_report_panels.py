@@ -1,0 +1,273 @@
+"""report.html's "What happened" panels (fedsim.report_panels): the per-client time breakdown sums to the
+run's virtual time and matches the trace; the server's utilisation and waits match the trace and
+summary.json; staleness, rounds, stragglers, drops and split-learning traffic come out as the trace says;
+sweep and --seeds folders get a report with working links; and in headless Chromium every panel is
+present, has data, answers a hover and follows the timeline's zoom."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedsim import load_scenario
+from fedsim.report import html_report
+from fedsim.report_panels import (BREAKDOWN_KEYS, client_breakdown, folder_report, gather, panels_data,
+                                  round_stats, server_stats, transfer_purpose)
+from fedsim.runner import run_scenario
+from fedsim.sim.trace import load_trace
+
+
+def _write_trace(run: Path, records: list[dict], t_end: float) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "trace.jsonl").write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), encoding="utf-8")
+    (run / "summary.json").write_text(json.dumps({"label": "x", "virtual_time_s": t_end,
+                                                  "server": {"workers": 1}}), encoding="utf-8")
+
+
+#: A hand-made trace whose breakdown is worked out by hand (comments): overlaps, the server's work for a
+#: client and for a round, a round with a drop, an offline spell, split learning's transfers.
+SYNTHETIC = [
+    {"t": 1, "kind": "download", "client": 0, "start": 0, "end": 1, "bytes": 10, "version": 0},
+    {"t": 2, "kind": "download", "client": 1, "start": 0, "end": 2, "bytes": 10, "version": 0},
+    {"t": 3, "kind": "compute", "client": 0, "start": 1, "end": 3, "what": "train"},
+    {"t": 3, "kind": "upload", "client": 1, "start": 2, "end": 3, "bytes": 100, "what": "activations"},
+    {"t": 3.5, "kind": "download", "client": 1, "start": 3, "end": 3.5, "bytes": 50, "version": None},
+    {"t": 4, "kind": "upload", "client": 0, "start": 2.5, "end": 4, "bytes": 10},  # 2.5-3 under compute
+    {"t": 5, "kind": "server", "client": 0, "start": 4.5, "end": 5, "wait": 0.5, "what": "apply"},
+    {"t": 6, "kind": "drop", "client": 1, "reason": "deadline", "round": 1},
+    {"t": 6, "kind": "server", "client": None, "start": 5.5, "end": 6, "wait": 0.0, "what": "aggregate"},
+    {"t": 6, "kind": "apply", "client": 0, "staleness": 0, "round": 1},
+    {"t": 6, "kind": "round", "round": 1, "start": 0, "end": 6, "clients": [0, 1], "dropped": [1]},
+    {"t": 7, "kind": "apply", "client": 0, "staleness": 2, "round": 2},
+    {"t": 9, "kind": "offline", "client": 0, "start": 8, "end": 9},
+]
+
+
+def test_breakdown_server_rounds_and_traffic_of_a_hand_made_trace(tmp_path):
+    _write_trace(tmp_path, SYNTHETIC, 10.0)
+    g = gather(tmp_path)
+    table = client_breakdown(g, 10.0)
+    # client 0: download 0-1, compute 1-3, upload 3-4 (its 2.5-3 is compute's), queue 4-4.5, served 4.5-5 and
+    # the round's aggregation 5.5-6, waiting for the round 5-5.5, offline 8-9, idle the rest (6-8, 9-10)
+    want0 = {"download": 1, "compute": 2, "upload": 1, "queue": 0.5, "served": 1.0, "round_wait": 0.5,
+             "unavailable": 1, "idle": 3}
+    # client 1: downloads 0-2 and 3-3.5, upload 2-3, aggregation 5.5-6, waits for the round 3.5-5.5, idle 6-10
+    want1 = {"download": 2.5, "compute": 0, "upload": 1, "queue": 0, "served": 0.5, "round_wait": 2.0,
+             "unavailable": 0, "idle": 4}
+    for c, want in ((0, want0), (1, want1)):
+        assert table.loc[c, list(BREAKDOWN_KEYS)].to_dict() == pytest.approx(want)
+        assert table.loc[c, list(BREAKDOWN_KEYS)].sum() == pytest.approx(10.0)
+    assert table.loc[1, "drops"] == 1 and table.loc[0, "drops"] == 0
+    assert table.loc[0, "mean_staleness"] == pytest.approx(1.0) and table.loc[0, "updates"] == 2
+
+    server = server_stats(g, 10.0, workers=1)
+    assert server["utilisation"] == pytest.approx(0.1)  # 0.5 + 0.5 busy seconds of 10
+    assert server["mean_wait"] == pytest.approx(0.25) and server["peak_wait"] == pytest.approx(0.5)
+    assert server["what"] == {"apply": 1, "aggregate": 1}
+    assert np.mean(server["util"]) == pytest.approx(0.1, rel=1e-6)  # the bins hold the same busy time
+
+    rounds = round_stats(g)["rounds"]
+    assert rounds == [{"round": 1, "start": 0.0, "end": 6.0, "clients": 2, "straggler": 0, "straggler_done": 4.0,
+                       "dropped": [1]}]
+
+    data = panels_data(tmp_path)
+    traffic = {(r["direction"], r["purpose"]): (r["count"], r["bytes"]) for r in data["traffic"]}
+    assert traffic[("upload", "activations")] == (1, 100)
+    assert traffic[("download", "gradients")] == (1, 50)  # no version, in a run that uploads activations
+    assert traffic[("download", "model")] == (2, 20)
+    assert data["staleness"]["hist"]["lo"] == [0, 2] and data["staleness"]["hist"]["n"] == [1, 1]
+
+
+def test_transfer_purpose():
+    assert transfer_purpose("download", None, 3) == "model"
+    assert transfer_purpose("download", None, None, split=True) == "gradients"
+    assert transfer_purpose("download", None, None, split=False) == "model"
+    assert transfer_purpose("upload", "activations") == "activations"
+    assert transfer_purpose("upload", None) == "model"
+    assert transfer_purpose("upload", "teacher") == "teacher"
+
+
+def _brute_force(trace: pd.DataFrame, client: int, t_end: float, n: int = 200_000) -> dict[str, float]:
+    """The breakdown by sampling: each of n instants gets the first label whose records cover it."""
+    t = (np.arange(n) + 0.5) * (t_end / n)
+    label = np.full(n, len(BREAKDOWN_KEYS) - 1)
+
+    def cover(rows: pd.DataFrame, s: str, e: str) -> np.ndarray:
+        m = np.zeros(n, bool)
+        for a, b in zip(rows[s].astype(float), rows[e].astype(float)):
+            m |= (t >= a) & (t < b)
+        return m
+
+    mine = trace[trace["client"] == client]
+    srv = trace[trace["kind"] == "server"]
+    own = srv[srv["client"] == client].assign(arrive=lambda d: d["start"] - d["wait"])
+    rounds = trace[trace["kind"] == "round"]
+    rounds = rounds[[client in (c or []) for c in rounds["clients"]]] if len(rounds) else rounds
+    in_round = cover(rounds, "start", "end") if len(rounds) else np.zeros(n, bool)
+    agg = cover(srv[srv["client"].isna()], "start", "end") & in_round
+    masks = {"compute": cover(mine[mine["kind"] == "compute"], "start", "end"),
+             "upload": cover(mine[mine["kind"] == "upload"], "start", "end"),
+             "download": cover(mine[mine["kind"] == "download"], "start", "end"),
+             "queue": cover(own, "arrive", "start"),
+             "served": cover(own, "start", "end") | agg,
+             "unavailable": cover(mine[mine["kind"] == "offline"], "start", "end"),
+             "round_wait": in_round}
+    for i, k in reversed(list(enumerate(BREAKDOWN_KEYS[:-1]))):
+        label[masks[k]] = i
+    return {k: float(np.sum(label == i)) * t_end / n for i, k in enumerate(BREAKDOWN_KEYS)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two small runs, reports written: FedAsync with a queueing server, FedAvg with a deadline that drops."""
+    root = tmp_path_factory.mktemp("panels")
+    common = ["data.num_clients=6", "model.name=logreg", "train.systems_only=true", "output.figures=false"]
+    sc = load_scenario("fedasync", common + ["algorithm.concurrency=4", "server.overhead_s=0.02",
+                                             "stop={max_time_s: 1.5}"])
+    run_scenario(sc, root / "async", progress=False)
+    sc = load_scenario("default", common + ["algorithm=[{name: fedavg, clients_per_round: 5, deadline_s: 0.06}]",
+                                            "stop={max_time_s: 1.5}"])
+    run_scenario(sc, root / "sync", progress=False)
+    for r in ("async", "sync"):
+        html_report(root / r)
+    return root
+
+
+@pytest.mark.parametrize("which", ["async", "sync"])
+def test_breakdown_sums_to_the_run_time_and_matches_the_trace(runs, which):
+    run = runs / which
+    t_end = json.loads((run / "summary.json").read_text())["virtual_time_s"]
+    trace = load_trace(run)
+    table = client_breakdown(gather(run), t_end)
+    assert len(table) == trace.loc[trace["kind"].isin(["download", "compute", "upload"]), "client"].nunique()
+    assert np.allclose(table[list(BREAKDOWN_KEYS)].sum(axis=1), t_end, rtol=1e-9, atol=1e-9)
+    tol = 4 * t_end / 200_000 * 300  # sampling error: a few samples per record boundary
+    for c in table.index[:3]:
+        want = _brute_force(trace, int(c), t_end)
+        got = table.loc[c, list(BREAKDOWN_KEYS)].to_dict()
+        assert got == pytest.approx(want, abs=tol), c
+    if which == "async":
+        assert table["queue"].sum() > 0.1 and table["round_wait"].sum() == 0
+    else:
+        assert table["round_wait"].sum() > 0.1 and table["queue"].sum() == 0 and table["drops"].sum() > 0
+
+
+@pytest.mark.parametrize("which", ["async", "sync"])
+def test_server_numbers_match_the_trace_and_summary(runs, which):
+    run = runs / which
+    summary = json.loads((run / "summary.json").read_text())
+    trace = load_trace(run)
+    srv = trace[trace["kind"] == "server"]
+    t_end = summary["virtual_time_s"]
+    busy = (srv["end"].clip(upper=t_end) - srv["start"].clip(upper=t_end)).sum()
+    stats = server_stats(gather(run), t_end, workers=int(summary["server"]["workers"]))
+    assert stats["utilisation"] == pytest.approx(busy / t_end)
+    # the server's own accounting also counts a request still in service at the end (at most one service)
+    service = srv["service"].max()
+    assert 0 <= summary["server"]["utilisation"] - stats["utilisation"] <= service / t_end + 1e-9
+    assert stats["mean_wait"] == pytest.approx(srv["wait"].mean()) and stats["peak_wait"] == pytest.approx(srv["wait"].max())
+    assert stats["requests"] == len(srv)
+    page = (run / "report.html").read_text()
+    assert f"<tr><th>server utilisation</th><td>{summary['server']['utilisation']:.1%}</td></tr>" in page
+
+
+def test_rounds_stragglers_and_drops_match_the_trace(runs):
+    trace = load_trace(runs / "sync")
+    data = panels_data(runs / "sync")
+    rounds = trace[trace["kind"] == "round"]
+    ups = trace[trace["kind"] == "upload"]
+    assert len(data["rounds"]["rounds"]) == len(rounds)
+    for r, got in zip(rounds.itertuples(), data["rounds"]["rounds"]):
+        assert got["dropped"] == list(r.dropped)
+        done = ups[ups["client"].isin(set(r.clients) - set(r.dropped)) & (ups["end"] >= r.start) & (ups["end"] <= r.end)]
+        if len(done):
+            assert got["straggler"] == int(done.loc[done["end"].idxmax(), "client"])
+    assert len(data["rounds"]["drops"]) == (trace["kind"] == "drop").sum() > 0
+    st = trace[trace["kind"] == "apply"]["staleness"].value_counts().sort_index()
+    hist = data["staleness"]["hist"]
+    assert dict(zip(hist["lo"], hist["n"])) == {int(k): int(v) for k, v in st.items()}
+
+
+def test_sweep_and_seeds_folders_get_a_report_with_working_links(tmp_path):
+    from fedsim.sweep import run_seeds, run_sweep
+
+    common = ["data.num_clients=4", "model.name=logreg", "train.local_steps=1", "stop={max_versions: 2}",
+              "algorithm=[{name: fedavg, clients_per_round: 2}]", "eval.every_versions=1"]
+    run_seeds(load_scenario("default", common), [0, 1], tmp_path / "seeds", progress=False)
+    run_sweep("default", common + ["network.latency_s=0.01,0.1"], tmp_path / "sweep", target=None, progress=False)
+    for folder, runs in (("seeds", ["seed-0", "seed-1"]), ("sweep", ["network.latency_s=0.01", "network.latency_s=0.1"])):
+        page = (tmp_path / folder / "report.html").read_text(encoding="utf-8")
+        links = re.findall(r"<li><a href='([^']+)'", page)
+        assert len(links) == 2
+        for link, run in zip(links, runs):
+            from urllib.parse import unquote
+
+            target = tmp_path / folder / unquote(link)
+            assert target.exists() and target.parent.name == run
+            sub = target.read_text(encoding="utf-8")
+            up = re.search(r"class='fp-up' href='([^']+)'", sub)
+            assert up and (target.parent / unquote(up.group(1))).resolve() == (tmp_path / folder / "report.html").resolve()
+        assert "id='glossary'" in page and "every run&#x27;s accuracy" in page  # every run's curve, one axis
+    assert not (tmp_path / "sweep" / "runs_accuracy.png").exists()
+
+
+# ------------------------------------------------------------------------------------------ browser
+
+from test_report_browser import BROWSER, Chrome  # noqa: E402 - the browser driver of the timeline's test
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium installed (apt-get install chromium)")
+def test_every_panel_is_present_has_data_and_answers_a_hover(runs, tmp_path):
+    chrome = Chrome(BROWSER, tmp_path / "profile")
+    try:
+        for which in ("async", "sync"):
+            chrome.events.clear()
+            chrome.page("Runtime.enable")
+            chrome.page("Log.enable")
+            chrome.page("Page.enable")
+            chrome.page("Emulation.setDeviceMetricsOverride", width=1024, height=900, deviceScaleFactor=1, mobile=False)
+            chrome.page("Page.navigate", url=(runs / which / "report.html").resolve().as_uri())
+            chrome.wait_for("Page.loadEventFired")
+            data = panels_data(runs / which)
+            drawn = chrome.js("window.fedsimPanels.drawn")
+            assert drawn["breakdown"] == data["clients"]["id"][:40]
+            assert drawn["server"] > 0 and drawn["staleHist"] > 0 and drawn["staleTime"] > 0 and drawn["traffic"] > 0
+
+            def hover(selector: str) -> str:
+                return chrome.js("""(() => { const n = document.querySelector(%s);
+                    n.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+                    return document.getElementById('fp-tip').textContent; })()""" % json.dumps(selector))
+
+            tip = hover("#fp-segs rect[data-part='download']")
+            assert re.search(r"client \d+: download\n", tip) and "of the run" in tip
+            assert "staleness" in hover("#fp-stale-time circle.fp-sdot")
+            assert "updates" in hover("#fp-stale-hist rect.fp-hbar")
+            assert "utilisation" in hover("#fp-server rect.fp-hit")
+            assert "records" in hover("#fp-traffic rect.fp-traffic-bar")
+            assert "glossary" in chrome.js("document.querySelector('nav.fp-nav').textContent")
+            if which == "sync":
+                assert drawn["rounds"] > 0
+                assert "straggler: client" in hover("#fp-rounds rect.fp-round")
+                assert "dropped at" in hover("#fp-rounds rect.fp-hit[width='10']")
+            # sort by the slowest: the first bar is the client with the longest time per task
+            order = chrome.js("""(() => { const s = document.getElementById('fp-sort'); s.value = 'slowest';
+                s.dispatchEvent(new Event('change')); return window.fedsimPanels.drawn.breakdown; })()""")
+            per = dict(zip(data["clients"]["id"], data["clients"]["per_task"]))
+            assert order[0] == max(per, key=lambda c: -1 if per[c] is None else per[c])
+            picked = chrome.js("""(() => { const p = document.getElementById('fp-pick'); p.value = '1, 3-4';
+                p.dispatchEvent(new Event('input')); return window.fedsimPanels.drawn.breakdown; })()""")
+            assert picked == [1, 3, 4]
+            # zoom the timeline: the time-series panels follow its view
+            chrome.js("document.getElementById('fs-in').click()")
+            time.sleep(0.3)
+            view = chrome.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => "
+                             "r([window.fedsimView, window.fedsimPanels.view]))))")
+            assert view[1] == [view[0]["start"], view[0]["end"]] and view[0]["end"] < data["t_end"]
+            assert chrome.errors() == []
+    finally:
+        chrome.close()
