@@ -604,7 +604,7 @@ def html_report(run_dir: str | Path) -> Path:
     panels = panels_html(run_dir)  # the "what happened" panels (fedsim.report_panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
                           [("fp-breakdown-title", "time per client"), ("fp-server-title", "server"),
-                           ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * bool(panels)))
+                           ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * ("fp-title" in panels)))
     subs = sorted(d for d in run_dir.iterdir() if d.is_dir() and (d / "summary.json").exists())
     if subs:
         parts.append("<h2>Runs in this folder</h2><ul class='runs'>" + "".join(

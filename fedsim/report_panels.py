@@ -167,16 +167,14 @@ class _Gather:
             if kind == "upload":
                 self.uploads.append((c, e, s))
             if kind in ("download", "upload"):
-                whats = b.values("what") if b.has("what") else [None] * len(b)
-                nb = b.num("bytes")
+                whats: list[Any] = b.values("what") if b.has("what") else [None] * len(b)
                 if kind == "download":  # a model download names its version; a gradient's has none
-                    whats = [_UNVERSIONED if w is None and not np.isfinite(v) else w
-                             for w, v in zip(whats, b.num("version").tolist())]
-                for w, n, d in zip(whats, nb.tolist(), (e - s).tolist()):
-                    self._traffic(kind, w, n, d)
-            elif kind == "compute" and b.has("what"):
-                for w, d in zip(b.values("what"), (e - s).tolist()):
-                    self._traffic("compute", w, float("nan"), d)
+                    v = b.num("version")
+                    whats = [_UNVERSIONED if w is None and not np.isfinite(x) else w for w, x in zip(whats, v.tolist())]
+                self._traffic(kind, whats, b.num("bytes"), e - s)
+            elif kind == "compute":
+                self._traffic("compute", b.values("what") if b.has("what") else [None] * len(b),
+                              np.full(len(b), np.nan), e - s)
         elif kind == "server":
             s, e, w = b.num("start"), b.num("end"), b.num("wait")
             w = np.where(np.isfinite(w), w, 0.0)
@@ -184,8 +182,7 @@ class _Gather:
             whats = [str(x) if x is not None else "request" for x in (b.values("what") if b.has("what")
                                                                        else [None] * len(b))]
             self.srv_what.extend(whats)
-            for x, d in zip(whats, (e - s).tolist()):
-                self._traffic("server", x, float("nan"), d)
+            self._traffic("server", whats, np.full(len(b), np.nan), e - s)
         elif kind == "apply":
             self.applies.append((t, c, b.num("staleness")))
         elif kind == "round":
@@ -198,12 +195,17 @@ class _Gather:
                 self.drops.append({"t": ti, "client": None if not np.isfinite(ci) else int(ci),
                                    "reason": "" if why is None else str(why), "round": rnd})
 
-    def _traffic(self, direction: str, what: Any, nbytes: float, seconds: float) -> None:
-        purpose = _purpose(direction, what)
-        row = self.traffic.setdefault((direction, purpose), [0, 0.0, 0.0])
-        row[0] += 1
-        row[1] += 0.0 if not np.isfinite(nbytes) else nbytes
-        row[2] += 0.0 if not np.isfinite(seconds) else seconds
+    def _traffic(self, direction: str, whats: list[Any], nbytes: np.ndarray, seconds: np.ndarray) -> None:
+        """Count, bytes and seconds of one block's records per purpose (summed per distinct ``what``)."""
+        keys = pd.Series([None if w is None else str(w) for w in whats], dtype=object).fillna("\0none")
+        frame = pd.DataFrame({"w": keys.to_numpy(), "n": np.nan_to_num(nbytes, nan=0.0),
+                              "d": np.nan_to_num(seconds, nan=0.0)})
+        for w, grp in frame.groupby("w", sort=False):
+            purpose = _purpose(direction, None if w == "\0none" else w)
+            row = self.traffic.setdefault((direction, purpose), [0, 0.0, 0.0])
+            row[0] += len(grp)
+            row[1] += float(grp["n"].sum())
+            row[2] += float(grp["d"].sum())
 
 
 def transfer_purpose(direction: str, what: Any, version: Any = None, split: bool = False) -> str:
@@ -575,10 +577,11 @@ def server_summary_rows(summary: dict[str, Any] | list[Any]) -> list[tuple[str, 
 
 
 def panels_html(run_dir: str | Path) -> str:
-    """The "What happened" section of a run's report.html ('' when the run has no trace)."""
+    """The "What happened" section of a run's report.html and the glossary (only the glossary when the run
+    has no trace: a folder of runs)."""
     data = panels_data(run_dir)
     if data is None:
-        return ""
+        return glossary_html()  # (the navigation links to it on every page)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     link = ""
     if (Path(run_dir) / "check" / "staleness_hist.png").exists():
