@@ -697,7 +697,8 @@ PANELS_JS = r"""
       el("line", {x1: L, x2: L + PW, y1: yOf(v), y2: yOf(v), stroke: "#eee"}, svg);
     });
   }
-  window.fedsimPanels = {drawn: {}};
+  // the rounds, for any view that marks their boundaries (the timeline)
+  window.fedsimPanels = {drawn: {}, rounds: P.rounds};
 
   // ------------------------------------------------------------------ per-client breakdown
   var C = P.clients, nC = C.id.length, K = P.keys.length;
