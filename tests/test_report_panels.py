@@ -17,7 +17,7 @@ import pytest
 from fedsim import load_scenario
 from fedsim.report import html_report
 from fedsim.report_panels import (BREAKDOWN_KEYS, client_breakdown, folder_report, gather, panels_data,
-                                  round_stats, server_stats, transfer_purpose)
+                                  panels_html, round_stats, server_stats, transfer_purpose)
 from fedsim.runner import run_scenario
 from fedsim.sim.trace import load_trace
 
@@ -81,6 +81,12 @@ def test_breakdown_server_rounds_and_traffic_of_a_hand_made_trace(tmp_path):
     assert traffic[("download", "gradients")] == (1, 50)  # no version, in a run that uploads activations
     assert traffic[("download", "model")] == (2, 20)
     assert data["staleness"]["hist"]["lo"] == [0, 2] and data["staleness"]["hist"]["n"] == [1, 1]
+
+    link = "href='check/staleness_hist.png'"
+    assert link not in panels_html(tmp_path)
+    (tmp_path / "check").mkdir()
+    (tmp_path / "check" / "staleness_hist.png").write_bytes(b"")  # what `fedsim check` writes
+    assert link in panels_html(tmp_path)
 
 
 def test_transfer_purpose():
