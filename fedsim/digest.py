@@ -422,3 +422,42 @@ def digest_trace(source: str | Path | pd.DataFrame, **params: Any) -> TraceDiges
     if d.unstable or early:
         d = digest_blocks(blocks(), **{**params, "known_clients": sorted(d.clients), "merge": not early})
     return d
+
+
+def queue_length(server: pd.DataFrame) -> pd.DataFrame:
+    """Server queue length (requests waiting, not in service) as a step function of time: one row per
+    instant at which it changes, the length after every arrival and start of service at that instant."""
+    start = server["start"].to_numpy(dtype=float, na_value=np.nan)
+    arrive = start - server["wait"].to_numpy(dtype=float, na_value=np.nan)
+    t = np.concatenate([arrive, start])
+    d = np.repeat(np.array([1, -1], dtype=np.int64), len(start))
+    keep = ~np.isnan(t)  # a request without times adds nothing
+    t, d = t[keep], d[keep]
+    order = np.lexsort((d, t))
+    t, queue = t[order], np.cumsum(d[order])
+    last = np.flatnonzero(np.append(t[1:] != t[:-1], True))
+    return pd.DataFrame({"t": t[last], "queue": queue[last]})
+
+
+def binned_queue(q: pd.DataFrame, t0: float, t1: float, bins: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queue-length step function ``q`` (from :func:`queue_length`) over ``bins`` equal bins of
+    ``[t0, t1]``: bin edges, the time-averaged length in each bin and its largest value in the bin."""
+    t = q["t"].to_numpy(dtype=float)
+    y = q["queue"].to_numpy(dtype=float)
+    edges = np.linspace(t0, t1, bins + 1)
+    if not len(t):
+        return edges, np.zeros(bins), np.zeros(bins)
+    seg = np.diff(np.append(t, max(t1, t[-1])))
+    area = np.concatenate([[0.0], np.cumsum(y * seg)])  # integral of the queue up to each change
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        ok = i >= 0
+        ic = np.clip(i, 0, None)
+        return np.where(ok, area[ic] + y[ic] * (x - t[ic]), 0.0)
+
+    mean = np.diff(integral(edges)) / np.diff(edges)
+    first = np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, None)
+    last = np.maximum(np.searchsorted(t, edges[1:], side="left"), first + 1)
+    peak = np.array([y[a:b].max() for a, b in zip(first, last)])
+    return edges, mean, peak

@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.digest import (INTERACTIVE_KINDS, TraceDigest, digest_trace, merge_intervals,  # noqa: E402
-                           release_freed_memory)
+from fedsim.digest import (INTERACTIVE_KINDS, TraceDigest, binned_queue, digest_trace,  # noqa: E402
+                           merge_intervals, queue_length, release_freed_memory)
 from fedsim.sim.trace import trace_path  # noqa: E402
 
 #: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
@@ -186,45 +186,6 @@ def count_axis(ax: Any, values: Any) -> None:
     top = float(vals.max()) if len(vals) else 0.0
     ax.set_ylim(-0.05 * max(top, 1.0), max(top, 1.0) * 1.1)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def queue_length(server: pd.DataFrame) -> pd.DataFrame:
-    """Server queue length (requests waiting, not in service) as a step function of time: one row per
-    instant at which it changes, the length after every arrival and start of service at that instant."""
-    start = server["start"].to_numpy(dtype=float, na_value=np.nan)
-    arrive = start - server["wait"].to_numpy(dtype=float, na_value=np.nan)
-    t = np.concatenate([arrive, start])
-    d = np.repeat(np.array([1, -1], dtype=np.int64), len(start))
-    keep = ~np.isnan(t)  # a request without times adds nothing
-    t, d = t[keep], d[keep]
-    order = np.lexsort((d, t))
-    t, queue = t[order], np.cumsum(d[order])
-    last = np.flatnonzero(np.append(t[1:] != t[:-1], True))
-    return pd.DataFrame({"t": t[last], "queue": queue[last]})
-
-
-def binned_queue(q: pd.DataFrame, t0: float, t1: float, bins: int = 200) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The queue-length step function ``q`` (from :func:`queue_length`) over ``bins`` equal bins of
-    ``[t0, t1]``: bin edges, the time-averaged length in each bin and its largest value in the bin."""
-    t = q["t"].to_numpy(dtype=float)
-    y = q["queue"].to_numpy(dtype=float)
-    edges = np.linspace(t0, t1, bins + 1)
-    if not len(t):
-        return edges, np.zeros(bins), np.zeros(bins)
-    seg = np.diff(np.append(t, max(t1, t[-1])))
-    area = np.concatenate([[0.0], np.cumsum(y * seg)])  # integral of the queue up to each change
-
-    def integral(x: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(t, x, side="right") - 1
-        ok = i >= 0
-        ic = np.clip(i, 0, None)
-        return np.where(ok, area[ic] + y[ic] * (x - t[ic]), 0.0)
-
-    mean = np.diff(integral(edges)) / np.diff(edges)
-    first = np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, None)
-    last = np.maximum(np.searchsorted(t, edges[1:], side="left"), first + 1)
-    peak = np.array([y[a:b].max() for a, b in zip(first, last)])
-    return edges, mean, peak
 
 
 def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
@@ -624,7 +585,7 @@ def html_report(run_dir: str | Path) -> Path:
             if any(k in r for r in runs):
                 cells = "".join(f"<td>{html.escape(fmt_summary(k, r.get(k)))}</td>" for r in runs)
                 parts.append(f"<tr><th>{k}</th>{cells}</tr>")
-        for name, cells in server_summary_rows(data):
+        for name, cells in server_summary_rows(data, fmt_seconds):
             parts.append(f"<tr><th>{name}</th>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
     data = interactive_data(run_dir)

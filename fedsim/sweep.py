@@ -453,7 +453,7 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
             several = table["label"].nunique() > 1
             heatmap_figure(g, out / (f"sweep_heatmap_{label}.png" if several else "sweep_heatmap.png"), keys,
                            title=str(label) if several else "")
-    from fedsim.report_panels import folder_report
+    from fedsim.folder_report import folder_report
 
     folder_report(out, "sweep")  # report.html: the grid, its heat maps, a link to every run
     return table
@@ -667,7 +667,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
     fig.tight_layout()
     fig.savefig(out / "seeds.png", dpi=120)
     plt.close(fig)
-    from fedsim.report_panels import folder_report
+    from fedsim.folder_report import folder_report
 
     folder_report(out, "seeds")  # report.html: the table, the seeds' curves, a link to every run
     return table

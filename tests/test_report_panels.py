@@ -16,7 +16,7 @@ import pytest
 
 from fedsim import load_scenario
 from fedsim.report import html_report
-from fedsim.report_panels import (BREAKDOWN_KEYS, client_breakdown, folder_report, gather, panels_data,
+from fedsim.report_panels import (BREAKDOWN_KEYS, client_breakdown, gather, panels_data,
                                   panels_html, round_stats, server_stats, transfer_purpose)
 from fedsim.runner import run_scenario
 from fedsim.sim.trace import load_trace
