@@ -324,11 +324,12 @@ class SyncRounds(Algorithm):
     """
 
     Config = RoundsConfig
+    cfg: RoundsConfig  # the validated Config (a subclass's extends RoundsConfig)
     #: what clients send back: full weights or deltas from the model they downloaded
     update_kind: Literal["weights", "delta"] = "weights"
 
     @classmethod
-    def work(cls, config: Any) -> Work:
+    def work(cls, config: RoundsConfig) -> Work:
         k = int(config.clients_per_round)
         return Work(slots=k, slots_field="clients_per_round", per_version=k, retry_s=config.retry_s,
                     deadline_s=config.deadline_s)
@@ -412,6 +413,7 @@ class SlotScheduler(Algorithm):
 
     family = ""
     watch_participation = False
+    cfg: LoopConfig  # the validated Config: ``retry_s`` (SlotsConfig, SplitSlotsConfig and FedRAAConfig extend it)
 
     def start_slots(self, concurrency: int) -> None:
         ctx = self.ctx
@@ -473,6 +475,7 @@ class AsyncSlots(SlotScheduler):
     """
 
     update_kind: Literal["weights", "delta"] = "weights"
+    cfg: SlotsConfig  # the validated Config: ``concurrency`` and ``retry_s``
     refill_on_arrival = True
     serve_each = False
     #: one slot per client, which the client keeps (``concurrency`` is then the number of clients)
@@ -486,7 +489,7 @@ class AsyncSlots(SlotScheduler):
                             "AsyncSlots passes the model each buffered update started from as `bases`")
 
     @classmethod
-    def work(cls, config: Any) -> Work:
+    def work(cls, config: SlotsConfig) -> Work:
         return Work(slots=int(config.concurrency), per_version=cls.buffer_size_of(config), retry_s=config.retry_s)
 
     @classmethod
@@ -616,8 +619,10 @@ class SemiAsyncRounds(Algorithm):
     :meth:`server_rule`.  Its ``Config`` has ``retry_s``.
     """
 
+    cfg: SemiAsyncConfig  # the validated Config: ``retry_s``
+
     @classmethod
-    def work(cls, config: Any) -> Work:
+    def work(cls, config: SemiAsyncConfig) -> Work:
         """Every client works at once; a round's updates are not known before it runs (at least one)."""
         return Work(retry_s=config.retry_s)
 
