@@ -37,7 +37,7 @@ def scenario_from_mapping(data: "Mapping[str, Any]", overrides: list[str] | None
 
     Algorithm, model and dataset ``name`` fields may hold the class or function object itself."""
     from fedsim import scenario as _sc
-    from fedsim.algorithms import resolve
+    from fedsim.algorithms import describe as resolve
 
     raw = _sc.apply_overrides(dict(data), overrides or []) if overrides else data
     return _sc.scenario_from_mapping(raw, algorithms=resolve, source_dir=None if source_dir is None else Path(source_dir))
@@ -48,7 +48,7 @@ def load_scenario(source: "str | Path | Scenario | Mapping[str, Any] | None" = N
     """A validated scenario from a built-in name, a YAML path, a mapping or a Scenario, with ``key=value``
     overrides."""
     from fedsim import scenario as _sc
-    from fedsim.algorithms import resolve
+    from fedsim.algorithms import describe as resolve
 
     if isinstance(source, _sc.Scenario):
         return _sc.scenario_from_mapping(_sc.apply_overrides(source.as_mapping(), overrides or []), algorithms=resolve,

@@ -222,10 +222,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    from fedsim.algorithms import installed_algorithms, registry
+    from fedsim.algorithms import installed_algorithms, references
     from fedsim.scenario import field_reference
 
-    print(field_reference({**registry(), **installed_algorithms()}), end="")
+    print(field_reference({**references(), **installed_algorithms()}), end="")
     extra = _installed_lines()
     if extra:
         print("\n## Installed by packages\n\n" + "\n".join(f"- {line}" for line in extra))

@@ -66,7 +66,7 @@ class PartitionConfig:
 @dataclass
 class DataConfig:
     name: str = field(default="digits", metadata={"doc": "the dataset (built in, generated or read from data.root)",
-                                                     "choices": lambda: _names("fedsim.learn.data", "DATASETS")})
+                                                     "choices": lambda: _names("fedsim.learn.choices", "DATASETS")})
     root: str | None = field(default=None,
         metadata={"doc": "folder of a dataset read from local files (mnist, fashion_mnist, cifar10, ...)"})
     num_clients: int = num(20, ge=1, le=10**7, unit="clients", doc="clients the training set is split among")
@@ -86,7 +86,7 @@ class ModelConfig:
     ``embed_dim``, ``heads``, ``mlp_ratio``, ``patch``, or fragment_mlp's ``partitions``."""
 
     name: str = field(default="mlp", metadata={"doc": "the global model",
-        "choices": lambda: _names("fedsim.learn.models", "MODELS") + _names("fedsim.learn.models", "REGRESSION_MODELS")})
+        "choices": lambda: _names("fedsim.learn.choices", "MODELS") + _names("fedsim.learn.choices", "REGRESSION_MODELS")})
     hidden: int | list[int] | None = num(None, ge=1, le=10**6, unit="units",
                                          doc="hidden widths (model default when null)")
     width: float = num(1.0, gt=0, le=64, doc="width multiplier")
@@ -600,7 +600,15 @@ class AlgorithmSpec:
     name: str
     params: Any
     label: str
-    cls: Any = field(default=None, compare=False, repr=False)
+    #: the class, or a handle that imports it on first use (``load()``: a built-in, known by its Config alone
+    #: until a run needs it, so loading and showing a scenario imports no algorithm code)
+    source: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def cls(self) -> Any:
+        """The algorithm class (imported now if the scenario named a built-in)."""
+        load = getattr(self.source, "load", None)
+        return load() if load is not None else self.source
 
     def as_mapping(self) -> dict[str, Any]:
         out = {"name": self.name}
@@ -666,7 +674,8 @@ def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base
     cls = resolve(name, f"{field_name}.name", base_dirs)
     if not isinstance(name, str):  # a class given to the Python API: its built-in name, else its module:qualname
         try:
-            builtin = resolve(cls.name, f"{field_name}.name", base_dirs) is cls
+            found = resolve(cls.name, f"{field_name}.name", base_dirs)
+            builtin = getattr(found, "load", lambda: found)() is cls
         except ConfigError:
             builtin = False
         name = cls.name if builtin else reference_of(cls)
@@ -677,7 +686,7 @@ def _algorithm_spec(data: Any, field_name: str, resolve: AlgorithmResolver, base
     if field_name != "algorithm":  # typeable: algorithm.<label>.field=...
         field_name = f"algorithm.{label}"
     params = from_mapping(cls.Config, data, field_name)
-    return AlgorithmSpec(name=name, params=params, label=str(label), cls=cls)
+    return AlgorithmSpec(name=name, params=params, label=str(label), source=cls)
 
 
 def _with_preset(channel: Any) -> Any:

@@ -243,3 +243,31 @@ def test_no_class_is_built_at_run_time_and_no_loop_is_chosen_by_class_identity()
                     and any(isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):
                 found.append(f"{rel}: {ast.unparse(node)}")
     assert found == []
+
+
+def test_show_and_reference_import_no_torch():
+    """``fedsim show`` and ``fedsim reference`` read only the algorithms' configs, which live apart from torch
+    code (``fedsim.algorithms.configs``): neither command imports torch."""
+    import subprocess
+    import sys
+
+    code = ("import io, sys, contextlib\nfrom fedsim.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['show', 'default']) == 0\n    assert main(['show', 'heterofl']) == 0\n"
+            "    assert main(['reference']) == 0\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_catalog_names_each_builtin_and_its_config():
+    """The catalog that lets a scenario be loaded without importing the algorithms names, for every built-in, the
+    class the registry holds and that class's own ``Config``."""
+    from fedsim.algorithms import CATALOG, builtin, registry
+
+    classes = registry()
+    assert set(CATALOG) == set(classes)
+    for name, cls in classes.items():
+        handle = builtin(name)
+        assert handle is not None and handle.load() is cls and handle.Config is cls.Config, name

@@ -8,25 +8,32 @@ first use, so ``import fedsim.algorithms`` stays cheap.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from fedsim.algorithms.base import (Algorithm, AsyncSlots, SemiAsyncConfig, SemiAsyncRounds, SlotScheduler, SlotsConfig,
-                                    SyncRounds, TaskCounter, quorum, staleness_weight)
-from fedsim.messages import Assignment, Contribution, LocalTrainer, TrainOutcome, Update, Work
 import fedsim.components as components
 from fedsim.errors import ConfigError
 
-#: public class → module that defines it (imported on first access)
+if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.algorithms.base import Algorithm
+
+#: public name → module that defines it (imported on first access: the configs and messages without torch, the
+#: loop shapes and the algorithms with it)
 _BUILTINS: dict[str, str] = {
-    "FedAvg": "fedavg", "RoundsConfig": "fedavg", "FedAsync": "fedasync", "FedBuff": "fedbuff", "CA2FL": "ca2fl",
+    "Algorithm": "base", "AsyncSlots": "base", "SemiAsyncRounds": "base", "SlotScheduler": "base",
+    "SyncRounds": "base", "TaskCounter": "base", "quorum": "base", "staleness_weight": "base",
+    "LoopConfig": "configs", "SlotsConfig": "configs", "SemiAsyncConfig": "configs", "SemiConfig": "configs",
+    "Assignment": "messages", "Contribution": "messages", "LocalTrainer": "messages", "TrainOutcome": "messages",
+    "Update": "messages", "Work": "messages",
+    "FedAvg": "fedavg", "RoundsConfig": "configs", "FedAsync": "fedasync", "FedBuff": "fedbuff", "CA2FL": "ca2fl",
     "FedProx": "fedprox", "Cos2P": "cos2p", "AsyncSFL": "sfl_async", "GAS": "sfl_async", "MiniBatchSFL": "sfl_sync",
     "S2FL": "sfl_sync", "SemiSFL": "semisfl", "FedSwitchSL": "semisfl", "SupervisedOnly": "semisfl",
     "SemiFL": "semifl", "FedSwitch": "semifl", "FedMatch": "semifl", "HeteroFL": "width", "FjORD": "width",
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
-    "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "server_opt",
-    "SplitRounds": "sfl_base", "SplitSlots": "sfl_base", "SplitConfig": "sfl_base", "SplitSession": "sfl_base",
-    "SplitRoundsConfig": "sfl_base", "SplitSlotsConfig": "sfl_base", "ServerStep": "server_opt",
+    "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "configs",
+    "SplitRounds": "sfl_base", "SplitSlots": "sfl_base", "SplitConfig": "configs", "SplitSession": "sfl_base",
+    "SplitRoundsConfig": "configs", "SplitSlotsConfig": "configs", "ServerStep": "server_opt",
 }
 _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncSFL", "GAS", "MiniBatchSFL", "S2FL",
                       "SemiSFL", "FedSwitchSL", "SupervisedOnly", "SemiFL", "FedSwitch", "FedMatch", "HeteroFL",
@@ -34,14 +41,75 @@ _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncS
 
 __all__ = ["Algorithm", "AsyncSlots", "Assignment", "Contribution", "LocalTrainer", "SemiAsyncConfig", "SemiAsyncRounds",
            "SlotScheduler", "SlotsConfig", "SyncRounds", "TaskCounter", "TrainOutcome", "Update", "Work", "quorum",
-           "staleness_weight", "registry", "resolve", *_BUILTINS]
+           "staleness_weight", "registry", "resolve", "describe", "builtin", "BuiltinAlgorithm", "CATALOG", *_BUILTINS]
+
+
+#: every built-in algorithm by name: (module, class, the name of its ``Config`` in ``fedsim.algorithms.configs``), so a
+#: scenario naming one is loaded and checked without importing the algorithm (and torch); a test keeps it equal to
+#: the classes themselves
+CATALOG: dict[str, tuple[str, str, str]] = {
+    "async-sfl": ("sfl_async", "AsyncSFL", "AsyncSFLConfig"), "ca2fl": ("ca2fl", "CA2FL", "CA2FLConfig"),
+    "cos2p": ("cos2p", "Cos2P", "Cos2PConfig"), "embracingfl": ("embracingfl", "EmbracingFL", "EmbracingFLConfig"),
+    "fedasync": ("fedasync", "FedAsync", "FedAsyncConfig"), "fedavg": ("fedavg", "FedAvg", "FedAvgConfig"),
+    "fedbuff": ("fedbuff", "FedBuff", "FedBuffConfig"), "fedmatch": ("semifl", "FedMatch", "FedMatchConfig"),
+    "fedprox": ("fedprox", "FedProx", "FedProxConfig"), "fedraa": ("fedraa", "FedRAA", "FedRAAConfig"),
+    "fedrolex": ("width", "FedRolex", "WidthConfig"), "fedswitch": ("semifl", "FedSwitch", "SemiFLConfig"),
+    "fedswitch-sl": ("semisfl", "FedSwitchSL", "FedSwitchSLConfig"), "fjord": ("width", "FjORD", "WidthConfig"),
+    "gas": ("sfl_async", "GAS", "GASConfig"), "heterofl": ("width", "HeteroFL", "WidthConfig"),
+    "minibatch-sfl": ("sfl_sync", "MiniBatchSFL", "MiniBatchSFLConfig"),
+    "prunefl-lite": ("fedraa_baselines", "PruneFLLite", "PruneFLLiteConfig"),
+    "ramfed-lite": ("fedraa_baselines", "RAMFedLite", "RAMFedLiteConfig"), "s2fl": ("sfl_sync", "S2FL", "S2FLConfig"),
+    "semifl": ("semifl", "SemiFL", "SemiFLConfig"), "semisfl": ("semisfl", "SemiSFL", "SemiSFLConfig"),
+    "supervised-only": ("semisfl", "SupervisedOnly", "SupervisedOnlyConfig"),
+}
+
+
+@dataclass(frozen=True)
+class BuiltinAlgorithm:
+    """A built-in algorithm known by its name and its ``Config`` before its module is imported: what a scenario
+    needs to be loaded, shown and checked.  :meth:`load` imports the class (and torch) when the run needs it."""
+
+    name: str
+    module: str
+    qualname: str
+    Config: type
+
+    def load(self) -> "type[Algorithm]":
+        return getattr(importlib.import_module(f"fedsim.algorithms.{self.module}"), self.qualname)
+
+
+def builtin(name: str) -> BuiltinAlgorithm | None:
+    """The built-in algorithm ``name``, not yet imported; None if no built-in has that name."""
+    entry = CATALOG.get(name)
+    if entry is None:
+        return None
+    from fedsim.algorithms import configs
+
+    module, qualname, config = entry
+    return BuiltinAlgorithm(name, module, qualname, getattr(configs, config))
+
+
+def describe(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path | str | None] = ()) -> Any:
+    """What a scenario needs of the algorithm ``name`` (its ``name`` and ``Config``): a built-in name gives a
+    :class:`BuiltinAlgorithm` without importing it; anything else is :func:`resolve`'s class."""
+    if isinstance(name, str) and not components.is_reference(name):
+        found = builtin(name)
+        if found is not None:
+            return found
+    return resolve(name, field, base_dirs)
+
+
+def references() -> dict[str, BuiltinAlgorithm]:
+    """Every built-in algorithm by name, not imported (for ``fedsim reference``)."""
+    return {name: builtin(name) for name in CATALOG}  # type: ignore[misc]
 
 
 def __getattr__(name: str) -> Any:
     module = _BUILTINS.get(name)
     if module is None:
         raise AttributeError(f"module 'fedsim.algorithms' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"fedsim.algorithms.{module}"), name)
+    path = "fedsim.messages" if module == "messages" else f"fedsim.algorithms.{module}"
+    return getattr(importlib.import_module(path), name)
 
 
 def registry() -> dict[str, type[Algorithm]]:
@@ -76,6 +144,8 @@ def resolve(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path |
         extra = sorted(components.installed("algorithm"))
         allowed = ", ".join(sorted(builtins) + extra)
         raise ConfigError(field, f"unknown algorithm {name!r} (allowed: {allowed}; or module:Class for your own)")
+    from fedsim.algorithms.base import Algorithm
+
     if not (isinstance(obj, type) and issubclass(obj, Algorithm)):
         raise ConfigError(field, f"{name!r} is {type(obj).__name__} {obj!r}, not a subclass of "
                           "fedsim.algorithms.Algorithm")

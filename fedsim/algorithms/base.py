@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, Generator, Literal
 import numpy as np
 import simpy
 
-from fedsim.algorithms.server_opt import ServerOptConfig, ServerStep, check_server_lr
+from fedsim.algorithms.server_opt import ServerStep
 from fedsim.config import num, positive, require
 from fedsim.learn.costs import state_bytes
 from fedsim.learn.state import State, state_sub
 from fedsim.messages import Assignment, Contribution, LocalTrainer, TrainOutcome, Update, Work
 from fedsim.system.availability import AlwaysOn
+from fedsim.algorithms.configs import LoopConfig, RoundsConfig, STALENESS_FUNCTIONS, SemiAsyncConfig, SlotsConfig, validate_staleness
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.runtime import Context
@@ -40,8 +41,6 @@ __all__ = ["Algorithm", "Assignment", "AsyncSlots", "Contribution", "LocalTraine
 
 
 # ------------------------------------------------------------------------------------------ staleness
-
-STALENESS_FUNCTIONS = ("constant", "polynomial", "hinge", "fedbuff")
 
 
 def staleness_weight(tau: float, kind: str = "constant", a: float = 0.5, b: float = 4.0) -> float:
@@ -61,12 +60,6 @@ def staleness_weight(tau: float, kind: str = "constant", a: float = 0.5, b: floa
     if kind == "fedbuff":
         return 1.0 / math.sqrt(1.0 + tau)
     raise ValueError(f"unknown staleness function {kind!r} (allowed: {', '.join(STALENESS_FUNCTIONS)})")
-
-
-def validate_staleness(kind: str, a: float, b: float, prefix: str) -> None:
-    require(kind in STALENESS_FUNCTIONS, f"{prefix}.staleness", f"got {kind!r} (allowed: {', '.join(STALENESS_FUNCTIONS)})")
-    positive(a, f"{prefix}.staleness_a", allow_zero=True)
-    positive(b, f"{prefix}.staleness_b", allow_zero=True)
 
 
 # ------------------------------------------------------------------------------------------ client task
@@ -313,54 +306,6 @@ class TaskCounter:
         return k
 
 
-@dataclass
-class RoundsConfig:
-    """The settings of a synchronous round (:class:`SyncRounds`; FedAvg and every algorithm built on its
-    rounds extend this dataclass)."""
-
-    clients_per_round: int = num(10, ge=1, unit="clients", doc="clients sampled each round")
-    deadline_s: float | None = num(None, gt=0, le=1e9, unit="s", doc="round deadline; stragglers are dropped")
-    server_lr: float = num(1.0, gt=0, le=1e6, doc="η_g: server step size toward the round's aggregate")
-    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-    only_fitting: bool = field(default=False, metadata={
-        "doc": "sample only clients whose device fits the full model (the others never train)"})
-    #: a server optimiser over the round's aggregate (FedAvgM, FedAdam, FedYogi, FedAdagrad); null: the
-    #: aggregate moved by ``server_lr``
-    server_opt: ServerOptConfig | None = None
-
-    def validate(self, prefix: str) -> None:
-        positive(self.clients_per_round, f"{prefix}.clients_per_round")
-        positive(self.retry_s, f"{prefix}.retry_s")
-        positive(self.deadline_s, f"{prefix}.deadline_s")
-        positive(self.server_lr, f"{prefix}.server_lr")
-        check_server_lr(self.server_lr, self.server_opt, prefix)
-
-
-@dataclass
-class SlotsConfig:
-    """The settings an :class:`AsyncSlots` algorithm's ``Config`` extends (a user's; the built-ins declare the
-    same fields themselves): clients at work at once and the idle retry.  Add ``server_lr`` and ``server_opt``
-    (:class:`fedsim.algorithms.server_opt.ServerOptConfig`) to have the shape's server step apply them."""
-
-    concurrency: int = num(10, ge=1, unit="clients", doc="clients training at once")
-    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-
-    def validate(self, prefix: str) -> None:
-        positive(self.concurrency, f"{prefix}.concurrency")
-        positive(self.retry_s, f"{prefix}.retry_s")
-
-
-@dataclass
-class SemiAsyncConfig:
-    """The settings a :class:`SemiAsyncRounds` algorithm's ``Config`` extends (a user's): the wait before a
-    dropped client is dispatched again."""
-
-    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before dispatching a dropped client again")
-
-    def validate(self, prefix: str) -> None:
-        positive(self.retry_s, f"{prefix}.retry_s")
-
-
 class SyncRounds(Algorithm):
     """Loop shape: synchronous rounds (FedAvg and everything built on its rounds).
 
@@ -379,11 +324,12 @@ class SyncRounds(Algorithm):
     """
 
     Config = RoundsConfig
+    cfg: RoundsConfig  # the validated Config (a subclass's extends RoundsConfig)
     #: what clients send back: full weights or deltas from the model they downloaded
     update_kind: Literal["weights", "delta"] = "weights"
 
     @classmethod
-    def work(cls, config: Any) -> Work:
+    def work(cls, config: RoundsConfig) -> Work:
         k = int(config.clients_per_round)
         return Work(slots=k, slots_field="clients_per_round", per_version=k, retry_s=config.retry_s,
                     deadline_s=config.deadline_s)
@@ -467,6 +413,7 @@ class SlotScheduler(Algorithm):
 
     family = ""
     watch_participation = False
+    cfg: LoopConfig  # the validated Config: ``retry_s`` (SlotsConfig, SplitSlotsConfig and FedRAAConfig extend it)
 
     def start_slots(self, concurrency: int) -> None:
         ctx = self.ctx
@@ -500,7 +447,6 @@ class SlotScheduler(Algorithm):
         raise NotImplementedError
 
 
-
 class AsyncSlots(SlotScheduler):
     """Loop shape: asynchronous slots with a buffer (FedAsync, FedBuff, CA2FL).
 
@@ -529,6 +475,7 @@ class AsyncSlots(SlotScheduler):
     """
 
     update_kind: Literal["weights", "delta"] = "weights"
+    cfg: SlotsConfig  # the validated Config: ``concurrency`` and ``retry_s``
     refill_on_arrival = True
     serve_each = False
     #: one slot per client, which the client keeps (``concurrency`` is then the number of clients)
@@ -542,7 +489,7 @@ class AsyncSlots(SlotScheduler):
                             "AsyncSlots passes the model each buffered update started from as `bases`")
 
     @classmethod
-    def work(cls, config: Any) -> Work:
+    def work(cls, config: SlotsConfig) -> Work:
         return Work(slots=int(config.concurrency), per_version=cls.buffer_size_of(config), retry_s=config.retry_s)
 
     @classmethod
@@ -672,8 +619,10 @@ class SemiAsyncRounds(Algorithm):
     :meth:`server_rule`.  Its ``Config`` has ``retry_s``.
     """
 
+    cfg: SemiAsyncConfig  # the validated Config: ``retry_s``
+
     @classmethod
-    def work(cls, config: Any) -> Work:
+    def work(cls, config: SemiAsyncConfig) -> Work:
         """Every client works at once; a round's updates are not known before it runs (at least one)."""
         return Work(retry_s=config.retry_s)
 

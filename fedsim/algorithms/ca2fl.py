@@ -17,18 +17,14 @@ from fedsim.algorithms.base import Update
 from fedsim.algorithms.fedbuff import FedBuff
 from fedsim.algorithms.rules import ca2fl_apply
 from fedsim.learn.state import State
+from fedsim.algorithms.configs import CA2FLConfig
 
 
 class CA2FL(FedBuff):
     name = "ca2fl"
     theorems = ()  # its own server rule: FedBuff's theorem does not cover it
 
-    @dataclass
-    class Config(FedBuff.Config):
-        variant: Literal["canonical", "gas-code"] = field(default="canonical", metadata={
-            "doc": "canonical: the paper's calibration; gas-code: GAS code's data-size-weighted cache sum"})
-        staleness: str = field(default="constant", metadata={
-            "doc": "unused: CA2FL does not scale by staleness (its cache corrects stale clients)"})
+    Config = CA2FLConfig
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)

@@ -49,22 +49,16 @@ import simpy
 import torch
 
 from fedsim.algorithms.base import Assignment, SemiAsyncRounds, Update, client_task, quorum
-from fedsim.algorithms.cos2p_rules import WEIGHTINGS, SegmentIndex, cos2p_aggregate, segment_index
+from fedsim.algorithms.cos2p_rules import SegmentIndex, cos2p_aggregate, segment_index
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State
+from fedsim.algorithms.configs import Cos2PConfig, KL_DIRECTIONS, PAPER_RATES, ROLLING_RULES
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
 
 
-#: Table 7 (E1): overall kept fraction R_n per device class.
-PAPER_RATES = {
-    "jetson-xavier-nx-8gb": 0.0625,
-    "jetson-xavier-nx-16gb": 0.0625,
-    "jetson-agx-orin-32gb": 0.5625,
-    "jetson-agx-orin-64gb": 0.5625,
-}
 #: Table 7: batch size per device class.
 PAPER_BATCH = {
     "jetson-xavier-nx-8gb": 8,
@@ -72,11 +66,9 @@ PAPER_BATCH = {
     "jetson-agx-orin-32gb": 64,
     "jetson-agx-orin-64gb": 128,
 }
-ROLLING_RULES = ("round", "client_round", "fixed")
 #: initial importance logit of every unit (P = sigmoid(2) ≈ 0.88: masks start nearly full and the sparsity
 #: term pulls them down to R^w while CE decides which units stay)
 MASK_INIT_LOGIT = 2.0
-KL_DIRECTIONS = ("student_teacher", "teacher_student")
 
 
 def split_rates(rate: float, ratio: float) -> tuple[float, float]:
@@ -125,89 +117,7 @@ class Cos2P(SemiAsyncRounds):
     name = "cos2p"
     theorems = ("cos2p",)  # Co-S2P Theorem 1
 
-    @dataclass
-    class Config:
-        mu: float = field(default=0.5, metadata={"doc": "μ: aggregation minimal ratio; a round waits for ⌈μN⌉ updates"})
-        t_clk: float = field(default=0.0,
-                             metadata={"doc": "T_clk: waiting interval (virtual s) after the ⌈μN⌉-th arrival"})
-        mode: Literal["semi", "async"] = field(default="semi", metadata={
-            "doc": "semi (Algorithm 1) or async (every arrival aggregated alone)"})
-        weighting: str = field(default="gamma", metadata={
-            "doc": "segment weights of Eq. 5: gamma (Eq. 4), uniform (γ ≡ 1) or samples (FedAvg's)"})
-        server_lr: float = field(default=1.0,
-                                 metadata={"doc": "η of Eq. 5 on the γ-averaged weight change (1: the average itself)"})
-        #: how R_n is chosen: "balanced" (derived per client from its device's compute and link speed so that
-        #: every client's job takes about the same time; the paper picks R_n "according to the available
-        #: resources" from measured round times) or "table7" (the ``rates`` table per device profile)
-        rate_rule: Literal["balanced", "table7"] = field(default="balanced", metadata={
-            "doc": "how R_n is chosen: balanced (equal job times per client) or table7 (rates)"})
-        #: the largest R_n the balanced rule gives (Table 7's largest E1 rate: no client trains the whole model)
-        rate_max: float = num(0.5625, gt=0, le=1, doc="largest kept fraction of the balanced rule")
-        rates: dict[str, float] = field(default_factory=lambda: dict(PAPER_RATES), metadata={
-            "doc": "kept fraction R_n per device profile for rate_rule: table7 (default: Table 7, E1)"})
-        batch_sizes: dict[str, int] = field(default_factory=dict, metadata={
-            "doc": "local batch size per device profile (default: train's batch size)"})
-        width_depth_ratio: float = field(default=1.0,
-                                         metadata={"doc": "R^w / R^d: how R_n splits into width and depth"})
-        #: depth-window rolling rule (the paper only says "in a rolling fashion"): the window of a client's
-        #: k-th participation starts at encoder block (k·step) mod (L − w + 1) ("round"), at ((k + client)·step)
-        #: mod (L − w + 1) ("client_round": clients staggered so the blocks are covered evenly sooner), or
-        #: always at the bottom ("fixed")
-        rolling: str = field(default="client_round", metadata={
-            "doc": "depth-window rolling: round, client_round (staggered by client) or fixed"})
-        rolling_step: int = field(default=1, metadata={"doc": "blocks the depth window moves per participation"})
-        mask_rounds: int = field(default=2, metadata={"doc": "Q̂: tasks q < Q̂ run the mask phase first"})
-        mask_epochs: float = field(default=1.0, metadata={"doc": "local epochs of the mask phase"})
-        mask_lr: float = field(default=0.1, metadata={"doc": "learning rate of the mask logits"})
-        lambda1: float = field(default=1.0,
-                               metadata={"doc": "λ₁: weight of the kept-fraction penalty in the mask loss"})
-        mask: Literal["learned", "random"] = field(default="learned",
-                                                   metadata={"doc": "learned (STE) or random (Table 3's ablation)"})
-        distill: bool = field(default=True,
-                              metadata={"doc": "self-distillation between local exits (Eq. 3); off: plain CE per exit"})
-        lambda2: float = field(default=0.2, metadata={"doc": "λ₂ in [0, 1]: distillation weight of Eq. 3"})
-        temperature: float = field(default=3.0, metadata={"doc": "t: distillation temperature of Eq. 3"})
-        kl_direction: str = field(default="student_teacher",
-                                  metadata={"doc": "direction of the KL of Eq. 3: student_teacher or teacher_student"})
-        detach_teacher: bool = field(default=True,
-                                     metadata={"doc": "stop the gradient through the teacher exit in Eq. 3"})
-        local_train_fraction: float = field(default=0.8, metadata={
-            "doc": "share of a client's samples for local training (the rest: its test set)"})
-        retry_s: float = field(default=10.0, metadata={
-            "doc": "wait before re-dispatching a client whose task was dropped (went offline)"})
-
-        def validate(self, prefix: str) -> None:
-            require(0 < self.mu <= 1, f"{prefix}.mu", f"must be in (0, 1], got {self.mu!r}")
-            require(self.t_clk >= 0 and math.isfinite(self.t_clk), f"{prefix}.t_clk",
-                    f"must be a finite number of seconds >= 0, got {self.t_clk!r}")
-            require(self.mode in ("semi", "async"), f"{prefix}.mode", f"got {self.mode!r} (allowed: semi, async)")
-            require(self.weighting in WEIGHTINGS, f"{prefix}.weighting",
-                    f"got {self.weighting!r} (allowed: {', '.join(WEIGHTINGS)})")
-            positive(self.server_lr, f"{prefix}.server_lr")
-            for k, r in self.rates.items():
-                require(isinstance(r, (int, float)) and 0 < r <= 1, f"{prefix}.rates.{k}", f"must be in (0, 1], got {r!r}")
-            for k, b in self.batch_sizes.items():
-                require(isinstance(b, int) and b >= 1, f"{prefix}.batch_sizes.{k}", f"must be an integer >= 1, got {b!r}")
-            require(self.width_depth_ratio > 0 and math.isfinite(self.width_depth_ratio), f"{prefix}.width_depth_ratio",
-                    f"must be > 0, got {self.width_depth_ratio!r}")
-            require(self.rolling in ROLLING_RULES, f"{prefix}.rolling",
-                    f"got {self.rolling!r} (allowed: {', '.join(ROLLING_RULES)})")
-            require(isinstance(self.rolling_step, int) and self.rolling_step >= 0, f"{prefix}.rolling_step",
-                    f"must be an integer >= 0, got {self.rolling_step!r}")
-            require(isinstance(self.mask_rounds, int) and self.mask_rounds >= 0, f"{prefix}.mask_rounds",
-                    f"must be an integer >= 0, got {self.mask_rounds!r}")
-            positive(self.mask_epochs, f"{prefix}.mask_epochs", allow_zero=True)
-            positive(self.mask_lr, f"{prefix}.mask_lr")
-            require(self.lambda1 >= 0 and math.isfinite(self.lambda1), f"{prefix}.lambda1",
-                    f"must be a finite number >= 0, got {self.lambda1!r}")
-            require(self.mask in ("learned", "random"), f"{prefix}.mask", f"got {self.mask!r} (allowed: learned, random)")
-            require(0 <= self.lambda2 <= 1, f"{prefix}.lambda2", f"must be in [0, 1], got {self.lambda2!r}")
-            positive(self.temperature, f"{prefix}.temperature")
-            require(self.kl_direction in KL_DIRECTIONS, f"{prefix}.kl_direction",
-                    f"got {self.kl_direction!r} (allowed: {', '.join(KL_DIRECTIONS)})")
-            require(0 < self.local_train_fraction <= 1, f"{prefix}.local_train_fraction",
-                    f"must be in (0, 1], got {self.local_train_fraction!r}")
-            positive(self.retry_s, f"{prefix}.retry_s")
+    Config = Cos2PConfig
 
     # ------------------------------------------------------------------------------------ setup
     def __init__(self, ctx: Any, config: Any) -> None:

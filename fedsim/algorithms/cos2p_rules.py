@@ -31,8 +31,7 @@ import torch
 from fedsim.algorithms.base import Update
 from fedsim.learn.state import State, masked_weighted_average
 from fedsim.errors import ConfigError
-
-WEIGHTINGS = ("gamma", "uniform", "samples")
+from fedsim.algorithms.configs import WEIGHTINGS
 
 
 @dataclass

@@ -50,21 +50,20 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError
 from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estimate, state_bytes
 from fedsim.learn.models import BlockModel, split_model
 from fedsim.learn.submodel import SubModel, block_of
 from fedsim.learn.train import SGDConfig, TrainStats, local_sgd
+from fedsim.algorithms.configs import CLIENT_TYPES, EmbracingFLConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
 
 __all__ = ["EmbracingFL", "CLIENT_TYPES", "MultiStepForward", "MultiStepResult", "multi_step_forward_train",
            "block_keys", "type_memory", "TypeCost"]
-
-CLIENT_TYPES: tuple[str, ...] = ("strong", "moderate", "weak")
 
 
 def block_keys(model: BlockModel, start: int, end: int | None = None) -> list[str]:
@@ -197,53 +196,7 @@ class EmbracingFL(FedAvg):
     theorems = ("embracingfl",)  # EmbracingFL Theorem 1
     fits_submodels = True   # partial clients need less memory than the whole model: no whole-model check
 
-    @dataclass
-    class Config(RoundsConfig):
-        assign: Literal["fraction", "devices", "memory"] = field(default="fraction", metadata={
-            "doc": "client types by: fraction (random draw), devices (the types table) or memory"})
-        weak_fraction: float = field(default=0.5, metadata={"doc": "share of clients made weak (assign: fraction)"})
-        moderate_fraction: float = field(default=0.0,
-                                         metadata={"doc": "share of clients made moderate (assign: fraction)"})
-        types: dict[str, str] = field(default_factory=dict, metadata={
-            "doc": "{device profile: client type} for assign: devices (unlisted: strong)"})
-        memory_share: float = field(default=1.0,
-                                    metadata={"doc": "share of device memory a type must fit in (assign: memory)"})
-        splits: dict[str, int] = field(default_factory=lambda: {"moderate": 2, "weak": 3}, metadata={
-            "doc": "input-side blocks a moderate or weak client freezes ({type: blocks})"})
-
-        def validate(self, prefix: str) -> None:
-            super().validate(prefix)
-            for key in ("weak_fraction", "moderate_fraction"):
-                v = getattr(self, key)
-                require(isinstance(v, (int, float)) and 0.0 <= v <= 1.0, f"{prefix}.{key}",
-                        f"must be a fraction in [0, 1], got {v!r}")
-            require(self.weak_fraction + self.moderate_fraction <= 1.0 + 1e-12, f"{prefix}.weak_fraction",
-                    f"weak_fraction + moderate_fraction must be <= 1, got {self.weak_fraction} + {self.moderate_fraction}")
-            require(0.0 < self.memory_share <= 1.0, f"{prefix}.memory_share", f"must be in (0, 1], got {self.memory_share!r}")
-            for t, k in self.splits.items():
-                require(t in ("moderate", "weak"), f"{prefix}.splits.{t}", "unknown client type (allowed: moderate, weak)")
-                require(isinstance(k, int) and k >= 1, f"{prefix}.splits.{t}",
-                        f"must be the number (>= 1) of input-side blocks the {t} client freezes, got {k!r}")
-            if self.types:
-                from fedsim.system.devices import list_profiles
-
-                known = set(list_profiles())
-                for dev, t in self.types.items():
-                    require(dev in known, f"{prefix}.types.{dev}",
-                            f"unknown device {dev!r} (allowed: {', '.join(sorted(known))})")
-                    require(t in CLIENT_TYPES, f"{prefix}.types.{dev}",
-                            f"unknown client type {t!r} (allowed: {', '.join(CLIENT_TYPES)})")
-
-        def validate_scenario(self, scenario: Any, prefix: str) -> None:
-            """A client-type table names device classes of the scenario's ``devices.mix``."""
-            if self.assign != "devices":
-                return
-            from fedsim.algorithms.width import device_classes
-
-            classes = device_classes(scenario)
-            for dev in self.types:
-                require(dev in classes, f"{prefix}.types.{dev}",
-                        f"device class {dev!r} is not in devices.mix (the scenario has: {', '.join(classes)})")
+    Config = EmbracingFLConfig
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)

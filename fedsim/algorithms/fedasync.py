@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
+from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight
 from fedsim.config import num, positive, require
 from fedsim.learn.state import State, masked_weighted_average, state_mix
+from fedsim.algorithms.configs import FedAsyncConfig
 
 
 def fedasync_rule(update: Update, base: State, tau: int, alpha: float, staleness: str = "polynomial",
@@ -29,25 +30,7 @@ class FedAsync(AsyncSlots):
     name = "fedasync"
     theorems = ("fedasync",)  # Xie, Koyejo & Gupta (2019), Theorem 1
 
-    @dataclass
-    class Config:
-        alpha: float = num(0.6, gt=0, le=1, doc="mixing weight of a fresh update")
-        staleness: str = field(default="polynomial", metadata={
-            "doc": "staleness function s(τ): constant, polynomial, hinge or fedbuff (1/√(1+τ))"})
-        staleness_a: float = num(0.5, ge=0, le=1e3, doc="a of s(τ): polynomial exponent, hinge slope")
-        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions",
-                                 doc="b of s(τ): hinge threshold (no discount up to b versions)")
-        concurrency: int = num(10, ge=1, unit="clients",
-                               doc="clients training at once (a slot is refilled when its update is applied)")
-        max_staleness: int | None = num(None, ge=0, le=10**9, unit="versions", doc="staler updates are dropped")
-        retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-
-        def validate(self, prefix: str) -> None:
-            require(0 < self.alpha <= 1, f"{prefix}.alpha", f"must be in (0, 1], got {self.alpha!r}")
-            validate_staleness(self.staleness, self.staleness_a, self.staleness_b, prefix)
-            positive(self.concurrency, f"{prefix}.concurrency")
-            positive(self.max_staleness, f"{prefix}.max_staleness", allow_zero=True)
-            positive(self.retry_s, f"{prefix}.retry_s")
+    Config = FedAsyncConfig
 
     #: the server applies each arrival as the client's own request, then the slot is refilled (AsyncSlots'
     #: defaults are FedBuff's: refill on arrival, one service per full buffer)

@@ -22,9 +22,10 @@ from typing import Any, Generator, Literal
 import numpy as np
 import simpy
 
-from fedsim.algorithms.base import RoundsConfig, SyncRounds, Update
+from fedsim.algorithms.base import SyncRounds, Update
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_toward
+from fedsim.algorithms.configs import FedAvgConfig, RoundsConfig
 
 __all__ = ["FedAvg", "RoundsConfig", "fedavg_rule"]
 
@@ -42,13 +43,7 @@ class FedAvg(SyncRounds):
     name = "fedavg"
     theorems = ("local_sgd",)  # Yang, Fang & Liu (ICLR 2021); fedsim check judges where its conditions hold
 
-    @dataclass
-    class Config(RoundsConfig):
-        #: ``vector``: each round's client chains computed in numpy, for systems-only studies of 10^5-10^6
-        #: devices (``fedsim.algorithms.fedavg_vector``: the same trace as ``event``, refused where it
-        #: does not apply)
-        engine: Literal["event", "vector"] = field(default="event", metadata={
-            "doc": "event: SimPy processes; vector: client chains in numpy (systems-only, huge populations)"})
+    Config = FedAvgConfig
 
     @classmethod
     def fits_devices(cls, config: Any) -> bool:

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight, validate_staleness
-from fedsim.algorithms.server_opt import ServerOptConfig, ServerOptimizer, check_server_lr
+from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight
+from fedsim.algorithms.server_opt import ServerOptimizer
 from fedsim.config import num, positive
 from fedsim.learn.state import State, is_counter, masked_weighted_average, state_axpy
+from fedsim.algorithms.configs import FedBuffConfig
 
 
 def fedbuff_rule(batch: list[Update], base: State, version: int, server_lr: float, staleness: str = "fedbuff",
@@ -41,28 +42,7 @@ class FedBuff(AsyncSlots):
     #: same seed dispatches the same clients in the same order until their timelines diverge
     family = "fedbuff"
 
-    @dataclass
-    class Config:
-        buffer_size: int = num(5, ge=1, le=10**6, unit="updates", doc="K: deltas buffered before each server step")
-        concurrency: int = num(10, ge=1, unit="clients",
-                               doc="clients training at once (a slot is refilled when its upload arrives)")
-        server_lr: float = num(1.0, gt=0, le=1e6, doc="η_g: server step size on the buffer's mean delta")
-        staleness: str = field(default="fedbuff", metadata={
-            "doc": "staleness function s(τ): constant, polynomial, hinge or fedbuff (1/√(1+τ))"})
-        staleness_a: float = num(0.5, ge=0, le=1e3, doc="a of s(τ): polynomial exponent, hinge slope")
-        staleness_b: float = num(4.0, ge=0, le=1e9, unit="versions",
-                                 doc="b of s(τ): hinge threshold (no discount up to b versions)")
-        retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-        #: a server optimiser over the buffer's delta (null: the delta moved by ``server_lr``)
-        server_opt: ServerOptConfig | None = None
-
-        def validate(self, prefix: str) -> None:
-            positive(self.buffer_size, f"{prefix}.buffer_size")
-            check_server_lr(self.server_lr, self.server_opt, prefix)
-            positive(self.retry_s, f"{prefix}.retry_s")
-            positive(self.concurrency, f"{prefix}.concurrency")
-            positive(self.server_lr, f"{prefix}.server_lr")
-            validate_staleness(self.staleness, self.staleness_a, self.staleness_b, prefix)
+    Config = FedBuffConfig
 
     update_kind = "delta"
     #: a slot is refilled as soon as its upload arrives; the server serves one ``aggregate`` per full buffer

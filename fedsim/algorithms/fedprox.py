@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import num
 from fedsim.learn.train import Proximal, local_sgd
+from fedsim.algorithms.configs import FedProxConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
@@ -38,9 +39,7 @@ class FedProx(FedAvg):
     name = "fedprox"
     theorems = ("local_sgd",)  # Yang, Fang & Liu's local SGD: applies only with mu = 0 (plain local SGD)
 
-    @dataclass
-    class Config(RoundsConfig):
-        mu: float = num(0.01, ge=0, le=1e6, doc="weight of the proximal term")
+    Config = FedProxConfig
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:
         return Assignment(objective=Proximal(self.cfg.mu), round=round_)

@@ -38,29 +38,16 @@ from typing import Any, Generator, Literal
 
 import numpy as np
 
-from fedsim.algorithms.base import (
-    AsyncSlots,
-    Assignment,
-    SyncRounds,
-    Update,
-    Work,
-    staleness_weight,
-    validate_staleness,
-)
+from fedsim.algorithms.base import AsyncSlots, Assignment, SyncRounds, Update, Work, staleness_weight
 from fedsim.algorithms.fedasync import fedasync_rule
 from fedsim.algorithms.fedprox import prox_trainer
-from fedsim.algorithms.fedraa_schedulers import (
-    SCHEDULERS,
-    choose_fragment,
-    fragment_ratios,
-    k_offline,
-    offline_assignment,
-)
+from fedsim.algorithms.fedraa_schedulers import choose_fragment, k_offline, offline_assignment
 from fedsim.config import positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_mix
 from fedsim.learn.submodel import extract, fragment_submodel, insert
 from fedsim.learn.train import num_steps, samples_processed
+from fedsim.algorithms.configs import FedRAAConfig, fragment_ratios
 
 
 class FedRAA(AsyncSlots, SyncRounds):
@@ -82,46 +69,7 @@ class FedRAA(AsyncSlots, SyncRounds):
         """Every client works at once (one per round, or its own slot); offline ones retry after ``retry_s``."""
         return Work(retry_s=config.retry_s)
 
-    @dataclass
-    class Config:
-        fragments: int = field(default=3, metadata={"doc": "M: fragments the designated layers' units are split into"})
-        ratios: list[float] | None = field(default=None, metadata={
-            "doc": "fragment size ratios, summing to 1 (null: Table 4's preset for M)"})
-        layers: list[str] | None = field(default=None, metadata={
-            "doc": "width groups to split into fragments (null: the model's designated ones)"})
-        mode: Literal["isolated", "frozen"] = field(default="isolated", metadata={
-            "doc": "isolated: the client holds only its fragment; frozen: full model, fragment's entries trained"})
-        scheduler: Literal["gre", "random", "mp", "offline"] = field(default="gre", metadata={
-            "doc": "fragment choice: gre (Gre-RAA), random, mp (MP-RAA) or offline (Theorem 2's assignment)"})
-        K: float | None = field(default=None,
-                                metadata={"doc": "delay bound K of Gre-RAA in s of estimated round trip (null: K_off)"})
-        count_inflight: bool = field(default=False,
-                                     metadata={"doc": "the scheduler's q(j) also counts fragments being trained"})
-        aggregation: Literal["async", "sync"] = field(default="async", metadata={
-            "doc": "async (Fed-RAA) or sync (Sync Fed-RAA: rounds, the server waits for all)"})
-        alpha: float = field(default=0.6,
-                             metadata={"doc": "α: mixing weight of a fresh update (α_t = α · s(staleness))"})
-        staleness: str = field(default="constant", metadata={
-            "doc": "staleness function s(τ): constant, polynomial, hinge or fedbuff (1/√(1+τ))"})
-        staleness_a: float = field(default=0.5, metadata={"doc": "a of s(τ): polynomial exponent, hinge slope"})
-        staleness_b: float = field(default=4.0,
-                                   metadata={"doc": "b of s(τ): hinge threshold (no discount up to b versions)"})
-        staleness_clock: Literal["global", "fragment"] = field(default="fragment", metadata={
-            "doc": "staleness counted in updates of this fragment (fragment) or of any (global)"})
-        rho: float = field(default=0.0, metadata={
-            "doc": "ρ: proximal weight of the local objective f + ρ/2‖θ − θ_q‖² (0: plain SGD)"})
-        retry_s: float = field(default=10.0, metadata={"doc": "wait before retrying an offline client"})
-
-        def validate(self, prefix: str) -> None:
-            positive(self.fragments, f"{prefix}.fragments")
-            fragment_ratios(self.fragments, self.ratios, prefix)
-            require(self.scheduler in SCHEDULERS, f"{prefix}.scheduler",
-                    f"got {self.scheduler!r} (allowed: {', '.join(SCHEDULERS)})")
-            require(0 < self.alpha <= 1, f"{prefix}.alpha", f"must be in (0, 1], got {self.alpha!r}")
-            validate_staleness(self.staleness, self.staleness_a, self.staleness_b, prefix)
-            positive(self.K, f"{prefix}.K")
-            positive(self.rho, f"{prefix}.rho", allow_zero=True)
-            positive(self.retry_s, f"{prefix}.retry_s")
+    Config = FedRAAConfig
 
     @classmethod
     def fits_devices(cls, config: Any) -> bool:

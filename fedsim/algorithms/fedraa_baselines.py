@@ -25,10 +25,11 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.learn.state import State
 from fedsim.learn.train import local_sgd
+from fedsim.algorithms.configs import PruneFLLiteConfig, RAMFedLiteConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
@@ -38,13 +39,7 @@ class RAMFedLite(FedAvg):
     name = "ramfed-lite"
     theorems = ()  # a baseline of sub-models: no theorem written for its setting
 
-    @dataclass
-    class Config(RoundsConfig):
-        min_width: float = field(default=0.1, metadata={"doc": "floor of a client's width t_fastest / t_n"})
-
-        def validate(self, prefix: str) -> None:
-            RoundsConfig.validate(self, prefix)
-            require(0 < self.min_width <= 1, f"{prefix}.min_width", f"must be in (0, 1], got {self.min_width!r}")
+    Config = RAMFedLiteConfig
 
     def widths(self) -> np.ndarray:
         """Per-client width t_fastest / t_n from the world's expected compute times, floored at min_width."""
@@ -101,17 +96,7 @@ class PruneFLLite(FedAvg):
     name = "prunefl-lite"
     theorems = ()  # a baseline of pruned models: no theorem written for its setting
 
-    @dataclass
-    class Config(RoundsConfig):
-        density: float = field(default=0.3,
-                               metadata={"doc": "fraction of each weight matrix's largest-magnitude entries kept"})
-        reconfigure_every: int = field(default=5, metadata={"doc": "rounds between recomputing the magnitude mask"})
-
-        def validate(self, prefix: str) -> None:
-            RoundsConfig.validate(self, prefix)
-            require(0 < self.density <= 1, f"{prefix}.density", f"must be in (0, 1], got {self.density!r}")
-            require(self.reconfigure_every >= 1, f"{prefix}.reconfigure_every",
-                    f"must be a positive integer, got {self.reconfigure_every!r}")
+    Config = PruneFLLiteConfig
 
     def assign(self, client: int, round_: int | None = None) -> Assignment:
         r = 1 if round_ is None else round_

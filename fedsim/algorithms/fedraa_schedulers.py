@@ -30,27 +30,7 @@ import numpy as np
 
 from fedsim.errors import ConfigError
 from fedsim.learn.models import FRAGMENT_RATIOS
-
-SCHEDULERS = ("gre", "random", "mp", "offline")
-
-
-def fragment_ratios(M: int, ratios: Sequence[float] | None, field: str) -> tuple[float, ...]:
-    """The ratios to use: ``ratios`` if given (must sum to 1), else Table 4's preset for ``M``
-    (``fedsim.learn.models.FRAGMENT_RATIOS``; M = 1 is the whole layer)."""
-    if ratios is None or len(ratios) == 0:
-        presets = {1: (1.0,), **FRAGMENT_RATIOS}
-        if M not in presets:
-            raise ConfigError(f"{field}.fragments", f"no Table 4 preset for M={M!r} (presets: {min(presets)}..{max(presets)}); give {field}.ratios")
-        return presets[M]
-    r = tuple(float(x) for x in ratios)
-    if len(r) != M:
-        raise ConfigError(f"{field}.ratios", f"has {len(r)} entries but fragments is {M}")
-    if any(not np.isfinite(x) or x <= 0 for x in r):
-        raise ConfigError(f"{field}.ratios", f"must all be > 0, got {list(r)}")
-    if abs(sum(r) - 1.0) > 1e-6:
-        raise ConfigError(f"{field}.ratios", f"must sum to 1, got {list(r)} (sum {sum(r):.6g})")
-    return r
-
+from fedsim.algorithms.configs import SCHEDULERS, fragment_ratios
 
 # ------------------------------------------------------------------------------------------ offline
 

@@ -39,9 +39,10 @@ from fedsim.algorithms.fedavg import fedavg_rule
 from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require
 from fedsim.learn.augment import strong_view, weak_view
-from fedsim.learn.semi import check_semi_settings
+
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
 from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
+from fedsim.algorithms.configs import FedMatchConfig, SemiFLConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
@@ -63,29 +64,7 @@ class SemiFL(SyncRounds):
         return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k), retry_s=cls.retry_s,
                     server_steps=int(config.k_s), server_field="k_s")  # the labeled phase: K_s steps per round
 
-    @dataclass
-    class Config:
-        clients_per_round: int = field(default=10, metadata={"doc": "N_h: clients sampled each round"})
-        labeled: int = field(default=100, metadata={
-            "doc": "labeled samples held by the server, drawn per class from the training set"})
-        client_labeled_fraction: float = field(default=0.0, metadata={
-            "doc": "share of each client's samples that keep their labels"})
-        k_s: int = field(default=20, metadata={"doc": "K_s: server steps per round (the labeled phase)"})
-        server_batch: int | None = field(default=None,
-                                         metadata={"doc": "batch size of the labeled phase (null: train's batch size)"})
-        tau: float = field(default=0.95, metadata={"doc": "τ: confidence threshold of pseudo-labels"})
-        weak: str = field(default="flip_crop", metadata={"doc": "weak view: flip_crop, crop or none"})
-        strong: str = field(default="randaugment", metadata={"doc": "strong view: randaugment, noise or none"})
-        rand_n: int = field(default=2, metadata={"doc": "RandAugment N: operations drawn per image"})
-        rand_m: int = field(default=10, metadata={"doc": "RandAugment M: magnitude (1..10)"})
-        mixup_alpha: float = field(default=0.75, metadata={
-            "doc": "α of the Mixup weight λ ~ Beta(α, α) among confident samples (SemiFL)"})
-        ema: float = field(default=0.99, metadata={"doc": "teacher EMA decay (FedSwitch only)"})
-
-        def validate(self, prefix: str) -> None:
-            positive(self.clients_per_round, f"{prefix}.clients_per_round")
-            check_semi_settings(self, prefix)
-            positive(self.mixup_alpha, f"{prefix}.mixup_alpha")
+    Config = SemiFLConfig
 
 
     def __init__(self, ctx: Any, config: Any) -> None:
@@ -262,8 +241,6 @@ class FedSwitch(SemiFL):
         self.teacher = masked_weighted_average(teachers, self.teacher)
 
 
-
-
 class FedMatch(SemiFL):
     """FedMatch (Jeong et al., ICLR 2021), simplified as the spec allows.
 
@@ -282,16 +259,7 @@ class FedMatch(SemiFL):
 
     name = "fedmatch"
 
-    @dataclass
-    class Config(SemiFL.Config):
-        helpers: int = field(default=2, metadata={
-            "doc": "helper models (the clients with the closest ψ) downloaded for pseudo-labels"})
-        l1: float = field(default=1.0e-4, metadata={"doc": "weight of the L1 penalty on ψ"})
-
-        def validate(self, prefix: str) -> None:
-            SemiFL.Config.validate(self, prefix)
-            positive(self.helpers, f"{prefix}.helpers", allow_zero=True)
-            positive(self.l1, f"{prefix}.l1", allow_zero=True)
+    Config = FedMatchConfig
 
     def __init__(self, ctx: Any, config: Any) -> None:
         super().__init__(ctx, config)

@@ -54,15 +54,16 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from fedsim.algorithms.base import Work
-from fedsim.algorithms.sfl_base import SplitConfig, SplitRounds, SplitSession
+from fedsim.algorithms.sfl_base import SplitRounds, SplitSession
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.costs import state_bytes
-from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, check_semi_settings, contrastive_loss
+from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss
 from fedsim.learn.split import SideOptimizer, merge_state, split_state
 from fedsim.learn.state import state_mix
 from fedsim.learn.train import batch_schedule
+from fedsim.algorithms.configs import FedSwitchSLConfig, SemiSFLConfig, SupervisedOnlyConfig
 
 State = dict[str, torch.Tensor]
 _HEAD = "head."
@@ -127,70 +128,7 @@ class SemiSFL(SplitRounds):
     step_what = "semisfl-split"
     version_per_round = True  # the supervised phase trains every round, clients or not
 
-    @dataclass
-    class Config(SplitConfig):
-        clients_per_round: int = field(default=10, metadata={"doc": "N_h: clients sampled each round"})
-        labeled: int = field(default=100, metadata={
-            "doc": "labeled samples held by the server, drawn per class from the training set"})
-        client_labeled_fraction: float = field(default=0.0, metadata={
-            "doc": "share of each client's samples that keep their labels"})
-        k_s: int = field(default=20, metadata={"doc": "K_s: server steps per round (the labeled phase)"})
-        server_batch: int | None = field(default=None,
-                                         metadata={"doc": "batch size of the labeled phase (null: train's batch size)"})
-        tau: float = field(default=0.95, metadata={"doc": "τ: confidence threshold of pseudo-labels"})
-        kappa: float = field(default=0.2, metadata={"doc": "κ: temperature of the clustering and SupCon losses"})
-        queue_size: int = field(default=256,
-                                metadata={"doc": "memory queue length: the last projections kept as contrastive keys"})
-        ema: float = field(default=0.99, metadata={"doc": "γ: teacher EMA decay (warm-up min(1 − 1/(t+1), γ))"})
-        head: Literal["mlp", "linear", "none"] = field(default="mlp", metadata={
-            "doc": "projection head: mlp (two layers), linear or none (the features)"})
-        head_dim: int = num(32, ge=1, le=16384, unit="units", doc="projection head output size")
-        head_hidden: int = num(64, ge=1, le=16384, unit="units", doc="projection head hidden size")
-        clustering: bool = field(default=True,
-                                 metadata={"doc": "clustering regularisation C (eq. 5) in the client phase"})
-        supcon: bool = field(default=True,
-                             metadata={"doc": "supervised-contrastive term T (eq. 3-4) in the labeled phase"})
-        adapt: Literal["paper", "code", "none"] = field(default="paper", metadata={
-            "doc": "K_s controller: paper (Eq. 9-10), code (the authors' rule) or none (fixed)"})
-        alpha: float = field(default=1.5, metadata={"doc": "α: K_s decay factor of the controller (≥ 1)"})
-        beta: float = field(default=8.0, metadata={"doc": "β: K_min = floor(β · K_u · the labeled share of the data)"})
-        window: int = field(default=10, metadata={"doc": "rounds averaged per window of the K_s controller"})
-        periods: int = field(default=10, metadata={"doc": "indicators averaged into R_h by the K_s controller"})
-        weak: str = field(default="flip_crop", metadata={"doc": "weak view: flip_crop, crop or none"})
-        strong: str = field(default="randaugment", metadata={"doc": "strong view: randaugment, noise or none"})
-        server_view: Literal["strong", "weak"] = field(default="strong", metadata={
-            "doc": "view of the labeled batches: strong (SemiSFL, strong twice) or weak (FedSwitch-SL)"})
-        rand_n: int = field(default=2, metadata={"doc": "RandAugment N: operations drawn per image"})
-        rand_m: int = field(default=10, metadata={"doc": "RandAugment M: magnitude (1..10)"})
-        lr_schedule: Literal["constant", "cosine"] = field(default="constant", metadata={
-            "doc": "learning rate: constant, or cosine from train.lr to min_lr over stop.max_versions"})
-        min_lr: float = field(default=0.0, metadata={"doc": "final learning rate of the cosine schedule"})
-        evaluate: Literal["teacher", "student"] = field(default="teacher", metadata={
-            "doc": "model evaluated: teacher (paper and code) or student"})
-        probe_every: int = field(default=0, metadata={"doc": "rounds between theory probes (0: none)"})
-        probe_samples: int = field(default=16, metadata={"doc": "fixed samples per probe set"})
-        aggregate_weights: Literal["data_size", "uniform"] = field(default="uniform", metadata={
-            "doc": "client bottoms averaged equally (uniform, SemiSFL) or by data size (data_size)"})
-
-        def validate(self, prefix: str) -> None:
-            SplitConfig.validate(self, prefix)
-            positive(self.clients_per_round, f"{prefix}.clients_per_round", allow_zero=True)
-            check_semi_settings(self, prefix)
-            positive(self.kappa, f"{prefix}.kappa")
-            require(isinstance(self.queue_size, int) and self.queue_size >= 1, f"{prefix}.queue_size",
-                    f"must be an integer >= 1 (the memory queue holds the last queue_size projections), got "
-                    f"{self.queue_size!r}")
-            positive(self.head_dim, f"{prefix}.head_dim")
-            positive(self.head_hidden, f"{prefix}.head_hidden")
-            require(self.alpha >= 1.0, f"{prefix}.alpha", f"K_s decay factor must be >= 1, got {self.alpha!r}")
-            positive(self.beta, f"{prefix}.beta", allow_zero=True)
-            positive(self.window, f"{prefix}.window")
-            positive(self.periods, f"{prefix}.periods")
-            positive(self.min_lr, f"{prefix}.min_lr", allow_zero=True)
-            positive(self.probe_every, f"{prefix}.probe_every", allow_zero=True)
-            positive(self.probe_samples, f"{prefix}.probe_samples")
-            require(self.server_view in ("strong", "weak"), f"{prefix}.server_view",
-                    f"got {self.server_view!r} (allowed: strong, weak)")
+    Config = SemiSFLConfig
 
     # ================================================================================== set-up
     @classmethod
@@ -585,12 +523,7 @@ class FedSwitchSL(SemiSFL):
     name = "fedswitch-sl"
     theorems = ()  # SemiSFL's Theorem 1 is written for SemiSFL (clustering regularisation, adaptive K_s), not this baseline
 
-    @dataclass
-    class Config(SemiSFL.Config):  # other defaults; each field means what SemiSFL's does
-        clustering: bool = False
-        supcon: bool = False
-        adapt: Literal["paper", "code", "none"] = "none"
-        server_view: Literal["strong", "weak"] = "weak"
+    Config = FedSwitchSLConfig
 
 
 class SupervisedOnly(SemiSFL):
@@ -599,8 +532,4 @@ class SupervisedOnly(SemiSFL):
     name = "supervised-only"
     theorems = ()  # no clients: SemiSFL's theorem does not describe it
 
-    @dataclass
-    class Config(SemiSFL.Config):
-        clients_per_round: int = field(default=0,
-                                       metadata={"doc": "N_h: clients sampled each round (0: the labeled phase only)"})
-        adapt: Literal["paper", "code", "none"] = "none"
+    Config = SupervisedOnlyConfig

@@ -24,30 +24,9 @@ import torch
 
 from fedsim.config import num, require
 from fedsim.learn.state import State, is_counter, state_axpy, state_sub, state_toward
+from fedsim.algorithms.configs import ServerOptConfig, check_server_lr
 
 OPTIMISERS = ("sgd", "momentum", "adam", "yogi", "adagrad")
-
-
-@dataclass
-class ServerOptConfig:
-    """``algorithm.server_opt``: the server's optimiser over the aggregate's pseudo-gradient."""
-
-    name: Literal["sgd", "momentum", "adam", "yogi", "adagrad"] = field(default="sgd", metadata={
-        "doc": "optimiser: sgd, momentum (FedAvgM), adam, yogi or adagrad"})
-    lr: float = num(1.0, gt=0, le=1e6, doc="server learning rate η")
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.99],
-                               metadata={"doc": "β₁ (momentum) and β₂ (second moment), each in [0, 1)"})
-    tau: float = num(1e-3, gt=0, le=1e6, doc="adaptivity τ (adam, yogi, adagrad)")
-
-    def validate(self, prefix: str) -> None:
-        require(len(self.betas) == 2 and all(0 <= b < 1 for b in self.betas), f"{prefix}.betas",
-                f"must be two numbers in [0, 1), got {self.betas!r}")
-
-
-def check_server_lr(server_lr: float, server_opt: ServerOptConfig | None, prefix: str) -> None:
-    """The server's learning rate is set once: ``server_lr`` without an optimiser, ``server_opt.lr`` with one."""
-    require(server_opt is None or server_lr == 1.0, f"{prefix}.server_lr",
-            f"got {server_lr!r} together with server_opt; set the server's learning rate once, as server_opt.lr")
 
 
 class ServerOptimizer:

@@ -46,9 +46,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fedsim.algorithms.sfl_base import SplitConfig, SplitSession, SplitSlots
+from fedsim.algorithms.sfl_base import SplitSession, SplitSlots
 from fedsim.config import positive
 from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor, weight_fn
+from fedsim.algorithms.configs import AsyncSFLConfig, GASConfig
 
 
 @dataclass
@@ -75,47 +76,7 @@ class AsyncSFL(SplitSlots):
     #: client-selection stream shared with GAS, so that a paired comparison dispatches the same clients
     family = "async-sfl"
 
-    @dataclass
-    class Config(SplitConfig):
-        concurrency: int = field(default=10, metadata={"doc": "C: clients training at once"})
-        activation_buffer: int | None = field(default=None, metadata={
-            "doc": "Q_s: client minibatches per server step (null: concurrency)"})
-        model_buffer: int | None = field(default=None, metadata={
-            "doc": "Q_c: client models averaged per aggregation (null: concurrency)"})
-        logit_adjust: bool = field(default=True, metadata={
-            "doc": "client gradients from logits adjusted by the client's label prior (eq. 6–7)"})
-        generate: bool = field(default=False,
-                               metadata={"doc": "add generated activations to server steps (GAS; off: async-sfl)"})
-        per_label_target: int | None = field(default=None, metadata={
-            "doc": "rows per label a server step is topped up to (null: train's batch size)"})
-        gaussian_covariance: Literal["diag", "full"] = field(default="diag", metadata={
-            "doc": "per-label Gaussian of the activations: diag or full covariance"})
-        gaussian_reg: float = field(default=0.0, metadata={
-            "doc": "added to the covariance at every merge (0: the paper's; GAS code: 1e-5)"})
-        gaussian_weight: Literal["linear", "polynomial", "exponential", "constant"] = field(default="linear", metadata={
-            "doc": "time weight s(n) of an activation: linear (n), polynomial, exponential, constant"})
-        gaussian_weight_a: float = field(default=1.0,
-                                         metadata={"doc": "a of s(n): a·n^b (polynomial) or a·exp(b·n) (exponential)"})
-        gaussian_weight_b: float = field(default=1.0,
-                                         metadata={"doc": "b of s(n): a·n^b (polynomial) or a·exp(b·n) (exponential)"})
-        measure_every: int | None = field(default=None, metadata={
-            "doc": "server steps between dissimilarity measurements (null: none)"})
-        measure_samples: int = field(default=1000, metadata={
-            "doc": "training samples in the population of the dissimilarity measurement"})
-        retry_s: float = field(default=10.0, metadata={"doc": "wait before retrying when nobody is reachable"})
-
-        def validate(self, prefix: str) -> None:
-            SplitConfig.validate(self, prefix)
-            positive(self.concurrency, f"{prefix}.concurrency")
-            positive(self.activation_buffer, f"{prefix}.activation_buffer")
-            positive(self.model_buffer, f"{prefix}.model_buffer")
-            positive(self.per_label_target, f"{prefix}.per_label_target", allow_zero=True)
-            positive(self.gaussian_reg, f"{prefix}.gaussian_reg", allow_zero=True)
-            positive(self.gaussian_weight_a, f"{prefix}.gaussian_weight_a")
-            positive(self.gaussian_weight_b, f"{prefix}.gaussian_weight_b", allow_zero=True)
-            positive(self.measure_every, f"{prefix}.measure_every")
-            positive(self.measure_samples, f"{prefix}.measure_samples")
-            positive(self.retry_s, f"{prefix}.retry_s")
+    Config = AsyncSFLConfig
 
     # ---------------------------------------------------------------------------------- set-up
     def begin(self) -> None:
@@ -246,6 +207,4 @@ class GAS(AsyncSFL):
     name = "gas"
     theorems = ("gas",)  # GAS Lemma 1 / Theorem 1
 
-    @dataclass
-    class Config(AsyncSFL.Config):
-        generate: bool = True  # what AsyncSFL's field means, on by default
+    Config = GASConfig

@@ -26,77 +26,17 @@ import simpy
 import torch
 
 from fedsim.algorithms.base import Algorithm, Contribution, SlotScheduler, TaskCounter, Update, Work, guarded
-from fedsim.algorithms.split_timing import SplitTiming, TimingConfig
+from fedsim.algorithms.split_timing import SplitTiming
 from fedsim.config import num, positive, require
 from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_cut, merge_state, split_costs, split_state
 from fedsim.learn.train import batch_schedule, num_steps
+from fedsim.algorithms.configs import SplitConfig, SplitRoundsConfig, SplitSlotsConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.runtime import Context
-
-
-@dataclass
-class SplitConfig:
-    """Fields shared by the split-learning algorithms."""
-
-    cut: int = field(default=1, metadata={
-        "doc": "client part: the model's first cut blocks (the server trains the rest)"})
-    local_iterations: int | None = field(default=None, metadata={
-        "doc": "E: local iterations per participation (null: train.local_steps or epochs)"})
-    aggregate_weights: Literal["data_size", "uniform"] = field(default="data_size", metadata={
-        "doc": "client models averaged weighted by data size (data_size) or equally (uniform)"})
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    cost_input_shape: list[int] | None = field(default=None, metadata={
-        "doc": "systems-only: price a model built for this input shape (null: the data's)"})
-    cost_model: str | None = field(default=None, metadata={
-        "doc": "systems-only: model whose costs are priced (needs cost_input_shape; null: model.name)"})
-
-    def validate(self, prefix: str) -> None:
-        positive(self.cut, f"{prefix}.cut")
-        positive(self.local_iterations, f"{prefix}.local_iterations")
-        if self.cost_model is not None:
-            require(self.cost_input_shape is not None, f"{prefix}.cost_model", "needs cost_input_shape as well")
-        if self.cost_input_shape is not None:
-            require(len(self.cost_input_shape) > 0 and all(s > 0 for s in self.cost_input_shape),
-                    f"{prefix}.cost_input_shape", f"must be a list of positive sizes, got {self.cost_input_shape!r}")
-            elements = math.prod(self.cost_input_shape)  # the costed model is built for it: bound its input
-            require(elements <= 2**20, f"{prefix}.cost_input_shape", f"got {self.cost_input_shape!r}, {elements:.3g} "
-                    "values per sample (allowed: at most 2^20 = 1,048,576, e.g. [3, 512, 512])")
-
-
-@dataclass
-class SplitRoundsConfig(SplitConfig):
-    """The settings a :class:`SplitRounds` algorithm's ``Config`` extends (a user's): the split and the clients
-    of a round."""
-
-    clients_per_round: int = num(10, ge=1, le=10**6, unit="clients", doc="C: clients sampled each round")
-
-    def validate(self, prefix: str) -> None:
-        SplitConfig.validate(self, prefix)
-        positive(self.clients_per_round, f"{prefix}.clients_per_round")
-
-
-@dataclass
-class SplitSlotsConfig(SplitConfig):
-    """The settings a :class:`SplitSlots` algorithm's ``Config`` extends (a user's): the split, the slots, the
-    two buffers and the idle retry."""
-
-    concurrency: int = num(10, ge=1, le=10**6, unit="clients", doc="C: clients training at once")
-    activation_buffer: int | None = num(None, ge=1, le=10**6, unit="minibatches",
-                                        doc="Q_s: client minibatches per server step (null: concurrency)")
-    model_buffer: int | None = num(None, ge=1, le=10**6, unit="models",
-                                   doc="Q_c: client models averaged per aggregation (null: concurrency)")
-    retry_s: float = num(10.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
-
-    def validate(self, prefix: str) -> None:
-        SplitConfig.validate(self, prefix)
-        positive(self.concurrency, f"{prefix}.concurrency")
-        positive(self.activation_buffer, f"{prefix}.activation_buffer")
-        positive(self.model_buffer, f"{prefix}.model_buffer")
-        positive(self.retry_s, f"{prefix}.retry_s")
 
 
 class SplitAlgorithm(Algorithm):

@@ -30,9 +30,10 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.rules import minibatch_sfl_batch_sizes, s2fl_groups
-from fedsim.algorithms.sfl_base import SplitConfig, SplitRounds, SplitSession
+from fedsim.algorithms.sfl_base import SplitRounds, SplitSession
 from fedsim.config import positive
 from fedsim.errors import ConfigError
+from fedsim.algorithms.configs import MiniBatchSFLConfig, S2FLConfig
 
 
 class MiniBatchSFL(SplitRounds):
@@ -42,20 +43,7 @@ class MiniBatchSFL(SplitRounds):
     theorems = ()  # synchronous SFL baselines: no theorem written for their setting
     family = "minibatch-sfl"  # selection stream shared with S2FL
 
-    @dataclass
-    class Config(SplitConfig):
-        clients_per_round: int = field(default=10, metadata={"doc": "C: clients sampled each round"})
-        batch_rule: Literal["data_share", "fixed"] = field(default="data_share", metadata={
-            "doc": "client minibatch: data_share (its share of the data × B·C, the GAS code's) or fixed (B)"})
-        groups: int = field(default=1, metadata={
-            "doc": "label-balanced activation groups per server step (1: one batch; S2FL: 2)"})
-        group_passes: int = field(default=100, metadata={"doc": "most greedy swap passes of S2FL's grouping"})
-
-        def validate(self, prefix: str) -> None:
-            SplitConfig.validate(self, prefix)
-            positive(self.clients_per_round, f"{prefix}.clients_per_round")
-            positive(self.groups, f"{prefix}.groups")
-            positive(self.group_passes, f"{prefix}.group_passes", allow_zero=True)
+    Config = MiniBatchSFLConfig
 
     def setup(self) -> None:
         super().setup()
@@ -119,7 +107,4 @@ class S2FL(MiniBatchSFL):
 
     name = "s2fl"
 
-    @dataclass
-    class Config(MiniBatchSFL.Config):
-        groups: int = field(default=2,
-                            metadata={"doc": "label-balanced activation groups per server step (S2FL's grouping)"})
+    Config = S2FLConfig

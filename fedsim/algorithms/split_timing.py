@@ -29,24 +29,10 @@ from typing import TYPE_CHECKING, Any, Generator, Literal
 
 from fedsim.config import require
 from fedsim.learn.split import SplitCosts
+from fedsim.algorithms.configs import TimingConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.runtime import Context
-
-
-@dataclass
-class TimingConfig:
-    """Timing conventions of split-learning steps (see the module docstring)."""
-
-    convention: Literal["real", "gas-code"] = field(default="real", metadata={
-        "doc": "real: real FLOPs, uploads and server time; gas-code: the GAS code's timing"})
-    client_flops_per_s: list[float] | None = field(default=None, metadata={
-        "doc": "one speed per client for the client passes (null: the world's devices)"})
-
-    def validate(self, prefix: str) -> None:
-        if self.client_flops_per_s is not None:
-            require(all(f > 0 for f in self.client_flops_per_s), f"{prefix}.client_flops_per_s",
-                    "every speed must be > 0 (FLOP/s)")
 
 
 class SplitTiming:

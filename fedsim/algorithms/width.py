@@ -40,11 +40,12 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.base import Assignment, TrainOutcome
-from fedsim.algorithms.fedavg import FedAvg, RoundsConfig
+from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.submodel import extract, insert, width_submodel
 from fedsim.learn.train import LocalObjective, TrainStats, batch_schedule, loss_for, num_steps, sgd_step
+from fedsim.algorithms.configs import DEFAULT_WIDTHS, WidthConfig, check_width, device_classes
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
@@ -52,26 +53,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.submodel import SubModel
     from fedsim.runtime import Context
     from fedsim.scenario import Scenario
-
-#: HeteroFL's and FedRolex's capacity levels β ∈ {1, 1/2, 1/4, 1/8}.
-DEFAULT_WIDTHS: tuple[float, ...] = (0.125, 0.25, 0.5, 1.0)
-
-
-def check_width(value: Any, field_name: str) -> float:
-    """A width is a number in (0, 1]; anything else is one clear error naming the field."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value <= 1
-    require(ok, field_name, f"a width must be in (0, 1], got {value!r}")
-    return float(value)
-
-
-def device_classes(scenario: "Scenario") -> list[str]:
-    """The device classes of a scenario: the distinct ``profile`` names of ``devices.mix``, in order."""
-    out: list[str] = []
-    for g in scenario.devices.mix:
-        if g.profile not in out:
-            out.append(g.profile)
-    return out
-
 
 class WidthFedAvg(FedAvg):
     """FedAvg whose clients train a sub-model of a width given by their device class (abstract: a
@@ -81,37 +62,7 @@ class WidthFedAvg(FedAvg):
     theorems = ()  # width sub-models (HeteroFL, FjORD, FedRolex): no theorem written for their setting
     fits_submodels = True
 
-    @dataclass
-    class Config(RoundsConfig):
-        widths: dict[str, float] | Literal["auto"] = field(default="auto", metadata={
-            "doc": "auto, or a table {device class: width in (0, 1]} naming every class of devices.mix"})
-        allowed_widths: list[float] = field(default_factory=lambda: list(DEFAULT_WIDTHS),
-                                            metadata={"doc": "widths auto chooses from (and FjORD's per-step set)"})
-
-        def validate(self, prefix: str) -> None:
-            super().validate(prefix)
-            require(not self.only_fitting, f"{prefix}.only_fitting",
-                    "is a FedAvg option; sub-model methods let every device train the width it can hold")
-            require(len(self.allowed_widths) > 0, f"{prefix}.allowed_widths", "needs at least one width")
-            for i, w in enumerate(self.allowed_widths):
-                check_width(w, f"{prefix}.allowed_widths[{i}]")
-            if isinstance(self.widths, Mapping):
-                require(len(self.widths) > 0, f"{prefix}.widths", "an empty table; give a width per device class or 'auto'")
-                for key, w in self.widths.items():
-                    check_width(w, f"{prefix}.widths.{key}")
-
-        def validate_scenario(self, scenario: "Scenario", prefix: str) -> None:
-            """The width table names exactly the device classes of the scenario's mix."""
-            if not isinstance(self.widths, Mapping):
-                return
-            classes = device_classes(scenario)
-            for key in self.widths:
-                require(key in classes, f"{prefix}.widths.{key}",
-                        f"unknown device class {key!r} (the scenario's devices.mix has: {', '.join(classes)})")
-            missing = [c for c in classes if c not in self.widths]
-            require(not missing, f"{prefix}.widths",
-                    f"no width for device class(es) {', '.join(missing)} (give one for each of: {', '.join(classes)}, "
-                    f"or use 'auto')")
+    Config = WidthConfig
 
     def __init__(self, ctx: "Context", config: Any) -> None:
         super().__init__(ctx, config)

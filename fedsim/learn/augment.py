@@ -29,24 +29,7 @@ from fedsim.errors import ConfigError
 
 __all__ = ["WEAK", "STRONG", "RAND_OPS", "check_augmentation", "check_randaugment", "weak_view", "strong_view"]
 
-WEAK: tuple[str, ...] = ("flip_crop", "crop", "none")
-STRONG: tuple[str, ...] = ("randaugment", "noise", "none")
-RAND_OPS: tuple[str, ...] = ("identity", "autocontrast", "brightness", "contrast", "posterize", "rotate",
-                             "sharpness", "shear_x", "shear_y", "solarize", "translate_x", "translate_y")
-
-
-def check_augmentation(name: str, allowed: tuple[str, ...], field: str) -> str:
-    if name not in allowed:
-        raise ConfigError(field, f"unknown augmentation {name!r} (allowed: {', '.join(allowed)})")
-    return name
-
-
-def check_randaugment(n: Any, m: Any, prefix: str) -> None:
-    """RandAugment's N (ops drawn per image, 1..len(RAND_OPS)) and M (magnitude, 1..10)."""
-    require(isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= len(RAND_OPS), f"{prefix}.rand_n",
-            f"got {n!r} (allowed: 1..{len(RAND_OPS)} augmentation ops per image)")
-    require(isinstance(m, int) and not isinstance(m, bool) and 1 <= m <= 10, f"{prefix}.rand_m",
-            f"magnitude must be an integer in 1..10, got {m!r}")
+from fedsim.learn.choices import RAND_OPS, STRONG, WEAK, check_augmentation, check_randaugment  # noqa: E402,F401
 
 
 def _rand(gen: torch.Generator, *shape: int) -> torch.Tensor:

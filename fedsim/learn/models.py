@@ -26,17 +26,13 @@ from fedsim.errors import ConfigError
 __all__ = ["BlockModel", "WidthGroup", "block_of", "MODELS", "REGRESSION_MODELS", "BN_MODES", "FRAGMENT_RATIOS", "build_model",
            "split_model", "scaled", "residual_add"]
 
-#: The classifiers (one logit per class).
-MODELS: tuple[str, ...] = ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp", "femnist_cnn")
 #: BatchNorm modes of the models that have BatchNorm (``resnet20``): ``static`` is HeteroFL's static BN
 #: (sBN: no running statistics at all, every forward normalises with the statistics of its own batch, in
 #: training and at evaluation); ``global`` keeps running statistics that are sliced and averaged with the
 #: channels they belong to, like weights (EmbracingFL's "Global BN").
 BN_MODES: tuple[str, ...] = ("static", "global")
-#: Fed-RAA's model partition strategy (Table 4): the share of the designated layers' neurons in each
-#: fragment, weakest client's fragment first, by number of partitions.
-FRAGMENT_RATIOS: dict[int, tuple[float, ...]] = {
-    2: (0.4, 0.6), 3: (0.2, 0.3, 0.5), 4: (0.1, 0.2, 0.3, 0.4), 5: (0.05, 0.1, 0.2, 0.3, 0.35)}
+#: Fed-RAA's Table 4 partition presets (torch-free, so configs can be checked without torch)
+from fedsim.learn.choices import FRAGMENT_RATIOS, MODELS, REGRESSION_MODELS  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -55,8 +51,6 @@ class WidthGroup:
     size: int
     unit: int
     members: tuple[tuple[str, int], ...]
-#: Models for regression tasks: ``linear`` is x ↦ W x without a bias (the ``quadratic`` dataset's model).
-REGRESSION_MODELS: tuple[str, ...] = ("linear",)
 
 
 _BLOCK_KEY = re.compile(r"^blocks\.(\d+)\.")

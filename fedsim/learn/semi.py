@@ -25,23 +25,7 @@ from fedsim.config import positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import STRONG, WEAK, check_augmentation, check_randaugment
 
-__all__ = ["FeatureQueue", "contrastive_loss", "ProjectionHead", "KsController", "k_min", "check_semi_settings"]
-
-
-def check_semi_settings(cfg: Any, prefix: str) -> None:
-    """The settings every semi-supervised algorithm here shares (SemiSFL and its split baselines, SemiFL,
-    FedSwitch, FedMatch): the labeled set, the server's labeled phase, the confidence threshold, the
-    teacher's EMA decay and the weak / strong views."""
-    positive(cfg.labeled, f"{prefix}.labeled", allow_zero=True)
-    require(0.0 <= cfg.client_labeled_fraction <= 1.0, f"{prefix}.client_labeled_fraction",
-            f"must be in [0, 1], got {cfg.client_labeled_fraction!r}")
-    positive(cfg.k_s, f"{prefix}.k_s", allow_zero=True)
-    positive(cfg.server_batch, f"{prefix}.server_batch")
-    require(0.0 < cfg.tau < 1.0, f"{prefix}.tau", f"confidence threshold must be in (0, 1), got {cfg.tau!r}")
-    require(0.0 < cfg.ema <= 1.0, f"{prefix}.ema", f"EMA decay must be in (0, 1], got {cfg.ema!r}")
-    check_augmentation(cfg.weak, WEAK, f"{prefix}.weak")
-    check_augmentation(cfg.strong, STRONG, f"{prefix}.strong")
-    check_randaugment(cfg.rand_n, cfg.rand_m, prefix)
+__all__ = ["FeatureQueue", "contrastive_loss", "ProjectionHead", "KsController", "k_min"]
 
 
 class FeatureQueue:
