@@ -53,6 +53,8 @@ class TrainResult:
     flops: float
     mask: Mask | None = None
     upload_bytes: int | None = None
+    #: entries the client pipeline adds to the update's ``info`` (a client program's own measurements)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class PendingTraining:
@@ -77,6 +79,21 @@ class PendingTraining:
             self._done = self._finish(self._handle.result())
             self._handle = None
         return self._done
+
+
+@dataclass
+class ClientWork:
+    """What a client computes in one participation, for the framework to time (``client_task(work=...)``).
+
+    ``download_bytes`` travel to the client first; ``start()`` is called at the virtual moment the client
+    starts computing (on the model it downloaded) and returns the :class:`PendingTraining` whose FLOPs, steps
+    and samples the client's device is held for; its result is what the client uploads.  The default work of
+    an assignment is :meth:`TrainingExecutor.start`; a client program decided on the device (Co-S²P's mask
+    phase: learn the mask, then train the pruned sub-model) brings its own ``start``, and the pipeline still
+    times it and builds its ``Update``."""
+
+    download_bytes: int
+    start: Callable[[], PendingTraining]
 
 
 def _plain(assignment: "Assignment | None") -> bool:

@@ -1,7 +1,7 @@
 """The version keeper of a run: the global model's versions and the records of how each came to be.
 
 It is the one writer of the run's bookkeeping records (``dispatch``, ``apply``, ``round``, ``aggregate``,
-``eval``), the one place staleness is computed, and it installs each new version, evaluates it when due,
+``drop``, ``eval``), the one place staleness is computed, and it installs each new version, evaluates it when due,
 checkpoints it, runs the version hooks and checks the stop rules.  It computes nothing itself:
 evaluation runs on the training executor (``fedsim.training``).
 """
@@ -70,6 +70,19 @@ class VersionKeeper:
         description).  The one writer of dispatch records (the vector engine's column writer aside)."""
         extra = {} if submodel is None else {"submodel": self.training.submodel_summary(submodel)}
         self.trace.emit(self.env.now, "dispatch", client=client, version=version, round=round_, **extra)
+
+    def record_dispatches(self, clients: np.ndarray, version: int, round_: int | None) -> None:
+        """:meth:`record_dispatch` for many clients sent model ``version`` at once (whole-model tasks), written
+        in bulk: the vector FedAvg engine dispatches a round of 10^6 clients through here."""
+        clients = np.asarray(clients, dtype=np.int64)
+        self.trace.write_columns([("dispatch", np.full(len(clients), float(self.env.now)),
+                                   {"client": clients, "version": version, "round": round_})])
+
+    def record_drop(self, client: int, reason: str, round_: int | None) -> None:
+        """The ``drop`` record: ``client``'s task was lost (``reason``: the interrupt's cause, such as
+        ``deadline`` or ``offline``, or why the server refused its update, such as its staleness).  The one
+        writer of drop records; the loop shapes call it."""
+        self.trace.emit(self.env.now, "drop", client=client, reason=reason, round=round_)
 
     def record_round(self, round_: int, *, start: float, clients: list[int], dropped: list[int]) -> None:
         """The ``round`` record of a round that installed no new version (nobody reachable, or every client

@@ -156,7 +156,7 @@ def _dispatch_writers() -> set[str]:
                 continue
             columns = node.func.attr == "write_columns" and any(
                 isinstance(c, ast.Constant) and c.value == "dispatch" for a in node.args for c in ast.walk(a))
-            if node.func.attr == "record_dispatch" or columns:
+            if node.func.attr in ("record_dispatch", "record_dispatches") or columns:
                 found.add(str(path.relative_to(ROOT)))
     return found
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generator, Literal
+from typing import TYPE_CHECKING, Any, Generator, Literal, Sequence
 
 import numpy as np
 import simpy
@@ -30,9 +30,11 @@ from fedsim.learn.state import State, state_sub
 from fedsim.messages import Assignment, Contribution, LocalTrainer, TrainOutcome, Update, Work
 from fedsim.system.availability import AlwaysOn
 from fedsim.algorithms.configs import LoopConfig, RoundsConfig, STALENESS_FUNCTIONS, SemiAsyncConfig, SlotsConfig, validate_staleness
+from fedsim.training import ClientWork
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.runtime import Context
+    from fedsim.training import TrainResult
 
 #: the messages (``fedsim.messages``) stay importable from here, where algorithms have always found them
 __all__ = ["Algorithm", "Assignment", "AsyncSlots", "Contribution", "LocalTrainer", "RoundsConfig", "SemiAsyncConfig",
@@ -72,43 +74,58 @@ def client_task(
     *,
     task: int,
     assignment: Assignment | None = None,
+    work: "ClientWork | None" = None,
+    extra_downloads: Sequence[int] = (),
+    extra_uploads: Sequence[tuple[int, str]] = (),
 ) -> Generator[simpy.events.Event, Any, Update]:
     """One client participation: download the (sub-)model, train locally, upload the update.
 
     ``base_state`` is the model the server sent at dispatch (the caller snapshots it); training runs
     on exactly that, at the virtual moment computing starts, with the client's own batch stream for
     this task.  Bytes in both directions are those of the tensors that travel (the sub-model's only).
-    Returns the ``Update`` (``info["arrived"]``: when its upload ended); a SimPy interrupt (deadline, going
-    offline) propagates to the caller, who records the drop.
+    The framework times it (:meth:`fedsim.runtime.Context.run_client`: the world writes the ``download``,
+    ``compute`` and ``upload`` records).
+
+    ``work`` (:class:`fedsim.training.ClientWork`) replaces the assignment's training when the client program
+    is decided on the device (Co-S²P's mask phase): its ``download_bytes`` travel, its ``start()`` computes,
+    and its result (state, mask, statistics, FLOPs, upload bytes, ``info``) becomes the ``Update`` as any
+    training's does.  ``extra_downloads`` (bytes, each its own record, before the model) and
+    ``extra_uploads`` ((bytes, what), after the update) are what else the participation moves (FedSwitch's
+    teacher, FedMatch's helpers).  Returns the ``Update`` (``info["arrived"]``: when its upload ended); a SimPy
+    interrupt (deadline, going offline) propagates to the caller, who records the drop.
     """
     a = assignment if assignment is not None else Assignment()
-    world = ctx.world
-    t0 = ctx.env.now
-    down = ctx.training.download_bytes(a)
-    if a.objective is not None:  # declared extra tensors travel with the model (costed)
-        down += state_bytes(a.objective.download())
-    yield from world.download(client, down, version=base_version)
-    pending = ctx.training.start(client, base_state, task=task, assignment=a)
-    yield from world.compute(client, pending.flops, what="train", steps=pending.steps, samples=pending.samples)
-    result = pending.result()  # a remote executor computed it meanwhile; in-process it is already done
-    tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
-    nbytes = ctx.training.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
-    extras = a.objective.upload() if a.objective is not None else {}
-    nbytes += state_bytes(extras) if extras else 0
-    yield from world.upload(client, nbytes)
+    if work is None:
+        down = ctx.training.download_bytes(a)
+        if a.objective is not None:  # declared extra tensors travel with the model (costed)
+            down += state_bytes(a.objective.download())
+        work = ClientWork(down, lambda: ctx.training.start(client, base_state, task=task, assignment=a))
+    sent: dict[str, Any] = {}
+
+    def upload_bytes(result: "TrainResult") -> int:
+        """What travels back: the update's tensors (the sub-model's only) and the objective's extras."""
+        tensors = state_sub(result.state, base_state) if a.kind == "delta" else result.state
+        nbytes = ctx.training.update_bytes(tensors) if result.upload_bytes is None else result.upload_bytes
+        extras = a.objective.upload() if a.objective is not None else {}
+        sent["tensors"], sent["extras"] = tensors, extras
+        return nbytes + (state_bytes(extras) if extras else 0)
+
+    run = yield from ctx.run_client(client, work, version=base_version, upload_bytes=upload_bytes,
+                                    extra_downloads=extra_downloads, extra_uploads=extra_uploads)
+    result = run.result
     return Update(
         client=client,
-        tensors=tensors,
+        tensors=sent["tensors"],
         kind=a.kind,
         mask=result.mask if a.coverage is None else a.coverage,
         weight=float(result.stats.samples),
         base_version=base_version,
-        download_time=t0,
+        download_time=run.download_start,
         num_samples=int(len(ctx.parts[client])),
-        costs={"flops": result.flops, "bytes_up": nbytes, "bytes_down": down},
+        costs={"flops": result.flops, "bytes_up": run.upload_bytes, "bytes_down": work.download_bytes},
         info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a,
-              "arrived": ctx.env.now},
-        extras=extras,
+              **result.info, "arrived": run.upload_end},
+        extras=sent["extras"],
     )
 
 
@@ -290,7 +307,7 @@ def guarded(
     try:
         return (yield from body)
     except simpy.Interrupt as intr:
-        ctx.trace.emit(ctx.env.now, "drop", client=client, reason=str(intr.cause), round=round_)
+        ctx.versions.record_drop(client, str(intr.cause), round_)
         return None
 
 
@@ -562,7 +579,7 @@ class AsyncSlots(SlotScheduler):
         limit = self.max_staleness()
         tau = ctx.versions.staleness(update)
         if limit is not None and tau > limit:
-            ctx.trace.emit(ctx.env.now, "drop", client=c, reason=f"staleness {tau} > {limit}", round=None)
+            ctx.versions.record_drop(c, f"staleness {tau} > {limit}", None)
             return
         if ctx.done.triggered:
             return

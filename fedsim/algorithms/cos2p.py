@@ -54,6 +54,7 @@ from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State
 from fedsim.algorithms.configs import Cos2PConfig, KL_DIRECTIONS, PAPER_RATES, ROLLING_RULES
+from fedsim.training import ClientWork, PendingTraining, TrainResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
@@ -239,7 +240,7 @@ class Cos2P(SemiAsyncRounds):
         ctx = self.ctx
         cov = self._coverage
         trained = cov[cov > 0]
-        ctx.trace.emit(ctx.env.now, "cos2p_round", round=round_, start=self.round_start, quorum_at=self.quorum_at,
+        ctx.measure("cos2p_round", round=round_, start=self.round_start, quorum_at=self.quorum_at,
                        end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.versions.staleness(u) for u in updates],
                        busy=[float(u.info.get("busy_s", math.nan)) for u in updates],
                        memory=[float(u.info.get("memory_bytes", math.nan)) for u in updates],
@@ -263,8 +264,11 @@ class Cos2P(SemiAsyncRounds):
         else:
             mask_phase = (self.cfg.mask == "learned" and task < self.cfg.mask_rounds and self.rw[client] < 1.0
                           and self.cfg.mask_epochs > 0)
-            job = self._mask_job if mask_phase else self._pipeline_job
-            update = yield from job(client, base, version, task)
+            if mask_phase:
+                update = yield from client_task(ctx, client, base, version, task=task, assignment=assignment,
+                                                work=self._mask_work(client, base, task))
+            else:
+                update = yield from self._pipeline_job(client, base, version, task)
         update.info["busy_s"] = ctx.env.now - t0
         return update
 
@@ -298,7 +302,7 @@ class Cos2P(SemiAsyncRounds):
         if rows:
             w = np.asarray(sizes, dtype=float) / sum(sizes)
             client = {k: float(sum(wi * r[k] for wi, r in zip(w, rows))) for k in rows[0]}
-        ctx.trace.emit(ctx.env.now, "cos2p_eval", version=ctx.version,
+        ctx.measure("cos2p_eval", version=ctx.version,
                        server_top1=server["top1"], server_top5=server["top5"], server_f1=server["f1"],
                        client_top1=client.get("top1"), client_top5=client.get("top5"), client_f1=client.get("f1"),
                        clients=[float(r["top1"]) for r in rows])
@@ -477,53 +481,51 @@ class Cos2P(SemiAsyncRounds):
                            submodel=sub.summary(model))
         return update
 
-    def _mask_job(self, client: int, base: State, version: int, task: int) -> Generator[simpy.events.Event, Any, Update]:
-        """A participation in the mask phase (q < Q̂): the client downloads its window at full width, learns
-        the unit logits with the weights frozen (Eq. 2), fixes the mask (top-k), then trains the pruned
-        sub-model's weights with the same trainer as later rounds.  The sub-model is decided on the device
-        after the download, which an assignment (fixed at dispatch) cannot express, so this job calls the
-        sub-model functions itself: extract, the trainer, insert, and the measured costs."""
+    def _mask_work(self, client: int, base: State, task: int) -> ClientWork:
+        """The mask phase's client program (q < Q̂): the client downloads its window at full width, learns the
+        unit logits with the weights frozen (Eq. 2), fixes the mask (top-k), then trains the pruned sub-model's
+        weights with the same trainer as later rounds.  The sub-model is decided on the device after the
+        download, which an assignment (fixed at dispatch) cannot express, so this is a client job with its own
+        work (:class:`fedsim.training.ClientWork`): the pipeline times it (download of the full-width window,
+        compute for the FLOPs of both phases, upload of the pruned sub-model) and builds its ``Update``."""
         from fedsim.learn.cos2p import train_masks
         from fedsim.learn.submodel import SubModel, extract, insert, submodel_costs
         from fedsim.learn.train import samples_processed
 
-        ctx, cfg, world = self.ctx, self.cfg, self.ctx.world
+        ctx, cfg = self.ctx, self.cfg
         model = ctx.training.worker
         states, w, head_in, batch = self._plan(client, task)
-        idx = torch.as_tensor(self.local_train[client], dtype=torch.int64, device=ctx.device)
-        gen = ctx.streams.torch("client", client, "task", task)
         full_sub = SubModel.of(model, {}, states)
         full_cost = submodel_costs(model, full_sub, ctx.training.input_shape, batch, momentum=False)
-        t_download = ctx.env.now
-        yield from world.download(client, full_cost.download_bytes, version=version)
-        # mask learning, then weight training, at the virtual moment computing starts
-        body = extract(model, base, full_sub)
-        local_of = {j: k for k, j in enumerate(body.block_ids)}
-        groups = model.width_groups()
-        members, logits = {}, {}
-        for j, names in self.block_groups.items():
-            if states[j] == "train":
-                for g in names:
-                    members[g] = [(f"blocks.{local_of[j]}." + key.split(".", 2)[2], d) for key, d in groups[g].members]
-                    logits[g] = self._logit(client, g, groups[g].size)
-        steps = max(1, int(math.ceil(cfg.mask_epochs * math.ceil(len(idx) / batch))))
-        mstats = train_masks(body, logits, members, ctx.data.train.x, ctx.data.train.y, idx, steps=steps,
-                             batch_size=batch, target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr,
-                             generator=gen, readout=None if head_in else self._exit_module(client, w))
-        sub = SubModel.of(model, self._keep(client, states), states)
-        costs = submodel_costs(model, sub, ctx.training.input_shape, batch, momentum=ctx.training.sgd.momentum > 0)
-        module = extract(model, base, sub)
-        outcome = self.trainer(client, states, batch)(module, ctx.training, client, self.local_train[client], gen)
-        st = outcome.stats
-        flops = full_cost.flops.total * samples_processed(len(idx), steps, batch) + costs.flops.total * st.samples
-        yield from world.compute(client, flops, what="train", steps=st.steps, samples=st.samples)
-        tensors, mask = insert(base, sub, module.state_dict())
-        yield from world.upload(client, costs.upload_bytes)
-        info = {"loss": st.mean_loss, "steps": st.steps, "window_start": self.window_start(client, task), "window": w,
-                "memory_bytes": float(max(full_cost.memory.total, costs.memory.total)), "submodel": sub.summary(model),
-                **mstats}
-        return Update(client=client, tensors=tensors, kind="weights", mask=mask,
-                      weight=float(st.samples), base_version=version,
-                      download_time=t_download, num_samples=len(idx),
-                      costs={"flops": flops, "bytes_up": costs.upload_bytes, "bytes_down": full_cost.download_bytes},
-                      info=info)
+
+        def start() -> PendingTraining:
+            """Mask learning, then weight training, at the virtual moment computing starts."""
+            idx = torch.as_tensor(self.local_train[client], dtype=torch.int64, device=ctx.device)
+            gen = ctx.streams.torch("client", client, "task", task)
+            body = extract(model, base, full_sub)
+            local_of = {j: k for k, j in enumerate(body.block_ids)}
+            groups = model.width_groups()
+            members, logits = {}, {}
+            for j, names in self.block_groups.items():
+                if states[j] == "train":
+                    for g in names:
+                        members[g] = [(f"blocks.{local_of[j]}." + key.split(".", 2)[2], d) for key, d in groups[g].members]
+                        logits[g] = self._logit(client, g, groups[g].size)
+            steps = max(1, int(math.ceil(cfg.mask_epochs * math.ceil(len(idx) / batch))))
+            mstats = train_masks(body, logits, members, ctx.data.train.x, ctx.data.train.y, idx, steps=steps,
+                                 batch_size=batch, target=float(self.rw[client]), lambda1=cfg.lambda1, lr=cfg.mask_lr,
+                                 generator=gen, readout=None if head_in else self._exit_module(client, w))
+            sub = SubModel.of(model, self._keep(client, states), states)
+            costs = submodel_costs(model, sub, ctx.training.input_shape, batch, momentum=ctx.training.sgd.momentum > 0)
+            module = extract(model, base, sub)
+            outcome = self.trainer(client, states, batch)(module, ctx.training, client, self.local_train[client], gen)
+            st = outcome.stats
+            flops = full_cost.flops.total * samples_processed(len(idx), steps, batch) + costs.flops.total * st.samples
+            tensors, mask = insert(base, sub, module.state_dict())
+            info = {"window_start": self.window_start(client, task), "window": w,
+                    "memory_bytes": float(max(full_cost.memory.total, costs.memory.total)),
+                    "submodel": sub.summary(model), **mstats}
+            return PendingTraining(done=TrainResult(state=tensors, stats=st, flops=flops, mask=mask,
+                                                    upload_bytes=costs.upload_bytes, info=info))
+
+        return ClientWork(full_cost.download_bytes, start)

@@ -215,7 +215,7 @@ class EmbracingFL(FedAvg):
                       for t, k in self.frozen.items()}
         self.client_types = self._assign_types()
         counts = {t: self.client_types.count(t) for t in CLIENT_TYPES}
-        ctx.trace.emit(ctx.env.now, "client_types", types=self.client_types, counts=counts,
+        ctx.measure("client_types", types=self.client_types, counts=counts,
                        frozen_blocks=dict(self.frozen), num_blocks=n,
                        memory_bytes={t: c.memory_bytes for t, c in self.costs.items()},
                        train_params={t: c.train_params for t, c in self.costs.items()})
@@ -255,7 +255,7 @@ class EmbracingFL(FedAvg):
         ctx = self.ctx
         cost = self.costs[ctype]
         k = self.frozen[ctype]
-        ctx.trace.emit(ctx.env.now, "assignment", client=client, client_type=ctype, frozen_blocks=k,
+        ctx.measure("assignment", client=client, client_type=ctype, frozen_blocks=k,
                        memory_bytes=cost.memory_bytes, cache_bytes=cost.cache_bytes_per_sample * len(ctx.parts[client]),
                        round=round_)
         if ctype == "strong":

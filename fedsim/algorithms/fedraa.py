@@ -150,7 +150,7 @@ class FedRAA(AsyncSlots, SyncRounds):
     def _emit_setup(self) -> None:
         ctx = self.ctx
         caps = ctx.world.capability
-        ctx.trace.emit(ctx.env.now, "fedraa", fragments=self.M, ratios=list(self.ratios), scheduler=self.cfg.scheduler,
+        ctx.measure("fedraa", fragments=self.M, ratios=list(self.ratios), scheduler=self.cfg.scheduler,
                        mode=self.cfg.mode, aggregation=self.cfg.aggregation, K=self.K, K_off=self.K_off,
                        fragment_params=[int(x) for x in self.frag_params], fragment_bytes=[int(x) for x in self.frag_bytes],
                        cost=[[round(float(x), 6) for x in row] for row in self.cost], offline=self.offline,
@@ -182,7 +182,7 @@ class FedRAA(AsyncSlots, SyncRounds):
         if extra is not None:
             extra[j] += 1
         self._given[client] = j
-        ctx.trace.emit(ctx.env.now, "assign", client=client, fragment=j, q=int(self.q[j]), version=ctx.version,
+        ctx.measure("assign", client=client, fragment=j, q=int(self.q[j]), version=ctx.version,
                        cost=float(self.cost[client, j]), K=self.K, empty=bool(empty), round=round_)
         self.inflight[j] += 1
         return self._assignment(j, round_)
@@ -197,7 +197,7 @@ class FedRAA(AsyncSlots, SyncRounds):
         for u, w in zip(updates, weights):
             j = self.fragment_of(u)
             a = u.info["assignment"]
-            ctx.trace.emit(ctx.env.now, "fragment", client=u.client, fragment=j, q=int(self.q[j]) + 1,
+            ctx.measure("fragment", client=u.client, fragment=j, q=int(self.q[j]) + 1,
                            staleness=ctx.versions.staleness(u), staleness_fragment=int(self.q[j] - a.info["q_dispatch"]),
                            realised_c=u.info["arrived"] - u.download_time, cost=float(self.cost[u.client, j]),
                            steps=int(u.info.get("steps", 0)), weight=float(w))

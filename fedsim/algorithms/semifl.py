@@ -200,10 +200,9 @@ class FedSwitch(SemiFL):
                    ) -> Generator[simpy.events.Event, Any, Update]:
         """The student's task, with the global teacher downloaded before it and the client's teacher
         uploaded after it."""
-        world = self.ctx.world
-        yield from world.download(client, self.ctx.training.model_bytes, version=version)  # the global teacher
-        upd = yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment)
-        yield from world.upload(client, self.ctx.training.model_bytes, what="teacher")
+        teacher = self.ctx.training.model_bytes  # the global teacher down, the client's teacher up
+        upd = yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment,
+                                     extra_downloads=(teacher,), extra_uploads=((teacher, "teacher"),))
         upd.info["teacher"] = self.client_teachers.pop(client)
         return upd
 
@@ -286,10 +285,10 @@ class FedMatch(SemiFL):
                    ) -> Generator[simpy.events.Event, Any, Update]:
         """The ψ task, with the ``helpers`` closest clients' models downloaded before it."""
         helpers = self._helpers_of(client)
-        if helpers:
-            yield from self.ctx.world.download(client, len(helpers) * self.ctx.training.model_bytes, version=version)
         self._helpers[client] = helpers
-        return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment))
+        extra = (len(helpers) * self.ctx.training.model_bytes,) if helpers else ()
+        return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment,
+                                       extra_downloads=extra))
 
     def local_trainer(self, module: torch.nn.Module, training: "TrainingExecutor", client: int, indices: np.ndarray,
                       gen: torch.Generator) -> TrainOutcome:

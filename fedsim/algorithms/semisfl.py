@@ -380,7 +380,7 @@ class SemiSFL(SplitRounds):
         for k in tot:
             tot[k] += info[k]
         self.server_steps += 1
-        ctx.trace.emit(ctx.env.now, "server_step", step=self.server_steps, version=ctx.version,
+        ctx.measure("server_step", step=self.server_steps, version=ctx.version,
                        n_real=sum(len(ix) for ix in idxs), n_generated=0, clients=[s.client for s in sessions],
                        shrink_factor=1.0, tv_real=None, tv_union=None)
 
@@ -410,7 +410,7 @@ class SemiSFL(SplitRounds):
         if now["probing"] and clients:
             self._probe("after_semi", rnd)
         k_next = self.ctl.record(now["f_s"], now["f_u"], now["lr"], self.k_u)
-        ctx.trace.emit(ctx.env.now, "semisfl_round", round=rnd, k_s=now["k_s"], k_s_next=int(k_next), k_u=self.k_u,
+        ctx.measure("semisfl_round", round=rnd, k_s=now["k_s"], k_s_next=int(k_next), k_u=self.k_u,
                        f_s=now["f_s"], f_u=now["f_u"], lr=now["lr"], r_h=self.ctl.r_h,
                        indicators=len(self.ctl.indicators), clients=clients,
                        bytes_up=int(ctx.world.bytes_up - now["up0"]),
@@ -507,7 +507,7 @@ class SemiSFL(SplitRounds):
         self._probe_prev = (w, g)
         # Lemma 3 (Jensen) needs a loss that is a mean of per-sample losses: CE alone, i.e. without T
         mb_s = float((g_s ** 2).sum()) if g_s is not None and not self.cfg.supcon else float("nan")
-        self.ctx.trace.emit(self.ctx.env.now, "semisfl_probe", round=rnd, tag=tag,
+        self.ctx.measure("semisfl_probe", round=rnd, tag=tag,
                             Gs2_max=max(per_s) if per_s else float("nan"),
                             Gs2_mean=float(np.mean(per_s)) if per_s else float("nan"),
                             Gu2_max=max(per_u) if per_u else float("nan"),

@@ -96,9 +96,11 @@ class AsyncSFL(SplitSlots):
         self.labels_seen = np.zeros(self.num_classes, dtype=bool)
         self._all_seen = False  # every label seen: labels_seen needs no more updates
         self._y_np = self.y_train.cpu().numpy()  # labels of a minibatch, read once per local iteration
-        self._h_activation = ctx.trace.kind("activation", ("client", "iteration", "samples", "server_step", "progress"))
-        self._h_step = ctx.trace.kind("server_step", ("step", "version", "n_real", "n_generated", "clients", "label_counts",
-                                                      "shrink_factor", "tv_real", "tv_union"))
+        #: the measurements written per minibatch and per server step (stamped with the virtual time by the framework)
+        self._record_activation = ctx.measurement("activation", ("client", "iteration", "samples", "server_step",
+                                                                 "progress"))
+        self._record_step = ctx.measurement("server_step", ("step", "version", "n_real", "n_generated", "clients",
+                                                            "label_counts", "shrink_factor", "tv_real", "tv_union"))
 
     def _population(self) -> tuple[torch.Tensor, torch.Tensor]:
         """A fixed sample of the whole training set (the population of eq. 2) for dissimilarity checks."""
@@ -128,7 +130,6 @@ class AsyncSFL(SplitSlots):
     # ---------------------------------------------------------------------------------- server
     def server_gradient(self, s: SplitSession, msg: _Activation, e: int) -> torch.Tensor | None:
         """∂l/∂A with the server model as it is now (logit-adjusted), the Gaussians, the ``activation`` record."""
-        ctx = self.ctx
         grad = None
         if self.training:
             grad, _ = self.computer.activation_grad(self.server.params, msg.a, msg.y, s.extra["prior"])
@@ -138,7 +139,7 @@ class AsyncSFL(SplitSlots):
         if not self._all_seen:
             self.labels_seen[msg.labels] = True
             self._all_seen = bool(self.labels_seen.all())
-        ctx.trace.put(self._h_activation, (ctx.env.now, msg.client, e, msg.samples, self.server_steps, msg.progress))
+        self._record_activation(msg.client, e, msg.samples, self.server_steps, msg.progress)
         return grad
 
     def plan_server_step(self, msgs: list[_Activation]) -> tuple[int, tuple]:
@@ -178,9 +179,8 @@ class AsyncSFL(SplitSlots):
             self.server.step(grads)
         self.server_steps = step
         union = counts + np.maximum(self.target - counts, 0) * (n_gen > 0)
-        ctx.trace.put(self._h_step, (ctx.env.now, step, ctx.version, n_real, n_gen, [m.client for m in msgs],
-                                     counts.tolist(), lemma1_shrink_factor(n_real, n_gen), _tv(counts, self.prior),
-                                     _tv(union, self.prior)))
+        self._record_step(step, ctx.version, n_real, n_gen, [m.client for m in msgs], counts.tolist(),
+                          lemma1_shrink_factor(n_real, n_gen), _tv(counts, self.prior), _tv(union, self.prior))
 
     def _measure(self, step: int, a_real: torch.Tensor, y_real: torch.Tensor, a_gen: torch.Tensor | None,
                  y_gen: torch.Tensor | None) -> None:
@@ -196,7 +196,7 @@ class AsyncSFL(SplitSlots):
             d_with = float((g_mix - g_pop).pow(2).sum())
         else:
             d_with = d_without
-        ctx.trace.emit(ctx.env.now, "dissimilarity", step=step, version=ctx.version, without_generation=d_without,
+        ctx.measure("dissimilarity", step=step, version=ctx.version, without_generation=d_without,
                        with_generation=d_with, n_real=int(a_real.shape[0]), n_generated=n_gen,
                        shrink_factor=lemma1_shrink_factor(int(a_real.shape[0]), n_gen), used=bool(self.cfg.generate))
 

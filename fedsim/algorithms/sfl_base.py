@@ -26,7 +26,7 @@ import simpy
 import torch
 
 from fedsim.algorithms.base import Algorithm, Contribution, SlotScheduler, TaskCounter, Update, Work, guarded
-from fedsim.algorithms.split_timing import SplitTiming
+from fedsim.system.split_timing import SplitTiming
 from fedsim.config import num, positive, require
 from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
@@ -83,7 +83,7 @@ class SplitAlgorithm(Algorithm):
             check_cut(model, cfg.cut)
             self.computer = SplitComputer(model, cfg.cut)
             self.costs = split_costs(model, ctx.training.input_shape, cfg.cut)
-        self.timing = SplitTiming(ctx, cfg.timing, self.costs)
+        self.timing = SplitTiming(ctx.world, cfg.timing, self.costs)
         self.order = list(ctx.global_state)
         sgd = ctx.training.sgd
         if self.computer is not None:

@@ -36,6 +36,7 @@ from fedsim.system.server import Server, ServiceRecord
 from fedsim.system.topology import Topology
 
 if TYPE_CHECKING:  # pragma: no cover
+    from fedsim.system.chains import ChainRound
     from fedsim.scenario import (AvailabilityConfig, ChannelSection, DevicesConfig, LinkConfig, NetworkConfig, Scenario,
                                  ServerConfig)
 
@@ -127,6 +128,9 @@ class World:
         self._h_upload = tr.kind("upload", transfer)
         self._h_upload_what = tr.kind("upload", (*transfer, "what"))
         self._h_server = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue"))
+        # the schemas of a pass at a pinned speed and of an instantaneous download (no device queue, no radio)
+        self._h_compute_pinned = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what"))
+        self._h_download_instant = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version"))
 
     @classmethod
     def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
@@ -417,6 +421,40 @@ class World:
         now = env.now
         self.trace.put(self._h_compute, (now, client, start, now, start - arrival, float(flops), steps, what, joules))
         return dt
+
+    def compute_pinned(self, client: int, flops: float, flops_per_s: float, *, what: str) -> Generator[Any, Any, float]:
+        """Work of ``flops`` on the client at a pinned speed (``flops_per_s``) instead of its device's model: for
+        replaying a population drawn elsewhere (split learning's ``timing.client_flops_per_s``).  It does not
+        queue for the device and charges no energy; it counts as busy time and writes a ``compute`` record
+        (``steps`` 1, ``wait`` 0, no ``energy`` field).  Returns the service time."""
+        env = self.env
+        start = env.now
+        dt = flops / flops_per_s
+        yield env.timeout(dt)
+        self.busy_s[client] += dt
+        now = env.now
+        self.trace.put(self._h_compute_pinned, (now, client, start, now, 0.0, float(flops), 1, what))
+        return dt
+
+    def download_instant(self, client: int, nbytes: int, *, version: int | None = None) -> None:
+        """A server → client transfer that takes no time (a convention that ignores the downlink, such as the
+        GAS code's): the bytes are counted and a ``download`` record of zero duration is written now (``wait`` 0,
+        no radio fields).  Not a generator: nothing waits."""
+        self.bytes_down += int(nbytes)
+        now = self.env.now
+        self.trace.put(self._h_download_instant, (now, client, now, now, int(nbytes), 0.0, version))
+
+    def client_chains(self, clients: np.ndarray, nbytes: int, flops: np.ndarray, samples: np.ndarray,
+                      steps: np.ndarray, *, version: int) -> "ChainRound":
+        """A round in which each of ``clients`` (sorted) downloads ``nbytes`` of model ``version`` now, computes
+        its ``flops`` and uploads ``nbytes``, each on its own device and link, computed as arrays (the vector
+        engine; only for dedicated or FDMA access, where clients never wait for each other).  The returned
+        :class:`fedsim.system.chains.ChainRound` writes the round's records and charges them, in SimPy's order,
+        as far as the caller lets the clock run."""
+        from fedsim.system.chains import ChainRound
+
+        return ChainRound(self, clients, self.env.now, int(nbytes), flops, samples, steps, version,
+                          float(self.network_cfg.latency_s))
 
     # ------------------------------------------------------------------------------ transfers
     def schedule(self, n: int) -> None:

@@ -2,6 +2,8 @@
 
 Every step is a SimPy process of the world that writes the usual trace record (``compute``, ``upload``,
 ``download``, ``server``), so arrival order at the server comes from the device, channel and medium models.
+This is the framework's timing of split learning: the split loop shapes (``fedsim.algorithms.sfl_base``) and
+split algorithms call it and never the world's transfers or compute themselves.
 The GAS cell itself is the world's ``channel.preset: gas-cell`` (TR 36.814 path loss, P = 0.2 W, the
 full W = 10 MHz per client, d ~ U(100, 1000) m, ideal downlink).
 
@@ -28,22 +30,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generator, Literal
 
 from fedsim.config import require
-from fedsim.learn.split import SplitCosts
-from fedsim.algorithms.configs import TimingConfig
+from fedsim.system.world import World
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.runtime import Context
+    from fedsim.learn.split import SplitCosts
 
 
 class SplitTiming:
     """The SimPy processes one split-learning algorithm uses for time (compute, transfer, server).
 
     Each step is a generator for ``yield from``; where a step is the world's own (an upload, a served
-    request) the world's generator is handed back as it is, one generator fewer per step, and the
-    records written by position (:meth:`Trace.put`), since split learning writes several per minibatch."""
+    request) the world's generator is handed back as it is, one generator fewer per step.  Every record is
+    the world's (:meth:`World.compute_pinned` and :meth:`World.download_instant` for the two conventions the
+    device and link models do not cover)."""
 
-    def __init__(self, ctx: "Context", cfg: TimingConfig, costs: SplitCosts) -> None:
-        self.ctx = ctx
+    def __init__(self, world: World, cfg: Any, costs: "SplitCosts") -> None:
+        """``cfg``: the algorithm's ``timing`` settings (``fedsim.algorithms.configs.TimingConfig``: ``convention``,
+        ``client_flops_per_s``), read by name so that this module does not import the algorithms' layer."""
         self.cfg = cfg
         self.costs = costs
         self.gas_code = cfg.convention == "gas-code"
@@ -51,12 +54,10 @@ class SplitTiming:
         self.instant_downloads = self.gas_code
         self.speeds: list[float] | None = None
         if cfg.client_flops_per_s is not None:
-            require(len(cfg.client_flops_per_s) == ctx.num_clients, "algorithm.timing.client_flops_per_s",
-                    f"needs one speed per client ({ctx.num_clients}), got {len(cfg.client_flops_per_s)}")
+            require(len(cfg.client_flops_per_s) == world.num_clients, "algorithm.timing.client_flops_per_s",
+                    f"needs one speed per client ({world.num_clients}), got {len(cfg.client_flops_per_s)}")
             self.speeds = [float(f) for f in cfg.client_flops_per_s]
-        self.env, self.world, self.trace = ctx.env, ctx.world, ctx.trace
-        self._h_compute = self.trace.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what"))
-        self._h_download = self.trace.kind("download", ("client", "start", "end", "bytes", "wait", "version"))
+        self.env, self.world = world.env, world
 
     # ---------------------------------------------------------------------------------- sizes
     def activation_upload_bytes(self, batch: int) -> int:
@@ -80,18 +81,7 @@ class SplitTiming:
         what = f"sfl-{direction}"
         if self.speeds is None:
             return self.world.compute(client, flops, what=what, steps=1, samples=samples)
-        return self._pinned_pass(client, flops, what)
-
-    def _pinned_pass(self, client: int, flops: float, what: str) -> Generator[Any, Any, float]:
-        """A client pass at the client's pinned speed (``client_flops_per_s``)."""
-        env = self.env
-        start = env.now
-        dt = flops / self.speeds[client]  # type: ignore[index]
-        yield env.timeout(dt)
-        self.world.busy_s[client] += dt
-        now = env.now
-        self.trace.put(self._h_compute, (now, client, start, now, 0.0, float(flops), 1, what))
-        return dt
+        return self.world.compute_pinned(client, flops, self.speeds[client], what=what)
 
     def upload(self, client: int, nbytes: int, what: str) -> Generator[Any, Any, float]:
         return self.world.upload(client, nbytes, what=what)
@@ -109,9 +99,7 @@ class SplitTiming:
 
     def instant_download(self, client: int, nbytes: int, version: int | None = None) -> None:
         """A gas-code download, which takes no time: counted and recorded now (no generator needed)."""
-        self.world.bytes_down += int(nbytes)
-        now = self.env.now
-        self.trace.put(self._h_download, (now, client, now, now, int(nbytes), 0.0, version))
+        self.world.download_instant(client, nbytes, version=version)
 
     def serve(self, client: int | None, flops: float, what: str) -> Generator[Any, Any, Any]:
         """Queue for a server worker, then hold it for the time ``flops`` take (zero under gas-code)."""
