@@ -1,0 +1,124 @@
+"""The framework/algorithm boundary: no module under ``fedsim/algorithms/`` writes a trace record, times a
+transfer or a computation itself, or changes the world's counters.  The world writes every world record
+(``download``, ``compute``, ``upload``, ``server``), the version keeper every bookkeeping record (``dispatch``,
+``apply``, ``round``, ``aggregate``, ``drop``, ``eval``), the client pipeline is timed by
+``Context.run_client``, and an algorithm's own measurements go through ``Context.measure`` /
+``Context.measurement``.
+
+The source is read (AST), so the rule holds for every module, not only the ones a run exercises.  The world's
+``serve`` (queueing at the server) stays callable: it is the documented way for a server phase to take server
+time, and the world writes its record."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import simpy
+
+ROOT = Path(__file__).resolve().parents[1]
+ALGORITHMS = ROOT / "fedsim" / "algorithms"
+
+#: the trace's writing methods (fedsim.sim.trace.Trace)
+TRACE_WRITES = {"emit", "put", "kind", "write_columns"}
+#: the world's transfer and compute methods (fedsim.system.world.World).  ``client_chains`` (a round of whole
+#: client chains the world times and records itself, the vector engine's) is a service like ``serve``.
+WORLD_TIMING = {"download", "upload", "compute", "_transfer", "compute_pinned", "download_instant"}
+#: the world's counters, which only the world's own processes change
+WORLD_COUNTERS = {"bytes_up", "bytes_down", "busy_s", "energy"}
+
+
+def _is_world(node: ast.AST) -> bool:
+    """``world``, ``x.world`` (``ctx.world``, ``self.world``): an expression naming the run's world."""
+    return (isinstance(node, ast.Name) and node.id == "world") or (isinstance(node, ast.Attribute) and node.attr == "world")
+
+
+def violations(source: str) -> list[str]:
+    """Every place in ``source`` that touches the trace, calls a world transfer or compute method, or changes a
+    world counter (one line each: line number and what)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "trace":
+            found.append(f"{node.lineno}: reads the trace (.trace)")
+        elif isinstance(node, ast.Name) and node.id == "trace" and isinstance(node.ctx, ast.Load):
+            found.append(f"{node.lineno}: uses a name 'trace'")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in WORLD_TIMING and _is_world(node.func.value):
+                found.append(f"{node.lineno}: calls world.{node.func.attr}")
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, ast.Attribute) and sub.attr in WORLD_COUNTERS and _is_world(sub.value):
+                    found.append(f"{node.lineno}: changes world.{sub.attr}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            # world.energy.compute_many(...), world.busy_s.fill(...): a counter changed through a method
+            owner = node.func.value
+            if isinstance(owner, ast.Attribute) and owner.attr in WORLD_COUNTERS and _is_world(owner.value):
+                found.append(f"{node.lineno}: changes world.{owner.attr} ({node.func.attr})")
+    return found
+
+
+MODULES = sorted(ALGORITHMS.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[str(p.relative_to(ALGORITHMS)) for p in MODULES])
+def test_no_algorithm_module_writes_records_or_times_work(path: Path) -> None:
+    assert not violations(path.read_text(encoding="utf-8")), f"{path.relative_to(ROOT)}: {violations(path.read_text(encoding='utf-8'))}"
+
+
+def test_the_scan_covers_every_algorithm_module() -> None:
+    names = {p.name for p in MODULES}
+    assert {"base.py", "sfl_base.py", "cos2p.py", "sfl_async.py", "fedavg_vector.py", "semifl.py"} <= names
+
+
+@pytest.mark.parametrize("snippet", [
+    "ctx.trace.emit(ctx.env.now, 'drop', client=1)",                            # a bookkeeping record
+    "self.trace.put(self._h, (now, 1))",                                         # a positional record
+    "h = ctx.trace.kind('activation', ('client',))",                              # a record handle
+    "trace.write_columns(parts, order)",                                          # a column write
+    "yield from ctx.world.download(c, 10, version=0)",                            # a transfer
+    "yield from world.upload(c, 10)",
+    "yield from self.ctx.world.compute(c, 1e9, what='train')",                    # a computation
+    "ctx.world.bytes_down += 10",                                                 # a counter
+    "world.busy_s[c] += dt",
+    "world.energy.compute_many(c, dt, p)",
+    "self.world.download_instant(c, 10)",
+])
+def test_the_scan_catches_what_the_old_modules_did(snippet: str) -> None:
+    """Each line is one of the patterns this scan replaced (Co-S²P's mask job, split timing, GAS, the vector
+    engine): the scan must flag it, so the module test above cannot pass vacuously."""
+    source = "def f(ctx, self, world, trace, c, dt, p, parts, order, now):\n    " + snippet + "\n"
+    assert violations(source), snippet
+
+
+def test_the_scan_allows_the_services() -> None:
+    source = ("def f(ctx, c):\n"
+              "    ctx.measure('cos2p_round', round=1)\n"
+              "    w = ctx.measurement('activation', ('client',))\n"
+              "    yield from ctx.world.serve(None, 1.0, what='aggregate')\n"
+              "    ctx.versions.record_drop(c, 'offline', None)\n"
+              "    return ctx.world.bytes_up\n")
+    assert violations(source) == []
+
+
+def test_measurements_cannot_take_a_framework_record_name() -> None:
+    """An algorithm's measurement named like a framework record would forge it: refused in one line."""
+    from fedsim.runtime import FRAMEWORK_KINDS, Context
+    from fedsim.sim.trace import Trace
+
+    ctx = Context.__new__(Context)  # only the trace and the clock are needed here
+    ctx.trace, ctx.env = Trace(None), simpy.Environment()
+    for kind in sorted(FRAMEWORK_KINDS):
+        with pytest.raises(ValueError, match="the framework writes"):
+            ctx.measure(kind, client=0)
+        with pytest.raises(ValueError, match="the framework writes"):
+            ctx.measurement(kind, ("client",))
+    ctx.measure("my_probe", value=1.5)
+    write = ctx.measurement("my_step", ("step", "loss"))
+    write(3, 0.25)
+    with pytest.raises(TypeError, match="takes 2 values"):
+        write(3)
+    assert ctx.trace.records == [{"t": 0.0, "kind": "my_probe", "value": 1.5},
+                                 {"t": 0.0, "kind": "my_step", "step": 3, "loss": 0.25}]
