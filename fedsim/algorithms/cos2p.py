@@ -241,11 +241,11 @@ class Cos2P(SemiAsyncRounds):
         cov = self._coverage
         trained = cov[cov > 0]
         ctx.measure("cos2p_round", round=round_, start=self.round_start, quorum_at=self.quorum_at,
-                       end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.versions.staleness(u) for u in updates],
-                       busy=[float(u.info.get("busy_s", math.nan)) for u in updates],
-                       memory=[float(u.info.get("memory_bytes", math.nan)) for u in updates],
-                       n_star=int(cov.min()), n_star_trained=int(trained.min()) if len(trained) else 0,
-                       n_mean=float(cov.mean()), n_segments=int(cov.numel()))
+                    end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.versions.staleness(u) for u in updates],
+                    busy=[float(u.info.get("busy_s", math.nan)) for u in updates],
+                    memory=[float(u.info.get("memory_bytes", math.nan)) for u in updates],
+                    n_star=int(cov.min()), n_star_trained=int(trained.min()) if len(trained) else 0,
+                    n_mean=float(cov.mean()), n_segments=int(cov.numel()))
 
     # ------------------------------------------------------------------------------------ clients
     def assign(self, client: int, round_: int | None = None) -> Assignment:
@@ -303,9 +303,9 @@ class Cos2P(SemiAsyncRounds):
             w = np.asarray(sizes, dtype=float) / sum(sizes)
             client = {k: float(sum(wi * r[k] for wi, r in zip(w, rows))) for k in rows[0]}
         ctx.measure("cos2p_eval", version=ctx.version,
-                       server_top1=server["top1"], server_top5=server["top5"], server_f1=server["f1"],
-                       client_top1=client.get("top1"), client_top5=client.get("top5"), client_f1=client.get("f1"),
-                       clients=[float(r["top1"]) for r in rows])
+                    server_top1=server["top1"], server_top5=server["top5"], server_f1=server["f1"],
+                    client_top1=client.get("top1"), client_top5=client.get("top5"), client_f1=client.get("f1"),
+                    clients=[float(r["top1"]) for r in rows])
 
     # ------------------------------------------------------------------------------------ client side
     def _plan_clients(self) -> None:

@@ -216,9 +216,9 @@ class EmbracingFL(FedAvg):
         self.client_types = self._assign_types()
         counts = {t: self.client_types.count(t) for t in CLIENT_TYPES}
         ctx.measure("client_types", types=self.client_types, counts=counts,
-                       frozen_blocks=dict(self.frozen), num_blocks=n,
-                       memory_bytes={t: c.memory_bytes for t, c in self.costs.items()},
-                       train_params={t: c.train_params for t, c in self.costs.items()})
+                    frozen_blocks=dict(self.frozen), num_blocks=n,
+                    memory_bytes={t: c.memory_bytes for t, c in self.costs.items()},
+                    train_params={t: c.train_params for t, c in self.costs.items()})
 
     # ------------------------------------------------------------------------------ client types
     def _assign_types(self) -> list[str]:
@@ -256,8 +256,8 @@ class EmbracingFL(FedAvg):
         cost = self.costs[ctype]
         k = self.frozen[ctype]
         ctx.measure("assignment", client=client, client_type=ctype, frozen_blocks=k,
-                       memory_bytes=cost.memory_bytes, cache_bytes=cost.cache_bytes_per_sample * len(ctx.parts[client]),
-                       round=round_)
+                    memory_bytes=cost.memory_bytes, cache_bytes=cost.cache_bytes_per_sample * len(ctx.parts[client]),
+                    round=round_)
         if ctype == "strong":
             return Assignment(round=round_, info={"client_type": ctype})
         n = ctx.training.worker.num_blocks()

@@ -151,10 +151,10 @@ class FedRAA(AsyncSlots, SyncRounds):
         ctx = self.ctx
         caps = ctx.world.capability
         ctx.measure("fedraa", fragments=self.M, ratios=list(self.ratios), scheduler=self.cfg.scheduler,
-                       mode=self.cfg.mode, aggregation=self.cfg.aggregation, K=self.K, K_off=self.K_off,
-                       fragment_params=[int(x) for x in self.frag_params], fragment_bytes=[int(x) for x in self.frag_bytes],
-                       cost=[[round(float(x), 6) for x in row] for row in self.cost], offline=self.offline,
-                       capability=None if caps is None else [float(x) for x in caps])
+                    mode=self.cfg.mode, aggregation=self.cfg.aggregation, K=self.K, K_off=self.K_off,
+                    fragment_params=[int(x) for x in self.frag_params], fragment_bytes=[int(x) for x in self.frag_bytes],
+                    cost=[[round(float(x), 6) for x in row] for row in self.cost], offline=self.offline,
+                    capability=None if caps is None else [float(x) for x in caps])
 
     @staticmethod
     def fragment_of(update: Update) -> int:
@@ -183,7 +183,7 @@ class FedRAA(AsyncSlots, SyncRounds):
             extra[j] += 1
         self._given[client] = j
         ctx.measure("assign", client=client, fragment=j, q=int(self.q[j]), version=ctx.version,
-                       cost=float(self.cost[client, j]), K=self.K, empty=bool(empty), round=round_)
+                    cost=float(self.cost[client, j]), K=self.K, empty=bool(empty), round=round_)
         self.inflight[j] += 1
         return self._assignment(j, round_)
 
@@ -198,9 +198,9 @@ class FedRAA(AsyncSlots, SyncRounds):
             j = self.fragment_of(u)
             a = u.info["assignment"]
             ctx.measure("fragment", client=u.client, fragment=j, q=int(self.q[j]) + 1,
-                           staleness=ctx.versions.staleness(u), staleness_fragment=int(self.q[j] - a.info["q_dispatch"]),
-                           realised_c=u.info["arrived"] - u.download_time, cost=float(self.cost[u.client, j]),
-                           steps=int(u.info.get("steps", 0)), weight=float(w))
+                        staleness=ctx.versions.staleness(u), staleness_fragment=int(self.q[j] - a.info["q_dispatch"]),
+                        realised_c=u.info["arrived"] - u.download_time, cost=float(self.cost[u.client, j]),
+                        steps=int(u.info.get("steps", 0)), weight=float(w))
         for j in {self.fragment_of(u) for u in updates}:
             self.q[j] += 1
 

@@ -381,8 +381,8 @@ class SemiSFL(SplitRounds):
             tot[k] += info[k]
         self.server_steps += 1
         ctx.measure("server_step", step=self.server_steps, version=ctx.version,
-                       n_real=sum(len(ix) for ix in idxs), n_generated=0, clients=[s.client for s in sessions],
-                       shrink_factor=1.0, tv_real=None, tv_union=None)
+                    n_real=sum(len(ix) for ix in idxs), n_generated=0, clients=[s.client for s in sessions],
+                    shrink_factor=1.0, tv_real=None, tv_union=None)
 
     def end_client_phase(self, sessions: list[SplitSession]) -> None:
         """(iii) The server part and head from the phase's optimizer; the queue cleared; the phase's means."""
@@ -411,11 +411,11 @@ class SemiSFL(SplitRounds):
             self._probe("after_semi", rnd)
         k_next = self.ctl.record(now["f_s"], now["f_u"], now["lr"], self.k_u)
         ctx.measure("semisfl_round", round=rnd, k_s=now["k_s"], k_s_next=int(k_next), k_u=self.k_u,
-                       f_s=now["f_s"], f_u=now["f_u"], lr=now["lr"], r_h=self.ctl.r_h,
-                       indicators=len(self.ctl.indicators), clients=clients,
-                       bytes_up=int(ctx.world.bytes_up - now["up0"]),
-                       bytes_down=int(ctx.world.bytes_down - now["down0"]),
-                       start=now["start"], **now["stats"])
+                    f_s=now["f_s"], f_u=now["f_u"], lr=now["lr"], r_h=self.ctl.r_h,
+                    indicators=len(self.ctl.indicators), clients=clients,
+                    bytes_up=int(ctx.world.bytes_up - now["up0"]),
+                    bytes_down=int(ctx.world.bytes_down - now["down0"]),
+                    start=now["start"], **now["stats"])
 
     def _step_grad_sq(self, opt: SideOptimizer, x: torch.Tensor, grad_a: torch.Tensor) -> float:
         """‖g‖² of the step the client is about to take (clipped, plus weight decay): Lemma 4's G."""
@@ -508,11 +508,11 @@ class SemiSFL(SplitRounds):
         # Lemma 3 (Jensen) needs a loss that is a mean of per-sample losses: CE alone, i.e. without T
         mb_s = float((g_s ** 2).sum()) if g_s is not None and not self.cfg.supcon else float("nan")
         self.ctx.measure("semisfl_probe", round=rnd, tag=tag,
-                            Gs2_max=max(per_s) if per_s else float("nan"),
-                            Gs2_mean=float(np.mean(per_s)) if per_s else float("nan"),
-                            Gu2_max=max(per_u) if per_u else float("nan"),
-                            Gu2_mean=float(np.mean(per_u)) if per_u else float("nan"),
-                            grad_norm_sq=gnorm, F=fval, L_secant=lip, minibatch_s_sq=mb_s)
+                         Gs2_max=max(per_s) if per_s else float("nan"),
+                         Gs2_mean=float(np.mean(per_s)) if per_s else float("nan"),
+                         Gu2_max=max(per_u) if per_u else float("nan"),
+                         Gu2_mean=float(np.mean(per_u)) if per_u else float("nan"),
+                         grad_norm_sq=gnorm, F=fval, L_secant=lip, minibatch_s_sq=mb_s)
 
 
 class FedSwitchSL(SemiSFL):

@@ -197,8 +197,8 @@ class AsyncSFL(SplitSlots):
         else:
             d_with = d_without
         ctx.measure("dissimilarity", step=step, version=ctx.version, without_generation=d_without,
-                       with_generation=d_with, n_real=int(a_real.shape[0]), n_generated=n_gen,
-                       shrink_factor=lemma1_shrink_factor(int(a_real.shape[0]), n_gen), used=bool(self.cfg.generate))
+                    with_generation=d_with, n_real=int(a_real.shape[0]), n_generated=n_gen,
+                    shrink_factor=lemma1_shrink_factor(int(a_real.shape[0]), n_gen), used=bool(self.cfg.generate))
 
 
 class GAS(AsyncSFL):

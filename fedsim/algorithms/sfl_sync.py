@@ -97,9 +97,9 @@ class MiniBatchSFL(SplitRounds):
         self.server_steps += 1
         labels = np.concatenate([self.y_train[ix].cpu().numpy() for ix in idxs])
         ctx.measure("server_step", step=self.server_steps, version=ctx.version,
-                       n_real=sum(len(ix) for ix in idxs), n_generated=0, clients=[s.client for s in sessions],
-                       label_counts=np.bincount(labels, minlength=self.num_classes).tolist(), shrink_factor=1.0,
-                       tv_real=None, tv_union=None)
+                    n_real=sum(len(ix) for ix in idxs), n_generated=0, clients=[s.client for s in sessions],
+                    label_counts=np.bincount(labels, minlength=self.num_classes).tolist(), shrink_factor=1.0,
+                    tv_real=None, tv_union=None)
 
 
 class S2FL(MiniBatchSFL):
