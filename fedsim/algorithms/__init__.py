@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _BUILTINS: dict[str, str] = {
     "Algorithm": "base", "AsyncSlots": "base", "SemiAsyncRounds": "base", "SlotScheduler": "base",
     "SyncRounds": "base", "TaskCounter": "base", "quorum": "base", "staleness_weight": "base",
+    "client_task": "base", "ClientWork": "training",
     "LoopConfig": "configs", "SlotsConfig": "configs", "SemiAsyncConfig": "configs", "SemiConfig": "configs",
     "Assignment": "messages", "Contribution": "messages", "LocalTrainer": "messages", "TrainOutcome": "messages",
     "Update": "messages", "Work": "messages",
@@ -108,7 +109,7 @@ def __getattr__(name: str) -> Any:
     module = _BUILTINS.get(name)
     if module is None:
         raise AttributeError(f"module 'fedsim.algorithms' has no attribute {name!r}")
-    path = "fedsim.messages" if module == "messages" else f"fedsim.algorithms.{module}"
+    path = {"messages": "fedsim.messages", "training": "fedsim.training"}.get(module, f"fedsim.algorithms.{module}")
     return getattr(importlib.import_module(path), name)
 
 

@@ -243,7 +243,7 @@ class Algorithm:
 
     def before_apply(self, updates: list[Update], weights: list[float], round_: int | None) -> None:
         """Called by the loop shapes after :meth:`server_rule` and just before its result is installed
-        (``VersionKeeper.apply``): the place for an algorithm's own measurements (its trace records, e.g. Fed-RAA's
+        (``VersionKeeper.apply``): the place for an algorithm's own measurements (``ctx.measure``, e.g. Fed-RAA's
         ``fragment``, Co-S²P's ``cos2p_round``) and its counters of applied updates (Fed-RAA's q(j)).  The
         framework's records are not written here.  Default: nothing."""
 
