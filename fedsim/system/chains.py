@@ -13,12 +13,9 @@ round's start: each record is sorted by that chain (:func:`event_order`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.system.world import World
 
 
 def _chains(t0: float, a1: np.ndarray, t1: np.ndarray, t2: np.ndarray, a3: np.ndarray, t3: np.ndarray,
@@ -62,9 +59,10 @@ def _rates(bits: float, airtime: np.ndarray) -> Any:
 class ChainRound:
     """One round of client chains started at ``t0`` (the clock as it is: an int at the run's start, which the records
     keep): every record's time (:attr:`times`, in SimPy's order) and
-    :meth:`write`, which writes records ``[lo, hi)`` of that order and charges what they did."""
+    :meth:`write`, which writes records ``[lo, hi)`` of that order and charges what they did.  ``world`` is the
+    :class:`fedsim.system.world.World` that builds it (typed loosely: this module sits below the world)."""
 
-    def __init__(self, world: "World", clients: np.ndarray, t0: float, nbytes: int, flops: np.ndarray,
+    def __init__(self, world: Any, clients: np.ndarray, t0: float, nbytes: int, flops: np.ndarray,
                  samples: np.ndarray, steps: np.ndarray, version: int, latency: float) -> None:
         c = np.asarray(clients, dtype=np.int64)
         n = len(c)

@@ -27,6 +27,7 @@ from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
 from fedsim.system import positions as pos
 from fedsim.system.availability import AlwaysOn, make_availability
+from fedsim.system.chains import ChainRound
 from fedsim.system.channel import (CHANNEL_PRESETS, DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, GAS_DISTANCE_RANGE_M,
                                    PHYSICAL_FIELDS, ChannelConfig, LinkModel)
 from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
@@ -36,7 +37,6 @@ from fedsim.system.server import Server, ServiceRecord
 from fedsim.system.topology import Topology
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.system.chains import ChainRound
     from fedsim.scenario import (AvailabilityConfig, ChannelSection, DevicesConfig, LinkConfig, NetworkConfig, Scenario,
                                  ServerConfig)
 
@@ -445,14 +445,12 @@ class World:
         self.trace.put(self._h_download_instant, (now, client, now, now, int(nbytes), 0.0, version))
 
     def client_chains(self, clients: np.ndarray, nbytes: int, flops: np.ndarray, samples: np.ndarray,
-                      steps: np.ndarray, *, version: int) -> "ChainRound":
+                      steps: np.ndarray, *, version: int) -> ChainRound:
         """A round in which each of ``clients`` (sorted) downloads ``nbytes`` of model ``version`` now, computes
         its ``flops`` and uploads ``nbytes``, each on its own device and link, computed as arrays (the vector
         engine; only for dedicated or FDMA access, where clients never wait for each other).  The returned
         :class:`fedsim.system.chains.ChainRound` writes the round's records and charges them, in SimPy's order,
         as far as the caller lets the clock run."""
-        from fedsim.system.chains import ChainRound
-
         return ChainRound(self, clients, self.env.now, int(nbytes), flops, samples, steps, version,
                           float(self.network_cfg.latency_s))
 
