@@ -122,3 +122,57 @@ def test_measurements_cannot_take_a_framework_record_name() -> None:
         write(3)
     assert ctx.trace.records == [{"t": 0.0, "kind": "my_probe", "value": 1.5},
                                  {"t": 0.0, "kind": "my_step", "step": 3, "loss": 0.25}]
+
+
+from fedsim.algorithms import ClientWork, FedAvg, client_task  # noqa: E402
+from fedsim.learn.train import TrainStats  # noqa: E402
+from fedsim.training import PendingTraining, TrainResult  # noqa: E402
+
+SEEN: list = []
+
+
+class OwnProgram(FedAvg):
+    """A user's algorithm whose participation is a program of its own (for the test below)."""
+
+    name = "own-program"
+
+    def client_job(self, client, base, version, task, assignment):
+        def start():  # runs when the client starts computing
+            stats = TrainStats(steps=3, samples=24, mean_loss=0.5, last_loss=0.5)
+            return PendingTraining(done=TrainResult(state=base, stats=stats, flops=2.0e9, upload_bytes=1000,
+                                                    info={"program": "mine"}))
+
+        return (yield from client_task(self.ctx, client, base, version, task=task, assignment=assignment,
+                                       work=ClientWork(500, start), extra_downloads=(7,),
+                                       extra_uploads=((11, "extra"),)))
+
+    def before_apply(self, updates, weights, round_):
+        SEEN.extend(updates)
+
+
+def test_a_users_client_program_is_timed_and_recorded_by_the_framework(tmp_path) -> None:
+    """The documented services, used as a user would: a ``client_job`` whose work is its own (``ClientWork``)
+    with an extra download before the model and an extra upload after the update.  The world records each
+    transfer and the computation with the sizes and FLOPs the program declared, in that order, and the
+    pipeline builds the ``Update`` (weight, costs, the program's ``info``)."""
+    import json
+
+    from fedsim import scenario_from_mapping
+    from fedsim.runner import run_scenario
+
+    SEEN.clear()
+    mapping = {"name": "own", "seed": 0, "data": {"name": "digits", "num_clients": 4, "partition": {"method": "iid"}},
+               "model": {"name": "mlp", "hidden": 8}, "algorithm": {"name": OwnProgram, "clients_per_round": 2},
+               "stop": {"max_versions": 1}, "eval": {"every_versions": 100}, "output": {"figures": False}}
+    run_scenario(scenario_from_mapping(mapping), tmp_path / "r", progress=False)
+    records = [json.loads(line) for line in (tmp_path / "r" / "trace.jsonl").read_text().splitlines()]
+    assert len(SEEN) == 2
+    for u in SEEN:
+        mine = [(r["kind"], r.get("bytes"), r.get("flops"), r.get("what")) for r in records
+                if r.get("client") == u.client and r["kind"] in ("download", "compute", "upload")]
+        assert mine == [("download", 7, None, None), ("download", 500, None, None), ("compute", None, 2.0e9, "train"),
+                        ("upload", 1000, None, None), ("upload", 11, None, "extra")]
+        first_model_download = [r for r in records if r["kind"] == "download" and r["client"] == u.client][1]
+        assert u.download_time == first_model_download["start"]  # the model's download, after the extra one
+        assert u.weight == 24.0 and u.info["program"] == "mine" and u.info["steps"] == 3
+        assert u.costs == {"flops": 2.0e9, "bytes_up": 1000, "bytes_down": 500}
