@@ -246,6 +246,8 @@ class TraceDigest:
     submodel: dict[int, list[Any]] = field(default_factory=dict)  # client -> [whole-model count, sums, counts]
     unstable: bool = False  # a kept client set changed after pruning: read again with the clients known
     _pruned_bounds: set[float] = field(default_factory=set)
+    _pending: list[dict[str, np.ndarray]] = field(default_factory=list)  # candidates not yet joined to bars
+    _held: int = 0  # candidates in bars and pending
 
     def __post_init__(self) -> None:
         self.png = CoverGrid(self.since, self.until)
@@ -310,12 +312,13 @@ class TraceDigest:
         win = self._window(s, e) & ((c <= tb) | all_clients)
         if win.any():
             key_c = c[win] if not all_clients else np.full(int(win.sum()), SERVER, dtype=float)
-            d = e[win] - s[win]
-            for client in np.unique(key_c).astype(np.int64).tolist():
-                m = key_c == client
+            d = np.nan_to_num(e[win] - s[win])
+            uniq, inv = np.unique(key_c, return_inverse=True)
+            counts, totals = np.bincount(inv), np.bincount(inv, weights=d)
+            for client, n, total in zip(uniq.astype(np.int64).tolist(), counts.tolist(), totals.tolist()):
                 st = self.stats.setdefault((kind, client), [0, 0.0])
-                st[0] += int(m.sum())
-                st[1] += float(np.nansum(d[m]))
+                st[0] += n
+                st[1] += total
         for_web = (c <= ib) | all_clients
         cc = c if not all_clients else np.full(len(c), float(SERVER))
         if self.web is self.png:
@@ -419,19 +422,25 @@ class TraceDigest:
         fin = np.isfinite(ends)
         np.maximum.at(self.tile_reach, tile[fin], ends[fin])
         keep = ~self.tile_dropped[tile]
-        new = {k: v[keep] for k, v in new.items()}
-        if self.bars is None:
-            self.bars = {k: v.copy() for k, v in new.items()}
-        else:
-            self.bars = {k: np.concatenate([self.bars[k], new[k]]) for k in self._KEYS}
-        if len(self.bars["start"]) > self.interactive_bars + _PRUNE_SLACK:
+        self._pending.append({k: v[keep] for k, v in new.items()})
+        self._held += int(keep.sum())
+        if self._held > 2 * self.interactive_bars + _PRUNE_SLACK:
             self._prune(self._bound(self.interactive_clients))
+
+    def _gather(self) -> None:
+        """The pending candidates joined to :attr:`bars` (one concatenation per prune, not per block)."""
+        if self._pending:
+            parts = ([self.bars] if self.bars is not None else []) + self._pending
+            self.bars = {k: np.concatenate([p[k] for p in parts]) for k in self._KEYS}
+            self._pending = []
 
     def _prune(self, bound: float | Sequence[int]) -> None:
         """Keep the bars of the shown clients (ids up to ``bound``, or in it) and the server's; drop the
         tiles with the most bars until at most ``interactive_bars`` remain."""
+        self._gather()
         assert self.bars is not None
         b = self.bars
+        b = {k: v[~self.tile_dropped[self._tile(b["start"])]] for k, v in b.items()}
         shown = np.isin(b["client"], bound) if not np.isscalar(bound) else b["client"] <= bound  # type: ignore
         ok = (b["group"] == 1) | shown
         b = {k: v[ok] for k, v in b.items()}
@@ -448,6 +457,7 @@ class TraceDigest:
             if np.isscalar(bound):
                 self._pruned_bounds.add(float(bound))  # type: ignore[arg-type]
         self.bars = b
+        self._held = len(b["start"])
 
     def _coarsen_tiles(self, f: int) -> None:
         """The bins doubled: neighbouring tiles become one, dropped if either was."""
@@ -458,14 +468,7 @@ class TraceDigest:
         self.tile_dropped = np.zeros(T, dtype=bool)
         self.tile_dropped[:keep] = dropped
         self.tile_reach = np.full(T, -np.inf)
-        self.tile_reach[:keep] = reach
-        self._drop_bars_of_dropped_tiles()
-
-    def _drop_bars_of_dropped_tiles(self) -> None:
-        if self.bars is not None and len(self.bars["start"]):
-            keep = ~self.tile_dropped[self._tile(self.bars["start"])]
-            if not keep.all():
-                self.bars = {k: v[keep] for k, v in self.bars.items()}
+        self.tile_reach[:keep] = reach  # (bars of a tile dropped here leave at the next prune)
 
     # ------------------------------------------------------------------ results
 
@@ -517,9 +520,9 @@ class TraceDigest:
         a tile kept, at most ``interactive_bars``), in the page's order, and how many there are in all."""
         shown = self.shown(self.interactive_clients)
         total = self.server_count + sum(self.bar_counts.get(c, 0) for c in shown)
+        self._gather()
         if self.bars is None:
             return pd.DataFrame(columns=list(self._KEYS)), total
-        self._drop_bars_of_dropped_tiles()
         self._prune(shown)
         b = self.bars
         assert b is not None

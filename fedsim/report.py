@@ -118,10 +118,11 @@ def _timeline_image(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], r
     """The timeline as an RGBA image: for each row (client, or :data:`~fedsim.digest.SERVER`) and each of
     ``columns`` equal columns of ``[t0, t1]``, the colour of the phase that covers most of the column
     (transparent where idle time is the largest share)."""
-    colours = np.array([matplotlib.colors.to_rgba(PHASE_COLOURS[k]) for k in PHASE_COLOURS] + [(0, 0, 0, 0)])
+    colours = np.array([matplotlib.colors.to_rgba_array(PHASE_COLOURS[k])[0] for k in PHASE_COLOURS] + [(0, 0, 0, 0)])
+    colours = np.round(colours * 255).astype(np.uint8)  # (bytes: matplotlib resamples a float image in float64)
     kinds = list(PHASE_COLOURS)
     span = (t1 - t0) / columns
-    image = np.zeros((len(rows) * _ROW_PX, columns, 4))
+    image = np.zeros((len(rows) * _ROW_PX, columns, 4), dtype=np.uint8)
     for i, c in enumerate(rows):
         keys = [k for k in cover if k[1] == c]
         per = {k: grid.columns(k, t0, t1, columns) for k in keys}
@@ -481,7 +482,10 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     def clean(a: Any, digits: int | None = None) -> list[Any]:
         """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
         arr = np.asarray(a, dtype=float)
-        return [None if not np.isfinite(v) else (float(v) if digits is None else round(float(v), digits)) for v in arr]
+        out = (arr if digits is None else np.round(arr, digits)).tolist()
+        for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+            out[i] = None
+        return out
 
     cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
             clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
