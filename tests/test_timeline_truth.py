@@ -165,80 +165,88 @@ def _frame(chrome):
     return chrome.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(window.fedsimView))))")
 
 
-def test_interactive_view_in_a_browser(busy, tmp_path, monkeypatch):
+@pytest.fixture
+def page(busy, tmp_path, monkeypatch):
+    """The busy run's report.html open at 1024 px wide in headless Chromium, scrolled to the timeline;
+    single bars up to 1000 in view (the shortened run has fewer bars than the issue's 30 s one)."""
     BROWSER, Chrome = _browser()
     if BROWSER is None:
         pytest.skip("no Chromium installed (apt-get install chromium)")
     from fedsim import report
 
-    # single bars up to 1000 in view (the shortened run has fewer bars than the issue's 30 s one)
-    monkeypatch.setattr(report, "INTERACTIVE_EXACT_BARS", 1000)
+    monkeypatch.setattr(report, "INTERACTIVE_EXACT_BARS", 1000, raising=False)
     html_report(busy)
-    trace = load_trace(busy)
-    shares = time_shares(trace, 40)
     chrome = Chrome(BROWSER, tmp_path / "profile")
     try:
         _open(chrome, busy / "report.html", 1024)
-        view = _frame(chrome)
-        assert view["start"] == 0 and view["aggregated"] > 0
-
-        # every phase's share of the timeline's pixels, from a screenshot of its plot area
-        chrome.js("document.getElementById('fs-timeline').scrollIntoView()")
-        box = chrome.js("(() => { const b = document.getElementById('fs-timeline').getBoundingClientRect();"
-                        " return [b.left, b.top, b.width, b.height, window.scrollX, window.scrollY]; })()")
-        shot = chrome.page("Page.captureScreenshot", format="png",  # (the clip is in page coordinates)
-                           clip={"x": box[4] + box[0] + 80, "y": box[5] + box[1], "width": box[2] - 92,
-                                 "height": box[3] - 34, "scale": 1})
-        if os.environ.get("FEDSIM_TIMELINE_SCREENSHOT"):
-            Path(os.environ["FEDSIM_TIMELINE_SCREENSHOT"]).write_bytes(base64.b64decode(shot["data"]))
-        rgb = (mimage.imread(io.BytesIO(base64.b64decode(shot["data"])), format="png")[..., :3] * 255).round().astype(int)
-        check_shares(colour_pixels(rgb), shares)
-        # and the bars reach the right end of the axis (the last 2% of the columns are painted)
-        painted = (np.abs(rgb - 255).sum(axis=-1) > 30) & (np.abs(rgb - 247).sum(axis=-1) > 6)
-        cols = np.flatnonzero(painted.any(axis=0))
-        assert cols.max() >= 0.98 * rgb.shape[1]
-
-        # the zoom has a floor: 40 wheel steps in, the tick labels still differ
-        x, y = box[0] + box[2] * 0.6, box[1] + box[3] * 0.5
-        for _ in range(40):
-            chrome.page("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y, deltaX=0, deltaY=-600)
-        time.sleep(0.3)
-        deep = _frame(chrome)
-        labels = chrome.js("[...document.querySelectorAll('#fs-timeline .fs-tick')].map(t => t.textContent)")
-        assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
-        assert deep["end"] - deep["start"] == pytest.approx(deep["floor"], rel=1e-6) and deep["floor"] > 0
-        chrome.js("document.getElementById('fs-reset').click()")
         _frame(chrome)
-
-        # a tooltip near the right edge of a 1024 px window stays inside it
         chrome.js("document.getElementById('fs-timeline').scrollIntoView()")
-        target = chrome.js("""(() => {
-            const t = document.getElementById('fs-timeline').getBoundingClientRect();
-            const r = [...document.querySelectorAll('#fs-bars rect')].map(e => e.getBoundingClientRect())
-                .filter(b => b.width >= 1 && b.right > t.right - 30 && b.top > t.top + 20)
-                .sort((a, b) => b.right - a.right)[0];
-            return [r.right - 0.5, r.top + r.height / 2]; })()""")
-        chrome.page("Input.dispatchMouseEvent", type="mouseMoved", x=target[0] - 2, y=target[1])
-        chrome.page("Input.dispatchMouseEvent", type="mouseMoved", x=target[0], y=target[1])
-        time.sleep(0.2)
-        tip = chrome.js("(() => { const s = getComputedStyle(document.getElementById('fs-tip'));"
-                        " const b = document.getElementById('fs-tip').getBoundingClientRect();"
-                        " return [s.display, b.left, b.right, b.top, b.bottom, document.getElementById('fs-tip').textContent]; })()")
-        assert tip[0] == "block" and "mostly" in tip[5]
-        assert 0 <= tip[1] and tip[2] <= 1024, tip
-
-        # zoomed in on a stretch whose bars the page holds whole: single intervals, at their true width
-        data = interactive_data(busy)
-        tw, exact = data["tiles"]["width"], data["tiles"]["exact"]
-        i = exact.index("1")
-        centre = (i + 0.5) * tw
-        x = box[0] + (80 + centre / data["t_end"] * 848) * box[2] / 940
-        for _ in range(6):
-            chrome.page("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y, deltaX=0, deltaY=-600)
-        time.sleep(0.3)
-        near = _frame(chrome)
-        assert i * tw <= near["start"] < near["end"] <= (i + 1) * tw
-        assert near["bars"] > 0 and near["aggregated"] == 0
+        yield chrome
         assert chrome.errors() == []
     finally:
         chrome.close()
+
+
+def _box(chrome) -> list[float]:
+    return chrome.js("(() => { const b = document.getElementById('fs-timeline').getBoundingClientRect();"
+                     " return [b.left, b.top, b.width, b.height, window.scrollX, window.scrollY]; })()")
+
+
+def test_browser_gives_each_phase_its_share_of_the_pixels_over_the_whole_axis(busy, page):
+    shares = time_shares(load_trace(busy), 40)
+    view = _frame(page)
+    assert view["start"] == 0
+    box = _box(page)
+    shot = page.page("Page.captureScreenshot", format="png",  # the plot area (the clip is in page coordinates)
+                     clip={"x": box[4] + box[0] + 80, "y": box[5] + box[1], "width": box[2] - 92,
+                           "height": box[3] - 34, "scale": 1})
+    if os.environ.get("FEDSIM_TIMELINE_SCREENSHOT"):
+        Path(os.environ["FEDSIM_TIMELINE_SCREENSHOT"]).write_bytes(base64.b64decode(shot["data"]))
+    rgb = (mimage.imread(io.BytesIO(base64.b64decode(shot["data"])), format="png")[..., :3] * 255).round().astype(int)
+    check_shares(colour_pixels(rgb), shares)
+    # the bars reach the right end of the axis (the last 2% of the columns are painted)
+    painted = (np.abs(rgb - 255).sum(axis=-1) > 30) & (np.abs(rgb - 247).sum(axis=-1) > 6)
+    assert np.flatnonzero(painted.any(axis=0)).max() >= 0.98 * rgb.shape[1]
+    assert view["aggregated"] > 0  # (more than 1000 bars in view: each pixel column its dominant phase)
+
+
+def test_browser_zoom_has_a_floor_where_ticks_still_differ_and_then_shows_single_bars(busy, page):
+    box = _box(page)
+    x, y = box[0] + box[2] * 0.6, box[1] + box[3] * 0.5
+    for _ in range(40):
+        page.page("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y, deltaX=0, deltaY=-600)
+    time.sleep(0.3)
+    deep = _frame(page)
+    labels = page.js("[...document.querySelectorAll('#fs-timeline text')]"
+                     ".filter(t => t.getAttribute('text-anchor') === 'middle').map(t => t.textContent)")
+    assert len(labels) >= 3 and len(set(labels)) == len(labels), labels
+    assert deep["end"] - deep["start"] == pytest.approx(deep["floor"], rel=1e-6) and deep["floor"] > 0
+    page.js("document.getElementById('fs-reset').click()")
+    _frame(page)
+    # zoomed in on a stretch whose bars the page holds whole: single intervals, at their true width
+    data = interactive_data(busy)
+    tw, exact = data["tiles"]["width"], data["tiles"]["exact"]
+    i = exact.index("1")
+    x = box[0] + (80 + (i + 0.5) * tw / data["t_end"] * 848) * box[2] / 940
+    for _ in range(6):
+        page.page("Input.dispatchMouseEvent", type="mouseWheel", x=x, y=y, deltaX=0, deltaY=-600)
+    time.sleep(0.3)
+    near = _frame(page)
+    assert i * tw <= near["start"] < near["end"] <= (i + 1) * tw
+    assert near["bars"] > 0 and near["aggregated"] == 0
+
+
+def test_browser_tooltip_stays_inside_a_1024_px_window(page):
+    # hover the right-most bar of the timeline: the tooltip flips to the pointer's left
+    target = page.js("""(() => {
+        const t = document.getElementById('fs-timeline').getBoundingClientRect();
+        const r = [...document.querySelectorAll('#fs-bars rect')].map(e => e.getBoundingClientRect())
+            .filter(b => b.width >= 1 && b.right > t.right - 30 && b.top > t.top + 20)
+            .sort((a, b) => b.right - a.right)[0];
+        return [r.right - 0.5, r.top + r.height / 2]; })()""")
+    page.page("Input.dispatchMouseEvent", type="mouseMoved", x=target[0], y=target[1])
+    time.sleep(0.2)
+    tip = page.js("(() => { const e = document.getElementById('fs-tip'), b = e.getBoundingClientRect();"
+                  " return [getComputedStyle(e).display, b.left, b.right, e.textContent]; })()")
+    assert tip[0] == "block" and tip[3], tip
+    assert 0 <= tip[1] and tip[2] <= 1024, tip
