@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import matplotlib
-import matplotlib.colors
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -62,7 +61,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     the phase that covers most of its time, or left empty where the row is mostly idle
     (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
     so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
-    takes a like share of the pixels.  The rows are one image, drawn in one call.  The legend gives each
+    takes a like share of the pixels.  The rows are one collection of rectangles, drawn in one call.  The legend gives each
     phase's mean duration."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
@@ -88,10 +87,9 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         ax.set_yticks(range(len(clients) + 1))
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
         fig.tight_layout()
-        columns = max(int(round(ax.get_window_extent().width)), 1)  # one image column per pixel
-        image = _timeline_image(digest.png, digest.timeline_cover(), [SERVER] + clients, since, end, columns)
-        ax.imshow(image, extent=(since, end, len(clients) + 0.5, -0.5), aspect="auto", interpolation="nearest",
-                  origin="upper")
+        columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
+        codes = _timeline_codes(digest.png, digest.timeline_cover(), [SERVER] + clients, since, end, columns)
+        _draw_runs(ax, codes, since, end)
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
         note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
@@ -109,28 +107,47 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     plt.close(fig)
 
 
-#: Image pixels per timeline row (the top and bottom ones left blank, so the rows stay apart).
-_ROW_PX = 10
-
-
-def _timeline_image(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
+def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
                     t1: float, columns: int) -> np.ndarray:
-    """The timeline as an RGBA image: for each row (client, or :data:`~fedsim.digest.SERVER`) and each of
-    ``columns`` equal columns of ``[t0, t1]``, the colour of the phase that covers most of the column
-    (transparent where idle time is the largest share)."""
-    colours = np.array([matplotlib.colors.to_rgba_array(PHASE_COLOURS[k])[0] for k in PHASE_COLOURS] + [(0, 0, 0, 0)])
-    colours = np.round(colours * 255).astype(np.uint8)  # (bytes: matplotlib resamples a float image in float64)
+    """For each row (client, or :data:`~fedsim.digest.SERVER`) and each of ``columns`` equal columns of
+    ``[t0, t1]``, the index in :data:`PHASE_COLOURS` of the phase that covers most of the column, or
+    ``len(PHASE_COLOURS)`` where idle time is the largest share."""
     kinds = list(PHASE_COLOURS)
     span = (t1 - t0) / columns
-    image = np.zeros((len(rows) * _ROW_PX, columns, 4), dtype=np.uint8)
+    out = np.full((len(rows), columns), len(kinds), dtype=np.int64)
     for i, c in enumerate(rows):
-        keys = [k for k in cover if k[1] == c]
-        per = {k: grid.columns(k, t0, t1, columns) for k in keys}
+        per = {k: grid.columns(k, t0, t1, columns) for k in cover if k[1] == c}
         order, best = dominant(per, span)
-        codes = np.array([kinds.index(k[0]) for k in order] + [len(kinds)])
-        code = codes[best] if order else np.full(columns, len(kinds))  # (-1, idle: the last, transparent)
-        image[i * _ROW_PX + 1:(i + 1) * _ROW_PX - 1] = colours[code][None, :, :]
-    return image
+        if order:
+            out[i] = np.array([kinds.index(k[0]) for k in order] + [len(kinds)])[best]  # (-1, idle: the last)
+    return out
+
+
+def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
+    """The timeline's rows as one collection of rectangles, one per run of equal columns (row ``i`` at
+    ``y = i``): a vector drawing of a few thousand rectangles, where an image would be resampled through a
+    float64 copy of the whole figure (40 MB at this size)."""
+    from matplotlib.collections import PolyCollection
+
+    n_rows, columns = codes.shape
+    idle = len(PHASE_COLOURS)
+    colours = [PHASE_COLOURS[k] for k in PHASE_COLOURS]
+    edges = np.linspace(t0, t1, columns + 1)
+    verts, faces = [], []
+    for i in range(n_rows):
+        row = codes[i]
+        starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]]))
+        stops = np.concatenate([starts[1:], [columns]])
+        keep = row[starts] != idle
+        a, b, k = edges[starts[keep]], edges[stops[keep]], row[starts[keep]]
+        y0, y1 = i - 0.4, i + 0.4
+        box = np.stack([np.stack([a, np.full_like(a, y0)], 1), np.stack([a, np.full_like(a, y1)], 1),
+                        np.stack([b, np.full_like(a, y1)], 1), np.stack([b, np.full_like(a, y0)], 1)], 1)
+        verts.append(box)
+        faces += [colours[j] for j in k.tolist()]
+    if faces:
+        ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=faces, edgecolors="none", linewidths=0,
+                                         antialiaseds=False))
 
 
 def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
@@ -728,7 +745,8 @@ _INTERACTIVE_JS = r"""
   function ticks(a, b) {
     var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
     [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });
-    var out = [], k0 = Math.ceil(a / step - 1e-9), dec = Math.max(0, Math.min(15, -Math.floor(Math.log10(step) + 1e-9)));
+    var out = [], k0 = Math.ceil(a / step - 1e-9),
+        dec = Math.max(0, Math.min(15, -Math.floor(Math.log10(step) + 1e-9)));  // the step's decimals
     for (var k = k0; k * step <= b + step * 1e-9; k++) out.push({t: k * step, label: String(+(k * step).toFixed(dec))});
     return out;
   }
@@ -788,7 +806,10 @@ _INTERACTIVE_JS = r"""
     var px = (view[1] - view[0]) / PW, inView = [], j, x;
     for (j = 0; j < n; j++) if (B[3][j] >= view[0] && B[2][j] <= view[1]) inView.push(j);
     var few = inView.length <= EXACT_MAX, exactCol = new Array(PW), anyExact = false;
-    for (x = 0; x < PW; x++) { exactCol[x] = few && tileExact(view[0] + (x + 0.5) * px); anyExact = anyExact || exactCol[x]; }
+    for (x = 0; x < PW; x++) {
+      exactCol[x] = few && tileExact(view[0] + (x + 0.5) * px);
+      anyExact = anyExact || exactCol[x];
+    }
     shownAgg = 0;
     if (A) {
       var lv = level(px);
@@ -838,7 +859,8 @@ _INTERACTIVE_JS = r"""
     ticks(view[0], view[1]).forEach(function (tk) {
       var x = sx(tk.t);
       el("line", {x1: x, x2: x, y1: h - 22, y2: h - 18, stroke: "#333"}, g);
-      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10, "class": "fs-tick"}, g).textContent = tk.label;
+      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10, "class": "fs-tick"}, g)
+        .textContent = tk.label;
     });
     el("text", {x: L + PW, y: h - 24, "text-anchor": "end", "font-size": 10, fill: "#555"}, g).textContent = label;
     (yTicks || []).forEach(function (v) {
