@@ -3,13 +3,15 @@
 A trace of millions of events is never held in memory: :func:`digest_trace` reads it a block at a time
 (:func:`fedsim.sim.trace.iter_blocks`) and keeps only what the outputs draw:
 
-* the timeline's bars: the intervals of the shown clients (the lowest ids) inside the window, and the
-  server's; once there are more than the figure draws unmerged, bars closer than a lower bound of the
-  final merge gap are merged as they come (merging with a smaller gap and then with the final one gives
-  the bars of merging with the final one), so they stay few;
+* the timeline's coverage: for each shown client and phase (and the server), the time the phase covers
+  in each of :data:`COVER_BINS` equal bins of the window (:class:`CoverGrid`; the bins widen by doubling
+  while the run grows past them), from which both timelines draw, per pixel column, the phase that
+  fills most of it;
 * the achieved link rates (one float per transfer) and the server's request times (start, wait);
-* the interactive timeline's first bars in time (a bounded buffer of candidates), with the updates'
-  staleness of the shown clients;
+* the interactive timeline's exact bars: the run is cut into :data:`EXACT_TILES` time tiles, and a tile
+  keeps every bar that starts in it or none, the densest tiles dropped first, so the bars kept are spread
+  over the whole run and the page knows where they are complete; with the updates' staleness of the
+  shown clients;
 * the sub-model heat map's per-client sums.
 
 The clients shown are the lowest ids of those with a download, compute, upload or offline record; a
@@ -32,10 +34,15 @@ PHASES = ("download", "compute", "upload", "offline")
 INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
 DIGEST_KINDS = (*PHASES, "server", "apply", "dispatch")
 DIGEST_FIELDS = ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness", "submodel")
-#: Bars held before the timeline's merging starts (bounded memory for long traces).
-_COMPRESS_AT = 200_000
-#: Interactive candidates held beyond twice the page's cap before the buffer is cut back to the cap.
+#: Bins of a coverage grid: the whole-run timeline of a 30 s run is resolved to about 4-7 ms (the PNG's
+#: pixel columns and report.html's finest aggregated level are sums of them).
+COVER_BINS = 8192
+#: Time tiles of report.html's exact bars (a tile keeps all the bars that start in it, or none).
+EXACT_TILES = 256
+#: Interactive candidates held beyond the page's cap before the densest tiles are dropped.
 _PRUNE_SLACK = 1024
+#: The key of the server's row in a coverage grid.
+SERVER = -1
 
 
 def _kept_per_block(summary: object) -> list[float] | None:
@@ -66,79 +73,186 @@ def merge_intervals(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarra
     return s[first], np.maximum.reduceat(e, first)
 
 
-class _Rows:
-    """Intervals of one timeline row and phase: raw until merging starts, then merged as they come."""
+class CoverGrid:
+    """How much of each bin of time each row's phases cover: ``bins`` equal bins from ``origin``.
 
-    __slots__ = ("s", "e", "count", "total")
+    A row is a key ``(kind, client)`` (client :data:`SERVER` for the server's row).  With a fixed ``end``
+    the bins split ``[origin, end]``; without one, they start narrow and double in width (neighbouring
+    bins summed) whenever an interval ends past the last, so a run of any length fills between half and
+    all of them, in bounded memory.  An interval adds its overlap with each bin exactly: a bin it only
+    partly covers gets that part, and the bins it covers whole are counted in a difference array
+    (folded in when read), so adding n intervals costs O(n) whatever their lengths."""
 
-    def __init__(self) -> None:
-        self.s: list[np.ndarray] = []
-        self.e: list[np.ndarray] = []
-        self.count = 0  # raw intervals seen
-        self.total = 0.0  # their summed duration (for the legend's mean)
+    def __init__(self, origin: float = 0.0, end: float | None = None, bins: int = COVER_BINS) -> None:
+        self.origin, self.end, self.bins = float(origin), end, int(bins)
+        self.width: float | None = (end - origin) / bins if end is not None and end > origin else None
+        self.slots: dict[tuple[str, int], int] = {}
+        self.free: list[int] = []
+        self.h = np.zeros((0, self.bins))  # partly covered time per bin
+        self.d = np.zeros((0, self.bins + 1), dtype=np.int32)  # whole-bin counts, as differences
+        self.on_coarsen: list[Any] = []  # callbacks f(factor) when the bins widen
 
-    def add(self, s: np.ndarray, e: np.ndarray, durations: np.ndarray | None = None) -> None:
-        if len(s):
-            self.s.append(s)
-            self.e.append(e)
-            self.count += len(s)
-            d = e - s if durations is None else durations
-            self.total += float(np.nansum(d))
+    # ------------------------------------------------------------------ reading
+    def fit(self, hi: float) -> None:
+        """Widen the bins (by powers of two) until ``hi`` lies before the last bin's end."""
+        if self.end is not None or not np.isfinite(hi):
+            return
+        if self.width is None:
+            span = max(hi - self.origin, 1e-9)
+            self.width = float(2.0 ** np.ceil(np.log2(span / self.bins)))
+        f = 1
+        while self.origin + self.width * f * self.bins <= hi:
+            f *= 2
+        if f > 1:
+            self._coarsen(f)
 
-    def held(self) -> int:
-        return sum(map(len, self.s))
+    def _coarsen(self, f: int) -> None:
+        self._fold()
+        n = len(self.h)
+        keep = max(self.bins // f, 1)
+        summed = self.h.reshape(n, keep, min(f, self.bins)).sum(axis=2)
+        self.h = np.zeros((n, self.bins))
+        self.h[:, :keep] = summed
+        assert self.width is not None
+        self.width *= f
+        for fn in self.on_coarsen:
+            fn(f)
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if len(self.s) != 1:
-            self.s = [np.concatenate(self.s) if self.s else np.empty(0)]
-            self.e = [np.concatenate(self.e) if self.e else np.empty(0)]
-        return self.s[0], self.e[0]
+    def _fold(self) -> None:
+        if len(self.d) and self.d.any():
+            assert self.width is not None
+            self.h += np.cumsum(self.d[:, :-1], axis=1) * self.width
+            self.d[:] = 0
 
-    def merge(self, gap: float) -> None:
-        s, e = self.arrays()
-        s, e = merge_intervals(s, e, gap)
-        self.s, self.e = [s], [e]
+    def _slot(self, key: tuple[str, int]) -> int:
+        slot = self.slots.get(key)
+        if slot is None:
+            if self.free:
+                slot = self.free.pop()
+            else:
+                slot = len(self.slots)
+                if slot >= len(self.h):  # grow by doubling
+                    extra = max(len(self.h), 8)
+                    self.h = np.concatenate([self.h, np.zeros((extra, self.bins))])
+                    self.d = np.concatenate([self.d, np.zeros((extra, self.bins + 1), dtype=np.int32)])
+            self.slots[key] = slot
+        return slot
+
+    def add(self, kind: str, clients: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+        """Add intervals ``[s, e]`` of phase ``kind`` to the rows of their ``clients``."""
+        ok = ~(np.isnan(s) | np.isnan(e) | np.isnan(clients))
+        lo = self.origin
+        hi = self.end if self.end is not None else np.inf
+        s, e, clients = np.maximum(s[ok], lo), np.minimum(e[ok], hi), clients[ok]
+        m = e > s
+        if not m.any():
+            return
+        s, e, clients = s[m], e[m], clients[m].astype(np.int64)
+        self.fit(float(e.max()))
+        w = self.width
+        assert w is not None
+        u0 = (s - lo) / w
+        u1 = np.minimum((e - lo) / w, self.bins)
+        i0 = np.minimum(np.floor(u0).astype(np.int64), self.bins - 1)
+        i1 = np.floor(u1).astype(np.int64)
+        uniq, inv = np.unique(clients, return_inverse=True)
+        slots = np.array([self._slot((kind, int(c))) for c in uniq.tolist()], dtype=np.int64)[inv]
+        h, d, nb = self.h.reshape(-1), self.d.reshape(-1), self.bins
+        same = i1 <= i0
+        np.add.at(h, slots[same] * nb + i0[same], (u1 - u0)[same] * w)
+        x = ~same
+        np.add.at(h, slots[x] * nb + i0[x], (i0[x] + 1 - u0[x]) * w)
+        tail = x & (i1 < nb)
+        np.add.at(h, slots[tail] * nb + i1[tail], (u1[tail] - i1[tail]) * w)
+        np.add.at(d, slots[x] * (nb + 1) + i0[x] + 1, 1)
+        np.add.at(d, slots[x] * (nb + 1) + i1[x], -1)
+
+    def drop(self, keep: Any) -> None:
+        """Forget the rows whose client fails ``keep(client)`` (the server's row is always kept)."""
+        for key in [k for k in self.slots if k[1] != SERVER and not keep(k[1])]:
+            slot = self.slots.pop(key)
+            self.h[slot] = 0.0
+            self.d[slot] = 0
+            self.free.append(slot)
+
+    # ------------------------------------------------------------------ results
+    def rows(self) -> dict[tuple[str, int], np.ndarray]:
+        """Covered time per bin of every row."""
+        self._fold()
+        return {k: self.h[slot] for k, slot in self.slots.items()}
+
+    def columns(self, key: tuple[str, int], t0: float, t1: float, n: int) -> np.ndarray:
+        """Covered time of row ``key`` in ``n`` equal columns of ``[t0, t1]`` (a bin's time taken as spread
+        evenly over it where a column boundary cuts it)."""
+        self._fold()
+        slot = self.slots.get(key)
+        if slot is None or self.width is None:
+            return np.zeros(n)
+        cum = np.concatenate([[0.0], np.cumsum(self.h[slot])])
+        edges = (np.linspace(t0, t1, n + 1) - self.origin) / self.width
+        return np.diff(np.interp(edges, np.arange(self.bins + 1), cum))
+
+
+def dominant(cover: Mapping[Any, np.ndarray], span: float | np.ndarray) -> tuple[list[Any], np.ndarray]:
+    """Per column, the index (into the returned keys) of the phase that fills most of it, or -1 where idle
+    time (the column's ``span`` less its covered time) is the largest share: the one rule both timelines
+    draw by, so a 7 µs compute never paints over a 29 ms upload and an idle column stays empty.  Ties go to
+    the earlier key."""
+    keys = list(cover)
+    if not keys:
+        return keys, np.full(0, -1)
+    c = np.vstack([cover[k] for k in keys])
+    idle = np.asarray(span, dtype=float) - c.sum(axis=0)
+    best = c.argmax(axis=0)
+    out = np.where(c.max(axis=0) >= np.maximum(idle, 0.0) * (1 + 1e-9), best, -1)
+    out[c.max(axis=0) <= 0] = -1
+    return keys, out
 
 
 @dataclass
 class TraceDigest:
     """The aggregates of one trace that the run's outputs draw (see the module docstring).
 
-    ``since``/``until`` is the timeline's window, ``timeline_clients``/``timeline_bars`` its client rows
-    and the bar count past which it merges; ``interactive_clients``/``interactive_bars`` are those of
-    report.html's timeline.  ``known_clients``: the clients with phase records, when already known
-    (the second pass); ``merge``: whether the timeline may merge while reading."""
+    ``since``/``until`` is the timeline's window and ``timeline_clients`` its client rows;
+    ``interactive_clients``/``interactive_bars`` are report.html's client rows and the exact bars it holds
+    at most.  ``known_clients``: the clients with phase records, when already known (the second pass)."""
 
     since: float = 0.0
     until: float | None = None
     timeline_clients: int = 30
-    timeline_bars: int = 3000
     interactive_clients: int = 40
     interactive_bars: int = 20000
     known_clients: Sequence[int] | None = None
-    merge: bool = True
 
     records: int = 0
     t_end_timeline: float = float("-inf")  # last time of a phase or server record
     t_end: float = float("-inf")  # and of an apply record
     clients: set[int] = field(default_factory=set)
-    phase_rows: dict[tuple[str, int], _Rows] = field(default_factory=dict)
-    server_row: _Rows = field(default_factory=_Rows)
-    wait_rows: dict[int, _Rows] = field(default_factory=dict)
-    merged_while_reading: bool = False
+    png: CoverGrid = field(init=False)  # the timeline's window, its clients and the server
+    web: CoverGrid = field(init=False)  # the whole run, report.html's clients and the server (may be png)
+    stats: dict[tuple[str, int], list[float]] = field(default_factory=dict)  # row -> [count, total] in the window
     rates: dict[str, list[np.ndarray]] = field(default_factory=lambda: {"upload": [], "download": []})
     server_start: list[np.ndarray] = field(default_factory=list)
     server_wait: list[np.ndarray] = field(default_factory=list)
     server_end_max: float = float("nan")
     has_server: bool = False
     has_rates: bool = False
-    bars: dict[str, np.ndarray] | None = None  # interactive candidates
+    bars: dict[str, np.ndarray] | None = None  # interactive candidates (the bars of the tiles kept)
+    tile_dropped: np.ndarray = field(default_factory=lambda: np.zeros(EXACT_TILES, dtype=bool))
+    tile_reach: np.ndarray = field(default_factory=lambda: np.full(EXACT_TILES, -np.inf))  # latest end per tile
     bar_counts: dict[int, int] = field(default_factory=dict)  # per client: phase bars and queue waits
     server_count: int = 0
     applies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     submodel: dict[int, list[Any]] = field(default_factory=dict)  # client -> [whole-model count, sums, counts]
     unstable: bool = False  # a kept client set changed after pruning: read again with the clients known
     _pruned_bounds: set[float] = field(default_factory=set)
+    _pending: list[dict[str, np.ndarray]] = field(default_factory=list)  # candidates not yet joined to bars
+    _held: int = 0  # candidates in bars and pending
+
+    def __post_init__(self) -> None:
+        self.png = CoverGrid(self.since, self.until)
+        self.web = self.png if self.since <= 0.0 and self.until is None else CoverGrid(0.0)
+        self.web.on_coarsen.append(self._coarsen_tiles)
 
     # ------------------------------------------------------------------ reading
 
@@ -176,23 +290,50 @@ class TraceDigest:
         if not new:
             return
         self.clients |= new
-        if self.known_clients is None and self._pruned_bounds:
-            after = self._bound(self.timeline_clients), self._bound(self.interactive_clients)
-            if after != before:  # a pruned set no longer is the set kept
-                self.unstable = True
+        after = self._bound(self.timeline_clients), self._bound(self.interactive_clients)
+        if after != before:  # rows of clients no longer shown are forgotten
+            tb, ib = after
+            if self.web is self.png:
+                self.png.drop(lambda x: x <= max(tb, ib))
+            else:
+                self.png.drop(lambda x: x <= tb)
+                self.web.drop(lambda x: x <= ib)
+            self.stats = {k: v for k, v in self.stats.items() if k[1] == SERVER or k[1] <= tb}
+            if self.known_clients is None and self._pruned_bounds:
+                self.unstable = True  # a pruned set no longer is the set kept
 
     def _window(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
         ok = e >= self.since
         return ok & (s <= self.until) if self.until is not None else ok & ~np.isnan(s)
 
+    def _cover(self, kind: str, c: np.ndarray, s: np.ndarray, e: np.ndarray, *, all_clients: bool = False) -> None:
+        """Add intervals to the coverage grids (and the legend's counts) of the clients each one shows."""
+        tb, ib = self._bound(self.timeline_clients), self._bound(self.interactive_clients)
+        win = self._window(s, e) & ((c <= tb) | all_clients)
+        if win.any():
+            key_c = c[win] if not all_clients else np.full(int(win.sum()), SERVER, dtype=float)
+            d = np.nan_to_num(e[win] - s[win])
+            uniq, inv = np.unique(key_c, return_inverse=True)
+            counts, totals = np.bincount(inv), np.bincount(inv, weights=d)
+            for client, n, total in zip(uniq.astype(np.int64).tolist(), counts.tolist(), totals.tolist()):
+                st = self.stats.setdefault((kind, client), [0, 0.0])
+                st[0] += n
+                st[1] += total
+        for_web = (c <= ib) | all_clients
+        cc = c if not all_clients else np.full(len(c), float(SERVER))
+        if self.web is self.png:
+            m = win | for_web
+            self.png.add(kind, cc[m], s[m], e[m])
+        else:
+            self.png.add(kind, cc[win], s[win], e[win])
+            self.web.add(kind, cc[for_web], s[for_web], e[for_web])
+
     def _phase(self, b: Block) -> None:
         c, s, e = b.num("client"), b.num("start"), b.num("end")
         self._new_clients(c)
-        vis = self._window(s, e) & (c <= self._bound(self.timeline_clients))
-        if vis.any():
-            for client in np.unique(c[vis]).astype(np.int64).tolist():
-                m = vis & (c == client)
-                self.phase_rows.setdefault((b.kind, client), _Rows()).add(s[m], e[m])
+        if np.isfinite(e).any():
+            self.web.fit(float(np.nanmax(e)))
+        self._cover(b.kind, c, s, e)
         if b.kind in self.rates and b.has("rate_bps"):
             r = b.num("rate_bps")
             r = r[~np.isnan(r)]
@@ -206,7 +347,6 @@ class TraceDigest:
             code = np.full(int(keep.sum()), INTERACTIVE_KINDS.index(b.kind), dtype=np.float64)
             self._candidates(s[keep], 1.0 + c[keep], 0, b.seq[keep], code, e[keep], c[keep],
                              b.num("bytes")[keep], b.num("rate_bps")[keep], b.num("wait")[keep])
-        self._maybe_merge()
 
     def _server(self, b: Block) -> None:
         self.has_server = True
@@ -216,17 +356,15 @@ class TraceDigest:
         if np.isfinite(e).any():
             top = float(np.nanmax(e))
             self.server_end_max = top if np.isnan(self.server_end_max) else max(self.server_end_max, top)
-        win = self._window(s, e)
-        self.server_row.add(s[win], e[win], (e - s)[win])
-        queued = win & (w > 0) & (c <= self._bound(self.timeline_clients))
-        if queued.any():
-            for client in np.unique(c[queued]).astype(np.int64).tolist():
-                m = queued & (c == client)
-                self.wait_rows.setdefault(client, _Rows()).add(s[m] - w[m], s[m], w[m])
+            self.web.fit(top)
+        self._cover("server", c, s, e, all_clients=True)
+        queued = w > 0
+        if queued.any():  # a request's queueing is drawn on the row of the client whose update waits
+            self._cover("wait", c[queued], s[queued] - w[queued], s[queued])
         self.server_count += len(b)
         nan = np.full(len(b), np.nan)
         self._candidates(s, np.zeros(len(b)), 1, b.seq, np.full(len(b), 4.0), e, c, nan, nan, w)
-        waits = (w > 0) & (c <= self._bound(self.interactive_clients))
+        waits = queued & (c <= self._bound(self.interactive_clients))
         if waits.any():
             for client, k in zip(*np.unique(c[waits], return_counts=True)):
                 self.bar_counts[int(client)] = self.bar_counts.get(int(client), 0) + int(k)
@@ -234,7 +372,6 @@ class TraceDigest:
             nan = np.full(int(m.sum()), np.nan)
             self._candidates(s[m] - w[m], 1.0 + c[m], 2, b.seq[m], np.full(int(m.sum()), 5.0), s[m], c[m], nan, nan,
                              w[m])
-        self._maybe_merge()
 
     def _apply(self, b: Block) -> None:
         c = b.num("client")
@@ -264,58 +401,96 @@ class TraceDigest:
 
     _KEYS = ("start", "row", "group", "seq", "kind", "end", "client", "bytes", "rate", "wait")
 
+    def tile_width(self) -> float:
+        """Seconds of virtual time per exact-bar tile (the tiles start at 0)."""
+        return (self.web.width or 0.0) * self.web.bins / EXACT_TILES
+
+    def _tile(self, start: np.ndarray) -> np.ndarray:
+        tw = self.tile_width()
+        if tw <= 0:
+            return np.zeros(len(start), dtype=np.int64)
+        t = np.floor(np.nan_to_num(start, nan=0.0) / tw)
+        return np.clip(t, 0, EXACT_TILES - 1).astype(np.int64)
+
     def _candidates(self, *cols: Any) -> None:
-        """Add interactive bars; past twice the cap, keep the first ``interactive_bars`` by (start, row,
-        group, seq): the page's order (bars, then server requests, then queue waits, each in file order)."""
+        """Add interactive bars (the page's order: bars, then server requests, then queue waits): those
+        starting in a dropped tile are not kept; past the cap, the densest tiles are dropped."""
         n = len(cols[0])
         new = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), (n,)) for k, v in zip(self._KEYS, cols)}
-        if self.bars is None:
-            self.bars = {k: v.copy() for k, v in new.items()}
-        else:
-            self.bars = {k: np.concatenate([self.bars[k], new[k]]) for k in self._KEYS}
-        if len(self.bars["start"]) > 2 * self.interactive_bars + _PRUNE_SLACK:
-            self._prune()
+        tile = self._tile(new["start"])
+        ends = new["end"]
+        fin = np.isfinite(ends)
+        np.maximum.at(self.tile_reach, tile[fin], ends[fin])
+        keep = ~self.tile_dropped[tile]
+        self._pending.append({k: v[keep] for k, v in new.items()})
+        self._held += int(keep.sum())
+        if self._held > 2 * self.interactive_bars + _PRUNE_SLACK:
+            self._prune(self._bound(self.interactive_clients))
 
-    def _prune(self) -> None:
+    def _gather(self) -> None:
+        """The pending candidates joined to :attr:`bars` (one concatenation per prune, not per block)."""
+        if self._pending:
+            parts = ([self.bars] if self.bars is not None else []) + self._pending
+            self.bars = {k: np.concatenate([p[k] for p in parts]) for k in self._KEYS}
+            self._pending = []
+
+    def _prune(self, bound: float | Sequence[int]) -> None:
+        """Keep the bars of the shown clients (ids up to ``bound``, or in it) and the server's; drop the
+        tiles with the most bars until at most ``interactive_bars`` remain."""
+        self._gather()
         assert self.bars is not None
-        bound = self._bound(self.interactive_clients)
         b = self.bars
-        ok = (b["group"] == 1) | (b["client"] <= bound)
-        order = np.lexsort((b["seq"], b["group"], b["row"], b["start"]))
-        order = order[ok[order]][: self.interactive_bars]
-        self.bars = {k: v[order] for k, v in b.items()}
-        self._pruned_bounds.add(bound)
+        b = {k: v[~self.tile_dropped[self._tile(b["start"])]] for k, v in b.items()}
+        shown = np.isin(b["client"], bound) if not np.isscalar(bound) else b["client"] <= bound  # type: ignore
+        ok = (b["group"] == 1) | shown
+        b = {k: v[ok] for k, v in b.items()}
+        counts = np.bincount(self._tile(b["start"]), minlength=EXACT_TILES)
+        total = int(counts.sum())
+        if total > self.interactive_bars:
+            for t in np.argsort(-counts, kind="stable"):
+                if total <= self.interactive_bars:
+                    break
+                self.tile_dropped[t] = True
+                total -= int(counts[t])
+            keep = ~self.tile_dropped[self._tile(b["start"])]
+            b = {k: v[keep] for k, v in b.items()}
+            if np.isscalar(bound):
+                self._pruned_bounds.add(float(bound))  # type: ignore[arg-type]
+        self.bars = b
+        self._held = len(b["start"])
 
-    def _maybe_merge(self) -> None:
-        """Merge the timeline's bars as they come once there are more than it draws unmerged, with a gap
-        no larger than the final one (a pixel of the window so far)."""
-        if not self.merge:
-            return
-        rows = [*self.phase_rows.values(), self.server_row, *self.wait_rows.values()]
-        if sum(r.held() for r in rows) < _COMPRESS_AT:
-            return
-        if sum(r.count for r in self.phase_rows.values()) <= self.timeline_bars:
-            return  # (the figure merges only past this many phase bars)
-        end = self.until if self.until is not None else self.t_end_timeline
-        gap = max((end - self.since) / 900.0, 0.0)
-        for r in rows:
-            r.merge(gap)
-        self.merged_while_reading = True
-        self._pruned_bounds.add(self._bound(self.timeline_clients))
+    def _coarsen_tiles(self, f: int) -> None:
+        """The bins doubled: neighbouring tiles become one, dropped if either was."""
+        T = EXACT_TILES
+        keep = max(T // f, 1)
+        dropped = self.tile_dropped.reshape(keep, min(f, T)).any(axis=1)
+        reach = self.tile_reach.reshape(keep, min(f, T)).max(axis=1)
+        self.tile_dropped = np.zeros(T, dtype=bool)
+        self.tile_dropped[:keep] = dropped
+        self.tile_reach = np.full(T, -np.inf)
+        self.tile_reach[:keep] = reach  # (bars of a tile dropped here leave at the next prune)
 
     # ------------------------------------------------------------------ results
 
     def shown(self, k: int) -> list[int]:
         return sorted(self.clients)[:k]
 
-    def timeline_rows(self) -> dict[tuple[str, int], _Rows]:
-        """The shown clients' phase rows (kind, client) of the timeline."""
-        shown = set(self.shown(self.timeline_clients))
-        return {k: r for k, r in self.phase_rows.items() if k[1] in shown}
+    def timeline_cover(self) -> dict[tuple[str, int], np.ndarray]:
+        """Covered time per bin of the timeline's rows: the shown clients' phases and queue waits, and
+        the server (client :data:`SERVER`)."""
+        shown = set(self.shown(self.timeline_clients)) | {SERVER}
+        return {k: r for k, r in self.png.rows().items() if k[1] in shown and r.any()}
 
-    def timeline_merged(self) -> bool:
-        """Whether the timeline merges nearby bars: more phase bars in the window than it draws."""
-        return sum(r.count for r in self.timeline_rows().values()) > self.timeline_bars
+    def timeline_means(self) -> dict[str, float]:
+        """Mean duration of each phase over the timeline's rows in its window (the legend's)."""
+        shown = set(self.shown(self.timeline_clients)) | {SERVER}
+        out: dict[str, list[float]] = {}
+        for (kind, c), (n, total) in self.stats.items():
+            if c in shown and n:
+                acc = out.setdefault(kind, [0, 0.0])
+                acc[0] += n
+                acc[1] += total
+        return {k: t / n for k, (n, t) in out.items()}
 
     def timeline_end(self) -> float:
         return float(self.t_end_timeline) if self.until is None else float(self.until)
@@ -341,20 +516,34 @@ class TraceDigest:
         return {int(k): (t[c == k], st[c == k]) for k in np.unique(c).tolist()}
 
     def interactive_table(self) -> tuple[pd.DataFrame, int]:
-        """The first ``interactive_bars`` bars in time of the shown clients and the server, and how many
-        there are in all."""
+        """The exact bars report.html holds (every bar of the shown clients and the server that starts in
+        a tile kept, at most ``interactive_bars``), in the page's order, and how many there are in all."""
         shown = self.shown(self.interactive_clients)
         total = self.server_count + sum(self.bar_counts.get(c, 0) for c in shown)
+        self._gather()
         if self.bars is None:
             return pd.DataFrame(columns=list(self._KEYS)), total
+        self._prune(shown)
         b = self.bars
-        ok = (b["group"] == 1) | np.isin(b["client"], shown)
+        assert b is not None
         order = np.lexsort((b["seq"], b["group"], b["row"], b["start"]))
-        order = order[ok[order]][: self.interactive_bars]
         table = pd.DataFrame({k: v[order] for k, v in b.items()})
         row = {c: i + 1 for i, c in enumerate(shown)}
         table["row"] = [0 if g == 1 else row[int(c)] for g, c in zip(table["group"], table["client"])]
         return table, total
+
+    def exact_tiles(self) -> np.ndarray:
+        """Per tile, whether report.html holds every bar that overlaps it: the tile was kept, and no bar
+        of a dropped tile reaches into it."""
+        reach = np.where(self.tile_dropped, self.tile_reach, -np.inf)
+        before = np.concatenate([[-np.inf], np.maximum.accumulate(reach)[:-1]])
+        starts = np.arange(EXACT_TILES) * self.tile_width()
+        return ~self.tile_dropped & (before <= starts)
+
+    def web_cover(self) -> dict[tuple[str, int], np.ndarray]:
+        """Covered time per bin (of :attr:`web`) of report.html's rows."""
+        shown = set(self.shown(self.interactive_clients)) | {SERVER}
+        return {k: r for k, r in self.web.rows().items() if k[1] in shown}
 
     def submodel_table(self) -> pd.DataFrame:
         """Per client and block: the mean kept fraction over the client's dispatches (a whole-model
@@ -418,9 +607,8 @@ def digest_trace(source: str | Path | pd.DataFrame, **params: Any) -> TraceDiges
         return iter_blocks(source, kinds=DIGEST_KINDS, fields=DIGEST_FIELDS)
 
     d = digest_blocks(blocks(), **params)
-    early = d.merged_while_reading and not d.timeline_merged()
-    if d.unstable or early:
-        d = digest_blocks(blocks(), **{**params, "known_clients": sorted(d.clients), "merge": not early})
+    if d.unstable:
+        d = digest_blocks(blocks(), **{**params, "known_clients": sorted(d.clients)})
     return d
 
 

@@ -15,15 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from fedsim.digest import (INTERACTIVE_KINDS, TraceDigest, binned_queue, digest_trace,  # noqa: E402
-                           merge_intervals, queue_length, release_freed_memory)
+from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue,  # noqa: E402
+                           digest_trace, dominant, queue_length, release_freed_memory)
 from fedsim.sim.trace import trace_path  # noqa: E402
-
-#: Bars drawn at most on a timeline (a readable picture, and a fast one for million-event traces).
-TIMELINE_MAX_EVENTS = 3000
-
-#: The narrowest timeline bar, in pixels: compute of a few ms next to seconds of upload stays visible.
-MIN_BAR_PX = 2
 
 #: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
 QUEUE_STEP_MAX = 400
@@ -57,62 +51,49 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
 
 
 def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
-                    until: float | None = None, since: float = 0.0, max_bars: int = 3000) -> None:
-    """Per-client Gantt chart of download / compute / upload, plus server service and queue wait.
+                    until: float | None = None, since: float = 0.0) -> None:
+    """Per-client timeline of download / compute / upload, queue wait at the server and the server's
+    service: the server on the top row, then one row per client.
 
     ``trace``: a trace DataFrame, or the :class:`~fedsim.digest.TraceDigest` of one read with the same
-    window and counts (what :func:`run_figures` passes, so a long trace is never held in memory).
-    The window is ``[since, until]`` (default: the whole run).  When it holds more than ``max_bars`` bars,
-    each client's bars of one phase closer than a pixel-width apart are merged (so every phase stays
-    visible at the scale of the whole run); the title says the window, the clients shown and whether
-    bars were merged.  Every bar is at least ``MIN_BAR_PX`` pixels wide and compute is drawn last, so a
-    phase far shorter than the window (compute next to seconds of upload) still shows; the legend gives
-    each phase's mean duration, so a widened bar is not mistaken for a long one."""
-    params = dict(since=since, until=until, timeline_clients=max_clients, timeline_bars=max_bars)
+    window and client count (what :func:`run_figures` passes, so a long trace is never held in memory).
+    The window is ``[since, until]`` (default: the whole run).  Each pixel column of a row is painted with
+    the phase that covers most of its time, or left empty where the row is mostly idle
+    (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
+    so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
+    takes a like share of the pixels.  The rows are one collection of rectangles, drawn in one call.  The legend gives each
+    phase's mean duration."""
+    params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
         digest = trace
-        got = dict(since=digest.since, until=digest.until, timeline_clients=digest.timeline_clients,
-                   timeline_bars=digest.timeline_bars)
+        got = dict(since=digest.since, until=digest.until, timeline_clients=digest.timeline_clients)
         if got != params:
             raise ValueError(f"the digest was read for the timeline {got}, not {params}")
     else:
         digest = digest_trace(trace, **params)
-    fig, ax = plt.subplots(figsize=(9, 0.25 * min(max_clients, 30) + 2))
+    n_rows = min(max_clients, 30) + 1
+    fig, ax = plt.subplots(figsize=(9, 0.25 * n_rows + 1.75))
     durations: dict[str, float] = {}
     note = ""
     all_clients = sorted(digest.clients)
-    if all_clients:
+    if all_clients or digest.has_server:
         clients = all_clients[:max_clients]
-        row = {c: i + 1 for i, c in enumerate(clients)}
         end = digest.timeline_end()
-        rows = {k: r for k, r in digest.timeline_rows().items() if r.count}
-        merged = digest.timeline_merged()
-        pixel = (end - since) / 900.0  # about one pixel of the 9-inch axis at 120 dpi
-        gap = pixel if merged else 0.0
-        present_kinds = {k for k, _ in rows}
-        # compute last: drawn over its neighbours, so its narrow bars are never covered by a widened transfer
-        for kind in sorted(present_kinds, key=lambda k: (k == "compute", k)):  # phases, then clients
-            parts = [(c, r) for (k, c), r in rows.items() if k == kind]
-            durations[kind] = sum(r.total for _, r in parts) / sum(r.count for _, r in parts)
-            for c, r in sorted(parts, key=lambda p: p[0]):
-                _bars(ax, *r.arrays(), gap, row[c], PHASE_COLOURS[kind], min_width=MIN_BAR_PX * pixel)
-        if digest.server_row.count:
-            durations["server"] = digest.server_row.total / digest.server_row.count
-            # one call per row (a call per request made a run with 10^5 server requests take minutes)
-            _bars(ax, *digest.server_row.arrays(), gap, 0, PHASE_COLOURS["server"], min_width=MIN_BAR_PX * pixel)
-            # a request's queueing is drawn on the row of the client whose update waits
-            waits = {c: r for c, r in digest.wait_rows.items() if c in row and r.count}
-            if waits:
-                durations["wait"] = sum(r.total for r in waits.values()) / sum(r.count for r in waits.values())
-            for c, r in sorted(waits.items()):
-                _bars(ax, *r.arrays(), gap, row[c], PHASE_COLOURS["wait"], min_width=MIN_BAR_PX * pixel)
-        ax.set_yticks([0] + [row[c] for c in clients])
-        ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
+        if not end > since:
+            end = since + 1e-9
+        durations = digest.timeline_means()
         ax.set_xlim(since, end)
+        ax.set_ylim(len(clients) + 0.5, -0.5)  # the server on top, as in report.html
+        ax.set_yticks(range(len(clients) + 1))
+        ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
+        fig.tight_layout()
+        columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
+        codes = _timeline_codes(digest.png, digest.timeline_cover(), [SERVER] + clients, since, end, columns)
+        _draw_runs(ax, codes, since, end)
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
-        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s" + (", nearby bars merged" if merged else "")
-                + f"; bars at least {MIN_BAR_PX} px wide")
+        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
+                f"each pixel column shows the phase that fills most of it")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
              "server": "server", "offline": "offline"}
@@ -126,18 +107,47 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     plt.close(fig)
 
 
-def _bars(ax: Any, starts: Any, ends: Any, gap: float, y: float, colour: str, min_width: float = 0.0) -> None:
-    """One row of a Gantt chart: intervals closer than ``gap`` merged, each at least ``max(gap, min_width)``
-    wide (a bar narrower than a pixel or two is widened, so short phases remain visible), drawn in one call.  Merged in
-    numpy (sorted by start, then end): a new bar begins where a start lies more than ``gap`` past every
-    earlier end, and ends at the largest end of its intervals."""
-    s = np.asarray(pd.to_numeric(starts), dtype=float)
-    e = np.asarray(pd.to_numeric(ends), dtype=float)
-    if not len(s):
-        return
-    b0, b1 = merge_intervals(s, e, gap)
-    ax.broken_barh(list(zip(b0.tolist(), np.maximum(b1 - b0, max(gap, min_width)).tolist())), (y - 0.4, 0.8),
-                   facecolors=colour)
+def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
+                    t1: float, columns: int) -> np.ndarray:
+    """For each row (client, or :data:`~fedsim.digest.SERVER`) and each of ``columns`` equal columns of
+    ``[t0, t1]``, the index in :data:`PHASE_COLOURS` of the phase that covers most of the column, or
+    ``len(PHASE_COLOURS)`` where idle time is the largest share."""
+    kinds = list(PHASE_COLOURS)
+    span = (t1 - t0) / columns
+    out = np.full((len(rows), columns), len(kinds), dtype=np.int64)
+    for i, c in enumerate(rows):
+        per = {k: grid.columns(k, t0, t1, columns) for k in cover if k[1] == c}
+        order, best = dominant(per, span)
+        if order:
+            out[i] = np.array([kinds.index(k[0]) for k in order] + [len(kinds)])[best]  # (-1, idle: the last)
+    return out
+
+
+def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
+    """The timeline's rows as one collection of rectangles, one per run of equal columns (row ``i`` at
+    ``y = i``): a vector drawing of a few thousand rectangles, where an image would be resampled through a
+    float64 copy of the whole figure (40 MB at this size)."""
+    from matplotlib.collections import PolyCollection
+
+    n_rows, columns = codes.shape
+    idle = len(PHASE_COLOURS)
+    colours = [PHASE_COLOURS[k] for k in PHASE_COLOURS]
+    edges = np.linspace(t0, t1, columns + 1)
+    verts, faces = [], []
+    for i in range(n_rows):
+        row = codes[i]
+        starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]]))
+        stops = np.concatenate([starts[1:], [columns]])
+        keep = row[starts] != idle
+        a, b, k = edges[starts[keep]], edges[stops[keep]], row[starts[keep]]
+        y0, y1 = i - 0.4, i + 0.4
+        box = np.stack([np.stack([a, np.full_like(a, y0)], 1), np.stack([a, np.full_like(a, y1)], 1),
+                        np.stack([b, np.full_like(a, y1)], 1), np.stack([b, np.full_like(a, y0)], 1)], 1)
+        verts.append(box)
+        faces += [colours[j] for j in k.tolist()]
+    if faces:
+        ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=faces, edgecolors="none", linewidths=0,
+                                         antialiaseds=False))
 
 
 def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
@@ -333,9 +343,14 @@ def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict
     return True
 
 
-#: Bars the interactive timeline of report.html draws at most (an SVG stays responsive); past it, the
-#: first bars in time are kept and the page says so.
+#: Exact bars report.html holds at most (the page stays small and responsive); past it, the bars of the
+#: densest time tiles are left out (spread over the run, see :mod:`fedsim.digest`) and the page draws those
+#: stretches aggregated, each pixel column showing the phase that fills most of it.
 INTERACTIVE_MAX_BARS = 20000
+
+#: Bars in view up to which report.html draws single bars (where it holds them all); past it, each pixel
+#: column shows the phase that fills most of it.
+INTERACTIVE_EXACT_BARS = 4000
 
 #: Client rows of the interactive timeline at most (the lowest client ids).
 INTERACTIVE_MAX_CLIENTS = 40
@@ -353,7 +368,7 @@ def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None =
     path = trace_path(run_dir)
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, interactive_clients, interactive_bars)
-    params = dict(since=since, until=until, timeline_clients=timeline_clients, timeline_bars=TIMELINE_MAX_EVENTS,
+    params = dict(since=since, until=until, timeline_clients=timeline_clients,
                   interactive_clients=interactive_clients, interactive_bars=interactive_bars)
     held = _DIGEST.get("digest")
     if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
@@ -403,8 +418,8 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
         digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
         if digest.clients or digest.has_server:
             p = run_dir / "timeline.png"
-            # the whole run by default, merged bars when dense
-            timeline_figure(digest, p, max_bars=TIMELINE_MAX_EVENTS, since=since, until=until,
+            # the whole run by default, the phase that dominates each pixel column
+            timeline_figure(digest, p, since=since, until=until,
                             max_clients=timeline_clients)
             written.append(p)
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
@@ -484,7 +499,10 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     def clean(a: Any, digits: int | None = None) -> list[Any]:
         """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
         arr = np.asarray(a, dtype=float)
-        return [None if not np.isfinite(v) else (float(v) if digits is None else round(float(v), digits)) for v in arr]
+        out = (arr if digits is None else np.round(arr, digits)).tolist()
+        for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+            out[i] = None
+        return out
 
     cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
             clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
@@ -514,11 +532,54 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
         measure = measure or "accuracy"
         if len(curve):
             end_t = max(end_t, float(curve["t"].max()))  # the last evaluation may follow the last interval
+    tw = digest.tile_width()
+    exact = "".join("1" if x else "0" for x in digest.exact_tiles()) if tw > 0 else ""
     return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
+            "agg": _aggregate_levels(digest, shown, end_t), "tiles": {"width": tw, "exact": exact},
+            "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
+
+
+#: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
+AGG_MIN_BINS = 256
+
+
+def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float) -> dict[str, Any] | None:
+    """report.html's aggregated timeline: for the server and each shown client, the phase that fills
+    most of each bin (:func:`fedsim.digest.dominant`, the PNG's rule), at the coverage grid's resolution
+    and at 2, 4, 8 ... times coarser, down to :data:`AGG_MIN_BINS` bins; the page draws each pixel column
+    from the level whose bins are just narrower than a pixel.  A row is a string, one character per bin:
+    the phase's index in ``kinds``, or ``.`` where idle time is the largest share."""
+    grid = digest.web
+    if grid.width is None or end_t <= 0:
+        return None
+    used = int(min(grid.bins, np.ceil((end_t - grid.origin) / grid.width)))
+    cover = digest.web_cover()
+    chars = np.array([str(i) for i in range(len(INTERACTIVE_KINDS))] + ["."])
+    levels = []
+    f = 1
+    while True:
+        nb = -(-used // f)
+        rows = []
+        for c in [SERVER, *shown]:
+            per = {}
+            for key, h in cover.items():
+                if key[1] == c:
+                    x = np.zeros(nb * f)
+                    x[:used] = h[:used]
+                    per[key] = x.reshape(nb, f).sum(axis=1)
+            keys, best = dominant(per, grid.width * f)
+            codes = np.array([INTERACTIVE_KINDS.index(k[0]) for k in keys] + [len(INTERACTIVE_KINDS)])
+            idx = codes[best] if keys else np.full(nb, len(INTERACTIVE_KINDS))  # (-1, idle: the last)
+            rows.append("".join(chars[idx].tolist()))
+        levels.append({"f": f, "rows": rows})
+        if nb <= AGG_MIN_BINS:
+            break
+        f *= 2
+    return {"t0": grid.origin, "bin": grid.width, "levels": levels}
 
 
 #: Units of the summary fields report.html shows, and how their numbers are written.
@@ -589,11 +650,12 @@ def html_report(run_dir: str | Path) -> Path:
             parts.append(f"<tr><th>{name}</th>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
     data = interactive_data(run_dir)
-    if data is not None and data["bars"][0]:
+    if data is not None and (data["bars"][0] or data["agg"]):
         shown = len(data["bars"][0])
-        notes = [f"{shown:,} bars"]
+        notes = [f"{data['bars_total']:,} bars"]
         if data["bars_total"] > shown:
-            notes.append(f"the first {shown:,} of {data['bars_total']:,} in time")
+            notes.append(f"{shown:,} of them held exactly, spread over the run; where they are dense, each pixel "
+                         "column shows the phase that fills most of it until you zoom in")
         if data["clients_total"] > len(data["rows"]) - 1:
             notes.append(f"clients {html.escape(data['rows'][1])[7:]}–{html.escape(data['rows'][-1])[7:]} of "
                          f"{data['clients_total']:,}")
@@ -653,9 +715,11 @@ _INTERACTIVE_JS = r"""
   "use strict";
   var D = JSON.parse(document.getElementById("fedsim-data").textContent);
   var NS = "http://www.w3.org/2000/svg";
-  var W = 940, L = 80, R = 12, PW = W - L - R, ROW = 14, MINPX = 1.5;
+  var W = 940, L = 80, R = 12, PW = W - L - R, ROW = 14, EXACT_MAX = D.exact_max;
   var full = [0, Math.max(D.t_end, 1e-9)], view = [full[0], full[1]];
-  var B = D.bars, n = B[0].length, rects = new Array(n);
+  // the zoom's floor: a millionth of the run (tick labels still differ there)
+  var FLOOR = Math.min(full[1] - full[0], Math.max((full[1] - full[0]) * 1e-6, 1e-9));
+  var B = D.bars, n = B[0].length, A = D.agg, T = D.tiles;
   function el(tag, attrs, parent) {
     var e = document.createElementNS(NS, tag);
     for (var k in attrs) e.setAttribute(k, attrs[k]);
@@ -681,8 +745,9 @@ _INTERACTIVE_JS = r"""
   function ticks(a, b) {
     var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
     [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });
-    var out = [], t = Math.ceil(a / step) * step;
-    for (; t <= b + step * 1e-9; t += step) out.push(t);
+    var out = [], k0 = Math.ceil(a / step - 1e-9),
+        dec = Math.max(0, Math.min(15, -Math.floor(Math.log10(step) + 1e-9)));  // the step's decimals
+    for (var k = k0; k * step <= b + step * 1e-9; k++) out.push({t: k * step, label: String(+(k * step).toFixed(dec))});
     return out;
   }
   // the three charts: timeline (rows), queue, accuracy; one x axis (view) for all
@@ -706,21 +771,81 @@ _INTERACTIVE_JS = r"""
     s.appendChild(document.createTextNode(k === "wait" ? "queue wait" : k)); legend.appendChild(s);
   });
   var barsG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-bars"}, tl);
-  var order = [];  // compute drawn last (on top of its neighbours)
-  for (var i = 0; i < n; i++) if (D.kinds[B[1][i]] !== "compute") order.push(i);
-  for (i = 0; i < n; i++) if (D.kinds[B[1][i]] === "compute") order.push(i);
-  order.forEach(function (j) {
-    var r = el("rect", {"class": "fs-bar", y: 4 + B[0][j] * ROW + 1.5, height: ROW - 3, fill: D.colours[B[1][j]],
-                        "data-i": j}, barsG);
-    rects[j] = r;
-  });
+  function clear(g) { while (g.firstChild) g.removeChild(g.firstChild); }
+  // Where the page holds every bar (a tile kept whole) and the view has few enough of them, the bars are
+  // drawn exactly, at their true width; everywhere else each pixel column shows the phase that fills most
+  // of it (the aggregated levels, the PNG's rule): never a widened bar, never a silent gap.
+  function tileExact(t) {
+    if (!T || !(T.width > 0)) return false;
+    var i = Math.floor(t / T.width);
+    return i >= 0 && i < T.exact.length && T.exact.charAt(i) === "1";
+  }
+  function level(px) {
+    var best = A.levels[0];
+    A.levels.forEach(function (lv) { if (A.bin * lv.f <= px) best = lv; });
+    return best;
+  }
+  function aggColumns(row, lv, px) {
+    var s = lv.rows[row], bw = A.bin * lv.f, out = new Array(PW);
+    for (var x = 0; x < PW; x++) {
+      var ta = view[0] + x * px - A.t0, tb = ta + px, ia = Math.max(0, Math.floor(ta / bw)),
+          ib = Math.min(s.length - 1, Math.floor(tb / bw)), w = {}, best = ".", bestW = 0;
+      for (var k = ia; k <= ib; k++) {
+        var c = s.charAt(k), o = Math.min(tb, (k + 1) * bw) - Math.max(ta, k * bw);
+        if (o <= 0) continue;
+        w[c] = (w[c] || 0) + o;
+        if (w[c] > bestW) { bestW = w[c]; best = c; }
+      }
+      out[x] = best;
+    }
+    return out;
+  }
+  var shownBars = 0, shownAgg = 0;
+  function drawBars() {
+    clear(barsG);
+    var px = (view[1] - view[0]) / PW, inView = [], j, x;
+    for (j = 0; j < n; j++) if (B[3][j] >= view[0] && B[2][j] <= view[1]) inView.push(j);
+    var few = inView.length <= EXACT_MAX, exactCol = new Array(PW), anyExact = false;
+    for (x = 0; x < PW; x++) {
+      exactCol[x] = few && tileExact(view[0] + (x + 0.5) * px);
+      anyExact = anyExact || exactCol[x];
+    }
+    shownAgg = 0;
+    if (A) {
+      var lv = level(px);
+      for (var r = 0; r < D.rows.length; r++) {
+        var cols = aggColumns(r, lv, px);
+        for (x = 0; x < PW;) {
+          var c = exactCol[x] ? "." : cols[x], x1 = x + 1;
+          while (x1 < PW && (exactCol[x1] ? "." : cols[x1]) === c) x1++;
+          if (c !== ".") {
+            el("rect", {"class": "fs-agg", x: L + x, y: 4 + r * ROW + 1.5, width: x1 - x, height: ROW - 3,
+                        fill: D.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
+                        "data-b": view[0] + x1 * px}, barsG);
+            shownAgg++;
+          }
+          x = x1;
+        }
+      }
+    }
+    shownBars = 0;
+    if (!anyExact && A) return;
+    inView.forEach(function (j) {
+      var x0 = sx(B[2][j]), x1 = sx(B[3][j]);
+      var mid = Math.floor(((Math.max(x0, L) + Math.min(x1, L + PW)) / 2) - L);
+      if (A && !exactCol[Math.max(0, Math.min(PW - 1, mid))] && !tileExact(B[2][j])) return;
+      el("rect", {"class": "fs-bar", x: x0.toFixed(2), width: Math.max(0, x1 - x0).toFixed(2),
+                  y: 4 + B[0][j] * ROW + 1.5, height: ROW - 3, fill: D.colours[B[1][j]], "data-i": j}, barsG);
+      shownBars++;
+    });
+  }
   var tAxis = el("g", {}, tl), qAxis = el("g", {}, qs), cAxis = el("g", {}, cs);
   var qPath = el("path", {fill: "none", stroke: D.colours[4], "stroke-width": 1.2, "clip-path": "url(#fs-queue-clip)"}, qs);
   var cPath = el("path", {fill: "none", stroke: "#1f77b4", "stroke-width": 1.5, "clip-path": "url(#fs-curve-clip)"}, cs);
   var cDots = el("g", {"clip-path": "url(#fs-curve-clip)"}, cs);
   var cursors = [tl, qs, cs].map(function (svg) {
     return el("line", {y1: 0, y2: svg.getAttribute("height"), stroke: "#888", "stroke-dasharray": "3,3",
-                       visibility: "hidden"}, svg);
+                       visibility: "hidden", "pointer-events": "none"}, svg);
   });
   var qMax = Math.max.apply(null, [1].concat(D.queue.q.filter(function (v) { return v !== null; })));
   var cy = D.curve.y.filter(function (v) { return v !== null; });
@@ -731,10 +856,11 @@ _INTERACTIVE_JS = r"""
   function axis(g, h, label, yTicks, yOf, fmtY) {
     while (g.firstChild) g.removeChild(g.firstChild);
     el("line", {x1: L, x2: L + PW, y1: h - 22, y2: h - 22, stroke: "#333"}, g);
-    ticks(view[0], view[1]).forEach(function (t) {
-      var x = sx(t);
+    ticks(view[0], view[1]).forEach(function (tk) {
+      var x = sx(tk.t);
       el("line", {x1: x, x2: x, y1: h - 22, y2: h - 18, stroke: "#333"}, g);
-      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10}, g).textContent = +t.toPrecision(6);
+      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10, "class": "fs-tick"}, g)
+        .textContent = tk.label;
     });
     el("text", {x: L + PW, y: h - 24, "text-anchor": "end", "font-size": 10, fill: "#555"}, g).textContent = label;
     (yTicks || []).forEach(function (v) {
@@ -759,11 +885,7 @@ _INTERACTIVE_JS = r"""
   var pending = false;
   function render() {
     pending = false;
-    for (var j = 0; j < n; j++) {
-      var x0 = sx(B[2][j]), x1 = sx(B[3][j]);
-      rects[j].setAttribute("x", x0.toFixed(2));
-      rects[j].setAttribute("width", Math.max(MINPX, x1 - x0).toFixed(2));
-    }
+    drawBars();
     axis(tAxis, TH, "virtual time (s)");
     axis(qAxis, CH, "server queue, requests waiting" + (D.queue.note ? " (" + D.queue.note + ")" : ""),
          [0, qMax], yq, function (v) { return +v.toPrecision(3); });
@@ -777,11 +899,11 @@ _INTERACTIVE_JS = r"""
     });
     document.getElementById("fs-range").textContent =
       "showing " + fmtS(view[0]) + " – " + fmtS(view[1]) + " of " + fmtS(full[1]);
-    window.fedsimView = {start: view[0], end: view[1], bars: n};
+    window.fedsimView = {start: view[0], end: view[1], bars: shownBars, aggregated: shownAgg, floor: FLOOR};
   }
   function schedule() { if (!pending) { pending = true; window.requestAnimationFrame(render); } }
   function setView(a, b) {
-    var span = Math.max(b - a, (full[1] - full[0]) * 1e-7);
+    var span = Math.max(b - a, FLOOR);
     span = Math.min(span, full[1] - full[0]);
     a = Math.max(full[0], Math.min(a, full[1] - span));
     view = [a, a + span];
@@ -826,8 +948,27 @@ _INTERACTIVE_JS = r"""
     drag = null;
     [tl, qs, cs].forEach(function (svg) { svg.classList.remove("drag"); });
   });
+  var wrap = document.getElementById("fs-wrap");
+  function placeTip(ev) {  // beside the pointer, flipped to stay inside the window
+    var box = wrap.getBoundingClientRect(), vw = document.documentElement.clientWidth || window.innerWidth,
+        vh = window.innerHeight, w = tip.offsetWidth, h = tip.offsetHeight;
+    var x = ev.clientX + 12, y = ev.clientY + 12;
+    if (x + w > vw - 4) x = ev.clientX - 12 - w;
+    if (y + h > vh - 4) y = ev.clientY - 12 - h;
+    tip.style.left = (Math.max(4, x) - box.left) + "px";
+    tip.style.top = (Math.max(4, y) - box.top) + "px";
+  }
+  function kindName(k) { return k === "wait" ? "queue wait at the server" : k; }
   barsG.addEventListener("mouseover", function (ev) {
-    var i = ev.target.getAttribute && ev.target.getAttribute("data-i");
+    var t = ev.target, i = t.getAttribute && t.getAttribute("data-i");
+    if (t.getAttribute && t.getAttribute("data-c") !== null) {
+      tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(D.kinds[+t.getAttribute("data-c")]) +
+        "\n" + fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
+        "\neach pixel column shows the phase that fills most of it;\nzoom in to see single intervals";
+      tip.style.display = "block";
+      placeTip(ev);
+      return;
+    }
     if (i === null || i === undefined) return;
     i = +i;
     var kind = D.kinds[B[1][i]], lines = [];
@@ -840,12 +981,9 @@ _INTERACTIVE_JS = r"""
       lines.push("staleness of the update " + (B[8][i] === null ? "– (not applied)" : B[8][i] + " versions"));
     tip.textContent = lines.join("\n");
     tip.style.display = "block";
+    placeTip(ev);
   });
-  barsG.addEventListener("mousemove", function (ev) {
-    var box = document.getElementById("fs-wrap").getBoundingClientRect();
-    tip.style.left = (ev.clientX - box.left + 12) + "px";
-    tip.style.top = (ev.clientY - box.top + 12) + "px";
-  });
+  barsG.addEventListener("mousemove", placeTip);
   barsG.addEventListener("mouseout", function () { tip.style.display = "none"; });
   document.getElementById("fs-in").addEventListener("click", function () { zoom(0.5); });
   document.getElementById("fs-out").addEventListener("click", function () { zoom(2); });

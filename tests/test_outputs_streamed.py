@@ -1,7 +1,7 @@
 """The figures and report.html read the trace in one streamed pass (fedsim.digest) and give what the
-whole trace in memory gave: the same interactive bars, the same timeline bars when merging starts while
-reading, a second pass when the clients' order forces one, and the compact reader's columns equal the
-full loader's."""
+whole trace in memory gave: the same timeline coverage and every bar of the tiles the page holds whatever
+the block size, a second pass when the clients' order forces one, and the compact reader's columns equal
+the full loader's."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +24,8 @@ def run(tmp_path_factory):
     return out
 
 
-def _reference_bars(trace: pd.DataFrame, max_clients: int, max_bars: int) -> pd.DataFrame:
-    """report.html's bars computed on the whole trace in memory (the order the page draws them in)."""
+def _reference_bars(trace: pd.DataFrame, max_clients: int) -> pd.DataFrame:
+    """report.html's candidate bars computed on the whole trace in memory (the order the page draws them in)."""
     kind = trace["kind"].astype(str)
     phase = kind.isin(dg.PHASES)
     clients = sorted(int(c) for c in trace.loc[phase, "client"].dropna().unique())[:max_clients]
@@ -37,34 +37,43 @@ def _reference_bars(trace: pd.DataFrame, max_clients: int, max_bars: int) -> pd.
              pd.DataFrame({"row": 0, "start": server["start"], "end": server["end"]}),
              pd.DataFrame({"row": waits["client"].map(row), "start": waits["start"] - waits["wait"],
                            "end": waits["start"]})]
-    table = pd.concat(parts, ignore_index=True).sort_values(["start", "row"], kind="stable")
-    return table.iloc[:max_bars].reset_index(drop=True)
+    return pd.concat(parts, ignore_index=True).sort_values(["start", "row"], kind="stable").reset_index(drop=True)
 
 
 @pytest.mark.parametrize("block_lines", [7, 100000])
-def test_streamed_interactive_bars_equal_the_in_memory_ones(run, block_lines, monkeypatch):
-    monkeypatch.setattr(dg, "_PRUNE_SLACK", 0)  # cut the candidates back after (almost) every block
+def test_streamed_interactive_bars_are_whole_tiles_of_the_in_memory_ones(run, block_lines, monkeypatch):
+    monkeypatch.setattr(dg, "_PRUNE_SLACK", 0)
+    monkeypatch.setattr(dg, "EXACT_TILES", 16)
     trace = load_trace(run)
-    want = _reference_bars(trace, max_clients=4, max_bars=25)
+    want = _reference_bars(trace, max_clients=4)
     blocks = list(iter_blocks(run, kinds=dg.DIGEST_KINDS, fields=dg.DIGEST_FIELDS, block_lines=block_lines))
     d = dg.digest_blocks(blocks, interactive_clients=4, interactive_bars=25)
     table, total = d.interactive_table()
-    assert len(table) == 25 < total
-    assert table["row"].tolist() == want["row"].tolist()
-    assert np.array_equal(table["start"], want["start"]) and np.array_equal(table["end"], want["end"])
+    assert 0 < len(table) <= 25 < total == len(want)
+    # the bars held are exactly the in-memory bars that start in the tiles kept, in the page's order
+    tiles = np.floor(want["start"].to_numpy() / d.tile_width()).clip(0, 15).astype(int)
+    kept = want[~d.tile_dropped[tiles]]
+    assert table["row"].tolist() == kept["row"].tolist()
+    assert np.array_equal(table["start"], kept["start"]) and np.array_equal(table["end"], kept["end"])
 
 
-def test_merging_while_reading_gives_the_bars_of_merging_at_the_end(run, monkeypatch):
-    plain = dg.digest_trace(run, timeline_bars=10)
-    monkeypatch.setattr(dg, "_COMPRESS_AT", 1)  # merge after every block
-    early = dg.digest_trace(run, timeline_bars=10)
-    assert early.merged_while_reading and early.timeline_merged()
-    gap = (plain.timeline_end() - 0.0) / 900.0
-    for key, rows in plain.timeline_rows().items():
-        a = dg.merge_intervals(*rows.arrays(), gap)
-        b = dg.merge_intervals(*early.timeline_rows()[key].arrays(), gap)
-        assert np.allclose(a[0], b[0]) and np.allclose(a[1], b[1])
-        assert rows.count == early.timeline_rows()[key].count
+@pytest.mark.parametrize("block_lines", [7, 100000])
+def test_streamed_coverage_equals_the_in_memory_sums(run, block_lines):
+    trace = load_trace(run)
+    blocks = list(iter_blocks(run, kinds=dg.DIGEST_KINDS, fields=dg.DIGEST_FIELDS, block_lines=block_lines))
+    d = dg.digest_blocks(blocks, timeline_clients=3)
+    kind = trace["kind"].astype(str)
+    for (k, c), h in d.timeline_cover().items():
+        if k in dg.PHASES:
+            sel = trace[(kind == k) & (trace["client"] == c)]
+            want = float((sel["end"] - sel["start"]).sum())
+        elif k == "wait":
+            want = float(trace.loc[(kind == "server") & (trace["client"] == c), "wait"].sum())
+        else:
+            sel = trace[kind == "server"]
+            want = float((sel["end"] - sel["start"]).sum())
+        assert h.sum() == pytest.approx(want, rel=1e-9, abs=1e-12), (k, c)
+    assert {c for _, c in d.timeline_cover()} <= {dg.SERVER, 0, 1, 2}
 
 
 def test_clients_arriving_in_descending_order_are_read_twice_and_exactly(monkeypatch):
@@ -74,18 +83,19 @@ def test_clients_arriving_in_descending_order_are_read_twice_and_exactly(monkeyp
             s = 100.0 * k + j
             rows.append({"t": s + 0.5, "kind": "upload", "client": c, "start": s, "end": s + 0.5, "wait": 0.0})
     trace = pd.DataFrame(rows)
-    monkeypatch.setattr(dg, "_COMPRESS_AT", 1)
     monkeypatch.setattr(dg, "_PRUNE_SLACK", 0)
     blocks = [dg.Block("upload", ["client", "start", "end", "wait"], np.arange(i, i + 30),
                        cols={f: trace[f].to_numpy(float)[i:i + 30] for f in ("t", "client", "start", "end", "wait")})
               for i in range(0, len(trace), 30)]
     monkeypatch.setattr(dg, "frame_blocks", lambda _: iter(blocks))
-    d = dg.digest_trace(trace, timeline_clients=3, timeline_bars=5, interactive_clients=3, interactive_bars=10)
+    d = dg.digest_trace(trace, timeline_clients=3, interactive_clients=3, interactive_bars=10)
     assert d.known_clients == list(range(10))  # the second pass
-    assert sorted(c for _, c in d.timeline_rows()) == [0, 1, 2]
+    assert sorted(c for _, c in d.timeline_cover()) == [0, 1, 2]
     table, total = d.interactive_table()
-    want = _reference_bars(trace, max_clients=3, max_bars=10)
-    assert total == 90 and table["start"].tolist() == want["start"].tolist()
+    want = _reference_bars(trace, max_clients=3)
+    tiles = np.floor(want["start"].to_numpy() / d.tile_width()).clip(0, dg.EXACT_TILES - 1).astype(int)
+    assert total == 90 and table["start"].tolist() == want.loc[~d.tile_dropped[tiles], "start"].tolist()
+    assert 0 < len(table) <= 10
 
 
 def test_compact_reader_columns_equal_the_full_loader(run):

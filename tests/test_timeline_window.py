@@ -36,30 +36,33 @@ def test_bad_window_is_one_clear_error(window):
         load_scenario("default", [f"output.timeline_window={window}"])
 
 
-def test_timeline_draws_one_collection_per_row_and_phase(tmp_path, monkeypatch):
-    """Thousands of server requests and transfers become a handful of drawing calls (one per row and
-    phase), and a request's queueing lands on its client's row: a call per request took minutes on a
-    trace of 10^5 server requests."""
+def test_timeline_is_one_collection_and_queue_waits_land_on_their_clients_rows(tmp_path, monkeypatch):
+    """Thousands of server requests and transfers become one collection drawn in one call (a call per
+    request took minutes on a trace of 10^5 server requests), and a request's queueing lands on its
+    client's row."""
     import matplotlib.axes
     import numpy as np
     import pandas as pd
 
+    from fedsim import digest as dg
+
     n = 4000
     t = np.arange(n, dtype=float)
-    rows = [{"t": s + 0.5, "kind": "upload", "client": int(s) % 3, "start": s, "end": s + 0.5, "wait": None}
-            for s in t]
-    rows += [{"t": s + 0.9, "kind": "server", "client": int(s) % 3, "start": s + 0.6, "end": s + 0.9,
+    rows = [{"t": s + 2.5, "kind": "upload", "client": int(s) % 3, "start": s, "end": s + 2.5, "wait": None}
+            for s in t]  # each client uploading 5/6 of the time, the server busy 0.8 of it
+    rows += [{"t": s + 0.9, "kind": "server", "client": int(s) % 3, "start": s + 0.1, "end": s + 0.9,
               "wait": 0.1 if s % 2 else 0.0} for s in t]
     calls = []
-    real = matplotlib.axes.Axes.broken_barh
-    monkeypatch.setattr(matplotlib.axes.Axes, "broken_barh",
-                        lambda self, xr, yr, **kw: calls.append((len(list(xr)), yr, kw["facecolors"])) or real(self, xr, yr, **kw))
-    report.timeline_figure(pd.DataFrame(rows), tmp_path / "t.png", max_bars=10**9)
+    real = matplotlib.axes.Axes.add_collection
+    monkeypatch.setattr(matplotlib.axes.Axes, "add_collection", lambda self, c, **kw: calls.append(c) or real(self, c, **kw))
+    monkeypatch.setattr(matplotlib.axes.Axes, "broken_barh", None)
+    report.timeline_figure(pd.DataFrame(rows), tmp_path / "t.png")
     assert (tmp_path / "t.png").stat().st_size > 0
-    assert len(calls) == 3 + 1 + 3  # uploads of 3 clients, the server row, queue waits of 3 clients
-    by_colour = {}
-    for count, (y, _), colour in calls:
-        by_colour.setdefault(colour, []).append((round(y + 0.4), count))
-    assert sum(c for _, c in by_colour[report.PHASE_COLOURS["upload"]]) == n  # 0.1 s apart: nothing merged
-    assert sorted(y for y, _ in by_colour[report.PHASE_COLOURS["wait"]]) == [1, 2, 3]
-    assert sum(c for _, c in by_colour[report.PHASE_COLOURS["wait"]]) == n // 2
+    assert len(calls) == 1  # the server's row and 3 clients' in one collection
+    rows_drawn = {round(float(p.vertices[:, 1].mean())) for p in calls[0].get_paths()}
+    assert rows_drawn == {0, 1, 2, 3}
+    d = dg.digest_trace(pd.DataFrame(rows))
+    cover = d.timeline_cover()
+    assert sorted(c for k, c in cover if k == "wait") == [0, 1, 2]
+    assert sum(h.sum() for (k, _), h in cover.items() if k == "wait") == pytest.approx(0.1 * n / 2)
+    assert cover[("server", dg.SERVER)].sum() == pytest.approx(0.8 * n)
