@@ -245,7 +245,13 @@ def render(rows: Sequence[Row], *, several: bool, titles: dict[str, str], width:
     for g in sorted(order, key=lambda g: (rank.get(g, 3 if g.startswith("theorem:") else 2), order.index(g))):
         title = titles.get(g, g)
         lines.append("")
-        lines.append(("-- " + title + " ").ljust(width, "-")[:width])
+        head = "-- " + title + " "
+        if len(head) <= width:
+            lines.append(head.ljust(width, "-"))
+        else:  # a long title wraps, never cut: it names the theorem and what its rows judge
+            wrapped = textwrap.wrap(title, max(20, width - 3))
+            lines.append("-- " + wrapped[0])
+            lines.extend("   " + w for w in wrapped[1:])
         keys: list[tuple[str, str]] = []
         for r in by_group[g]:
             if (r.quantity, r.unit) not in keys:

@@ -972,7 +972,8 @@ _INTERACTIVE_JS = r"""
     if (i === null || i === undefined) return;
     i = +i;
     var kind = D.kinds[B[1][i]], lines = [];
-    lines.push((B[0][i] === 0 ? "server, request of client " + B[4][i] : "client " + B[4][i]) + ": " +
+    lines.push((B[0][i] === 0 ? (B[4][i] === null ? "server, a request of no single client (e.g. an aggregation)"
+                                 : "server, request of client " + B[4][i]) : "client " + B[4][i]) + ": " +
                (kind === "wait" ? "queue wait at the server" : kind));
     lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
     if (kind === "download" || kind === "upload") lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));

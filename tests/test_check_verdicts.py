@@ -37,7 +37,8 @@ def _theorem_lines(text: str) -> list[str]:
     return out
 
 
-def test_fedasync_gets_its_own_theorem_and_no_flattering_verdict(tmp_path, capsys):
+def test_fedasync_gets_its_own_theorem_and_no_flattering_verdict(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # each theorem's heading on one line, so the rows under it are found
     scenario = load_scenario("fedasync", ["stop.max_versions=12", "output.checkpoints=6", "output.figures=false"])
     run_scenario(scenario, tmp_path / "r", progress=False)
     assert main(["check", str(tmp_path / "r")]) == 0
