@@ -613,7 +613,7 @@ def html_report(run_dir: str | Path) -> Path:
     import html
     import json
 
-    from fedsim.report_panels import PANELS_CSS, link_up, nav_html, panels_html, server_summary_rows
+    from fedsim.report_panels import PANELS_CSS, link_up, nav_html, panels_html, server_summary_rows, with_formats
 
     run_dir = Path(run_dir)
     link_up_later = False
@@ -665,7 +665,7 @@ def html_report(run_dir: str | Path) -> Path:
                      "the update it delivered. The queue and accuracy curves share the time axis. "
                      f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
                      f"<script type='application/json' id='fedsim-data'>{payload}</script>"
-                     f"<script>{_INTERACTIVE_JS}</script>")
+                     f"<script>{with_formats(_INTERACTIVE_JS)}</script>")
     parts.append(panels)
     for name, title in (("check.csv", "Theory check (fedsim check)"), ("probes.csv", "Probes"),
                         ("probes_live.csv", "Live probes"), ("seeds_summary.csv", "Across seeds")):
@@ -727,21 +727,7 @@ _INTERACTIVE_JS = r"""
     return e;
   }
   function sx(t) { return L + (t - view[0]) / (view[1] - view[0]) * PW; }
-  function fmtS(s) {
-    if (s === null || s === undefined) return "–";
-    var a = Math.abs(s);
-    if (a === 0) return "0 s";
-    if (a < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
-    if (a < 1) return (s * 1e3).toPrecision(3) + " ms";
-    return s.toPrecision(4) + " s";
-  }
-  function fmtB(b) {
-    if (b === null || b === undefined) return "–";
-    var u = ["B", "kB", "MB", "GB", "TB"], i = 0;
-    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
-    return i === 0 ? b.toFixed(0) + " B" : b.toFixed(2) + " " + u[i];
-  }
-  function fmtRate(r) { return r === null || r === undefined ? "–" : (r / 1e6).toPrecision(4) + " Mbit/s"; }
+  //@format
   function ticks(a, b) {
     var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
     [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });

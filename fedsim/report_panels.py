@@ -608,7 +608,7 @@ def panels_html(run_dir: str | Path) -> str:
             "gradients apart from whole models.</p><svg id='fp-traffic' xmlns='http://www.w3.org/2000/svg'></svg>"
             "<div class='fp-tip' id='fp-tip'></div></div>"
             f"<script type='application/json' id='fedsim-panels'>{payload}</script>"
-            f"<script>{PANELS_JS}</script>" + glossary_html())
+            f"<script>{with_formats(PANELS_JS)}</script>" + glossary_html())
 
 
 PANELS_CSS = (
@@ -622,6 +622,31 @@ PANELS_CSS = (
     ".fp-gloss dd{margin:0 0 0.5em 1.5em;font-size:14px}")
 
 # Plain SVG and DOM calls, no library: the page works offline and from a file.
+#: The report's number formats in JavaScript (seconds, bytes, link rates), shared by every script of the
+#: page: each script substitutes it for its ``//@format`` line, inside its own closure.
+JS_FORMAT = r"""  function fmtS(s) {
+    if (s === null || s === undefined) return "–";
+    var a = Math.abs(s);
+    if (a === 0) return "0 s";
+    if (a < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
+    if (a < 1) return (s * 1e3).toPrecision(3) + " ms";
+    return s.toPrecision(4) + " s";
+  }
+  function fmtB(b) {
+    if (b === null || b === undefined) return "–";
+    var u = ["B", "kB", "MB", "GB", "TB"], i = 0;
+    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
+    return i === 0 ? b.toFixed(0) + " B" : b.toFixed(2) + " " + u[i];
+  }
+  function fmtRate(r) { return r === null || r === undefined ? "–" : (r / 1e6).toPrecision(4) + " Mbit/s"; }
+"""
+
+
+def with_formats(js: str) -> str:
+    """``js`` with :data:`JS_FORMAT` in place of its ``//@format`` line."""
+    return js.replace("  //@format\n", JS_FORMAT, 1)
+
+
 PANELS_JS = r"""
 (function () {
   "use strict";
@@ -636,19 +661,7 @@ PANELS_JS = r"""
     return e;
   }
   function clear(n) { while (n.firstChild) n.removeChild(n.firstChild); }
-  function fmtS(s) {
-    if (s === null || s === undefined) return "–";
-    var a = Math.abs(s);
-    if (a === 0) return "0 s";
-    if (a < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
-    if (a < 1) return (s * 1e3).toPrecision(3) + " ms";
-    return s.toPrecision(4) + " s";
-  }
-  function fmtB(b) {
-    var u = ["B", "kB", "MB", "GB", "TB"], i = 0;
-    while (Math.abs(b) >= 1000 && i < u.length - 1) { b /= 1000; i++; }
-    return i === 0 ? b.toFixed(0) + " B" : b.toFixed(2) + " " + u[i];
-  }
+  //@format
   function pct(v) { return (100 * v).toFixed(1) + "%"; }
   function hover(node, text) { node.setAttribute("class", (node.getAttribute("class") || "") + " fp-hit");
                                node.fpTip = text; }

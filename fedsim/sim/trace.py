@@ -684,21 +684,33 @@ def _read_bytes(path: Path) -> Iterator[bytes]:
             yield tail
 
 
-def _read_lines(path: Path, size: int) -> Iterator[list[str]]:
-    """The trace's lines in lists of at most ``size`` (the last line of a killed run's trace may be cut)."""
+def _whole_lines(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """The text of ``pieces`` re-cut after each piece's last newline, so every piece yielded holds whole
+    lines and ends in a newline; the text after the stream's last newline (the last line of a killed
+    run's trace, cut) comes last, without one, when there is any."""
     rest = b""
-    for piece in _read_bytes(path):
+    for piece in pieces:
         buf = rest + piece
         cut = buf.rfind(b"\n")
         if cut < 0:
             rest = buf
             continue
         rest = buf[cut + 1:]
-        lines = buf[:cut].decode("utf-8").split("\n")
+        yield buf[:cut + 1]
+    if rest:
+        yield rest
+
+
+def _read_lines(path: Path, size: int) -> Iterator[list[str]]:
+    """The trace's lines in lists of at most ``size`` (the last line of a killed run's trace may be cut)."""
+    for text in _whole_lines(_read_bytes(path)):
+        if not text.endswith(b"\n"):  # the cut last line
+            if text.strip():
+                yield [text.decode("utf-8", errors="replace")]
+            continue
+        lines = text[:-1].decode("utf-8").split("\n")
         for i in range(0, len(lines), size):
             yield lines[i:i + size]
-    if rest.strip():
-        yield [rest.decode("utf-8", errors="replace")]
 
 
 def iter_blocks(path: str | Path, kinds: Iterable[str] | None = None, fields: Iterable[str] | None = None,
@@ -768,14 +780,12 @@ def _compact_blocks(path: Path, wanted: set[str] | None, need: set[str] | None, 
     schemas: dict[int, tuple[str, list[str]]] = {}
     rest = b""
     base = 0  # records before this piece
-    for piece in _pieces(_read_bytes(path), size):
-        buf = rest + piece
-        cut = buf.rfind(b"\n")
-        if cut < 0:
+    for buf in _whole_lines(_pieces(_read_bytes(path), size)):
+        if not buf.endswith(b"\n"):  # the cut last line, read below
             rest = buf
-            continue
-        rest = buf[cut + 1:]
-        data = np.frombuffer(buf, dtype=np.uint8, count=cut + 1)
+            break
+        cut = len(buf) - 1
+        data = np.frombuffer(buf, dtype=np.uint8)
         ends = np.flatnonzero(data == 10)  # each line's newline
         starts = np.empty_like(ends)
         starts[0] = 0
