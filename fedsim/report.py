@@ -8,19 +8,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue,  # noqa: E402
-                           digest_trace, dominant, queue_length, release_freed_memory)
-from fedsim.sim.trace import trace_path  # noqa: E402
+from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
+                           dominant, queue_length, release_freed_memory)
+from fedsim.sim.trace import trace_path
 
 #: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
 QUEUE_STEP_MAX = 400
+
+def new_figure(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
+    """A figure and its axes, made without pyplot: nothing is registered with a GUI backend (so importing
+    fedsim never changes the backend of a notebook's ``plt.show()``), and nothing has to be closed."""
+    fig = Figure(**kwargs)
+    return fig, fig.subplots(nrows, ncols)
+
 
 PHASE_COLOURS = {
     "download": "#4c9be8",
@@ -35,7 +40,7 @@ PHASE_COLOURS = {
 def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", column: str = "accuracy") -> None:
     """Test accuracy (or another metrics column, e.g. the loss of a regression task) against virtual time,
     one line per labelled run."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     for label, m in metrics.items():
         if len(m):
             ax.plot(m["t"], m[column], marker=".", label=label)
@@ -47,7 +52,6 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
@@ -72,12 +76,15 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     else:
         digest = digest_trace(trace, **params)
     n_rows = min(max_clients, 30) + 1
-    fig, ax = plt.subplots(figsize=(9, 0.25 * n_rows + 1.75))
+    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75))
     durations: dict[str, float] = {}
     note = ""
     all_clients = sorted(digest.clients)
+    rows: list[int] = []
+    end = since
     if all_clients or digest.has_server:
         clients = all_clients[:max_clients]
+        rows = [SERVER] + clients
         end = digest.timeline_end()
         if not end > since:
             end = since + 1e-9
@@ -86,15 +93,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         ax.set_ylim(len(clients) + 0.5, -0.5)  # the server on top, as in report.html
         ax.set_yticks(range(len(clients) + 1))
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
-        fig.tight_layout()
-        columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
-        codes = _timeline_codes(digest.png, digest.timeline_cover(), [SERVER] + clients, since, end, columns)
-        _draw_runs(ax, codes, since, end)
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
         note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
                 f"each pixel column shows the phase that fills most of it")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
              "server": "server", "offline": "offline"}
     labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
@@ -102,9 +105,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
     ax.set_xlabel("virtual time (s)")
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
+    if rows:
+        columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
+        _draw_runs(ax, _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns), since, end)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
@@ -160,7 +165,7 @@ def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     rates = {k: v / 1e6 for k, v in digest.link_rates().items()}
     positive = np.concatenate([v[v > 0] for v in rates.values()])
     log = len(positive) > 0 and float(positive.max()) > 10.0 * float(positive.min())
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = new_figure(figsize=(6, 4))
     drawn = False
     bins: Any = 40
     if log:
@@ -173,17 +178,19 @@ def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
             ax.hist(r, bins=bins, alpha=0.6, color=colour, label=f"{kind} ({len(r)} transfers)")
             drawn = True
     if not drawn:
-        plt.close(fig)
         return False
     if log:
-        ax.set_xscale("log")
+        from matplotlib.ticker import LogFormatter
+
+        ax.set_xscale("log")  # plain numbers on the ticks (0.1, 1, 10; 2, 5 between them over few decades)
+        ax.xaxis.set_major_formatter(LogFormatter())
+        ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
     ax.set_xlabel("achieved rate (Mbit/s" + (", log scale)" if log else ")"))
     ax.set_ylabel("transfers")
     ax.set_title("link-rate distribution")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 
@@ -211,7 +218,7 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     t0 = 0.0
     t1 = digest.server_end_max if np.isfinite(digest.server_end_max) else 0.0
     t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
-    fig, ax = plt.subplots(figsize=(7, 3))
+    fig, ax = new_figure(figsize=(7, 3))
     colour = PHASE_COLOURS["server"]
     _, mean_all, _ = binned_queue(q, t0, t1, bins=1)
     if len(q) <= QUEUE_STEP_MAX:
@@ -240,7 +247,6 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
                  f"max {fmt_seconds(float(np.nanmax(waits)))}, {len(server):,} requests", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 
@@ -259,15 +265,14 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
     counts = energy.groupby("device_class").size()
     active = [c for c in cols if c != "idle_j"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, axes = new_figure(1, 2, figsize=(10, 4.2))
     ticks = [f"{c}\n({int(counts[c])} devices)" for c in per.index]
     for ax, which, title in ((axes[0], cols, "all energy (totals)"), (axes[1], active, "active energy only")):
         bottom = np.zeros(len(per))
         for c in which:
             ax.bar(range(len(per)), per[c], bottom=bottom, label=ENERGY_PARTS[c][0], color=ENERGY_PARTS[c][1])
             bottom += per[c].to_numpy()
-        ax.set_xticks(range(len(per)), ticks)
-        plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(range(len(per)), ticks, rotation=20, ha="right", fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
     total = per[cols].to_numpy().sum(axis=1)
@@ -283,7 +288,6 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     fig.suptitle(f"energy per device class: idle is {idle_share:.1%} of the total", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 
@@ -301,7 +305,6 @@ def topology_figure(world: "object", path: Path) -> bool:
             attrs["rate_bps"] = world.uplink_bps(int(client))
     fig = draw_topology(g, root=topo.root)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 
@@ -325,7 +328,7 @@ def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict
         return False
     grid = table.T  # blocks × clients
     n_blocks, n_clients = grid.shape
-    fig, ax = plt.subplots(figsize=(min(16.0, 2.5 + 0.32 * n_clients), 2.2 + 0.35 * n_blocks))
+    fig, ax = new_figure(figsize=(min(16.0, 2.5 + 0.32 * n_clients), 2.2 + 0.35 * n_blocks))
     im = ax.imshow(grid.to_numpy(), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
     step = max(1, n_clients // 60)
     cols = list(grid.columns)
@@ -339,7 +342,6 @@ def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict
     ax.set_title("which part of the model each client trains (kept fraction per block)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return True
 
 

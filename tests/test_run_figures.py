@@ -92,3 +92,27 @@ def test_energy_figure_draws_active_energy_on_its_own_axis(tmp_path, monkeypatch
     right = {label: h for a, label, h in bars if a == axes[1]}
     assert set(right) == {"compute", "transmit", "receive"}  # no idle on the active axis
     assert right["compute"] == pytest.approx([0.7, 0.3]) and right["transmit"] == pytest.approx([1.5, 0.4])
+
+
+def test_the_run_figures_leave_pyplot_and_its_backend_alone(tmp_path):
+    """Importing fedsim's figures and drawing one neither imports pyplot nor picks a backend, so a notebook
+    that imports fedsim keeps its own ``plt.show()`` (the figures are made as plain ``Figure`` objects)."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, matplotlib\n"
+        "before = matplotlib.rcParams._get_backend_or_none()\n"
+        "import pandas as pd\n"
+        "from pathlib import Path\n"
+        "from fedsim import report\n"
+        f"report.accuracy_figure({{'a': pd.DataFrame({{'t': [0.0, 1.0], 'accuracy': [0.1, 0.5]}})}}, "
+        f"Path({str(tmp_path / 'a.png')!r}))\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
+        "assert matplotlib.rcParams._get_backend_or_none() == before, matplotlib.rcParams._get_backend_or_none()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "MPLBACKEND": ""})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a.png").stat().st_size > 1000

@@ -156,8 +156,9 @@ class Topology:
 
 
 def draw_topology(topology: Topology | nx.Graph, path: list[Hop] | None = None, ax=None, root: Any = None):
-    """Figure of the topology with link rates (Mbit/s) and, if given, a path highlighted."""
-    import matplotlib.pyplot as plt
+    """Figure of the topology with link rates (Mbit/s) and, if given, a path highlighted (a new
+    :class:`matplotlib.figure.Figure`, made without pyplot, unless ``ax`` is given)."""
+    from matplotlib.figure import Figure
 
     nx = _nx()
 
@@ -166,7 +167,8 @@ def draw_topology(topology: Topology | nx.Graph, path: list[Hop] | None = None, 
     else:
         g = topology
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig = Figure(figsize=(6, 4.5))
+        ax = fig.subplots()
     else:
         fig = ax.figure
     # layered layout: server on top, then edge nodes, then clients
