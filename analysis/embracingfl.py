@@ -22,7 +22,7 @@ import torch
 
 from analysis.estimators import probe_activations
 from analysis.similarity import max_pairwise_svcca
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.learn.state import masked_weighted_average
 from fedsim.algorithms.embracingfl import block_keys
 from fedsim.errors import ConfigError

@@ -118,7 +118,7 @@ class Context:
                    upload_bytes: Callable[[TrainResult], int], extra_downloads: Sequence[int] = (),
                    extra_uploads: Sequence[tuple[int, str]] = ()) -> Generator[Any, Any, ClientRun]:
         """One client participation in virtual time, timed by the world (the client pipeline,
-        ``fedsim.algorithms.base.client_task``, calls this; an algorithm calls ``client_task``).
+        ``fedsim.algorithms.pipeline.client_task``, calls this; an algorithm calls ``client_task``).
 
         ``extra_downloads`` (bytes each, in order: FedSwitch's teacher, FedMatch's helpers) and then the work's
         ``download_bytes`` travel to the client, each its own ``download`` record of model ``version``; when the

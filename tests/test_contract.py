@@ -233,7 +233,7 @@ def test_an_internal_error_is_still_internal():
     from fedsim.components import user_code_error
 
     try:
-        fedsim.algorithms.base.staleness_weight(-1.0)
+        fedsim.algorithms.staleness_weight(-1.0)
     except ValueError as exc:
         assert user_code_error(exc) is None
 

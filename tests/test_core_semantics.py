@@ -177,7 +177,7 @@ def test_per_client_evaluation_matches_direct_evaluation(tiny, tmp_path):
 
 def test_masked_weighted_average_against_hand_computation():
     """Entries covered by some clients average over those clients only; uncovered entries keep the base."""
-    from fedsim.algorithms.base import Update
+    from fedsim.messages import Update
     from fedsim.learn.state import masked_weighted_average
 
     base = {"w": torch.tensor([10.0, 20.0, 30.0])}
@@ -191,7 +191,7 @@ def test_masked_weighted_average_against_hand_computation():
 
 
 def test_staleness_functions_match_fedasync_definitions():
-    from fedsim.algorithms.base import staleness_weight
+    from fedsim.algorithms.staleness import staleness_weight
 
     assert staleness_weight(7, "constant") == 1.0
     assert staleness_weight(3, "polynomial", a=0.5) == pytest.approx(4 ** -0.5)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.algorithms.cos2p import quorum, split_rates
 from fedsim.algorithms.cos2p_rules import cos2p_aggregate, segment_index
 from fedsim.runner import run_scenario

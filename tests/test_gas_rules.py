@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.algorithms.fedbuff import fedbuff_rule
 from fedsim.algorithms.rules import (
     ca2fl_apply,

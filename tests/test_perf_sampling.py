@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsim.algorithms.base import _nth_not_excluded
+from fedsim.algorithms.algorithm import _nth_not_excluded
 
 
 @settings(max_examples=200, deadline=None)

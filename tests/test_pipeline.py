@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.learn.state import coverage_counts, masked_weighted_average, state_axpy, state_mix, state_sub
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,8 +142,10 @@ def test_dispatch_and_round_records_are_written_by_the_framework_only():
     assert writers == ["fedsim/versions.py"]
 
 
-#: the loop shapes (base.py; sfl_base.py for split learning), and the vector engine's column writer
-_SHAPES = {"fedsim/algorithms/base.py", "fedsim/algorithms/sfl_base.py"}
+#: the loops' dispatch (``Algorithm.dispatch``, which the event loops call; the split loops dispatch their
+#: sessions themselves), and the vector engine's column writer
+_SHAPES = {"fedsim/algorithms/algorithm.py", "fedsim/algorithms/loops/split_rounds.py",
+           "fedsim/algorithms/loops/split_slots.py"}
 _COLUMN_WRITER = "fedsim/algorithms/fedavg_vector.py"
 
 

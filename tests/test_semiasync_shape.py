@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 import fedsim
-from fedsim.algorithms import SemiAsyncRounds, Update
-from fedsim.algorithms.base import quorum
+from fedsim.algorithms import SemiAsyncRounds, Update, quorum
 from fedsim.learn.state import State, masked_weighted_average
 from fedsim.runner import run_scenario
 
@@ -42,13 +41,13 @@ class QuorumAvg(SemiAsyncRounds):
 
     def server_rule(self, updates: list[Update], base: State, bases: list[State]) -> tuple[State, list[float]]:
         weights = [1.0 / (1 + self.ctx.versions.staleness(u)) for u in updates]
-        QuorumAvg.seen.append({"bases_ok": all(b is self.history[u.base_version] for u, b in zip(updates, bases)),
+        QuorumAvg.seen.append({"bases_ok": all(b is self.loop.history[u.base_version] for u, b in zip(updates, bases)),
                                "base_is_global": base is self.ctx.global_state})
         avg = masked_weighted_average([u.scaled(w) for u, w in zip(updates, weights)], base)
         return avg, [w / sum(weights) for w in weights]
 
     def before_apply(self, updates: list[Update], weights: list[float], round_: int | None) -> None:
-        QuorumAvg.seen[-1].update(round=round_, start=self.round_start, quorum_at=self.quorum_at, end=self.ctx.env.now,
+        QuorumAvg.seen[-1].update(round=round_, start=self.loop.round_start, quorum_at=self.loop.quorum_at, end=self.ctx.env.now,
                                   n=len(updates), arrived=[u.info["arrived"] for u in updates],
                                   service=self.ctx.aggregation_service_time(len(updates)))
 

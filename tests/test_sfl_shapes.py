@@ -42,17 +42,22 @@ def _loop_uses(tree: ast.AST) -> list[str]:
 
 @pytest.mark.parametrize("module", DECISION_MODULES)
 def test_split_algorithms_write_no_framework_records(module):
-    """Sampling, dispatch, drops, contributions, staleness and the one apply belong to the shapes in
-    ``sfl_base``: an algorithm module supplies its client and server steps only."""
+    """Sampling, dispatch, drops, contributions, staleness and the one apply belong to the split
+    loops (``fedsim/algorithms/loops``): an algorithm module supplies its client and server steps only."""
     assert _loop_uses(ast.parse((ROOT / module).read_text(encoding="utf-8"))) == []
 
 
-def test_only_the_shapes_in_sfl_base_write_framework_records():
-    tree = ast.parse((ROOT / "fedsim/algorithms/sfl_base.py").read_text(encoding="utf-8"))
-    classes = {c.name: c for c in tree.body if isinstance(c, ast.ClassDef)}
-    outside = [u for n in tree.body if not isinstance(n, ast.ClassDef) for u in _loop_uses(n)]
-    assert outside == []
-    writers = {name for name, c in classes.items() if _loop_uses(c)}
+def test_only_the_split_loops_write_framework_records():
+    """The split family's base (``loops/split.py``) and its two loops are the only split modules that write the
+    framework's records, and only inside their classes."""
+    classes = {}
+    for module in ("split.py", "split_rounds.py", "split_slots.py"):
+        tree = ast.parse((ROOT / "fedsim/algorithms/loops" / module).read_text(encoding="utf-8"))
+        classes.update({c.name: c for c in tree.body if isinstance(c, ast.ClassDef)})
+        outside = [u for n in tree.body if not isinstance(n, ast.ClassDef) for u in _loop_uses(n)]
+        assert outside == [], module
+    # a loop's state dataclass names ``TaskCounter`` as a field's type only
+    writers = {name for name, c in classes.items() if _loop_uses(c) and not name.endswith("State")}
     assert writers == {"SplitAlgorithm", "SplitRounds", "SplitSlots"}
     # the base's one writer is ``install`` (the family's one ctx.versions.apply); ``aggregate_clients`` only borrows
     # ``Update`` as the input of the one averaging rule

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.learn.state import masked_weighted_average
 from fedsim.errors import ConfigError
 from fedsim.learn.costs import flops_per_sample, memory_estimate
@@ -320,7 +320,8 @@ def _context(mapping):
 
 
 def _task(ctx, sub, client=0):
-    from fedsim.algorithms.base import Assignment, client_task
+    from fedsim.algorithms.pipeline import client_task
+    from fedsim.messages import Assignment
 
     proc = ctx.env.process(client_task(ctx, client, ctx.global_state, 0, task=0, assignment=Assignment(submodel=sub)))
     ctx.env.run()

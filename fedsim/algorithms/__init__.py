@@ -16,14 +16,14 @@ import fedsim.components as components
 from fedsim.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.base import Algorithm
+    from fedsim.algorithms.algorithm import Algorithm
 
 #: public name → module that defines it (imported on first access: the configs and messages without torch, the
-#: loop shapes and the algorithms with it)
+#: loops (``fedsim.algorithms.loops``) and the algorithms with it)
 _BUILTINS: dict[str, str] = {
-    "Algorithm": "base", "AsyncSlots": "base", "SemiAsyncRounds": "base", "SlotScheduler": "base",
-    "SyncRounds": "base", "TaskCounter": "base", "quorum": "base", "staleness_weight": "base",
-    "client_task": "base", "ClientWork": "training",
+    "Algorithm": "algorithm", "TaskCounter": "algorithm", "client_task": "pipeline", "ClientWork": "training",
+    "SyncRounds": "loops.sync_rounds", "AsyncSlots": "loops.async_slots", "SemiAsyncRounds": "loops.semi_async",
+    "quorum": "loops.semi_async", "SlotScheduler": "loops.slots", "staleness_weight": "staleness",
     "LoopConfig": "configs", "SlotsConfig": "configs", "SemiAsyncConfig": "configs", "SemiConfig": "configs",
     "Assignment": "messages", "Contribution": "messages", "LocalTrainer": "messages", "TrainOutcome": "messages",
     "Update": "messages", "Work": "messages",
@@ -33,7 +33,8 @@ _BUILTINS: dict[str, str] = {
     "SemiFL": "semifl", "FedSwitch": "semifl", "FedMatch": "semifl", "HeteroFL": "width", "FjORD": "width",
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
     "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "configs",
-    "SplitRounds": "sfl_base", "SplitSlots": "sfl_base", "SplitConfig": "configs", "SplitSession": "sfl_base",
+    "SplitRounds": "loops.split_rounds", "SplitSlots": "loops.split_slots", "SplitConfig": "configs",
+    "SplitSession": "loops.split",
     "SplitRoundsConfig": "configs", "SplitSlotsConfig": "configs", "ServerStep": "server_opt",
 }
 _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncSFL", "GAS", "MiniBatchSFL", "S2FL",
@@ -145,7 +146,7 @@ def resolve(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path |
         extra = sorted(components.installed("algorithm"))
         allowed = ", ".join(sorted(builtins) + extra)
         raise ConfigError(field, f"unknown algorithm {name!r} (allowed: {allowed}; or module:Class for your own)")
-    from fedsim.algorithms.base import Algorithm
+    from fedsim.algorithms.algorithm import Algorithm
 
     if not (isinstance(obj, type) and issubclass(obj, Algorithm)):
         raise ConfigError(field, f"{name!r} is {type(obj).__name__} {obj!r}, not a subclass of "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.algorithms.fedbuff import FedBuff
 from fedsim.algorithms.rules import ca2fl_apply
 from fedsim.learn.state import State

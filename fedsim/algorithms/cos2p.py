@@ -48,7 +48,11 @@ import numpy as np
 import simpy
 import torch
 
-from fedsim.algorithms.base import Assignment, SemiAsyncRounds, Update, client_task, quorum
+from fedsim.algorithms.loops.semi_async import SemiAsyncRounds, quorum
+
+from fedsim.algorithms.pipeline import client_task
+
+from fedsim.messages import Assignment, Update
 from fedsim.algorithms.cos2p_rules import SegmentIndex, cos2p_aggregate, segment_index
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
@@ -240,7 +244,7 @@ class Cos2P(SemiAsyncRounds):
         ctx = self.ctx
         cov = self._coverage
         trained = cov[cov > 0]
-        ctx.measure("cos2p_round", round=round_, start=self.round_start, quorum_at=self.quorum_at,
+        ctx.measure("cos2p_round", round=round_, start=self.loop.round_start, quorum_at=self.loop.quorum_at,
                     end=ctx.env.now, clients=[u.client for u in updates], tau=[ctx.versions.staleness(u) for u in updates],
                     busy=[float(u.info.get("busy_s", math.nan)) for u in updates],
                     memory=[float(u.info.get("memory_bytes", math.nan)) for u in updates],
@@ -434,7 +438,7 @@ class Cos2P(SemiAsyncRounds):
         client's personalised model (exits included); exits never leave the client."""
         import dataclasses
 
-        from fedsim.algorithms.base import TrainOutcome
+        from fedsim.messages import TrainOutcome
         from fedsim.learn.cos2p import ExitNet, distill_loss
         from fedsim.learn.train import local_sgd
 

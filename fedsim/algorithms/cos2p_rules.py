@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from fedsim.algorithms.base import Update
+from fedsim.messages import Update
 from fedsim.learn.state import State, masked_weighted_average
 from fedsim.errors import ConfigError
 from fedsim.algorithms.configs import WEIGHTINGS

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Assignment, TrainOutcome
+from fedsim.messages import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight
+from fedsim.algorithms.loops.async_slots import AsyncSlots
+
+from fedsim.algorithms.staleness import staleness_weight
+
+from fedsim.messages import Update
 from fedsim.config import num, positive, require
 from fedsim.learn.state import State, masked_weighted_average, state_mix
 from fedsim.algorithms.configs import FedAsyncConfig

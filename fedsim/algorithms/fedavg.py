@@ -22,7 +22,9 @@ from typing import Any, Generator, Literal
 import numpy as np
 import simpy
 
-from fedsim.algorithms.base import SyncRounds, Update
+from fedsim.algorithms.loops.sync_rounds import SyncRounds
+
+from fedsim.messages import Update
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_toward
 from fedsim.algorithms.configs import FedAvgConfig, RoundsConfig

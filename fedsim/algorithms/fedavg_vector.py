@@ -37,7 +37,7 @@ from fedsim.errors import ConfigError
 from fedsim.learn.train import num_steps, samples_processed
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.base import SyncRounds
+    from fedsim.algorithms.loops.sync_rounds import SyncRounds
     from fedsim.scenario import Scenario
 
 #: access models under which clients never wait for each other within a FedAvg round

@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedsim.algorithms.base import AsyncSlots, Update, staleness_weight
+from fedsim.algorithms.loops.async_slots import AsyncSlots
+
+from fedsim.algorithms.staleness import staleness_weight
+
+from fedsim.messages import Update
 from fedsim.algorithms.server_opt import ServerOptimizer
 from fedsim.config import num, positive
 from fedsim.learn.state import State, is_counter, masked_weighted_average, state_axpy

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from fedsim.algorithms.base import Assignment, TrainOutcome
+from fedsim.messages import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import num
 from fedsim.learn.train import Proximal, local_sgd

@@ -38,7 +38,13 @@ from typing import Any, Generator, Literal
 
 import numpy as np
 
-from fedsim.algorithms.base import AsyncSlots, Assignment, SyncRounds, Update, Work, staleness_weight
+from fedsim.algorithms.loops.async_slots import AsyncSlots
+
+from fedsim.algorithms.loops.sync_rounds import SyncRounds
+
+from fedsim.algorithms.staleness import staleness_weight
+
+from fedsim.messages import Assignment, Update, Work
 from fedsim.algorithms.fedasync import fedasync_rule
 from fedsim.algorithms.fedprox import prox_trainer
 from fedsim.algorithms.fedraa_schedulers import choose_fragment, k_offline, offline_assignment

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Assignment, TrainOutcome
+from fedsim.messages import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.learn.state import State

@@ -34,7 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedsim.algorithms.base import Assignment, SyncRounds, TrainOutcome, Update, Work, client_task
+from fedsim.algorithms.loops.sync_rounds import SyncRounds
+
+from fedsim.algorithms.pipeline import client_task
+
+from fedsim.messages import Assignment, TrainOutcome, Update, Work
 from fedsim.algorithms.fedavg import fedavg_rule
 from fedsim.algorithms.semisfl import semi_data
 from fedsim.config import positive, require

@@ -9,7 +9,7 @@ reads them): training reads labels through ``visible_y``, where they are −1.  
 ``client_labeled_fraction`` > 0 that share of each client's samples is labeled (Fig. 10; the code replaces
 their pseudo-labels by the true labels, with mask 1).
 
-A round (Algorithm 1), on the loop shape ``sfl_base.SplitRounds`` (this module writes its phases and
+A round (Algorithm 1), on the loop shape ``loops.split_rounds.SplitRounds`` (this module writes its phases and
 steps; the shape owns sampling, dispatch, the exchange timing and the version).  (i) Server, K_s
 iterations on labeled batches of ``server_batch``: two strong views of each image (the code's "strong
 twice"); the student (bottom, top, head) takes view 1, the teacher's bottom and head give the keys from
@@ -53,8 +53,9 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedsim.algorithms.base import Work
-from fedsim.algorithms.sfl_base import SplitRounds, SplitSession
+from fedsim.messages import Work
+from fedsim.algorithms.loops.split import SplitSession
+from fedsim.algorithms.loops.split_rounds import SplitRounds
 from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import strong_view, weak_view

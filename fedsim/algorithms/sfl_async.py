@@ -3,7 +3,7 @@
 GAS: J. Yang and Y. Liu, "GAS: Generative Activation-Aided Asynchronous Split Federated Learning"
 (spec gas.md §2.3–2.7).  ``async-sfl`` is GAS without generated activations (the paper's ablation).
 
-Processes (all SimPy, owned by the loop shape ``sfl_base.SplitSlots``; arrival order comes from the devices,
+Processes (all SimPy, owned by the loop shape ``loops.split_slots.SplitSlots``; arrival order comes from the devices,
 links and the server queue; this module writes only the client and server computations):
 
 * ``concurrency`` (C) client processes.  A client downloads the aggregated client model, then for each of
@@ -46,7 +46,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-from fedsim.algorithms.sfl_base import SplitSession, SplitSlots
+from fedsim.algorithms.loops.split import SplitSession
+
+from fedsim.algorithms.loops.split_slots import SplitSlots
 from fedsim.config import positive
 from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor, weight_fn
 from fedsim.algorithms.configs import AsyncSFLConfig, GASConfig

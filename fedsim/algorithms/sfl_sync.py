@@ -1,6 +1,6 @@
 """Synchronous split federated learning: MiniBatch-SFL and S2FL (the GAS paper's SFL baselines, spec §2.8).
 
-The rounds are the loop shape ``sfl_base.SplitRounds``; this module writes only the client and server steps.
+The rounds are the loop shape ``loops.split_rounds.SplitRounds``; this module writes only the client and server steps.
 A round samples C clients, who download the aggregated client model.  Each of E local iterations is a
 barrier: every client runs its forward pass and uploads its activations and labels; once the last has
 arrived the server queues for a worker, computes each client's activation gradient with the server model
@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from fedsim.algorithms.rules import minibatch_sfl_batch_sizes, s2fl_groups
-from fedsim.algorithms.sfl_base import SplitRounds, SplitSession
+from fedsim.algorithms.loops.split import SplitSession
+from fedsim.algorithms.loops.split_rounds import SplitRounds
 from fedsim.config import positive
 from fedsim.errors import ConfigError
 from fedsim.algorithms.configs import MiniBatchSFLConfig, S2FLConfig

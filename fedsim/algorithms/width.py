@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping
 import numpy as np
 import torch
 
-from fedsim.algorithms.base import Assignment, TrainOutcome
+from fedsim.messages import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError, DivergenceError

@@ -2,7 +2,7 @@
 
 Every step is a SimPy process of the world that writes the usual trace record (``compute``, ``upload``,
 ``download``, ``server``), so arrival order at the server comes from the device, channel and medium models.
-This is the framework's timing of split learning: the split loop shapes (``fedsim.algorithms.sfl_base``) and
+This is the framework's timing of split learning: the split loops (``fedsim.algorithms.loops.split_rounds``, ``split_slots``) and
 split algorithms call it and never the world's transfers or compute themselves.
 The GAS cell itself is the world's ``channel.preset: gas-cell`` (TR 36.814 path loss, P = 0.2 W, the
 full W = 10 MHz per client, d ~ U(100, 1000) m, ideal downlink).
