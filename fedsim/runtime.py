@@ -30,6 +30,7 @@ from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import Trace
+from fedsim.system.split_timing import SplitTiming
 from fedsim.system.world import World
 from fedsim.training import ClientWork, TrainingExecutor, TrainResult
 from fedsim.versions import VersionKeeper
@@ -112,6 +113,23 @@ class Context:
     def aggregation_service_time(self, n_updates: int) -> float:
         """Server time to fold ``n_updates`` models: ~2 FLOPs per parameter per update, on the server."""
         return self.world.server_compute_time(2.0 * self.training.num_params * max(1, n_updates))
+
+    # ------------------------------------------------------------------------------ the server's time
+    def server_time(self, flops: float) -> float:
+        """Seconds the server's profile takes for ``flops`` (one worker), for a :meth:`serve` of its own."""
+        return self.world.server_compute_time(flops)
+
+    def serve(self, client: int | None, service_s: float, *, what: str) -> Generator[Any, Any, Any]:
+        """Queue for a server worker and hold it ``service_s`` seconds of virtual time (``yield from``): the one
+        way a loop or an algorithm takes server time (an aggregation, an ``apply`` request, SemiFL's labeled
+        phase, a split server step).  The world writes the ``server`` record with its wait and service;
+        ``client`` is the client the work is for (None: the server's own)."""
+        return self.world.serve(client, service_s, what=what)
+
+    def split_timing(self, convention: Any, costs: Any) -> SplitTiming:
+        """The timing of split learning's steps over this run's world (:class:`fedsim.system.split_timing.SplitTiming`)
+        under ``convention`` (an algorithm's ``timing`` config) for the cut model's ``costs``."""
+        return SplitTiming(self.world, convention, costs)
 
     # ------------------------------------------------------------------------------ the client pipeline
     def run_client(self, client: int, work: ClientWork, *, version: int | None,

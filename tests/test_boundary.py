@@ -5,9 +5,9 @@ transfer or a computation itself, or changes the world's counters.  The world wr
 ``Context.run_client``, and an algorithm's own measurements go through ``Context.measure`` /
 ``Context.measurement``.
 
-The source is read (AST), so the rule holds for every module, not only the ones a run exercises.  The world's
-``serve`` (queueing at the server) stays callable: it is the documented way for a server phase to take server
-time, and the world writes its record."""
+The source is read (AST), so the rule holds for every module, not only the ones a run exercises.  Server time
+is taken through the context's service (``ctx.serve``), never the world's or the split timing's ``serve``: the
+world writes the ``server`` record either way, and the context is the one door an algorithm goes through."""
 from __future__ import annotations
 
 import ast
@@ -23,9 +23,14 @@ ALGORITHMS = ROOT / "fedsim" / "algorithms"
 TRACE_WRITES = {"emit", "put", "kind", "write_columns"}
 #: the world's transfer and compute methods (fedsim.system.world.World).  ``client_chains`` (a round of whole
 #: client chains the world times and records itself, the vector engine's) is a service like ``serve``.
-WORLD_TIMING = {"download", "upload", "compute", "_transfer", "compute_pinned", "download_instant"}
+WORLD_TIMING = {"download", "upload", "compute", "_transfer", "compute_pinned", "download_instant", "serve"}
 #: the world's counters, which only the world's own processes change
 WORLD_COUNTERS = {"bytes_up", "bytes_down", "busy_s", "energy"}
+
+
+def _is_ctx(node: ast.AST) -> bool:
+    """``ctx``, ``self.ctx``: the run's context, whose ``serve`` is the service an algorithm calls."""
+    return (isinstance(node, ast.Name) and node.id == "ctx") or (isinstance(node, ast.Attribute) and node.attr == "ctx")
 
 
 def _is_world(node: ast.AST) -> bool:
@@ -45,6 +50,9 @@ def violations(source: str) -> list[str]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in WORLD_TIMING and _is_world(node.func.value):
                 found.append(f"{node.lineno}: calls world.{node.func.attr}")
+            elif node.func.attr in ("serve", "aggregate") and isinstance(node.func.value, (ast.Name, ast.Attribute)) \
+                    and not _is_ctx(node.func.value) and "timing" in ast.unparse(node.func.value):
+                found.append(f"{node.lineno}: calls {ast.unparse(node.func)} (take server time with ctx.serve)")
         targets: list[ast.AST] = []
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -86,6 +94,10 @@ def test_the_scan_covers_every_algorithm_module() -> None:
     "world.busy_s[c] += dt",
     "world.energy.compute_many(c, dt, p)",
     "self.world.download_instant(c, 10)",
+    "yield from ctx.world.serve(None, 1.0, what='aggregate')",                    # server time, around the context
+    "yield from world.serve(c, 0.5, what='apply')",
+    "yield from self.timing.serve(None, 1e9, 'sfl-step')",                        # the split timing's old serve
+    "yield from timing.aggregate(3, 1000)",
 ])
 def test_the_scan_catches_what_the_old_modules_did(snippet: str) -> None:
     """Each line is one of the patterns this scan replaced (Co-S²P's mask job, split timing, GAS, the vector
@@ -98,7 +110,8 @@ def test_the_scan_allows_the_services() -> None:
     source = ("def f(ctx, c):\n"
               "    ctx.measure('cos2p_round', round=1)\n"
               "    w = ctx.measurement('activation', ('client',))\n"
-              "    yield from ctx.world.serve(None, 1.0, what='aggregate')\n"
+              "    yield from ctx.serve(None, 1.0, what='aggregate')\n"
+              "    yield from self.ctx.serve(c, ctx.server_time(1e9), what='semi-supervised')\n"
               "    ctx.versions.record_drop(c, 'offline', None)\n"
               "    return ctx.world.bytes_up\n")
     assert violations(source) == []
@@ -177,3 +190,33 @@ def test_a_users_client_program_is_timed_and_recorded_by_the_framework(tmp_path)
         assert u.download_time == first_model_download["start"]  # the model's download, after the extra one
         assert u.weight == 24.0 and u.info["program"] == "mine" and u.info["steps"] == 3
         assert u.costs == {"flops": 2.0e9, "bytes_up": 1000, "bytes_down": 500}
+
+
+def test_every_loop_setting_is_a_typed_config_field() -> None:
+    """A loop reads its settings off the typed ``Config`` (``LoopConfig.retry_s``), never off a class attribute: no
+    built-in algorithm class declares ``retry_s``, and every built-in's ``Config`` has it as a field with a
+    documented default (SemiFL's 1 s included), so ``algorithm.retry_s`` can be set, shown and checked."""
+    import dataclasses
+
+    from fedsim.algorithms import CATALOG, registry
+    from fedsim.algorithms.configs import LoopConfig
+
+    for name, cls in registry().items():
+        declared = [k.__name__ for k in cls.__mro__ if "retry_s" in vars(k) and not dataclasses.is_dataclass(k)]
+        assert declared == [], f"{name}: retry_s declared on the class by {declared}"
+    for name, (_, _, config) in CATALOG.items():
+        cfg = registry()[name].Config
+        fields = {f.name: f for f in dataclasses.fields(cfg)}
+        if "retry_s" in fields:
+            assert issubclass(cfg, LoopConfig), f"{name}: {cfg.__name__} declares retry_s outside LoopConfig"
+    semifl = {f.name: f.default for f in dataclasses.fields(registry()["semifl"].Config)}
+    assert semifl["retry_s"] == 1.0
+
+
+def test_semifl_takes_its_retry_from_the_config() -> None:
+    from fedsim.algorithms import registry
+    from fedsim.algorithms.configs import SemiFLConfig
+
+    assert registry()["semifl"].work(SemiFLConfig(retry_s=2.5)).retry_s == 2.5
+    with pytest.raises(Exception, match="retry_s"):
+        SemiFLConfig(retry_s=0.0).validate("algorithm")

@@ -572,12 +572,18 @@ class SemiConfig:
 
 # SemiFL (fedsim/algorithms/semifl.py)
 @dataclass
-class SemiFLConfig(SemiConfig):
+class SemiFLConfig(SemiConfig, LoopConfig):
+    """SemiFL's, FedSwitch's (and, extended, FedMatch's) settings on synchronous rounds: the semi-supervised
+    ones (:class:`SemiConfig`), the retry (:class:`LoopConfig`, 1 s here: a round with nobody reachable is
+    tried again soon, as the semi-supervised split methods do), the clients per round and Mixup's α."""
+
+    retry_s: float = num(1.0, gt=0, le=1e9, unit="s", doc="wait before retrying when nobody is reachable")
     clients_per_round: int = field(default=10, metadata={"doc": "N_h: clients sampled each round"})
     mixup_alpha: float = field(default=0.75, metadata={
         "doc": "α of the Mixup weight λ ~ Beta(α, α) among confident samples (SemiFL)"})
 
     def validate(self, prefix: str) -> None:
+        LoopConfig.validate(self, prefix)
         positive(self.clients_per_round, f"{prefix}.clients_per_round")
         SemiConfig.validate(self, prefix)
         positive(self.mixup_alpha, f"{prefix}.mixup_alpha")

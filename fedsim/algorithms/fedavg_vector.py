@@ -120,7 +120,7 @@ def vector_rounds(algo: "SyncRounds") -> Generator[simpy.events.Event, Any, None
             yield env.timeout(t_end - env.now)
         if ctx.done.triggered:
             return
-        yield from world.serve(None, ctx.aggregation_service_time(n), what="aggregate")
+        yield from ctx.serve(None, ctx.aggregation_service_time(n), what="aggregate")
         w = samples.astype(np.float64)
         total = sum(w.tolist())  # left to right, as the event engine's rule sums its updates' weights
         ctx.versions.apply_columns(base, c, w / total, np.full(n, version), np.full(n, float(t0)), round_=rnd,

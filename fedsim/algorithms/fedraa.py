@@ -6,7 +6,7 @@ into M disjoint fragments with the ratios of Table 4 (or given ones).  Fragment 
 keeps units S_j of every designated group: for an MLP the rows W1[S_j, :], b1[S_j] and the columns
 W2[:, S_j], plus the non-split parameters (the output bias), which every fragment carries and mixes.
 Every client runs its own loop (``AsyncSlots`` with a slot per client): idle → the scheduler picks a
-fragment (``fedraa_schedulers``; Fed-RAA's ``assign``) → download the fragment → local training → upload.  Arrivals queue at the server (``world.serve``) and are applied
+fragment (``fedraa_schedulers``; Fed-RAA's ``assign``) → download the fragment → local training → upload.  Arrivals queue at the server (``ctx.serve``) and are applied
 one at a time with FedAsync's rule restricted to the fragment's entries:
 θʲ ← (1 − α_t) θʲ + α_t θʲ_new, α_t = α · s(staleness).  q(j) counts the updates applied to fragment j.
 

@@ -59,13 +59,11 @@ class SemiFL(SyncRounds):
     name = "semifl"
     theorems = ()  # semi-supervised FL baselines: no theorem written for their setting
     family = "semisfl"  # the same client-selection stream as SemiSFL: same clients per round
-    #: seconds to wait when no client is reachable
-    retry_s = 1.0
 
     @classmethod
     def work(cls, config: Any) -> Work:
         k = int(config.clients_per_round)
-        return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k), retry_s=cls.retry_s,
+        return Work(slots=k, slots_field="clients_per_round", per_version=max(1, k), retry_s=config.retry_s,
                     server_steps=int(config.k_s), server_field="k_s")  # the labeled phase: K_s steps per round
 
     Config = SemiFLConfig
@@ -160,7 +158,7 @@ class SemiFL(SyncRounds):
         ctx, cfg = self.ctx, self.cfg
         self.student = self.supervised_phase(self.student, round_)
         if cfg.k_s:
-            yield from ctx.world.serve(None, ctx.world.server_compute_time(
+            yield from ctx.serve(None, ctx.server_time(
                 ctx.training.flop_cost.total * cfg.k_s * self.server_batch), what="semi-supervised")
 
     def select(self, k: int, round_: int) -> list[int]:

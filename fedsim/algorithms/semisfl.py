@@ -316,7 +316,8 @@ class SemiSFL(SplitRounds):
         k_s = int(self.ctl.k_s)
         f_s = self.supervised_phase(k_s, lr, rnd)
         if k_s:
-            yield from self.timing.serve(None, self.sup_flops * k_s * self.server_batch, "semisfl-supervised")
+            yield from ctx.serve(None, self.timing.server_seconds(self.sup_flops * k_s * self.server_batch),
+                                 what="semisfl-supervised")
         probing = bool(cfg.probe_every) and rnd % cfg.probe_every == 0
         if probing:
             self._probe("after_sup", rnd)

@@ -101,12 +101,11 @@ class SplitTiming:
         """A gas-code download, which takes no time: counted and recorded now (no generator needed)."""
         self.world.download_instant(client, nbytes, version=version)
 
-    def serve(self, client: int | None, flops: float, what: str) -> Generator[Any, Any, Any]:
-        """Queue for a server worker, then hold it for the time ``flops`` take (zero under gas-code)."""
-        world = self.world
-        service = 0.0 if self.gas_code else world.server_compute_time(flops)
-        return world.serve(client, service, what=what)
+    def server_seconds(self, flops: float) -> float:
+        """Service time of server work of ``flops`` (zero under gas-code: the request still queues), for the
+        context's ``serve``."""
+        return 0.0 if self.gas_code else self.world.server_compute_time(flops)
 
-    def aggregate(self, n_models: int, model_bytes: int) -> Generator[Any, Any, Any]:
-        """Server work to average ``n_models`` client models (2 FLOPs per float32 parameter per model)."""
-        return self.serve(None, 2.0 * (model_bytes / 4.0) * max(1, n_models), "aggregate")
+    def aggregation_seconds(self, n_models: int, model_bytes: int) -> float:
+        """Service time to average ``n_models`` client models (2 FLOPs per float32 parameter per model)."""
+        return self.server_seconds(2.0 * (model_bytes / 4.0) * max(1, n_models))

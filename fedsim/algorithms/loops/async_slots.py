@@ -129,7 +129,7 @@ class AsyncSlots(SlotScheduler):
                 started_from: State) -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
         if self.serve_each:
-            yield from ctx.world.serve(c, ctx.aggregation_service_time(1), what="apply")
+            yield from ctx.serve(c, ctx.aggregation_service_time(1), what="apply")
         limit = self.max_staleness()
         tau = ctx.versions.staleness(update)
         if limit is not None and tau > limit:
@@ -144,7 +144,7 @@ class AsyncSlots(SlotScheduler):
         batch, loop.buffer = loop.buffer, []
         bases, loop.buffer_bases = loop.buffer_bases, []
         if not self.serve_each:
-            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
+            yield from ctx.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
             if ctx.done.triggered:
                 return
         base = ctx.global_state

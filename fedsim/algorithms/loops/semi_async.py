@@ -86,7 +86,7 @@ class SemiAsyncRounds(Algorithm):
                 yield from self._collect_until(loop, batch, env.now + clock)
             if ctx.done.triggered:
                 return
-            yield from ctx.world.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
+            yield from ctx.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
             if ctx.done.triggered:
                 return
             new, weights = self.server_rule(batch, ctx.global_state, [loop.history[u.base_version] for u in batch])

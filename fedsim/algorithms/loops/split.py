@@ -32,7 +32,6 @@ from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_c
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.train import batch_schedule, num_steps
 from fedsim.messages import Contribution, Update, Work
-from fedsim.system.split_timing import SplitTiming
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.runtime import Context
@@ -84,7 +83,7 @@ class SplitAlgorithm(Algorithm):
             check_cut(model, cfg.cut)
             self.computer = SplitComputer(model, cfg.cut)
             self.costs = split_costs(model, ctx.training.input_shape, cfg.cut)
-        self.timing = SplitTiming(ctx.world, cfg.timing, self.costs)
+        self.timing = ctx.split_timing(cfg.timing, self.costs)
         self.order = list(ctx.global_state)
         sgd = ctx.training.sgd
         if self.computer is not None:

@@ -152,9 +152,10 @@ class SplitRounds(SplitAlgorithm):
             yield env.all_of([env.process(self._iteration(s, e)) for s in sessions])
             if e == self.steps:
                 break
-            yield from timing.serve(None, self.step_flops(sum(len(s.batches[e]) for s in sessions)), self.step_what)
+            yield from ctx.serve(None, timing.server_seconds(self.step_flops(sum(len(s.batches[e]) for s in sessions))),
+                                 what=self.step_what)
             self.server_step(sessions, e)
-        yield from timing.aggregate(len(clients), self.costs.client_model_bytes)
+        yield from ctx.serve(None, timing.aggregation_seconds(len(clients), self.costs.client_model_bytes), what="aggregate")
         if ctx.done.triggered:
             return sessions
         if self.training:

@@ -122,7 +122,7 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
             msg = self.client_forward(s, e)
             yield from timing.client_pass(c, "forward", b)
             yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            yield from timing.serve(c, server_flops * b, "sfl-gradient")
+            yield from ctx.serve(c, timing.server_seconds(server_flops * b), what="sfl-gradient")
             s.grad = self.server_gradient(s, msg, e)
             yield loop.activations.put(msg)
             if instant:
@@ -143,7 +143,7 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
             for _ in range(loop.q_s):
                 msgs.append((yield loop.activations.get()))
             samples, plan = self.plan_server_step(msgs)
-            yield from self.timing.serve(None, self.costs.server_total * samples, "sfl-step")
+            yield from ctx.serve(None, self.timing.server_seconds(self.costs.server_total * samples), what="sfl-step")
             if ctx.done.triggered:
                 return
             self.server_step(msgs, plan)
@@ -158,7 +158,8 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
                 msg.ack.succeed()
                 continue
             batch, buf = buf, []
-            yield from self.timing.aggregate(len(batch), self.costs.client_model_bytes)
+            yield from ctx.serve(None, self.timing.aggregation_seconds(len(batch), self.costs.client_model_bytes),
+                                 what="aggregate")
             if ctx.done.triggered:
                 return
             clients = [m.session.client for m in batch]

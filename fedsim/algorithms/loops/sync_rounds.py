@@ -49,7 +49,7 @@ class SyncRounds(Algorithm):
 
     def server_phase(self, round_: int) -> Generator[simpy.events.Event, Any, None]:
         """The server's own work at the start of round ``round_``, before its clients are sampled (SemiFL's
-        labeled phase): it may take server time (``world.serve``) and change the model the clients get
+        labeled phase): it may take server time (``ctx.serve``) and change the model the clients get
         (:meth:`client_model`).  Default: none."""
         return
         yield  # pragma: no cover - makes this a generator
@@ -98,7 +98,7 @@ class SyncRounds(Algorithm):
                 self.task_done(c, p.value if p.triggered else None)
             updates = [p.value for c, p in procs.items() if c not in dropped and p.value is not None]
             if updates:
-                yield from ctx.world.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
+                yield from ctx.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
                 new, weights = self.server_rule(updates, base)
                 new = self.server_update(base, new)
                 self.before_apply(updates, weights, rnd)
