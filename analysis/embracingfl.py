@@ -27,7 +27,7 @@ from fedsim.learn.state import masked_weighted_average
 from fedsim.algorithms.embracingfl import block_keys
 from fedsim.errors import ConfigError
 from fedsim.learn.models import BlockModel
-from fedsim.learn.train import SGDConfig, local_sgd
+from fedsim.learn.sgd import SGDConfig, local_sgd
 
 __all__ = ["SCHEMES", "sync_masks", "svcca_study", "depth_spearman"]
 

@@ -4,7 +4,7 @@ At one global model w (a checkpoint, or the live model during a simulation) a pr
 
 * ``loss`` F(w) and ``grad_norm_sq`` ‖∇F(w)‖², with F = (1/m) Σ_i F_i the uniform average of the clients'
   mean training losses (the objective of the papers' analyses, with the task's loss from
-  ``fedsim.learn.train.loss_for``), computed full-batch;
+  ``fedsim.learn.sgd.loss_for``), computed full-batch;
 * from the clients' full-batch gradients: ``client_grad_sq_mean`` (1/m)Σ‖∇F_i‖², the FedProx B-local
   dissimilarity ``B_local``, ``grad_diversity``, and ``zeta2_mean`` / ``zeta2_max`` = mean / max over
   clients of ‖∇F_i − ∇F‖²;
@@ -89,9 +89,9 @@ def cross_entropy_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor)
 
 
 def model_loss(task: str) -> Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The training loss of ``task`` (:func:`fedsim.learn.train.loss_for`) in the estimators' signature
+    """The training loss of ``task`` (:func:`fedsim.learn.sgd.loss_for`) in the estimators' signature
     ``loss(model, x, y)``, so probes measure the objective the run trained on."""
-    from fedsim.learn.train import loss_for
+    from fedsim.learn.sgd import loss_for
 
     if task == "classification":
         return cross_entropy_loss
@@ -266,7 +266,7 @@ def _threads(n: int) -> Iterator[None]:
 
 
 class LiveProbes:
-    """A version hook of :class:`fedsim.runtime.Context`: probes the live global model at version 0, every
+    """A version hook of :class:`fedsim.context.Context`: probes the live global model at version 0, every
     ``every`` versions and at the final version (``eval.probe_every``).  Costs no virtual time."""
 
     def __init__(self, ctx: Any, every: int, settings: ProbeSettings | None = None) -> None:
@@ -309,7 +309,7 @@ def _load_state(path: Path) -> dict[str, torch.Tensor]:
 
 def _local_steps(scenario: Any, parts: Sequence[np.ndarray] | None) -> tuple[float, str]:
     """K of the theorem: ``train.local_steps``, else the largest step count of any client's local epochs."""
-    from fedsim.learn.train import SGDConfig, num_steps
+    from fedsim.learn.sgd import SGDConfig, num_steps
 
     t = scenario.train
     if t.local_steps is not None:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.models import BlockModel
     from fedsim.learn.state import Mask, State
     from fedsim.learn.submodel import SubModel
-    from fedsim.learn.train import LocalObjective, SampleOrder, TrainStats
+    from fedsim.learn.sgd import LocalObjective, SampleOrder, TrainStats
 
 __all__ = ["Assignment", "Contribution", "LocalTrainer", "TrainOutcome", "Update", "Work"]
 
@@ -71,7 +71,7 @@ class Assignment:
 
     ``submodel`` None trains the whole model; otherwise the client downloads, trains and uploads only the
     sub-model's tensors, and its update's mask covers exactly the entries it trained.  ``trainer`` None is
-    plain local SGD (``fedsim.learn.train.local_sgd``) with the scenario's ``train`` settings and the
+    plain local SGD (``fedsim.learn.sgd.local_sgd``) with the scenario's ``train`` settings and the
     assignment's ``objective``; a ``trainer`` replaces the whole local step.
     """
 
@@ -81,12 +81,12 @@ class Assignment:
     round: int | None = None
     info: dict[str, Any] = field(default_factory=dict)
     #: what plain local SGD minimises beyond the task loss, and the extra tensors it sends each way
-    #: (``fedsim.learn.train.LocalObjective``; e.g. FedProx's ``Proximal``)
+    #: (``fedsim.learn.sgd.LocalObjective``; e.g. FedProx's ``Proximal``)
     objective: LocalObjective | None = None
     #: the entries the update covers when the trainer knows better than the sub-model (a whole model trained
     #: under a gradient mask: Fed-RAA's frozen fragments); None: what training reports
     coverage: Mask | None = None
-    #: the order in which local SGD visits the client's samples, pass by pass (``fedsim.learn.train.SampleOrder``:
+    #: the order in which local SGD visits the client's samples, pass by pass (``fedsim.learn.sgd.SampleOrder``:
     #: ``order(n_samples, epoch, generator) -> permutation``); None: a fresh random permutation per pass from the
     #: client's stream.  A task with an order trains in process (not batched, not on a remote executor).
     order: SampleOrder | None = None

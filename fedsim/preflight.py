@@ -14,8 +14,8 @@ from fedsim.build import Prepared, build_global_model, prepare_data
 from fedsim.errors import ConfigError
 from fedsim.learn.accelerator import data_on, deterministic_workspace, memory_available, run_device
 from fedsim.learn.costs import memory_estimate
-from fedsim.learn.train import num_steps
-from fedsim.runtime import Context
+from fedsim.learn.sgd import num_steps
+from fedsim.context import Context
 from fedsim.scenario import AlgorithmSpec, Scenario
 from fedsim.sim.rng import Streams
 from fedsim.system.devices import check_memory
@@ -58,7 +58,7 @@ def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, pr
     """Jitter-free lower estimate of one task: download + compute + upload of the fastest client (the
     world's own expected times, as a scheduler that knows each client's speed would estimate them)."""
     from fedsim.learn.costs import flops_per_sample, state_bytes
-    from fedsim.learn.train import samples_processed
+    from fedsim.learn.sgd import samples_processed
 
     cost = flops_per_sample(model, tuple(prepared.data.train.input_shape)).total
     nbytes = state_bytes(model.state_dict())

@@ -49,7 +49,7 @@ from fedsim.learn.partition import partition_summary
 from fedsim.plugins import plugin_version_hooks
 from fedsim.preflight import check_memory_fits, preflight
 from fedsim.rundirs import prepare_run_dir
-from fedsim.runtime import Context
+from fedsim.context import Context
 from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
 from fedsim.sim.executor import Executor, make_executor
 from fedsim.sim.rng import Streams

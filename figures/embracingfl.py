@@ -329,7 +329,7 @@ def svcca_runs(seeds: Sequence[int], iterations: int, clients: int, out: Path, p
     from fedsim.learn.data import load_dataset
     from fedsim.learn.models import build_model
     from fedsim.learn.partition import partition
-    from fedsim.learn.train import SGDConfig
+    from fedsim.learn.sgd import SGDConfig
 
     frames = []
     jobs = [(s, sch) for s in seeds for sch in ("none", "second_half", "first_half", "channels")]

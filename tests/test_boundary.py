@@ -79,7 +79,7 @@ def test_no_algorithm_module_writes_records_or_times_work(path: Path) -> None:
 def test_the_scan_covers_every_algorithm_module() -> None:
     names = {p.name for p in MODULES}
     assert {"algorithm.py", "pipeline.py", "sync_rounds.py", "async_slots.py", "semi_async.py", "split_rounds.py",
-            "split_slots.py", "cos2p.py", "sfl_async.py", "fedavg_vector.py", "semifl.py"} <= names
+            "split_slots.py", "cos2p.py", "gas.py", "fedavg_vector.py", "semifl.py"} <= names
 
 
 @pytest.mark.parametrize("snippet", [
@@ -119,7 +119,7 @@ def test_the_scan_allows_the_services() -> None:
 
 def test_measurements_cannot_take_a_framework_record_name() -> None:
     """An algorithm's measurement named like a framework record would forge it: refused in one line."""
-    from fedsim.runtime import FRAMEWORK_KINDS, Context
+    from fedsim.context import FRAMEWORK_KINDS, Context
     from fedsim.sim.trace import Trace
 
     ctx = Context.__new__(Context)  # only the trace and the clock are needed here
@@ -139,7 +139,7 @@ def test_measurements_cannot_take_a_framework_record_name() -> None:
 
 
 from fedsim.algorithms import ClientWork, FedAvg, client_task  # noqa: E402
-from fedsim.learn.train import TrainStats  # noqa: E402
+from fedsim.learn.sgd import TrainStats  # noqa: E402
 from fedsim.training import PendingTraining, TrainResult  # noqa: E402
 
 SEEN: list = []
@@ -220,3 +220,25 @@ def test_semifl_takes_its_retry_from_the_config() -> None:
     assert registry()["semifl"].work(SemiFLConfig(retry_s=2.5)).retry_s == 2.5
     with pytest.raises(Exception, match="retry_s"):
         SemiFLConfig(retry_s=0.0).validate("algorithm")
+
+
+def test_the_former_learn_train_path_is_an_alias_only() -> None:
+    """``fedsim.learn.train`` was renamed ``fedsim.learn.sgd`` (next to ``fedsim.training`` the old name read as
+    the same thing); the old path stays importable for user code the earlier docs showed, holds nothing of its
+    own, and no fedsim module imports it."""
+    import fedsim.learn.sgd as sgd
+    import fedsim.learn.train as old
+
+    assert old.__all__ and all(getattr(old, n) is getattr(sgd, n) for n in old.__all__)
+    tree = ast.parse(Path(old.__file__).read_text(encoding="utf-8"))
+    assert not [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    users = []
+    for path in (ROOT / "fedsim").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            absolute = isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "fedsim.learn.train"
+            relative = (isinstance(node, ast.ImportFrom) and node.level == 1 and node.module == "train"
+                        and path.parent.name == "learn")
+            plain = isinstance(node, ast.Import) and any(a.name == "fedsim.learn.train" for a in node.names)
+            if absolute or relative or plain:
+                users.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert users == []

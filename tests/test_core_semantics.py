@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.learn.train import batch_schedule
+from fedsim.learn.sgd import batch_schedule
 from fedsim.build import build_global_model, prepare_data
 from fedsim.runner import run_scenario
 from fedsim import scenario_from_mapping
@@ -158,7 +158,7 @@ def test_per_client_evaluation_matches_direct_evaluation(tiny, tmp_path):
     """eval.per_client scores the global model on each client's own data, as evaluate() would directly."""
     import pandas as pd
 
-    from fedsim.learn.train import evaluate
+    from fedsim.learn.sgd import evaluate
 
     tiny["eval"] = {"every_versions": 4, "per_client": True}
     sc = scenario_from_mapping(tiny)

@@ -15,7 +15,7 @@ from fedsim.cli import main
 from fedsim.learn.data import load_dataset
 from fedsim.learn.models import build_model, split_model
 from fedsim.learn.partition import partition
-from fedsim.learn.train import SGDConfig, local_sgd
+from fedsim.learn.sgd import SGDConfig, local_sgd
 from fedsim.runner import run_scenario
 from fedsim import scenario_from_mapping
 from fedsim.sim.trace import load_trace

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsim.learn.train import Proximal, SGDConfig, local_sgd
+from fedsim.learn.sgd import Proximal, SGDConfig, local_sgd
 
 
 def test_prox_term_matches_hand_computed_steps():

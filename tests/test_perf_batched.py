@@ -6,7 +6,7 @@ import torch
 
 from fedsim.learn.batched import batched_local_sgd, can_batch
 from fedsim.learn.models import build_model
-from fedsim.learn.train import SGDConfig, local_sgd
+from fedsim.learn.sgd import SGDConfig, local_sgd
 
 torch.set_num_threads(1)
 

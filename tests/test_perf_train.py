@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedsim.learn.models import build_model
-from fedsim.learn.train import PlainSGD, SGDConfig
+from fedsim.learn.sgd import PlainSGD, SGDConfig
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[1]

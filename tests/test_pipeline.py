@@ -124,7 +124,7 @@ def test_messages_sit_at_the_bottom_of_the_import_graph():
 
 
 def test_scenario_module_never_imports_the_algorithms():
-    """The scenario modules get the algorithm resolver passed in (scenario → algorithms → runtime → scenario
+    """The scenario modules get the algorithm resolver passed in (scenario → algorithms → context → scenario
     would be a cycle at run time)."""
     modules = sorted(FEDSIM.glob("scenario*.py"))
     assert {p.name for p in modules} >= {"scenario.py", "scenario_sections.py", "scenario_loading.py",
@@ -196,14 +196,14 @@ def _emitted_kinds(path: Path) -> set[str]:
 def test_context_is_split_into_a_training_executor_and_a_version_keeper():
     """The training executor computes and records nothing about versions; the version keeper writes the
     bookkeeping records and computes nothing (evaluation runs on the executor); the context only wires them."""
-    versions, runtime = (FEDSIM / f"{m}.py" for m in ("versions", "runtime"))
+    versions, context = (FEDSIM / f"{m}.py" for m in ("versions", "context"))
     training_modules = sorted((FEDSIM / "training").glob("*.py"))
     assert len(training_modules) >= 4
     for module in training_modules:
         assert _emitted_kinds(module) == set() and "fedsim.versions" not in _imports(module, top_level_only=False)
     assert {"dispatch", "apply", "round", "aggregate", "eval"} <= _emitted_kinds(versions)
-    assert not {"fedsim.learn.train", "fedsim.learn.submodel.extract"} & _imports(versions, top_level_only=False)
-    assert _emitted_kinds(runtime) == set()
+    assert not {"fedsim.learn.sgd", "fedsim.learn.submodel.extract"} & _imports(versions, top_level_only=False)
+    assert _emitted_kinds(context) == set()
     training = FEDSIM / "training" / "executor.py"
     tree = ast.parse(training.read_text(encoding="utf-8"))
     executor = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TrainingExecutor")

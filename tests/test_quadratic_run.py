@@ -22,7 +22,7 @@ from fedsim.learn.data import load_dataset, quadratic_problem
 from fedsim.learn.models import build_model
 from fedsim.learn.partition import partition_summary
 from fedsim.learn.quadratic import quadratic_loss
-from fedsim.learn.train import evaluate, half_squared_error, loss_for
+from fedsim.learn.sgd import evaluate, half_squared_error, loss_for
 from fedsim.build import prepare_data
 from fedsim.runner import run_scenario
 from fedsim import load_scenario

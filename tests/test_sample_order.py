@@ -1,4 +1,4 @@
-"""The local sample order hook (``Assignment.order``, ``fedsim.learn.train.SampleOrder``) and the exact peers'
+"""The local sample order hook (``Assignment.order``, ``fedsim.learn.sgd.SampleOrder``) and the exact peers'
 workload it was added for (benchmarks/peers/): a researcher reproducing another framework's run decides
 which client visits which of its samples when, and gets that framework's weights bit for bit."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 
 from fedsim.algorithms import Assignment
 from fedsim.errors import ConfigError
-from fedsim.learn.train import SGDConfig, batch_schedule, local_sgd
+from fedsim.learn.sgd import SGDConfig, batch_schedule, local_sgd
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "benchmarks" / "peers"
@@ -103,7 +103,7 @@ def test_the_peers_workload_run_loads_neither_the_compiler_stack_nor_unused_algo
             "import fedsim\n"
             f"res = fedsim.run({str(PEERS / 'workload.yaml')!r}, out={str(tmp_path / 'run')!r}, output__figures=False)\n"
             "assert res.summary['status'] == 'ok', res.summary\n"
-            "print(sorted(m for m in ('torch._dynamo', 'fedsim.algorithms.sfl_async', 'fedsim.algorithms.semisfl',\n"
+            "print(sorted(m for m in ('torch._dynamo', 'fedsim.algorithms.gas', 'fedsim.algorithms.semisfl',\n"
             "                         'fedsim.algorithms.fedraa') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=PEERS, capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

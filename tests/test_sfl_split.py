@@ -7,7 +7,7 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.learn.models import build_model
 from fedsim.learn.split import SideOptimizer, SplitComputer, merge_state, split_costs, split_state
-from fedsim.learn.train import SGDConfig, batch_schedule
+from fedsim.learn.sgd import SGDConfig, batch_schedule
 from fedsim.build import build_global_model, prepare_data
 from fedsim.runner import run_scenario
 from fedsim import scenario_from_mapping

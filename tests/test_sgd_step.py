@@ -1,4 +1,4 @@
-"""The local SGD step, written once (``fedsim.learn.train``: ``sgd_update_``, ``clip_grads_``, ``sgd_step``):
+"""The local SGD step, written once (``fedsim.learn.sgd``: ``sgd_update_``, ``clip_grads_``, ``sgd_step``):
 a closed form by hand, ``torch.optim.SGD`` bit for bit, its stacked (batched) form, and the trainers that
 must go through it (plain local SGD, FjORD's ordered dropout, batched training)."""
 from __future__ import annotations
@@ -10,11 +10,11 @@ import torch
 from torch import nn
 
 import fedsim.learn.batched as batched
-import fedsim.learn.train as train
+import fedsim.learn.sgd as train
 from fedsim.algorithms.width import OrderedDropoutTrainer
 from fedsim.learn.batched import batched_local_sgd
 from fedsim.learn.submodel import extract, insert, width_submodel
-from fedsim.learn.train import Proximal, SGDConfig, clip_grads_, local_sgd, sgd_step, sgd_update_
+from fedsim.learn.sgd import Proximal, SGDConfig, clip_grads_, local_sgd, sgd_step, sgd_update_
 from test_width_algorithms import NANO, ORIN, _algo, _width_scenario
 
 torch.set_num_threads(1)

@@ -17,7 +17,7 @@ from fedsim.learn.models import build_model, residual_add
 from fedsim.learn.submodel import (SubModel, depth_window, extract, fragment_submodel, fragments, full_submodel,
                                    insert, sub_state_bytes, submodel_costs, validate_submodel, width_submodel,
                                    with_states)
-from fedsim.learn.train import SGDConfig, local_sgd
+from fedsim.learn.sgd import SGDConfig, local_sgd
 
 torch.set_num_threads(1)
 
@@ -306,7 +306,7 @@ def _context(mapping):
     import simpy
 
     from fedsim.build import build_global_model, prepare_data
-    from fedsim.runtime import Context
+    from fedsim.context import Context
     from fedsim import scenario_from_mapping
     from fedsim.sim.rng import Streams
     from fedsim.sim.trace import Trace
@@ -450,7 +450,7 @@ def test_a_submodel_of_an_extracted_module_is_the_nested_submodel():
 
 
 def test_static_bn_evaluation_statistics_from_training_data_by_hand():
-    from fedsim.learn.train import static_bn_statistics
+    from fedsim.learn.sgd import static_bn_statistics
 
     g = torch.Generator().manual_seed(0)
     bn = nn.BatchNorm1d(3, track_running_stats=False)

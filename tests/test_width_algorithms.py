@@ -15,10 +15,10 @@ from fedsim.algorithms.width import FedRolex, FjORD, OrderedDropoutTrainer
 from fedsim.cli import main
 from fedsim.report import submodel_table
 from fedsim.learn.submodel import extract, insert, sub_state_bytes, width_submodel
-from fedsim.learn.train import local_sgd
+from fedsim.learn.sgd import local_sgd
 from fedsim.build import build_global_model, prepare_data
 from fedsim.runner import run_scenario
-from fedsim.runtime import Context
+from fedsim.context import Context
 from fedsim.scenario import load_raw
 from fedsim import scenario_from_mapping
 from fedsim.sim.rng import Streams

@@ -15,7 +15,7 @@ import torch
 
 from fedsim.algorithms import Assignment, FedAvg, RoundsConfig, Update
 from fedsim.learn.state import State
-from fedsim.learn.train import LocalObjective
+from fedsim.learn.sgd import LocalObjective
 
 
 class ControlVariates(LocalObjective):

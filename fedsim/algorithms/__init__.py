@@ -28,8 +28,8 @@ _BUILTINS: dict[str, str] = {
     "Assignment": "messages", "Contribution": "messages", "LocalTrainer": "messages", "TrainOutcome": "messages",
     "Update": "messages", "Work": "messages",
     "FedAvg": "fedavg", "RoundsConfig": "configs", "FedAsync": "fedasync", "FedBuff": "fedbuff", "CA2FL": "ca2fl",
-    "FedProx": "fedprox", "Cos2P": "cos2p", "AsyncSFL": "sfl_async", "GAS": "sfl_async", "MiniBatchSFL": "sfl_sync",
-    "S2FL": "sfl_sync", "SemiSFL": "semisfl", "FedSwitchSL": "semisfl", "SupervisedOnly": "semisfl",
+    "FedProx": "fedprox", "Cos2P": "cos2p", "AsyncSFL": "gas", "GAS": "gas", "MiniBatchSFL": "minibatch_sfl",
+    "S2FL": "minibatch_sfl", "SemiSFL": "semisfl", "FedSwitchSL": "semisfl", "SupervisedOnly": "semisfl",
     "SemiFL": "semifl", "FedSwitch": "semifl", "FedMatch": "semifl", "HeteroFL": "width", "FjORD": "width",
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
     "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "configs",
@@ -50,17 +50,17 @@ __all__ = ["Algorithm", "AsyncSlots", "Assignment", "Contribution", "LocalTraine
 #: scenario naming one is loaded and checked without importing the algorithm (and torch); a test keeps it equal to
 #: the classes themselves
 CATALOG: dict[str, tuple[str, str, str]] = {
-    "async-sfl": ("sfl_async", "AsyncSFL", "AsyncSFLConfig"), "ca2fl": ("ca2fl", "CA2FL", "CA2FLConfig"),
+    "async-sfl": ("gas", "AsyncSFL", "AsyncSFLConfig"), "ca2fl": ("ca2fl", "CA2FL", "CA2FLConfig"),
     "cos2p": ("cos2p", "Cos2P", "Cos2PConfig"), "embracingfl": ("embracingfl", "EmbracingFL", "EmbracingFLConfig"),
     "fedasync": ("fedasync", "FedAsync", "FedAsyncConfig"), "fedavg": ("fedavg", "FedAvg", "FedAvgConfig"),
     "fedbuff": ("fedbuff", "FedBuff", "FedBuffConfig"), "fedmatch": ("semifl", "FedMatch", "FedMatchConfig"),
     "fedprox": ("fedprox", "FedProx", "FedProxConfig"), "fedraa": ("fedraa", "FedRAA", "FedRAAConfig"),
     "fedrolex": ("width", "FedRolex", "WidthConfig"), "fedswitch": ("semifl", "FedSwitch", "SemiFLConfig"),
     "fedswitch-sl": ("semisfl", "FedSwitchSL", "FedSwitchSLConfig"), "fjord": ("width", "FjORD", "WidthConfig"),
-    "gas": ("sfl_async", "GAS", "GASConfig"), "heterofl": ("width", "HeteroFL", "WidthConfig"),
-    "minibatch-sfl": ("sfl_sync", "MiniBatchSFL", "MiniBatchSFLConfig"),
+    "gas": ("gas", "GAS", "GASConfig"), "heterofl": ("width", "HeteroFL", "WidthConfig"),
+    "minibatch-sfl": ("minibatch_sfl", "MiniBatchSFL", "MiniBatchSFLConfig"),
     "prunefl-lite": ("fedraa_baselines", "PruneFLLite", "PruneFLLiteConfig"),
-    "ramfed-lite": ("fedraa_baselines", "RAMFedLite", "RAMFedLiteConfig"), "s2fl": ("sfl_sync", "S2FL", "S2FLConfig"),
+    "ramfed-lite": ("fedraa_baselines", "RAMFedLite", "RAMFedLiteConfig"), "s2fl": ("minibatch_sfl", "S2FL", "S2FLConfig"),
     "semifl": ("semifl", "SemiFL", "SemiFLConfig"), "semisfl": ("semisfl", "SemiSFL", "SemiSFLConfig"),
     "supervised-only": ("semisfl", "SupervisedOnly", "SupervisedOnlyConfig"),
 }

@@ -16,7 +16,7 @@ from fedsim.messages import Assignment, Update, Work
 from fedsim.system.availability import AlwaysOn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.runtime import Context
+    from fedsim.context import Context
 
 __all__ = ["Algorithm", "CLASS_HOOKS", "TaskCounter", "guarded"]
 

@@ -673,7 +673,7 @@ class SupervisedOnlyConfig(SemiSFLConfig):
     adapt: Literal["paper", "code", "none"] = "none"
 
 
-# AsyncSFL (fedsim/algorithms/sfl_async.py)
+# AsyncSFL (fedsim/algorithms/gas.py)
 @dataclass
 class AsyncSFLConfig(SplitSlotsConfig):
     logit_adjust: bool = field(default=True, metadata={
@@ -707,13 +707,13 @@ class AsyncSFLConfig(SplitSlotsConfig):
         positive(self.measure_samples, f"{prefix}.measure_samples")
 
 
-# GAS (fedsim/algorithms/sfl_async.py)
+# GAS (fedsim/algorithms/gas.py)
 @dataclass
 class GASConfig(AsyncSFLConfig):
     generate: bool = True  # what AsyncSFL's field means, on by default
 
 
-# MiniBatchSFL (fedsim/algorithms/sfl_sync.py)
+# MiniBatchSFL (fedsim/algorithms/minibatch_sfl.py)
 @dataclass
 class MiniBatchSFLConfig(SplitConfig):
     clients_per_round: int = field(default=10, metadata={"doc": "C: clients sampled each round"})
@@ -730,7 +730,7 @@ class MiniBatchSFLConfig(SplitConfig):
         positive(self.group_passes, f"{prefix}.group_passes", allow_zero=True)
 
 
-# S2FL (fedsim/algorithms/sfl_sync.py)
+# S2FL (fedsim/algorithms/minibatch_sfl.py)
 @dataclass
 class S2FLConfig(MiniBatchSFLConfig):
     groups: int = field(default=2,

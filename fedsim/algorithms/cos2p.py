@@ -159,7 +159,7 @@ class Cos2P(SemiAsyncRounds):
         the first Q̂ participations is not in the estimate."""
         from fedsim.learn.cos2p import final_keep
         from fedsim.learn.submodel import SubModel, submodel_costs
-        from fedsim.learn.train import num_steps, samples_processed
+        from fedsim.learn.sgd import num_steps, samples_processed
 
         ctx, cfg, model, world = self.ctx, self.cfg, self.ctx.training.worker, self.ctx.world
         L = model.num_blocks() - 2
@@ -440,7 +440,7 @@ class Cos2P(SemiAsyncRounds):
 
         from fedsim.messages import TrainOutcome
         from fedsim.learn.cos2p import ExitNet, distill_loss
-        from fedsim.learn.train import local_sgd
+        from fedsim.learn.sgd import local_sgd
 
         cfg = self.cfg
         w = int(self.window[client])
@@ -494,7 +494,7 @@ class Cos2P(SemiAsyncRounds):
         compute for the FLOPs of both phases, upload of the pruned sub-model) and builds its ``Update``."""
         from fedsim.learn.cos2p import train_masks
         from fedsim.learn.submodel import SubModel, extract, insert, submodel_costs
-        from fedsim.learn.train import samples_processed
+        from fedsim.learn.sgd import samples_processed
 
         ctx, cfg = self.ctx, self.cfg
         model = ctx.training.worker

@@ -56,7 +56,7 @@ from fedsim.errors import ConfigError
 from fedsim.learn.costs import activation_bytes, flops_per_sample, memory_estimate, state_bytes
 from fedsim.learn.models import BlockModel, split_model
 from fedsim.learn.submodel import SubModel, block_of
-from fedsim.learn.train import SGDConfig, TrainStats, local_sgd
+from fedsim.learn.sgd import SGDConfig, TrainStats, local_sgd
 from fedsim.algorithms.configs import CLIENT_TYPES, EmbracingFLConfig
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -34,7 +34,7 @@ import numpy as np
 import simpy
 
 from fedsim.errors import ConfigError
-from fedsim.learn.train import num_steps, samples_processed
+from fedsim.learn.sgd import num_steps, samples_processed
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.algorithms.loops.sync_rounds import SyncRounds

@@ -1,6 +1,6 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose local objective adds the proximal term μ/2‖w − w_global‖².
 
-The term is a local objective (``fedsim.learn.train.Proximal``) handed to the clients through their
+The term is a local objective (``fedsim.learn.sgd.Proximal``) handed to the clients through their
 assignment; everything else (rounds, sampling, deadline, averaging) is FedAvg's.  ``prox_trainer`` gives
 Fed-RAA its ρ-term together with its fragment's gradient mask.
 """
@@ -14,7 +14,7 @@ import numpy as np
 from fedsim.messages import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import num
-from fedsim.learn.train import Proximal, local_sgd
+from fedsim.learn.sgd import Proximal, local_sgd
 from fedsim.algorithms.configs import FedProxConfig
 
 if TYPE_CHECKING:  # pragma: no cover

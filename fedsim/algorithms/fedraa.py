@@ -52,7 +52,7 @@ from fedsim.config import positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State, masked_weighted_average, state_mix
 from fedsim.learn.submodel import extract, fragment_submodel, insert
-from fedsim.learn.train import num_steps, samples_processed
+from fedsim.learn.sgd import num_steps, samples_processed
 from fedsim.algorithms.configs import FedRAAConfig, fragment_ratios
 
 

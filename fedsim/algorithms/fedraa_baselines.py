@@ -28,7 +28,7 @@ from fedsim.messages import Assignment, TrainOutcome
 from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.learn.state import State
-from fedsim.learn.train import local_sgd
+from fedsim.learn.sgd import local_sgd
 from fedsim.algorithms.configs import PruneFLLiteConfig, RAMFedLiteConfig
 
 if TYPE_CHECKING:  # pragma: no cover

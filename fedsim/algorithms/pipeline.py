@@ -4,7 +4,7 @@
     → Update (tensors + coverage mask) → a pure server rule → ``VersionKeeper.apply``
 
 ``client_task`` is the framework's: an algorithm calls it (the default ``Algorithm.client_job`` does) and
-never times a transfer itself; :meth:`fedsim.runtime.Context.run_client` times it.
+never times a transfer itself; :meth:`fedsim.context.Context.run_client` times it.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from fedsim.messages import Assignment, Update
 from fedsim.training import ClientWork
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.runtime import Context
+    from fedsim.context import Context
     from fedsim.training import TrainResult
 
 __all__ = ["client_task"]
@@ -43,7 +43,7 @@ def client_task(
     ``base_state`` is the model the server sent at dispatch (the caller snapshots it); training runs
     on exactly that, at the virtual moment computing starts, with the client's own batch stream for
     this task.  Bytes in both directions are those of the tensors that travel (the sub-model's only).
-    The framework times it (:meth:`fedsim.runtime.Context.run_client`: the world writes the ``download``,
+    The framework times it (:meth:`fedsim.context.Context.run_client`: the world writes the ``download``,
     ``compute`` and ``upload`` records).
 
     ``work`` (:class:`fedsim.training.ClientWork`) replaces the assignment's training when the client program

@@ -45,7 +45,7 @@ from fedsim.config import positive, require
 from fedsim.learn.augment import strong_view, weak_view
 
 from fedsim.learn.state import State, clone_state, masked_weighted_average, state_mix
-from fedsim.learn.train import PlainSGD, TrainStats, batch_schedule, num_steps
+from fedsim.learn.sgd import PlainSGD, TrainStats, batch_schedule, num_steps
 from fedsim.algorithms.configs import FedMatchConfig, SemiFLConfig
 
 if TYPE_CHECKING:  # pragma: no cover

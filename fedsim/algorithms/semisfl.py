@@ -63,7 +63,7 @@ from fedsim.learn.costs import state_bytes
 from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss
 from fedsim.learn.split import SideOptimizer, merge_state, split_state
 from fedsim.learn.state import state_mix
-from fedsim.learn.train import batch_schedule
+from fedsim.learn.sgd import batch_schedule
 from fedsim.algorithms.configs import FedSwitchSLConfig, SemiSFLConfig, SupervisedOnlyConfig
 
 State = dict[str, torch.Tensor]

@@ -44,14 +44,14 @@ from fedsim.algorithms.fedavg import FedAvg
 from fedsim.config import require
 from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.submodel import extract, insert, width_submodel
-from fedsim.learn.train import LocalObjective, TrainStats, batch_schedule, loss_for, num_steps, sgd_step
+from fedsim.learn.sgd import LocalObjective, TrainStats, batch_schedule, loss_for, num_steps, sgd_step
 from fedsim.algorithms.configs import DEFAULT_WIDTHS, WidthConfig, check_width, device_classes
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
     from fedsim.learn.models import BlockModel
     from fedsim.learn.submodel import SubModel
-    from fedsim.runtime import Context
+    from fedsim.context import Context
     from fedsim.scenario import Scenario
 
 class WidthFedAvg(FedAvg):
@@ -152,14 +152,14 @@ class OrderedDropoutTrainer:
     prefix sub-model of that width on the step's batch.
 
     Called as ``trainer(module, training, client, indices, generator)`` with ``module`` the client's extracted
-    w_max sub-model.  Batches follow :func:`fedsim.learn.train.batch_schedule` on ``generator`` (as plain
+    w_max sub-model.  Batches follow :func:`fedsim.learn.sgd.batch_schedule` on ``generator`` (as plain
     local SGD does); the widths are drawn from the same generator before the batches, so both are fixed
-    by the client's task stream.  Each step is :func:`fedsim.learn.train.sgd_step` (the scenario's lr,
+    by the client's task stream.  Each step is :func:`fedsim.learn.sgd.sgd_step` (the scenario's lr,
     momentum, weight decay and clipping, the arithmetic of plain local SGD) on the nested sub-model's
     tensors; the momentum buffer has the w_max shape and a step touches only the entries of the prefix it
     trained.
 
-    ``objective`` (a :class:`~fedsim.learn.train.LocalObjective`; give the same one to the assignment,
+    ``objective`` (a :class:`~fedsim.learn.sgd.LocalObjective`; give the same one to the assignment,
     which costs its extra tensors) is honoured as plain local SGD honours it: :meth:`begin` sees the
     downloaded w_max parameters, its loss term joins every step's loss, and its gradient term is added in
     w_max coordinates, of which the step keeps the entries of the nested prefix it trains.

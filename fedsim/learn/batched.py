@@ -10,8 +10,8 @@ On an accelerator (``train.device``) the whole round's batch plan (rows, weights
 still training) is drawn on the CPU, as sequential training draws it, and moved to the device in one
 copy; the parameters, data and arithmetic stay there, so a step launches no host-device transfers.
 
-Semantics are those of :func:`fedsim.learn.train.local_sgd`, client by client: the same batch schedule
-from the same stream, the same SGD step (``fedsim.learn.train.sgd_update_`` on the stacked tensors: weight
+Semantics are those of :func:`fedsim.learn.sgd.local_sgd`, client by client: the same batch schedule
+from the same stream, the same SGD step (``fedsim.learn.sgd.sgd_update_`` on the stacked tensors: weight
 decay, momentum, the update; ``clip_grads_`` clips each client by its own gradient norm).  Clients differ
 in sample count, so batches are padded to ``batch_size`` with rows of weight 0 (the loss is the mean over
 the real rows), and a client that has finished its steps stops moving (``sgd_update_``'s ``active``).
@@ -34,7 +34,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedsim.errors import DivergenceError
 
-from .train import SGDConfig, TrainStats, batch_schedule, clip_grads_, num_steps, sgd_update_
+from .sgd import SGDConfig, TrainStats, batch_schedule, clip_grads_, num_steps, sgd_update_
 
 __all__ = ["can_batch", "batched_local_sgd"]
 
@@ -55,7 +55,7 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
                       ) -> list[tuple[dict[str, torch.Tensor], TrainStats]]:
     """Local SGD of every client (``indices[i]`` with batch stream ``generators[i]``) from ``base_state``.
 
-    Returns, per client, its trained state and statistics, as :func:`~fedsim.learn.train.local_sgd`
+    Returns, per client, its trained state and statistics, as :func:`~fedsim.learn.sgd.local_sgd`
     would.  ``model`` provides the architecture only (its weights are not touched).
     """
     cfg.validate()

@@ -141,7 +141,7 @@ def train_masks(body: torch.nn.Module, logits: Mapping[str, torch.Tensor], membe
     unit is tiny).  Returns mean loss and mean sampled kept fraction."""
     from torch.func import functional_call
 
-    from fedsim.learn.train import batch_schedule
+    from fedsim.learn.sgd import batch_schedule
 
     params = {k: v.detach() for k, v in body.named_parameters()}
     buffers = {k: v for k, v in body.named_buffers()}

@@ -42,7 +42,7 @@ __all__ = ["ArrayDataset", "FederatedData", "DATASETS", "TASKS", "load_dataset",
            "quadratic_problem"]
 
 
-#: What an :class:`ArrayDataset`'s targets are; ``fedsim.learn.train.loss_for`` maps each to its loss.
+#: What an :class:`ArrayDataset`'s targets are; ``fedsim.learn.sgd.loss_for`` maps each to its loss.
 TASKS: tuple[str, ...] = ("classification", "regression")
 
 

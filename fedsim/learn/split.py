@@ -24,7 +24,7 @@ from fedsim.errors import ConfigError
 from .costs import activation_bytes, flops_per_sample, state_bytes
 from .losses import logit_adjusted_cross_entropy
 from .models import BlockModel, block_of
-from .train import SGDConfig, sgd_step
+from .sgd import SGDConfig, sgd_step
 
 __all__ = ["SplitCosts", "split_costs", "split_state", "merge_state", "SideOptimizer", "SplitComputer",
            "check_cut"]
@@ -109,7 +109,7 @@ class SideOptimizer:
     ``cfg`` (its batch and step counts are not used here).
 
     The tensors are leaves that require grad; ``step(grads)`` is the one local SGD step every trainer takes
-    (:func:`fedsim.learn.train.sgd_step`: joint clipping, then ``torch.optim.SGD``'s arithmetic), with this
+    (:func:`fedsim.learn.sgd.sgd_step`: joint clipping, then ``torch.optim.SGD``'s arithmetic), with this
     side's momentum buffers.
     """
 

@@ -23,7 +23,7 @@ sBN) the layers have no running statistics, so only the affine weights are slice
 and training normalises with each batch's statistics.  At evaluation they normalise with each evaluation
 batch's statistics (``eval.bn_stats: batch``, batches of ``eval.batch_size``), or with statistics of the
 evaluated model gathered from clients' training samples (``eval.bn_stats: train``,
-:func:`fedsim.learn.train.static_bn_statistics`; per width, since each width is its own model).  With ``global`` the running mean and variance
+:func:`fedsim.learn.sgd.static_bn_statistics`; per width, since each width is its own model).  With ``global`` the running mean and variance
 are members of their channel's width group: sliced with it, updated by local training, written back and
 averaged per channel over the clients that kept the channel, like weights.  Integer buffers
 (``num_batches_tracked``) of a trainable block are sent back unsliced and follow the averaging function's

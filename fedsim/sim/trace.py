@@ -58,7 +58,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "drop": ("client", "reason", "round"),
     "eval": ("version", "round", "accuracy", "loss"),
     "offline": ("client", "start", "end"),
-    # split learning (fedsim.algorithms.sfl_async / sfl_sync)
+    # split learning (fedsim.algorithms.gas / minibatch_sfl)
     # a client's minibatch of activations was served: its gradient came from server model ``server_step``;
     # ``progress`` is n = tE + e + 1, the argument of the time weight s(n) of GAS's Gaussians
     "activation": ("client", "iteration", "samples", "server_step", "progress"),

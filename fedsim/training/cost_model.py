@@ -13,7 +13,7 @@ from fedsim.system.devices import check_memory
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.models import BlockModel
     from fedsim.learn.state import State
-    from fedsim.learn.train import SGDConfig
+    from fedsim.learn.sgd import SGDConfig
     from fedsim.messages import Assignment
     from fedsim.scenario import Scenario
     from fedsim.system.world import World

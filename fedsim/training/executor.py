@@ -24,7 +24,7 @@ from fedsim.learn.costs import FlopCost, flops_per_sample, state_bytes
 from fedsim.learn.data import ArrayDataset, FederatedData
 from fedsim.learn.models import BlockModel
 from fedsim.learn.state import State, clone_state
-from fedsim.learn.train import SGDConfig, evaluate, static_bn_statistics
+from fedsim.learn.sgd import SGDConfig, evaluate, static_bn_statistics
 from fedsim.scenario import Scenario
 from fedsim.sim.executor import Executor, InProcessExecutor
 from fedsim.sim.rng import Streams

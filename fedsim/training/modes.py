@@ -23,7 +23,7 @@ import torch
 
 from fedsim.learn.state import State, clone_state
 from fedsim.learn.submodel import extract, full_submodel, insert
-from fedsim.learn.train import SGDConfig, TrainStats, local_sgd, num_steps, samples_processed
+from fedsim.learn.sgd import SGDConfig, TrainStats, local_sgd, num_steps, samples_processed
 from fedsim.learn.models import BlockModel
 from fedsim.training.results import PendingTraining, TrainResult
 

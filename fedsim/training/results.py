@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fedsim.learn.state import Mask, State
-from fedsim.learn.train import TrainStats
+from fedsim.learn.sgd import TrainStats
 
 __all__ = ["ClientWork", "PendingTraining", "TrainResult"]
 

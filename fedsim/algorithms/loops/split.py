@@ -30,11 +30,11 @@ from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
 from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_cut, merge_state, split_costs, split_state
 from fedsim.learn.state import masked_weighted_average
-from fedsim.learn.train import batch_schedule, num_steps
+from fedsim.learn.sgd import batch_schedule, num_steps
 from fedsim.messages import Contribution, Update, Work
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.runtime import Context
+    from fedsim.context import Context
 
 __all__ = ["SplitAlgorithm", "SplitSession"]
 

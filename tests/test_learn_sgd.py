@@ -12,7 +12,7 @@ from torch import nn
 from fedsim.errors import ConfigError, DivergenceError
 from fedsim.learn.data import ArrayDataset
 from fedsim.learn.models import build_model
-from fedsim.learn.train import SGDConfig, TrainStats, batch_schedule, evaluate, local_sgd, num_steps
+from fedsim.learn.sgd import SGDConfig, TrainStats, batch_schedule, evaluate, local_sgd, num_steps
 
 torch.set_num_threads(1)
 
