@@ -242,3 +242,17 @@ def test_the_former_learn_train_path_is_an_alias_only() -> None:
             if absolute or relative or plain:
                 users.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert users == []
+
+
+def test_each_loop_is_paired_with_its_config_base() -> None:
+    """A user's algorithm that subclasses a loop without a ``Config`` of its own gets the loop's typed config
+    base (the fields the loop reads), not the empty ``Algorithm.Config``."""
+    from fedsim.algorithms import AsyncSlots, SemiAsyncRounds, SplitRounds, SplitSlots, SyncRounds, Work
+    from fedsim.algorithms.configs import (RoundsConfig, SemiAsyncConfig, SlotsConfig, SplitRoundsConfig,
+                                           SplitSlotsConfig)
+
+    pairs = {SyncRounds: RoundsConfig, AsyncSlots: SlotsConfig, SemiAsyncRounds: SemiAsyncConfig,
+             SplitRounds: SplitRoundsConfig, SplitSlots: SplitSlotsConfig}
+    for loop, config in pairs.items():
+        assert loop.Config is config, loop.__name__
+        assert isinstance(loop.work(config()), Work)  # the estimate reads the loop's own declaration

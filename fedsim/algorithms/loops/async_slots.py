@@ -45,6 +45,7 @@ class AsyncSlots(SlotScheduler):
     """
 
     update_kind: Literal["weights", "delta"] = "weights"
+    Config = SlotsConfig
     cfg: SlotsConfig  # the validated Config: ``concurrency`` and ``retry_s``
     refill_on_arrival = True
     serve_each = False

@@ -41,6 +41,7 @@ class SemiAsyncRounds(Algorithm):
     :meth:`server_rule`.  Its ``Config`` has ``retry_s``.
     """
 
+    Config = SemiAsyncConfig
     cfg: SemiAsyncConfig  # the validated Config: ``retry_s``
     #: the running loop's state (set when the loop starts; read it from a hook, never change it)
     loop: "SemiAsyncState"

@@ -8,6 +8,7 @@ from typing import Any, Generator
 import simpy
 
 from fedsim.algorithms.algorithm import TaskCounter
+from fedsim.algorithms.configs import SplitRoundsConfig
 from fedsim.algorithms.loops.split import SplitAlgorithm, SplitSession
 from fedsim.messages import Contribution, Work
 
@@ -34,6 +35,7 @@ class SplitRounds(SplitAlgorithm):
     iterations; its ``Config`` has ``clients_per_round``.
     """
 
+    Config = SplitRoundsConfig
     #: the model a client downloads at the start of a round, in client models (SemiSFL: bottom and teacher)
     download_models = 1
     #: what a client's per-iteration upload is called in the trace

@@ -9,6 +9,7 @@ import simpy
 import torch
 
 from fedsim.algorithms.algorithm import TaskCounter, guarded
+from fedsim.algorithms.configs import SplitSlotsConfig
 from fedsim.algorithms.loops.slots import SlotScheduler, SlotsState
 from fedsim.algorithms.loops.split import SplitAlgorithm, SplitSession
 from fedsim.messages import Contribution, Work
@@ -47,6 +48,7 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
     (null: ``concurrency``) and ``retry_s``.
     """
 
+    Config = SplitSlotsConfig
     watch_participation = True  # going offline cuts the whole participation short
     #: the running loop's state (set when the loop starts; read it from a hook, never change it)
     loop: "SplitSlotsState"
