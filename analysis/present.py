@@ -311,7 +311,8 @@ def _refresh_report(folder: Path) -> None:
         html_report(folder)
 
 
-def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = True) -> tuple[str, pd.DataFrame]:
+def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = True,
+                 probe_settings: Any = None) -> tuple[str, pd.DataFrame]:
     """Check every run under ``folder``; returns the text table and the combined machine-readable table
     (``checks.csv`` columns with ``run`` and ``algorithm`` in front; written to ``folder/check/checks.csv``
     when the folder holds several runs, each run's own ``check/checks.csv`` as before).  The shown rows go
@@ -344,7 +345,7 @@ def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = T
               "theorem:none": "Theory"}
     algs, statuses = [], []
     for run in runs:
-        table = check_run(run, figures=figures, progress=progress)
+        table = check_run(run, figures=figures, progress=progress, probe_settings=probe_settings)
         scen = yaml.safe_load((run / "scenario.yaml").read_text()) if (run / "scenario.yaml").exists() else {}
         alg, _ = _algorithm(scen or {})
         status = run_status(run)

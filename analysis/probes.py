@@ -37,7 +37,7 @@ import copy
 import json
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -55,6 +55,7 @@ from analysis.estimators import (
     global_gradient,
     gradient_diversity,
     hessian_top_eigenvalue,
+    fisher_top_direction,
     lanczos_top_eigenvalue,
     local_dissimilarity,
     probe_activations,
@@ -76,11 +77,27 @@ class ProbeSettings:
     max_samples_per_client: int | None = None   # full-batch gradients on a random subset of this size
     sigma_samples: int = 16                     # stochastic gradients per client for σ²
     hessian_samples: int = 256                  # probe subset for the top Hessian eigenvalue
-    hessian_iters: int = 30
-    hessian_tol: float = 1e-4
+    hessian_iters: int = 30                     # most Hessian-vector products per probe
+    hessian_tol: float = 1e-2                   # Lanczos stops once its residual bound is below this share of L
+    hessian_start: str = "fisher"               # Lanczos' first vector: "fisher", "previous" (last probe's) or "random"
     activation_samples: int = 128               # fixed probe batch of test inputs
     chunk: int = 4096                           # examples per forward pass in full-batch gradients
     method: str = "exact"                       # "exact": per-sample σ², Lanczos; "sampled": the earlier estimators
+
+    def __post_init__(self) -> None:
+        if self.method not in ("exact", "sampled"):
+            raise ConfigError("method", f"unknown probe method {self.method!r} (allowed: exact, sampled)")
+        if self.hessian_start not in HESSIAN_STARTS:
+            raise ConfigError("hessian_start", f"unknown start {self.hessian_start!r} (allowed: {', '.join(HESSIAN_STARTS)})")
+        if not (self.hessian_tol >= 0):
+            raise ConfigError("hessian_tol", f"must be >= 0, got {self.hessian_tol}")
+
+
+HESSIAN_STARTS = ("fisher", "previous", "random")
+
+#: What ``fedsim check --exact-probes`` measures with: Lanczos run until its residual bound is below 1e-6 of
+#: the eigenvalue (or the Krylov space is exhausted, or 200 products), instead of the default 1e-2.
+EXACT_PROBES = ProbeSettings(hessian_tol=1e-6, hessian_iters=200)
 
 
 def cross_entropy_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -117,26 +134,37 @@ def client_loss(clients: TorchClients, i: int) -> float:
 
 def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sigma_rng: np.random.Generator,
                 hessian_batch: Sequence[torch.Tensor] | None, hessian_rng: np.random.Generator,
-                hessian_iters: int = 30, hessian_tol: float = 1e-4,
+                hessian_iters: int = 30, hessian_tol: float = 1e-2,
                 previous: tuple[np.ndarray, np.ndarray] | None = None,
-                method: str = "exact", hessian_state: dict[str, Any] | None = None
+                method: str = "exact", hessian_state: dict[str, Any] | None = None,
+                hessian_rows: Sequence[int] | None = None, hessian_start: str = "fisher"
                 ) -> tuple[dict[str, float], np.ndarray]:
     """The probe quantities at flat parameters ``w`` (see the module docstring); returns (row, ∇F(w)).
 
     ``previous`` is (w', ∇F(w')) of the previously probed point, for ``L_secant`` (nan without one);
     ``hessian_batch=None`` skips the Hessian (``L_hessian`` nan) and ``sigma_samples=0`` σ².
-    ``method="exact"`` (default): σ² exactly from per-sample gradients and the Hessian by Lanczos;
-    ``"sampled"``: σ² as the mean over ``sigma_samples`` drawn minibatches (reusing the full-batch client
-    gradients, :func:`analysis.estimators.stochastic_variance` without recomputing them) and the Hessian
-    by power iteration, as earlier versions measured them.  ``hessian_state``: a dict kept between the
-    probes of one run; Lanczos starts from the previous probe's top eigenvector stored there (checkpoints
-    are near each other, so it converges in a few products) and stores this one's.
+    ``method="exact"`` (default): σ² exactly from per-sample gradients and the Hessian by Lanczos, stopped
+    once its residual bound (``L_hessian_err``) is at most ``hessian_tol`` of the estimate or after
+    ``hessian_iters`` products; ``"sampled"``: σ² as the mean over ``sigma_samples`` drawn minibatches
+    (reusing the full-batch client gradients) and the Hessian by power iteration, as earlier versions
+    measured them.
+
+    Lanczos' first vector (``hessian_start``; it changes how soon the bound is met, never what the bound
+    says): ``"fisher"``, the top eigenvector of the empirical Fisher of the per-sample gradients of the
+    Hessian batch, which the σ² pass computes anyway (``hessian_rows``: the batch's positions in the
+    clients' concatenated data; without them, or with ``sigma_samples=0``, the previous start is used);
+    ``"previous"``, the last probe's top eigenvector, kept in ``hessian_state`` (a dict kept between the
+    probes of one run); ``"random"``.
     """
     if method not in ("exact", "sampled"):
         raise ConfigError("method", f"unknown probe method {method!r} (allowed: exact, sampled)")
+    if hessian_start not in HESSIAN_STARTS:
+        raise ConfigError("hessian_start", f"unknown start {hessian_start!r} (allowed: {', '.join(HESSIAN_STARTS)})")
     exact = method == "exact" and isinstance(clients, TorchClients)
+    rows = None
     if exact and sigma_samples > 0:
-        stats = clients.sample_stats_all(w)
+        keep = hessian_rows if hessian_batch is not None and hessian_start == "fisher" else None
+        stats, rows = clients.sample_pass(w, keep=keep)
         grads = np.stack([st.grad for st in stats])
         losses = [st.loss for st in stats]
         sig = [st.minibatch_variance(clients.batch_size) for st in stats]
@@ -153,10 +181,16 @@ def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sig
     if hessian_batch is not None:
         clients._at(w)
         if exact:
-            hvp = torch_hvp_reusing(clients.model, clients.loss_fn, hessian_batch)
             state = hessian_state if hessian_state is not None else {}
+            if hessian_start == "fisher" and rows is not None:
+                start = fisher_top_direction(rows, rng=hessian_rng)
+            elif hessian_start == "random":
+                start = None
+            else:  # "previous", or "fisher" without per-sample gradients of the batch
+                start = state.get("direction")
+            hvp = torch_hvp_reusing(clients.model, clients.loss_fn, hessian_batch)
             L_h, L_err, state["direction"] = lanczos_top_eigenvalue(
-                hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng, start=state.get("direction"))
+                hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng, start=start)
         else:
             hvp = torch_hvp(clients.model, clients.loss_fn, hessian_batch)
             L_h = hessian_top_eigenvalue(hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng)
@@ -191,8 +225,9 @@ class Prober:
         self.model = copy.deepcopy(model)
         self.model.eval()
         x, y = data.train.x, data.train.y
-        datasets, hess_idx = [], []
+        datasets, hess_idx, hess_rows = [], [], []
         per_client = max(1, math.ceil(s.hessian_samples / max(1, len(parts))))
+        offset = 0
         for i, idx in enumerate(parts):
             idx = np.asarray(idx, dtype=np.int64)
             if s.max_samples_per_client is not None and len(idx) > s.max_samples_per_client:
@@ -202,12 +237,18 @@ class Prober:
             t = torch.as_tensor(idx, device=x.device)  # the run's device (train.device), like the data
             datasets.append((x[t], y[t]))
             take = min(per_client, len(idx))
-            hess_idx.append(np.sort(self.streams.numpy("probe", "hessian_subset", i).choice(idx, take, replace=False)))
+            chosen = np.sort(self.streams.numpy("probe", "hessian_subset", i).choice(idx, take, replace=False))
+            hess_idx.append(chosen)
+            # where the chosen samples sit in the clients' concatenated data (idx may hold repeats: first one)
+            order = np.argsort(idx, kind="stable")
+            hess_rows.append(offset + order[np.searchsorted(idx[order], chosen)])
+            offset += len(idx)
         loss = model_loss(getattr(data.train, "task", "classification"))
         self.clients = TorchClients(self.model, datasets, loss, batch_size=scenario.train.batch_size,
                                     chunk=s.chunk)
         h = torch.as_tensor(np.concatenate(hess_idx), device=x.device)
         self.hessian_batch = (x[h], y[h]) if s.hessian_samples > 0 else None
+        self.hessian_rows = np.concatenate(hess_rows)  # the Hessian batch's rows in the per-sample pass
         test_x = data.test.x if len(data.test) else x
         n_act = min(s.activation_samples, len(test_x))
         a_idx = np.sort(self.streams.numpy("probe", "activations").choice(len(test_x), n_act, replace=False))
@@ -238,7 +279,8 @@ class Prober:
                                  hessian_batch=self.hessian_batch,
                                  hessian_rng=self.streams.numpy("probe", "hessian", version),
                                  hessian_iters=s.hessian_iters, hessian_tol=s.hessian_tol, previous=self._previous,
-                                 method=s.method, hessian_state=self._hessian)
+                                 method=s.method, hessian_state=self._hessian, hessian_rows=self.hessian_rows,
+                                 hessian_start=s.hessian_start)
         self._previous = (w, g)
         return {"version": int(version), **row}
 
@@ -337,14 +379,16 @@ def _clients_per_version(run_dir: Path, scenario: Any) -> tuple[float, str]:
 
 
 def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None, m: float | None = None,
-                     notes: Mapping[str, str] | None = None) -> dict[str, Any]:
+                     notes: Mapping[str, str] | None = None, settings: ProbeSettings | None = None) -> dict[str, Any]:
     """The constants of ``analysis.theory.local_sgd`` (and the (G, B) assumption) from a probe table.
 
     Choices (each recorded under ``notes``):
 
     * ``T`` = the last probed version; ``avg_grad_norm_sq`` = mean of ‖∇F‖² over the probed versions
       before T (all versions when probed every version, otherwise a systematic sample of them);
-    * ``L`` = the largest of ``L_hessian`` and ``L_secant`` over the probes;
+    * ``L`` = the largest of ``L_hessian`` and ``L_secant`` over the probes; ``L_err`` its stated error: the
+      Lanczos residual bound of the probe that gave it when it is a Hessian eigenvalue (0 for a secant,
+      which is computed, not estimated; None when the Hessian was estimated without a bound);
     * ``sigma2`` = max over probes of ``sigma2_max`` and ``zeta2`` = max of ``zeta2_max`` (the theorems
       assume uniform bounds over clients and iterates; a run sees them only along its iterates);
     * ``G2``, ``G``, ``B`` from :func:`analysis.estimators.fit_bgd_norms` (envelope fit) over the probes;
@@ -361,10 +405,19 @@ def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None,
     fit = fit_bgd_norms(df["client_grad_sq_mean"].to_numpy(), df["grad_norm_sq"].to_numpy())
     curv = df[["L_hessian", "L_secant"]].to_numpy(float)
     L = float(curv[np.isfinite(curv)].max()) if np.isfinite(curv).any() else None
+    L_err: float | None = None
+    if L is not None:
+        h = df["L_hessian"].to_numpy(float)
+        if np.isfinite(h).any() and float(np.nanmax(h)) >= L:
+            err = df["L_hessian_err"].to_numpy(float)[int(np.nanargmax(h))] if "L_hessian_err" in df else float("nan")
+            L_err = float(err) if np.isfinite(err) else None
+        else:
+            L_err = 0.0
     F0 = float(df["loss"].iloc[0])
     algo = scenario.algorithms[0].params if scenario.algorithms else None
     out: dict[str, Any] = {
         "L": L,
+        "L_err": L_err,
         "L_hessian": float(df["L_hessian"].max()),
         "L_hessian_err": float(df["L_hessian_err"].max()) if "L_hessian_err" in df and df["L_hessian_err"].notna().any()
         else None,
@@ -397,7 +450,38 @@ def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None,
             **dict(notes or {}),
         },
     }
+    if settings is not None:
+        out["probe_settings"] = asdict(settings)
     return out
+
+
+def probe_row_note(measured: Mapping[str, Any], key: str) -> str:
+    """The estimator and stated error of a probed constant, for its row of the check table ("" for a
+    quantity computed exactly: F, ‖∇F‖², ζ², B-local and the (G, B) fit come from full-batch gradients).
+
+    ``L``: "± err" with the Lanczos residual bound (some eigenvalue of the probe subset's Hessian lies
+    within it of the estimate) and the tolerance the probes stopped at; ``sigma2``: exact from per-sample
+    gradients, or, for the Monte-Carlo estimator, its relative standard error sqrt(2/N)."""
+    probe = measured.get("probe_settings") or {}
+    if key == "L":
+        err = measured.get("L_err")
+        if err is None:
+            hess = measured.get("L_hessian")
+            return "" if hess is None or not math.isfinite(float(hess)) else \
+                "top Hessian eigenvalue by power iteration on a probe subset (no error bound)"
+        if err == 0:
+            return "from the secant between probed versions (computed, no estimation error)"
+        rel = err / abs(float(measured["L"])) if measured.get("L") else float("nan")
+        tol = probe.get("hessian_tol")
+        return (f"± {err:.3g} ({rel:.2%}): Lanczos residual bound; an eigenvalue of the probe subset's Hessian lies "
+                f"within it of this estimate of the top one" + (f" (stopped at {tol:.0%} of L)" if tol else ""))
+    if key == "sigma2":
+        if probe.get("method") == "sampled":
+            n = int(probe.get("sigma_samples") or 0)
+            return (f"Monte-Carlo mean over {n} minibatches per client: relative s.e. about {math.sqrt(2 / n):.0%}"
+                    if n else "")
+        return "exact, from every sample's gradient (no sampling error)"
+    return ""
 
 
 def _hessian_error_note(df: pd.DataFrame) -> str:
@@ -470,24 +554,27 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
     df.to_csv(run / "probes.csv", index=False)
     K, k_note = _local_steps(scenario, prepared.parts)
     m, m_note = _clients_per_version(run, scenario)
-    measured = summarise_probes(df, scenario, K=K, m=m, notes={"K": k_note, "m": m_note})
+    measured = summarise_probes(df, scenario, K=K, m=m, notes={"K": k_note, "m": m_note}, settings=settings)
     path = run / "measured.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**old, **measured}, indent=2), encoding="utf-8")
     return df
 
 
-def ensure_probes(run_dir: str | Path, *, progress: bool = False) -> pd.DataFrame | None:
+def ensure_probes(run_dir: str | Path, *, progress: bool = False,
+                  settings: ProbeSettings | None = None) -> pd.DataFrame | None:
     """The run's probe table, measuring it first when needed (what ``fedsim check`` does).
 
-    ``probes.csv`` if present; else, with checkpoints, :func:`probe_run`; else ``probes_live.csv`` (its
-    summary merged into ``measured.json``); else None.
+    ``probes.csv`` if present (and, when ``settings`` are given, measured with them, as ``measured.json``
+    records; otherwise the checkpoints are probed again); else, with checkpoints, :func:`probe_run` with
+    ``settings`` (default :class:`ProbeSettings`; ``fedsim check --exact-probes`` passes
+    :data:`EXACT_PROBES`); else ``probes_live.csv`` (its summary merged into ``measured.json``); else None.
     """
     run = Path(run_dir)
-    if (run / "probes.csv").exists():
+    if (run / "probes.csv").exists() and (settings is None or not checkpoints(run) or _probed_with(run) == asdict(settings)):
         return pd.read_csv(run / "probes.csv")
     if checkpoints(run):
-        return probe_run(run, progress=progress)
+        return probe_run(run, progress=progress, settings=settings)
     live = run / "probes_live.csv"
     if live.exists() and (run / "scenario.yaml").exists():
         from fedsim import load_scenario
@@ -509,6 +596,15 @@ def ensure_probes(run_dir: str | Path, *, progress: bool = False) -> pd.DataFram
         path.write_text(json.dumps({**old, **measured}, indent=2), encoding="utf-8")
         return df
     return None
+
+
+def _probed_with(run: Path) -> dict[str, Any] | None:
+    """The probe settings ``measured.json`` records for the run's ``probes.csv`` (None if unrecorded)."""
+    path = run / "measured.json"
+    try:
+        return json.loads(path.read_text()).get("probe_settings") if path.exists() else None
+    except (OSError, ValueError):
+        return None
 
 
 def bound_curve(df: pd.DataFrame, measured: Mapping[str, Any]) -> pd.DataFrame:

@@ -362,7 +362,8 @@ def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mappin
     return out
 
 
-def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = True) -> pd.DataFrame:
+def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = True,
+              probe_settings: Any = None) -> pd.DataFrame:
     """Measure a run and hold it against the theorems its algorithm declared; returns the table (also
     written to ``run_dir/check/checks.csv``) with columns quantity, measured, bound_or_expectation, holds,
     note, role.
@@ -374,7 +375,8 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     run with saved checkpoints and no ``probes.csv`` is probed first (:func:`analysis.probes.probe_run`,
     with a progress bar when ``progress``), which fills ``measured.json`` with L, σ², ζ², (G, B), the
     average ‖∇F‖² and F(w_0) − F*; the settings (η_L = ``train.lr``, K = ``train.local_steps``, …) come
-    from the run's resolved ``scenario.yaml``.
+    from the run's resolved ``scenario.yaml``.  ``probe_settings``: the :class:`analysis.probes.ProbeSettings`
+    to probe with (default: its defaults; ``fedsim check --exact-probes``: ``EXACT_PROBES``).
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -382,7 +384,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     trace_file = trace_path(run)
     if not trace_file.exists():
         raise ConfigError("run_dir", f"no trace (trace.jsonl or trace.compact.gz) in {str(run)!r}")
-    from analysis.probes import ensure_probes, probe_figures
+    from analysis.probes import ensure_probes, probe_figures, probe_row_note
 
     status = run_status(run)
     finished = status["status"] == OK
@@ -391,7 +393,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     probes = None
     if finished:  # a run that did not finish is not probed: nothing is judged on its learning
         try:
-            probes = ensure_probes(run, progress=progress)
+            probes = ensure_probes(run, progress=progress, settings=probe_settings)
         except (ConfigError, RuntimeError, KeyError) as exc:  # e.g. checkpoints of a model the probes cannot rebuild
             probes, probe_error = None, f"{type(exc).__name__}: {exc}"
     trace = load_trace(trace_file)
@@ -529,7 +531,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
                            ("avg_grad_norm_sq", "probe: average ||grad F||^2 over probed versions"),
                            ("F0_minus_Fstar", "probe: F(w0) - min F (lower bound of F(w0) - F*)")):
             if extra.get(key) is not None:
-                rows.append(_row(label, float(extra[key])))
+                rows.append(_row(label, float(extra[key]), note=probe_row_note(extra, key)))
         if extra.get("G2") is not None:
             rows.append(_row("probe: (G, B) envelope fit, G^2", float(extra["G2"]), note=f"B = {float(extra['B']):.4g}"))
 
