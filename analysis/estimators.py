@@ -360,8 +360,8 @@ def per_sample_stats_many(model: torch.nn.Module, loss_fn: LossFn, datasets: Seq
     return per_sample_pass(model, loss_fn, datasets, chunk=chunk)[0]
 
 
-#: Most per-sample gradient entries :func:`per_sample_pass` keeps for the caller (float32: 128 MB).
-KEEP_BUDGET = 1 << 25
+#: Most per-sample gradient entries :func:`per_sample_pass` keeps for the caller (float32: 64 MB).
+KEEP_BUDGET = 1 << 24
 
 
 def per_sample_pass(model: torch.nn.Module, loss_fn: LossFn, datasets: Sequence[Sequence[torch.Tensor]],
@@ -433,8 +433,8 @@ def per_sample_pass(model: torch.nn.Module, loss_fn: LossFn, datasets: Sequence[
     return stats, kept
 
 
-def fisher_top_direction(rows: torch.Tensor, *, rng: np.random.Generator, iters: int = 20,
-                         tol: float = 1e-3) -> np.ndarray:
+def fisher_top_direction(rows: torch.Tensor, *, rng: np.random.Generator, iters: int = 10,
+                         tol: float = 1e-2) -> np.ndarray:
     """Top eigenvector of the empirical Fisher (1/r) Σ_j g_j g_jᵀ of per-sample gradients ``rows`` (r, d), by
     Lanczos on products Gᵀ(G v) (two matrix-vector products each, no model pass).
 
@@ -449,7 +449,7 @@ def fisher_top_direction(rows: torch.Tensor, *, rng: np.random.Generator, iters:
         u = torch.from_numpy(v).to(device=g.device, dtype=g.dtype)
         return (g.T @ (g @ u)).double().cpu().numpy() / r
 
-    mean = g.mean(dim=0, dtype=torch.float64).cpu().numpy()
+    mean = g.sum(dim=0).double().cpu().numpy()  # a start only: float32 is enough, and no float64 copy of g
     _, _, vec = lanczos_top_eigenvalue(fisher, int(g.shape[1]), iters=min(iters, int(g.shape[1])), tol=tol, rng=rng,
                                        start=mean if np.linalg.norm(mean) > 0 else None)
     return vec
