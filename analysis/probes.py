@@ -474,7 +474,7 @@ def probe_row_note(measured: Mapping[str, Any], key: str) -> str:
         rel = err / abs(float(measured["L"])) if measured.get("L") else float("nan")
         tol = probe.get("hessian_tol")
         return (f"± {err:.3g} ({rel:.2%}): Lanczos residual bound; an eigenvalue of the probe subset's Hessian lies "
-                f"within it of this estimate of the top one" + (f" (stopped at {tol:.0%} of L)" if tol else ""))
+                f"within it of this estimate of the top one" + (f" (stopped once below {tol:g} of L)" if tol else ""))
     if key == "sigma2":
         if probe.get("method") == "sampled":
             n = int(probe.get("sigma_samples") or 0)

@@ -214,3 +214,60 @@ def test_check_uses_live_probes_without_checkpoints_and_reports_unprobeable_chec
     assert "not measured" in row["note"]
     thm = table[table["quantity"].str.contains("Theorem 1")].iloc[0]
     assert "not evaluated" in thm["note"]
+
+
+def test_check_prints_each_estimated_constant_with_its_estimator_and_error(probed_run, tmp_path, capsys):
+    """`fedsim check` prints L with its Lanczos residual bound (± and the share of L) and σ² as exact;
+    `--exact-probes` probes again to a bound of 1e-6 of L and says so."""
+    import shutil
+
+    from fedsim.cli import main
+
+    run, _ = probed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for f in ("probes.csv", "measured.json"):
+        (copy / f).unlink(missing_ok=True)
+    assert main(["check", str(copy)]) == 0
+    out = capsys.readouterr().out
+    measured = json.loads((copy / "measured.json").read_text())
+    probes = pd.read_csv(copy / "probes.csv")
+    assert measured["probe_settings"]["hessian_tol"] == 1e-2 and measured["L_err"] is not None
+    # the stated error is that of the probe that gave L, and it met the stopping rule
+    table = pd.read_csv(copy / "check" / "checks.csv")
+    note = table.loc[table["quantity"].str.startswith("probe: L"), "note"].iloc[0]
+    if measured["L"] == probes["L_hessian"].max():
+        at = probes["L_hessian"].idxmax()
+        assert measured["L_err"] == probes.loc[at, "L_hessian_err"] <= 1e-2 * measured["L"]
+        assert f"± {measured['L_err']:.3g} (" in out and "Lanczos residual bound" in out
+        assert note.startswith("± ") and "below 0.01 of L" in note
+    else:  # L from the secant: computed, stated as such
+        assert measured["L"] == probes["L_secant"].max() and measured["L_err"] == 0 and "secant" in note
+    assert "exact, from every sample's gradient" in out
+
+    assert main(["check", str(copy), "--exact-probes"]) == 0
+    out = capsys.readouterr().out
+    exact = json.loads((copy / "measured.json").read_text())
+    assert exact["probe_settings"]["hessian_tol"] == 1e-6 and "below 1e-06 of L" in out
+    again = pd.read_csv(copy / "probes.csv")
+    assert (again["L_hessian_err"] <= 1e-6 * again["L_hessian"] + 1e-12).all()
+    # the default estimate lies within its stated error of the tighter one
+    assert (np.abs(probes["L_hessian"] - again["L_hessian"]) <= probes["L_hessian_err"] + again["L_hessian_err"]).all()
+    np.testing.assert_allclose(probes["sigma2_max"], again["sigma2_max"], rtol=1e-12)
+    # a plain `fedsim check` keeps the tighter probes rather than measuring again
+    assert main(["check", str(copy)]) == 0
+    assert json.loads((copy / "measured.json").read_text())["probe_settings"]["hessian_tol"] == 1e-6
+
+
+def test_probe_row_notes_state_the_estimator_and_its_error():
+    from analysis.probes import probe_row_note
+
+    lanczos = {"L": 10.0, "L_err": 0.05, "L_hessian": 10.0, "probe_settings": {"hessian_tol": 0.01, "method": "exact"}}
+    assert probe_row_note(lanczos, "L").startswith("± 0.05 (0.50%): Lanczos residual bound")
+    assert "below 0.01 of L" in probe_row_note(lanczos, "L")
+    assert "secant" in probe_row_note({**lanczos, "L_err": 0.0}, "L")
+    assert "no error bound" in probe_row_note({"L": 10.0, "L_err": None, "L_hessian": 10.0}, "L")
+    assert probe_row_note(lanczos, "sigma2").startswith("exact")
+    sampled = {"probe_settings": {"method": "sampled", "sigma_samples": 16}}
+    assert probe_row_note(sampled, "sigma2") == "Monte-Carlo mean over 16 minibatches per client: relative s.e. about 35%"
+    assert probe_row_note(lanczos, "zeta2") == ""
