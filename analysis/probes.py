@@ -19,6 +19,9 @@ At one global model w (a checkpoint, or the live model during a simulation) a pr
   over clients), by Lanczos on exact Hessian-vector products whose gradient graph is built once
   (:func:`analysis.estimators.lanczos_top_eigenvalue`); ``L_hessian_err`` is its stated error: an
   eigenvalue of the subset's Hessian lies within it of the estimate (the Ritz pair's residual norm).
+  Lanczos starts from the top eigenvector of the empirical Fisher of the subset's per-sample gradients
+  (kept from the σ² pass, :func:`analysis.estimators.fisher_top_direction`) and stops once the bound is
+  at most ``hessian_tol`` (default 1e-2; ``fedsim check --exact-probes``: 1e-6) of the estimate.
   ``method="sampled"`` keeps the earlier power iteration (no error stated).  ``L_secant``:
   ‖∇F(w) − ∇F(w')‖ / ‖w − w'‖ against the previously probed model w';
 * per-block activations of the model on a fixed probe batch of test inputs (for SVCCA between versions).
