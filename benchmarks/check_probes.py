@@ -18,7 +18,7 @@ process; the whole process's wall time and peak memory stand beside it.  With ``
 ``fedsim check`` commands (trace, tables, figures included): the original estimators against the default.
 Ratios are per round (the original's time over the other's, measured back to back), with the load average.
 
-Usage: ``python benchmarks/check_probes.py [--versions 60] [--rounds 1] [--check] [--run DIR]``.
+Usage: ``python benchmarks/check_probes.py [--versions 60] [--rounds 1] [--check | --check-only] [--run DIR]``.
 """
 from __future__ import annotations
 
@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds of the settings")
     ap.add_argument("--only", default=",".join(SETTINGS), help="settings to time, comma-separated")
     ap.add_argument("--check", action="store_true", help="also time whole `fedsim check` runs (original, current)")
+    ap.add_argument("--check-only", action="store_true", help="time only whole `fedsim check` runs")
     ap.add_argument("--run", help="an existing cos2p run folder with checkpoints (default: run one)")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
@@ -105,7 +106,7 @@ def main() -> None:
         n = len(list((run / "checkpoints").glob("v*.pt")))
         print(f"{n} checkpoints; commit {_commit()}; {os.cpu_count()} CPUs")
         times: dict[str, list[float]] = {k: [] for k in names}
-        for r in range(args.rounds):
+        for r in range(0 if args.check_only else args.rounds):
             for name in names:
                 fresh(run)
                 before = load()
@@ -113,14 +114,14 @@ def main() -> None:
                 times[name].append(float(text.strip().splitlines()[-1]))
                 print(f"round {r + 1} probe_run {name:10s}: {times[name][-1]:7.1f} s  (process {wall:.1f} s, peak "
                       f"{peak:.0f} MB; {before} -> {load()})", flush=True)
-        for name in names:
+        for name in names if not args.check_only else []:
             if name != "original" and "original" in times:
                 ratios = [a / b for a, b in zip(times["original"], times[name])]
                 print(f"RATIO probe_run original / {name}: {' '.join(f'{x:.2f}x' for x in ratios)} by round")
-        if "exact-1e-4" in times and "current" in times:
+        if "exact-1e-4" in times and "current" in times and not args.check_only:
             ratios = [a / b for a, b in zip(times["exact-1e-4"], times["current"])]
             print(f"RATIO probe_run exact-1e-4 / current: {' '.join(f'{x:.2f}x' for x in ratios)} by round")
-        if args.check:
+        if args.check or args.check_only:
             walls: dict[str, list[float]] = {"original": [], "current": []}
             for r in range(args.rounds):
                 for name in walls:
