@@ -470,7 +470,8 @@ def lanczos_top_eigenvalue(hvp: Callable[[np.ndarray], np.ndarray], dim: int, *,
 
     ``start``: the first Krylov vector (e.g. the top Ritz vector of a nearby operator, the previous
     checkpoint's Hessian); a random one from ``rng`` is mixed in at 1e-6 so no eigen-direction is
-    missed.  Also returns the top Ritz vector, to start the next call from."""
+    missed.  Also returns the top Ritz vector, to start the next call from.  ``history``: a list that gets
+    (|θ|, bound) after every product, to see how the bound fell."""
     v = rng.standard_normal(dim)
     v /= np.linalg.norm(v)
     if start is not None and start.shape == (dim,) and np.linalg.norm(start) > 0:
