@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -588,27 +588,46 @@ def release_freed_memory() -> None:
         pass
 
 
-def digest_blocks(blocks: Iterable[Block], **params: Any) -> TraceDigest:
-    """Fold blocks into a new :class:`TraceDigest` (freed memory handed back every few blocks)."""
+class BlockReader(Protocol):
+    """Another reader fed the same streamed pass (the report's panels, :mod:`fedsim.report_panels`): the
+    kinds and fields it needs, and ``add`` for each block of those kinds."""
+
+    KINDS: tuple[str, ...]
+    FIELDS: tuple[str, ...]
+
+    def add(self, b: Block) -> None: ...
+
+
+def digest_blocks(blocks: Iterable[Block], also: Sequence[BlockReader] = (), **params: Any) -> TraceDigest:
+    """Fold blocks into a new :class:`TraceDigest` (freed memory handed back every few blocks); each block
+    also goes to the readers ``also`` whose kinds it is."""
     d = TraceDigest(**params)
     for i, b in enumerate(blocks):
-        d.add(b)
+        if b.kind in DIGEST_KINDS:
+            d.add(b)
+        for r in also:
+            if b.kind in r.KINDS:
+                r.add(b)
         if i % 16 == 15:
             release_freed_memory()
     return d
 
 
-def digest_trace(source: str | Path | pd.DataFrame, **params: Any) -> TraceDigest:
+def digest_trace(source: str | Path | pd.DataFrame, also: Sequence[BlockReader] = (), **params: Any) -> TraceDigest:
     """The digest of a trace file (or run directory) or of a trace DataFrame, in one pass (two when the
-    clients' order forced it, see the module docstring)."""
-    def blocks() -> Iterable[Block]:
+    clients' order forced it, see the module docstring).  The readers ``also`` are fed the first pass (one
+    pass over the whole trace is all they need) and only the kinds and fields they ask for."""
+    kinds = tuple(dict.fromkeys([*DIGEST_KINDS, *(k for r in also for k in r.KINDS)]))
+    fields = tuple(dict.fromkeys([*DIGEST_FIELDS, *(f for r in also for f in r.FIELDS)]))
+
+    def blocks(first: bool) -> Iterable[Block]:
         if isinstance(source, pd.DataFrame):
             return frame_blocks(source)
-        return iter_blocks(source, kinds=DIGEST_KINDS, fields=DIGEST_FIELDS)
+        return iter_blocks(source, kinds=kinds if first else DIGEST_KINDS, fields=fields if first else DIGEST_FIELDS)
 
-    d = digest_blocks(blocks(), **params)
+    d = digest_blocks(blocks(True), also, **params)
     if d.unstable:
-        d = digest_blocks(blocks(), **{**params, "known_clients": sorted(d.clients)})
+        d = digest_blocks(blocks(False), **{**params, "known_clients": sorted(d.clients)})
     return d
 
 

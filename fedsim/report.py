@@ -375,8 +375,11 @@ def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None =
     held = _DIGEST.get("digest")
     if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
         return held
-    digest = digest_trace(path, **params)
-    _DIGEST.update(key=key, params=params, digest=digest)
+    from fedsim.report_panels import PanelStream
+
+    panels = PanelStream()  # report.html's "what happened" panels are gathered in the same pass
+    digest = digest_trace(path, also=[panels], **params)
+    _DIGEST.update(key=key, params=params, digest=digest, panels=panels)
     return digest
 
 
@@ -625,7 +628,11 @@ def html_report(run_dir: str | Path) -> Path:
              "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + PANELS_CSS +
              "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
-    panels = panels_html(run_dir)  # the "what happened" panels (fedsim.report_panels)
+    stream = None
+    if trace_path(run_dir).exists():  # one streamed pass for the timeline and the panels
+        _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
+        stream = _DIGEST.get("panels")
+    panels = panels_html(run_dir, stream)  # the "what happened" panels (fedsim.report_panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
                           [("fp-breakdown-title", "time per client"), ("fp-server-title", "server"),
                            ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * ("fp-title" in panels)))

@@ -277,3 +277,68 @@ def test_every_panel_is_present_has_data_and_answers_a_hover(runs, tmp_path):
             assert chrome.errors() == []
     finally:
         chrome.close()
+
+
+# ------------------------------------------------------------------------------- the streamed panels
+
+def _streamed(run: Path):
+    from fedsim.report_panels import _FIELDS, _KINDS, PanelStream
+    from fedsim.sim.trace import iter_blocks
+
+    stream = PanelStream()
+    for b in iter_blocks(run, kinds=_KINDS, fields=_FIELDS, block_lines=64):
+        stream.add(b)
+    return stream
+
+
+@pytest.mark.parametrize("which", ["async", "sync", "hand-made"])
+def test_streamed_panels_equal_the_exact_reading_window_by_window(runs, which, tmp_path, monkeypatch):
+    """The panels fed by the figures' single pass, summing the breakdown window by window behind a
+    watermark (here after every few dozen intervals), give the numbers of the reading that holds them all."""
+    import fedsim.report_panels as rp
+
+    if which == "hand-made":
+        run = tmp_path
+        _write_trace(run, SYNTHETIC, 10.0)
+    else:
+        run = runs / which
+    monkeypatch.setattr(rp, "PENDING_MAX", 40)
+    t_end = json.loads((run / "summary.json").read_text())["virtual_time_s"]
+    stream = _streamed(run)
+    assert not stream.unstable
+    if which != "hand-made":
+        assert stream.done > 0.2 * t_end  # most of the run was summed before the end
+    got = stream.breakdown(t_end)
+    g = gather(run)
+    want = client_breakdown(g, t_end)
+    assert list(got.index) == list(want.index) and list(got.columns) == list(want.columns)
+    assert np.allclose(got.to_numpy(dtype=float), want.to_numpy(dtype=float), rtol=1e-9, atol=1e-9, equal_nan=True)
+    assert stream.server(t_end, 1, None) == server_stats(g, t_end, 1, None)
+    assert stream.round_table() == round_stats(g)
+    monkeypatch.setattr(rp.PanelStream, "breakdown", lambda self, t: None)
+    exact = rp.panels_data(run)
+    monkeypatch.undo()
+    streamed = rp.panels_data(run)
+    assert streamed.keys() == exact.keys()
+    for k in streamed:
+        if k != "clients":
+            assert streamed[k] == exact[k], k
+    for k in streamed["clients"]:
+        assert np.allclose(np.array(streamed["clients"][k], dtype=float), np.array(exact["clients"][k], dtype=float),
+                           rtol=1e-5, equal_nan=True), k
+
+
+def test_a_record_reaching_behind_the_watermark_makes_the_stream_fall_back(tmp_path, monkeypatch):
+    import fedsim.report_panels as rp
+
+    late = [{"t": 0.1 * i + 0.1, "kind": "compute", "client": i % 3, "start": 0.1 * i, "end": 0.1 * i + 0.1}
+            for i in range(60)]
+    late.append({"t": 6.1, "kind": "offline", "client": 0, "start": 0.5, "end": 6.1})  # reaches far back
+    _write_trace(tmp_path, late, 6.5)
+    monkeypatch.setattr(rp, "PENDING_MAX", 10)
+    stream = _streamed(tmp_path)
+    assert stream.unstable and stream.breakdown(6.5) is None
+    data = rp.panels_data(tmp_path, stream)  # read again the exact way
+    i = data["keys"].index("unavailable")
+    assert data["clients"]["parts"][i][0] == pytest.approx(5.6 - 18 * 0.1)  # the spell less client 0's computes
+    assert client_breakdown(gather(tmp_path), 6.5).loc[0, "unavailable"] == pytest.approx(3.8)
