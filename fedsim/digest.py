@@ -567,13 +567,16 @@ def frame_blocks(trace: pd.DataFrame) -> Iterator[Block]:
         return
     kinds = trace["kind"].astype(str).to_numpy()
     names = [c for c in trace.columns if c not in ("t", "kind")]
-    for kind in pd.unique(kinds):
+    unique = pd.unique(kinds)
+    for i, kind in enumerate(unique):
         idx = np.flatnonzero(kinds == kind)
         part = trace.iloc[idx]
         cols = {c: pd.to_numeric(part[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
                 for c in ["t", *names] if c != "submodel"}
         rows = part.to_dict("records") if "submodel" in part else [{}] * len(part)
-        yield Block(str(kind), names, idx, rows=rows, cols=cols)
+        block = Block(str(kind), names, idx, rows=rows, cols=cols)
+        block.closes = i == len(unique) - 1  # (one piece: the whole frame)
+        yield block
 
 
 def release_freed_memory() -> None:
@@ -590,12 +593,15 @@ def release_freed_memory() -> None:
 
 class BlockReader(Protocol):
     """Another reader fed the same streamed pass (the report's panels, :mod:`fedsim.report_panels`): the
-    kinds and fields it needs, and ``add`` for each block of those kinds."""
+    kinds and fields it needs, ``add`` for each block of those kinds and ``piece_read`` after each block
+    that closes a piece of the file (:attr:`fedsim.sim.trace.Block.closes`), whatever its kind."""
 
     KINDS: tuple[str, ...]
     FIELDS: tuple[str, ...]
 
     def add(self, b: Block) -> None: ...
+
+    def piece_read(self) -> None: ...
 
 
 def digest_blocks(blocks: Iterable[Block], also: Sequence[BlockReader] = (), **params: Any) -> TraceDigest:
@@ -608,6 +614,8 @@ def digest_blocks(blocks: Iterable[Block], also: Sequence[BlockReader] = (), **p
         for r in also:
             if b.kind in r.KINDS:
                 r.add(b)
+            if b.closes:
+                r.piece_read()
         if i % 16 == 15:
             release_freed_memory()
     return d

@@ -513,8 +513,9 @@ class PanelStream:
     trace for the figures and the timeline feeds it (:func:`fedsim.digest.digest_trace`'s ``also``).
 
     The per-client breakdown is summed window by window: intervals wait in a buffer, and once it holds
-    :data:`PENDING_MAX` of them, the part of the run before a watermark (the latest record time less
-    :data:`LAG_FACTOR` times the longest reach back seen) is labelled and added to each client's sums, the
+    :data:`PENDING_MAX` of them, the part of the run before a watermark (the latest record time of the
+    pieces of the file read whole, see :attr:`fedsim.sim.trace.Block.closes`, less :data:`LAG_FACTOR`
+    times the longest reach back seen) is labelled and added to each client's sums, the
     rest kept.  Union lengths add over a cut, so the sums are those of :func:`client_breakdown` (up to
     rounding).  A record that reaches back behind the watermark (or a round that would change after it was
     settled) marks the stream ``unstable``: :func:`panels_data` then reads the trace again the exact way.
@@ -531,6 +532,7 @@ class PanelStream:
         self.next_fold = PENDING_MAX
         self.done = 0.0  # the watermark: the run before it is summed
         self.t_now = float("-inf")
+        self.t_safe = float("-inf")  # the latest record time of the pieces of the file read whole
         self.lag = 0.0
         self.sums: dict[int, np.ndarray] = {}  # client -> seconds per label
         self.unstable = False
@@ -624,9 +626,16 @@ class PanelStream:
             for ti, ci, why, rnd in zip(t.tolist(), c.tolist(), b.values("reason"), b.values("round")):
                 self.drops.append({"t": ti, "client": None if not np.isfinite(ci) else int(ci),
                                    "reason": "" if why is None else str(why), "round": rnd})
-        self._settle(self.t_now - LAG_FACTOR * self.lag)
+
+    def piece_read(self) -> None:
+        """A piece of the file has been read whole (a block that ``closes`` it was given, of any kind): the
+        watermark may move on.  Before it, the rest of the piece may hold earlier records of other kinds."""
+        if self.unstable:
+            return
+        self.t_safe = self.t_now
+        self._settle(self.t_safe - LAG_FACTOR * self.lag)
         if self.n_pend > self.next_fold:
-            self._fold(self.t_now - LAG_FACTOR * self.lag)
+            self._fold(self.t_safe - LAG_FACTOR * self.lag)
             self.next_fold = max(PENDING_MAX, 2 * self.n_pend)  # (what could not be folded waits for more)
 
     def _traffic_of(self, b: Any, direction: str, nbytes: np.ndarray, seconds: np.ndarray) -> None:
@@ -781,6 +790,8 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None) -> dict[
         stream = PanelStream()
         for b in iter_blocks(path, kinds=_KINDS, fields=_FIELDS):
             stream.add(b)
+            if b.closes:
+                stream.piece_read()
     t_end = _run_time(run_dir, stream.t_last)
     workers, reported = _workers(run_dir), _server_summary(run_dir)
     table = stream.breakdown(t_end)

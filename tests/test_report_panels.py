@@ -281,13 +281,15 @@ def test_every_panel_is_present_has_data_and_answers_a_hover(runs, tmp_path):
 
 # ------------------------------------------------------------------------------- the streamed panels
 
-def _streamed(run: Path):
+def _streamed(run: Path, block_lines: int = 64):
     from fedsim.report_panels import _FIELDS, _KINDS, PanelStream
     from fedsim.sim.trace import iter_blocks
 
     stream = PanelStream()
-    for b in iter_blocks(run, kinds=_KINDS, fields=_FIELDS, block_lines=64):
+    for b in iter_blocks(run, kinds=_KINDS, fields=_FIELDS, block_lines=block_lines):
         stream.add(b)
+        if b.closes:
+            stream.piece_read()
     return stream
 
 
@@ -336,8 +338,8 @@ def test_a_record_reaching_behind_the_watermark_makes_the_stream_fall_back(tmp_p
     late.append({"t": 6.1, "kind": "offline", "client": 0, "start": 0.5, "end": 6.1})  # reaches far back
     _write_trace(tmp_path, late, 6.5)
     monkeypatch.setattr(rp, "PENDING_MAX", 10)
-    stream = _streamed(tmp_path)
-    assert stream.unstable and stream.breakdown(6.5) is None
+    stream = _streamed(tmp_path, block_lines=8)
+    assert stream.done > 0 and stream.unstable and stream.breakdown(6.5) is None
     data = rp.panels_data(tmp_path, stream)  # read again the exact way
     i = data["keys"].index("unavailable")
     assert data["clients"]["parts"][i][0] == pytest.approx(5.6 - 18 * 0.1)  # the spell less client 0's computes
