@@ -511,7 +511,8 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
 
     cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
             clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
-            clean(table["wait"]), clean(stale, 0)]
+            clean(table["wait"]), clean(stale, 0),
+            table["what"].fillna(-1).astype(int).tolist() if "what" in table else [-1] * len(table)]
     end_t = float(digest.t_end) if np.isfinite(digest.t_end) else 0.0
     q = queue_length(server) if len(server) else pd.DataFrame({"t": [], "queue": []})
     queue_note = ""
@@ -542,11 +543,16 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
     return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
+            "whats": digest.what_names(), "purpose_colours": PURPOSE_BAR_COLOURS,
             "agg": _aggregate_levels(digest, shown, end_t), "tiles": {"width": tw, "exact": exact},
             "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
 
+
+#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
+#: colour): the interactive timeline tells activations, gradients and models apart.
+PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
 
 #: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
 AGG_MIN_BINS = 256

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from fedsim.digest import binned_queue, merge_intervals, queue_length
+from fedsim.digest import CoverGrid, binned_queue, merge_intervals, queue_length
 from fedsim.sim.trace import iter_blocks, trace_path
 
 #: Labels of a client's time, in priority order (where records overlap the first wins), with colours.
@@ -389,21 +389,11 @@ def _server_stats(s: np.ndarray, e: np.ndarray, w: np.ndarray, what: dict[str, i
     cs, ce = np.clip(s, 0, t_end), np.clip(e, 0, t_end)
     busy = float(np.sum(ce - cs))
     edges = np.linspace(0.0, t_end, SERIES_BINS + 1)
-    # busy seconds per bin: the integral of "requests in service" (+1 at a start, -1 at an end)
-    pts = np.concatenate([cs, ce])
-    steps = np.concatenate([np.ones(len(cs)), -np.ones(len(ce))])
-    order = np.argsort(pts, kind="stable")
-    pts, level = pts[order], np.cumsum(steps[order])
-    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(pts))]) if len(pts) else np.zeros(1)
-
-    def integral(x: np.ndarray) -> np.ndarray:
-        if not len(pts):
-            return np.zeros(len(x))
-        i = np.searchsorted(pts, x, side="right") - 1
-        ic = np.clip(i, 0, None)
-        return np.where(i >= 0, area[ic] + level[ic] * (x - pts[ic]), 0.0)
-
-    util = np.diff(integral(edges)) / np.diff(edges) / workers
+    # busy seconds per bin: each request's overlap with each bin, added exactly (no sort of all requests)
+    grid = CoverGrid(0.0, t_end, SERIES_BINS)
+    grid.add("server", np.zeros(len(cs)), cs, ce)
+    util = grid.rows().get(("server", 0), np.zeros(SERIES_BINS)) / np.diff(edges) / workers
+    del grid, cs, ce
     q = queue_length(pd.DataFrame({"start": s, "wait": w}))
     if len(q) > SERIES_EXACT:
         qe, qmean, qpeak = binned_queue(q, 0.0, t_end, bins=SERIES_BINS)

@@ -615,7 +615,7 @@ class Block:
     record before the next block's has been given (within a piece, the blocks of different kinds
     interleave in file order; a reader that needs "all records up to here" waits for it)."""
 
-    __slots__ = ("kind", "t", "seq", "names", "closes", "_cols", "_rows", "_text")
+    __slots__ = ("kind", "t", "seq", "names", "closes", "_cols", "_rows", "_text", "_strs")
 
     def __init__(self, kind: str, names: Sequence[str], seq: np.ndarray, *, rows: list[Any] | None = None,
                  cols: Mapping[str, np.ndarray] | None = None, text: bytes | None = None) -> None:
@@ -623,6 +623,7 @@ class Block:
         self.names = list(names)  # the fields the records carry (jsonl: those of any record of the block)
         self.seq = np.asarray(seq, dtype=np.int64)
         self.closes = False
+        self._strs: dict[str, np.ndarray] = {}  # string columns read by the CSV reader (None-free: NaN missing)
         self._rows = rows  # parsed records: compact rows [sid, t, v1, ...] or jsonl dicts
         self._cols = dict(cols or {})  # numeric columns parsed in bulk (``t`` among them)
         self._text = text  # the block's compact lines, parsed only if raw values are asked for
@@ -650,6 +651,9 @@ class Block:
         return [r[j] if len(r) > j else None for r in rows]
 
     def values(self, field: str) -> list[Any]:
+        strs = self._strs.get(field)
+        if strs is not None and self._rows is None:  # a string column, without parsing every row
+            return [v if isinstance(v, str) else None for v in strs.tolist()]
         return self._raw(field)
 
     def num(self, field: str) -> np.ndarray:
@@ -863,13 +867,19 @@ def _compact_block(kind: str, names: list[str], text: bytes, seq: np.ndarray, ne
     if len(frame) != len(seq):
         return Block(kind, names, seq, text=text)
     out: dict[str, np.ndarray] = {}
+    strs: dict[str, np.ndarray] = {}
+    plain = b"\\" not in text and b'"null"' not in text and b'"NaN"' not in text  # strings read as JSON would
     for c in use:
         col = frame[c]
         if col.dtype.kind in "iufb":
             out[c] = col.to_numpy(dtype=np.float64)
         else:  # strings (or a mix): numbers where they parse, NaN elsewhere
             out[c] = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
-    return Block(kind, names, seq, cols=out, text=text)
+            if plain and not np.isfinite(out[c]).any():  # a string field (``what``): kept as read
+                strs[c] = col.to_numpy(dtype=object)
+    block = Block(kind, names, seq, cols=out, text=text)
+    block._strs = strs
+    return block
 
 
 def _parse_rows(texts: list[str]) -> list[Any]:
