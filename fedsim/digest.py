@@ -250,6 +250,7 @@ class TraceDigest:
     what_index: dict[str, int] = field(default_factory=dict)  # the bars' ``what`` names -> their codes
     split: bool = False  # an upload carried activations (split learning)
     unstable: bool = False  # a kept client set changed after pruning: read again with the clients known
+    _queue: pd.DataFrame | None = None
     _pruned_bounds: set[float] = field(default_factory=set)
     _pending: list[dict[str, np.ndarray]] = field(default_factory=list)  # candidates not yet joined to bars
     _held: int = 0  # candidates in bars and pending
@@ -540,6 +541,13 @@ class TraceDigest:
             return pd.DataFrame({"start": [], "wait": []})
         return pd.DataFrame({"start": np.concatenate(self.server_start), "wait": np.concatenate(self.server_wait)},
                             copy=False)
+
+    def queue(self) -> pd.DataFrame:
+        """:func:`queue_length` of the server's requests, computed once (the queue figure and report.html's
+        timeline draw the same steps)."""
+        if self._queue is None:
+            self._queue = queue_length(self.server_frame())
+        return self._queue
 
     def staleness_of(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per client: times of its applied updates and their staleness, in file order."""

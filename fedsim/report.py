@@ -214,7 +214,7 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     if not digest.has_server:
         return False
     server = digest.server_frame()
-    q = queue_length(server)
+    q = digest.queue()
     t0 = 0.0
     t1 = digest.server_end_max if np.isfinite(digest.server_end_max) else 0.0
     t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
@@ -499,8 +499,6 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             ok = i < len(ts)
             stale[sel[ok]] = st[i[ok]]
     stale[(table["kind"] == INTERACTIVE_KINDS.index("offline")).to_numpy()] = np.nan
-    server = digest.server_frame()
-
     def clean(a: Any, digits: int | None = None) -> list[Any]:
         """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
         arr = np.asarray(a, dtype=float)
@@ -514,7 +512,7 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             clean(table["wait"]), clean(stale, 0),
             table["what"].fillna(-1).astype(int).tolist() if "what" in table else [-1] * len(table)]
     end_t = float(digest.t_end) if np.isfinite(digest.t_end) else 0.0
-    q = queue_length(server) if len(server) else pd.DataFrame({"t": [], "queue": []})
+    q = digest.queue() if digest.server_start else pd.DataFrame({"t": [], "queue": []})
     queue_note = ""
     if len(q) > 4000:  # a path of at most 4000 points: the time average in 2000 bins
         edges, mean, _ = binned_queue(q, 0.0, max(end_t, 1e-9), bins=2000)
@@ -634,11 +632,13 @@ def html_report(run_dir: str | Path) -> Path:
              "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + PANELS_CSS +
              "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
-    stream = None
+    stream = queue = None
     if trace_path(run_dir).exists():  # one streamed pass for the timeline and the panels
-        _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
+        _release_freed_memory()
+        digest = _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
         stream = _DIGEST.get("panels")
-    panels = panels_html(run_dir, stream)  # the "what happened" panels (fedsim.report_panels)
+        queue = digest.queue() if digest.server_start else None
+    panels = panels_html(run_dir, stream, queue)  # the "what happened" panels (fedsim.report_panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
                           [("fp-breakdown-title", "time per client"), ("fp-server-title", "server"),
                            ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * ("fp-title" in panels)))

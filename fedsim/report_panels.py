@@ -384,17 +384,20 @@ def server_stats(g: _Gather, t_end: float, workers: int = 1,
 
 
 def _server_stats(s: np.ndarray, e: np.ndarray, w: np.ndarray, what: dict[str, int], t_end: float, workers: int,
-                  reported: dict[str, Any] | None) -> dict[str, Any]:
-    """:func:`server_stats` from the finished requests' start, end and wait, and the counts per ``what``."""
+                  reported: dict[str, Any] | None, q: pd.DataFrame | None = None) -> dict[str, Any]:
+    """:func:`server_stats` from the finished requests' start, end and wait, and the counts per ``what``
+    (``q``: their queue length, when already computed)."""
     cs, ce = np.clip(s, 0, t_end), np.clip(e, 0, t_end)
     busy = float(np.sum(ce - cs))
     edges = np.linspace(0.0, t_end, SERIES_BINS + 1)
     # busy seconds per bin: each request's overlap with each bin, added exactly (no sort of all requests)
     grid = CoverGrid(0.0, t_end, SERIES_BINS)
-    grid.add("server", np.zeros(len(cs)), cs, ce)
+    for i in range(0, len(cs), 1 << 16):  # (in slices: bounded temporaries)
+        grid.add("server", np.zeros(len(cs[i:i + (1 << 16)])), cs[i:i + (1 << 16)], ce[i:i + (1 << 16)])
     util = grid.rows().get(("server", 0), np.zeros(SERIES_BINS)) / np.diff(edges) / workers
     del grid, cs, ce
-    q = queue_length(pd.DataFrame({"start": s, "wait": w}))
+    if q is None:
+        q = queue_length(pd.DataFrame({"start": s, "wait": w}))
     if len(q) > SERIES_EXACT:
         qe, qmean, qpeak = binned_queue(q, 0.0, t_end, bins=SERIES_BINS)
         queue = {"t": _clean(qe[:-1]), "q": _clean(qmean, 4), "peak": _clean(qpeak, 4), "binned": True}
@@ -476,7 +479,7 @@ def round_stats(g: _Gather) -> dict[str, Any]:
 _LABELS = BREAKDOWN_KEYS[:-1]
 #: Intervals :class:`PanelStream` holds before it folds the part of the run behind its watermark into the
 #: per-client sums (about 25 bytes each).
-PENDING_MAX = 200_000
+PENDING_MAX = 50_000
 #: The watermark trails the latest record time by this many times the longest reach back seen so far (a
 #: record's time less the start of what it covers: a transfer's start, a request's arrival, a round's start).
 LAG_FACTOR = 4.0
@@ -531,6 +534,7 @@ class PanelStream:
         self.applies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # t, client, staleness
         self.srv: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # start, end, wait (finished requests)
         self.what: dict[str, int] = {}
+        self.unfinished = 0  # server records without a start or an end (left out of the server's numbers)
         self.rounds: list[dict[str, Any]] = []
         self.drops: list[dict[str, Any]] = []
         self.up_c = np.empty(0)  # uploads not yet behind the watermark, file order
@@ -599,6 +603,7 @@ class PanelStream:
                 self.agg_s = np.concatenate([self.agg_s, gs])
                 self.agg_e = np.concatenate([self.agg_e, ge])
             ok = np.isfinite(s) & np.isfinite(e)
+            self.unfinished += int((~ok).sum())
             self.srv.append((s[ok], e[ok], w[ok]))
             whats = [str(x) if x is not None else "request" for x in (b.values("what") if b.has("what")
                                                                        else [None] * len(b))]
@@ -747,11 +752,15 @@ class PanelStream:
         return _client_extras(out, tasks, _cat([a[1] for a in self.applies]), _cat([a[2] for a in self.applies]),
                               self.drops)
 
-    def server(self, t_end: float, workers: int, reported: dict[str, Any] | None) -> dict[str, Any] | None:
+    def server(self, t_end: float, workers: int, reported: dict[str, Any] | None,
+               queue: pd.DataFrame | None = None) -> dict[str, Any] | None:
+        """:func:`server_stats`; ``queue``: the requests' :func:`~fedsim.digest.queue_length` when already
+        computed (the digest's, :meth:`fedsim.digest.TraceDigest.queue`), used when every request is finished."""
         if not self.srv or not t_end > 0:
             return None
         s, e, w = (_cat([p[i] for p in self.srv]) for i in range(3))
-        return _server_stats(s, e, w, self.what, t_end, workers, reported)
+        return _server_stats(s, e, w, self.what, t_end, workers, reported,
+                             queue if self.unfinished == 0 else None)
 
     def staleness(self, t_end: float) -> dict[str, Any] | None:
         if not self.applies:
@@ -765,13 +774,15 @@ class PanelStream:
         return {"rounds": rounds, "drops": self.drops}
 
 
-def panels_data(run_dir: str | Path, stream: PanelStream | None = None) -> dict[str, Any] | None:
+def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
+                queue: pd.DataFrame | None = None) -> dict[str, Any] | None:
     """Everything the panels draw for one run (JSON-ready); None when the run has no trace.
 
     ``stream``: a :class:`PanelStream` already fed the whole trace (by the pass that read it for the
     figures); without one, the trace is streamed here.  Should the stream turn out unstable (see its
     docstring), the trace is read again holding every interval (:func:`gather`), so the numbers are
-    always those of the exact reading."""
+    always those of the exact reading.  ``queue``: the server's queue length when already computed (see
+    :meth:`PanelStream.server`)."""
     run_dir = Path(run_dir)
     path = trace_path(run_dir)
     if not path.exists():
@@ -786,7 +797,7 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None) -> dict[
     workers, reported = _workers(run_dir), _server_summary(run_dir)
     table = stream.breakdown(t_end)
     if table is not None:
-        server, staleness, rounds, traffic_in = (stream.server(t_end, workers, reported), stream.staleness(t_end),
+        server, staleness, rounds, traffic_in = (stream.server(t_end, workers, reported, queue), stream.staleness(t_end),
                                                  stream.round_table(), stream.traffic)
     else:
         del stream
@@ -897,10 +908,10 @@ def server_summary_rows(summary: dict[str, Any] | list[Any],
     return rows
 
 
-def panels_html(run_dir: str | Path, stream: PanelStream | None = None) -> str:
+def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: pd.DataFrame | None = None) -> str:
     """The "What happened" section of a run's report.html and the glossary (only the glossary when the run
     has no trace: a folder of runs).  ``stream``: see :func:`panels_data`."""
-    data = panels_data(run_dir, stream)
+    data = panels_data(run_dir, stream, queue)
     if data is None:
         return glossary_html()  # (the navigation links to it on every page)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
