@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
-from fedsim.sim.trace import Block, iter_blocks
+from fedsim.sim.trace import BLOCK_LINES, Block, iter_blocks, trace_path
 
 PHASES = ("download", "compute", "upload", "offline")
 #: Kinds drawn as bars in report.html, in the order of their codes in the page's data.
@@ -44,6 +44,9 @@ COVER_BINS = 8192
 EXACT_TILES = 256
 #: Interactive candidates held beyond the page's cap before the densest tiles are dropped.
 _PRUNE_SLACK = 1024
+#: Lines of a JSON-lines trace parsed at a time: each becomes a dict of Python objects (about 1 kB), so a
+#: smaller block than the compact format's keeps the reading's peak (and the heap it leaves behind) small.
+JSONL_BLOCK_LINES = 8192
 #: The key of the server's row in a coverage grid.
 SERVER = -1
 
@@ -674,7 +677,10 @@ def digest_trace(source: str | Path | pd.DataFrame, also: Sequence[BlockReader] 
     def blocks(first: bool) -> Iterable[Block]:
         if isinstance(source, pd.DataFrame):
             return frame_blocks(source)
-        return iter_blocks(source, kinds=kinds if first else DIGEST_KINDS, fields=fields if first else DIGEST_FIELDS)
+        path = trace_path(source) if Path(source).is_dir() else Path(source)
+        lines = BLOCK_LINES if path.name.endswith(".gz") else JSONL_BLOCK_LINES
+        return iter_blocks(path, kinds=kinds if first else DIGEST_KINDS, fields=fields if first else DIGEST_FIELDS,
+                           block_lines=lines)
 
     d = digest_blocks(blocks(True), also, **params)
     if d.unstable:
