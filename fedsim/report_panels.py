@@ -923,7 +923,7 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
             "axis (zoom there). Hover anything for its numbers.</p>"
             "<h3 id='fp-breakdown-title'>Per-client time breakdown</h3><p class='hint'>Each bar is one client's "
             "whole run (every second labelled, so the bars are equally long). Pick the clients to show and "
-            "their order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
+            "their order: the interactive timeline above shows the same clients in the same order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
             "</option><option value='slowest'>slowest (time per task)</option><option value='stale'>most stale"
             "</option><option value='drops'>most dropped</option><option value='round_wait'>most waiting for "
             "the round</option><option value='idle'>most idle</option></select> show <input id='fp-count' "
@@ -1108,6 +1108,8 @@ PANELS_JS = r"""
       "share of the run's " + fmtS(T) + " of virtual time";
     document.getElementById("fp-shown").textContent = idx.length + " of " + nC + " clients";
     window.fedsimPanels.drawn.breakdown = idx.map(function (i) { return C.id[i]; });
+    // the same clients, in the same order, are the interactive timeline's rows
+    if (window.fedsimTimeline) window.fedsimPanels.drawn.timeline = window.fedsimTimeline.setRows(window.fedsimPanels.drawn.breakdown);
   }
   ["fp-sort", "fp-count", "fp-pick"].forEach(function (id) {
     document.getElementById(id).addEventListener("input", drawBreakdown);
