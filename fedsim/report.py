@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
@@ -55,7 +56,7 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
 
 
 def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
-                    until: float | None = None, since: float = 0.0) -> None:
+                    until: float | None = None, since: float = 0.0, rounds: dict[str, Any] | None = None) -> None:
     """Per-client timeline of download / compute / upload, queue wait at the server and the server's
     service: the server on the top row, then one row per client.
 
@@ -66,7 +67,8 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
     so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
     takes a like share of the pixels.  The rows are one collection of rectangles, drawn in one call.  The legend gives each
-    phase's mean duration."""
+    phase's mean duration.  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
+    see :func:`_draw_rounds`."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
         digest = trace
@@ -78,6 +80,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     n_rows = min(max_clients, 30) + 1
     fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75))
     durations: dict[str, float] = {}
+    marks: list[Any] = []
     note = ""
     all_clients = sorted(digest.clients)
     rows: list[int] = []
@@ -93,6 +96,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         ax.set_ylim(len(clients) + 0.5, -0.5)  # the server on top, as in report.html
         ax.set_yticks(range(len(clients) + 1))
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
+        marks = _draw_rounds(ax, rounds, clients, since, end) if rounds else []
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
         note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
@@ -102,7 +106,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
              "server": "server", "offline": "offline"}
     labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
               for k in PHASE_COLOURS]
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
+    for handle, label in marks:
+        handles.append(handle)
+        labels.append(label)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(handles), 6), fontsize=8,
+              frameon=False)
     ax.set_xlabel("virtual time (s)")
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
@@ -110,6 +118,37 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
         _draw_runs(ax, _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns), since, end)
     fig.savefig(path, dpi=120)
+
+
+#: Round starts timeline.png draws at most (past it, the rounds are too dense for lines to tell apart).
+PNG_MAX_ROUND_LINES = 300
+
+
+def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: float, t1: float) -> list[Any]:
+    """Round structure on timeline.png: a dashed line where each synchronous round starts (up to
+    :data:`PNG_MAX_ROUND_LINES` in the window), each round's straggler's finish (▼ on its row, on the
+    server's when its row is not drawn) and each drop (× on its client's row).  Returns legend entries."""
+    row = {c: i + 1 for i, c in enumerate(clients)}
+    rs = [r for r in rounds.get("rounds", []) if r["start"] is not None and t0 <= float(r["start"]) <= t1]
+    out: list[Any] = []
+    if rs and len(rs) <= PNG_MAX_ROUND_LINES:
+        ax.vlines([float(r["start"]) for r in rs], -0.5, len(clients) + 0.5, colors="#556", linestyles=(0, (2, 3)),
+                  linewidth=0.6, zorder=3)
+        out.append((Line2D([], [], color="#556", linestyle=(0, (2, 3)), linewidth=0.8), "round start"))
+    done = [(float(r["straggler_done"]), row.get(r["straggler"], 0)) for r in rounds.get("rounds", [])
+            if r.get("straggler") is not None and r.get("straggler_done") is not None
+            and t0 <= float(r["straggler_done"]) <= t1]
+    if done:
+        ax.scatter([d[0] for d in done], [d[1] for d in done], marker="v", s=14, color="#c9a100", edgecolors="#5a4800",
+                   linewidths=0.4, zorder=4)
+        out.append((Line2D([], [], marker="v", color="#c9a100", linestyle=""), "round's straggler finishes"))
+    drops = [(float(d["t"]), row.get(d["client"], 0)) for d in rounds.get("drops", [])
+             if isinstance(d.get("t"), (int, float)) and t0 <= d["t"] <= t1]
+    if drops:
+        ax.scatter([d[0] for d in drops], [d[1] for d in drops], marker="x", s=16, color="#d62728", linewidths=1.2,
+                   zorder=4)
+        out.append((Line2D([], [], marker="x", color="#d62728", linestyle=""), "dropped"))
+    return out
 
 
 def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
@@ -431,8 +470,9 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
         if digest.clients or digest.has_server:
             p = run_dir / "timeline.png"
             # the whole run by default, the phase that dominates each pixel column
-            timeline_figure(digest, p, since=since, until=until,
-                            max_clients=timeline_clients)
+            panels = _DIGEST.get("panels")
+            timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
+                            rounds=panels.round_table() if panels is not None else None)
             written.append(p)
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
                 if fn(digest, run_dir / name):
