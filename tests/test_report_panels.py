@@ -344,3 +344,130 @@ def test_a_record_reaching_behind_the_watermark_makes_the_stream_fall_back(tmp_p
     i = data["keys"].index("unavailable")
     assert data["clients"]["parts"][i][0] == pytest.approx(5.6 - 18 * 0.1)  # the spell less client 0's computes
     assert client_breakdown(gather(tmp_path), 6.5).loc[0, "unavailable"] == pytest.approx(3.8)
+
+
+# --------------------------------------------------------------- the timeline: rounds, what, picked rows
+
+def _pixels(png: Path, colour: str) -> int:
+    import matplotlib.image as mimage
+
+    rgb = (mimage.imread(png)[..., :3] * 255).round().astype(int)
+    want = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+    return int((np.abs(rgb - want).sum(axis=-1) < 40).sum())
+
+
+def test_timeline_png_marks_rounds_stragglers_and_drops(runs, tmp_path):
+    """The sync run's timeline.png: round starts, stragglers (gold) and drops (red) drawn; none without rounds."""
+    from fedsim.digest import digest_trace
+    from fedsim.report import timeline_figure
+
+    run = runs / "sync"
+    data = panels_data(run)
+    rounds = data["rounds"]
+    assert rounds["rounds"] and rounds["drops"]
+    digest = digest_trace(run, timeline_clients=30)
+    timeline_figure(digest, tmp_path / "with.png", rounds=rounds)
+    timeline_figure(digest, tmp_path / "without.png")
+    assert _pixels(tmp_path / "without.png", "#c9a100") == 0 and _pixels(tmp_path / "without.png", "#d62728") == 0
+    # every straggler's marker and every drop's cross shows (a few pixels each; the legend adds one of each)
+    assert _pixels(tmp_path / "with.png", "#c9a100") > 10 * sum(r["straggler"] is not None for r in rounds["rounds"])
+    assert _pixels(tmp_path / "with.png", "#d62728") > 10 * len(rounds["drops"])
+
+
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory):
+    """GAS (split learning) for 1 s of virtual time, report written."""
+    run = tmp_path_factory.mktemp("split") / "gas"
+    sc = load_scenario("gas", ["stop={max_time_s: 1}", "train.systems_only=true", "output.figures=false"])
+    run_scenario(sc, run, progress=False)
+    html_report(run)
+    return run
+
+
+def test_split_learning_downloads_name_their_gradients(split_run):
+    trace = load_trace(split_run)
+    down = trace[trace["kind"] == "download"]
+    unversioned = down["version"].isna()
+    assert unversioned.any() and (down.loc[unversioned, "what"] == "gradients").all()
+    assert down.loc[~unversioned, "what"].isna().all()  # a model download names its version instead
+    from fedsim.report import interactive_data
+
+    data = interactive_data(split_run)
+    names = set(data["whats"])
+    assert {"gradients", "activations", "sfl-gradient"} <= names
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium installed (apt-get install chromium)")
+def test_timeline_marks_rounds_shows_what_and_follows_the_client_picker(runs, split_run, tmp_path):
+    chrome = Chrome(BROWSER, tmp_path / "profile")
+
+    def open_page(run: Path) -> None:
+        chrome.events.clear()
+        for m in ("Runtime.enable", "Log.enable", "Page.enable"):
+            chrome.page(m)
+        chrome.page("Emulation.setDeviceMetricsOverride", width=1024, height=900, deviceScaleFactor=1, mobile=False)
+        chrome.page("Page.navigate", url=(run / "report.html").resolve().as_uri())
+        chrome.wait_for("Page.loadEventFired")
+
+    def view() -> dict:
+        return chrome.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(window.fedsimView))))")
+
+    def hover(selector: str) -> str:
+        return chrome.js("""(() => { const n = document.querySelector(%s);
+            if (!n) return null;
+            n.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+            return document.getElementById('fs-tip').textContent; })()""" % json.dumps(selector))
+
+    try:
+        # rounds: their starts, stragglers and drops are on the timeline and answer a hover
+        open_page(runs / "sync")
+        data = panels_data(runs / "sync")
+        v = view()
+        rounds, drops = data["rounds"]["rounds"], data["rounds"]["drops"]
+        assert v["marks"] >= len(rounds) + len(drops) > 0
+        assert chrome.js("document.querySelectorAll('#fs-marks .fs-straggler').length") == \
+            sum(r["straggler"] is not None for r in rounds)
+        assert chrome.js("document.querySelectorAll('#fs-marks .fs-drop').length") == len(drops)
+        tip = hover("#fs-marks rect.fs-round")
+        assert tip.startswith("round ") and "straggler: client" in tip
+        assert "straggler: client" in hover("#fs-marks .fs-straggler")
+        assert "dropped at" in hover("#fs-marks rect.fs-drop")
+        # the per-client panel's picker picks the timeline's rows, in its order
+        assert v["rows"] == data["clients"]["id"][:40]
+        rows = chrome.js("""(() => { const p = document.getElementById('fp-pick'); p.value = '4, 1, 3';
+            p.dispatchEvent(new Event('input')); return window.fedsimPanels.drawn.timeline; })()""")
+        assert rows == [4, 1, 3] and view()["rows"] == [4, 1, 3]
+        labels = chrome.js("[...document.querySelectorAll('#fs-rows text')].map(t => t.textContent)")
+        assert labels == ["server", "client 4", "client 1", "client 3"]
+        bar_rows = chrome.js("[...new Set([...document.querySelectorAll('#fs-bars rect')].map(r => r.getAttribute('y')))]"
+                             ".map(Number).sort((a, b) => a - b)")
+        assert max(bar_rows) < 4 + 4 * 14  # no bar below the fourth row
+        most = chrome.js("""(() => { const p = document.getElementById('fp-pick'); p.value = '';
+            const s = document.getElementById('fp-sort'); s.value = 'drops'; s.dispatchEvent(new Event('change'));
+            return window.fedsimView.rows; })()""")
+        view()
+        drops_of = dict(zip(data["clients"]["id"], data["clients"]["drops"]))
+        assert drops_of[view()["rows"][0]] == max(drops_of.values()) > 0 and most is not None
+        assert chrome.errors() == []
+
+        # split learning: activations, gradients and models apart in colour and in the tooltip
+        open_page(split_run)
+        view()
+        chrome.js("document.getElementById('fs-in').click()")  # zoom until single bars show
+        for _ in range(12):
+            if view()["bars"] > 0:
+                break
+            chrome.js("document.getElementById('fs-in').click()")
+        fills = chrome.js("""(() => { const out = {};
+            document.querySelectorAll('#fs-bars rect.fs-bar').forEach(r => {
+              r.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+              const t = document.getElementById('fs-tip').textContent, m = t.match(/carries (\\w+)|request: ([\\w-]+)/);
+              if (m) out[m[1] || m[2]] = r.getAttribute('fill'); });
+            return out; })()""")
+        assert fills.get("activations") == "#e15759" and fills.get("gradients") == "#76b7b2", fills
+        assert any(k.startswith("sfl-") for k in fills), fills  # a server step's request type
+        legend = chrome.js("document.getElementById('fs-legend').textContent")
+        assert "activations (upload)" in legend and "gradients (download)" in legend
+        assert chrome.errors() == []
+    finally:
+        chrome.close()
