@@ -46,7 +46,7 @@ EXACT_TILES = 256
 _PRUNE_SLACK = 1024
 #: Lines of a JSON-lines trace parsed at a time: each becomes a dict of Python objects (about 1 kB), so a
 #: smaller block than the compact format's keeps the reading's peak (and the heap it leaves behind) small.
-JSONL_BLOCK_LINES = 8192
+JSONL_BLOCK_LINES = 4096
 #: The key of the server's row in a coverage grid.
 SERVER = -1
 
