@@ -22,18 +22,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
 
-from fedsim.sim.trace import Block, iter_blocks
+from fedsim.sim.trace import BLOCK_LINES, Block, iter_blocks, trace_path
 
 PHASES = ("download", "compute", "upload", "offline")
 #: Kinds drawn as bars in report.html, in the order of their codes in the page's data.
 INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
 DIGEST_KINDS = (*PHASES, "server", "apply", "dispatch")
-DIGEST_FIELDS = ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness", "submodel")
+DIGEST_FIELDS = ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness", "submodel", "what", "version")
+#: The ``what`` of a download that names neither its payload nor a model version: split learning's gradients
+#: in a run whose uploads carry activations, else a model (:meth:`TraceDigest.what_names`).
+UNVERSIONED = "\0unversioned"
 #: Bins of a coverage grid: the whole-run timeline of a 30 s run is resolved to about 4-7 ms (the PNG's
 #: pixel columns and report.html's finest aggregated level are sums of them).
 COVER_BINS = 8192
@@ -41,6 +44,9 @@ COVER_BINS = 8192
 EXACT_TILES = 256
 #: Interactive candidates held beyond the page's cap before the densest tiles are dropped.
 _PRUNE_SLACK = 1024
+#: Lines of a JSON-lines trace parsed at a time: each becomes a dict of Python objects (about 1 kB), so a
+#: smaller block than the compact format's keeps the reading's peak (and the heap it leaves behind) small.
+JSONL_BLOCK_LINES = 4096
 #: The key of the server's row in a coverage grid.
 SERVER = -1
 
@@ -244,7 +250,10 @@ class TraceDigest:
     server_count: int = 0
     applies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
     submodel: dict[int, list[Any]] = field(default_factory=dict)  # client -> [whole-model count, sums, counts]
+    what_index: dict[str, int] = field(default_factory=dict)  # the bars' ``what`` names -> their codes
+    split: bool = False  # an upload carried activations (split learning)
     unstable: bool = False  # a kept client set changed after pruning: read again with the clients known
+    _queue: pd.DataFrame | None = None
     _pruned_bounds: set[float] = field(default_factory=set)
     _pending: list[dict[str, np.ndarray]] = field(default_factory=list)  # candidates not yet joined to bars
     _held: int = 0  # candidates in bars and pending
@@ -331,6 +340,8 @@ class TraceDigest:
     def _phase(self, b: Block) -> None:
         c, s, e = b.num("client"), b.num("start"), b.num("end")
         self._new_clients(c)
+        if b.kind == "upload" and b.has("what") and not self.split:
+            self.split = any(isinstance(w, str) and "activ" in w.lower() for w in set(b.values("what")))
         if np.isfinite(e).any():
             self.web.fit(float(np.nanmax(e)))
         self._cover(b.kind, c, s, e)
@@ -346,7 +357,8 @@ class TraceDigest:
                 self.bar_counts[int(client)] = self.bar_counts.get(int(client), 0) + int(k)
             code = np.full(int(keep.sum()), INTERACTIVE_KINDS.index(b.kind), dtype=np.float64)
             self._candidates(s[keep], 1.0 + c[keep], 0, b.seq[keep], code, e[keep], c[keep],
-                             b.num("bytes")[keep], b.num("rate_bps")[keep], b.num("wait")[keep])
+                             b.num("bytes")[keep], b.num("rate_bps")[keep], b.num("wait")[keep],
+                             self._what_codes(b, keep))
 
     def _server(self, b: Block) -> None:
         self.has_server = True
@@ -363,7 +375,8 @@ class TraceDigest:
             self._cover("wait", c[queued], s[queued] - w[queued], s[queued])
         self.server_count += len(b)
         nan = np.full(len(b), np.nan)
-        self._candidates(s, np.zeros(len(b)), 1, b.seq, np.full(len(b), 4.0), e, c, nan, nan, w)
+        self._candidates(s, np.zeros(len(b)), 1, b.seq, np.full(len(b), 4.0), e, c, nan, nan, w,
+                         self._what_codes(b, np.ones(len(b), dtype=bool)))
         waits = queued & (c <= self._bound(self.interactive_clients))
         if waits.any():
             for client, k in zip(*np.unique(c[waits], return_counts=True)):
@@ -371,7 +384,7 @@ class TraceDigest:
             m = waits
             nan = np.full(int(m.sum()), np.nan)
             self._candidates(s[m] - w[m], 1.0 + c[m], 2, b.seq[m], np.full(int(m.sum()), 5.0), s[m], c[m], nan, nan,
-                             w[m])
+                             w[m], self._what_codes(b, m))
 
     def _apply(self, b: Block) -> None:
         c = b.num("client")
@@ -399,7 +412,33 @@ class TraceDigest:
                 sums[i] += v
                 counts[i] += 1
 
-    _KEYS = ("start", "row", "group", "seq", "kind", "end", "client", "bytes", "rate", "wait")
+    _KEYS = ("start", "row", "group", "seq", "kind", "end", "client", "bytes", "rate", "wait", "what")
+
+    def _what_codes(self, b: Block, m: np.ndarray) -> np.ndarray:
+        """The trace's ``what`` of the records ``m`` of block ``b``, as codes into :attr:`whats` (interned:
+        a bar carries a small number, the page the names once); -1 where a record has none."""
+        if not m.any():
+            return np.empty(0)
+        whats = [w if isinstance(w, str) else None for w in b.values("what")] if b.has("what") else [None] * len(b)
+        if b.kind == "download":  # a model download names its version; a gradient's of an older trace nothing
+            v = b.num("version")
+            whats = [UNVERSIONED if w is None and not np.isfinite(x) else w for w, x in zip(whats, v.tolist())]
+        picked = [w for w, k in zip(whats, m.tolist()) if k]
+        codes, names = pd.factorize(pd.Series(picked, dtype=object), use_na_sentinel=True)
+        table = np.array([self._intern(str(n)) for n in names] + [-1], dtype=np.float64)
+        return table[codes]  # (the sentinel -1 picks the last entry, -1)
+
+    def _intern(self, name: str) -> int:
+        code = self.what_index.get(name)
+        if code is None:
+            code = self.what_index[name] = len(self.what_index)
+        return code
+
+    def what_names(self) -> list[str]:
+        """The names of the ``what`` codes, in code order; an unversioned download is named by the run: split
+        learning's "gradients" where uploads carried activations, else "model"."""
+        names = list(self.what_index)
+        return [("gradients" if self.split else "model") if n == UNVERSIONED else n for n in names]
 
     def tile_width(self) -> float:
         """Seconds of virtual time per exact-bar tile (the tiles start at 0)."""
@@ -506,6 +545,13 @@ class TraceDigest:
         return pd.DataFrame({"start": np.concatenate(self.server_start), "wait": np.concatenate(self.server_wait)},
                             copy=False)
 
+    def queue(self) -> pd.DataFrame:
+        """:func:`queue_length` of the server's requests, computed once (the queue figure and report.html's
+        timeline draw the same steps)."""
+        if self._queue is None:
+            self._queue = queue_length(self.server_frame())
+        return self._queue
+
     def staleness_of(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per client: times of its applied updates and their staleness, in file order."""
         if not self.applies:
@@ -567,13 +613,16 @@ def frame_blocks(trace: pd.DataFrame) -> Iterator[Block]:
         return
     kinds = trace["kind"].astype(str).to_numpy()
     names = [c for c in trace.columns if c not in ("t", "kind")]
-    for kind in pd.unique(kinds):
+    unique = pd.unique(kinds)
+    for i, kind in enumerate(unique):
         idx = np.flatnonzero(kinds == kind)
         part = trace.iloc[idx]
         cols = {c: pd.to_numeric(part[c], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
                 for c in ["t", *names] if c != "submodel"}
-        rows = part.to_dict("records") if "submodel" in part else [{}] * len(part)
-        yield Block(str(kind), names, idx, rows=rows, cols=cols)
+        rows = part.to_dict("records") if "submodel" in part or "what" in part else [{}] * len(part)
+        block = Block(str(kind), names, idx, rows=rows, cols=cols)
+        block.closes = i == len(unique) - 1  # (one piece: the whole frame)
+        yield block
 
 
 def release_freed_memory() -> None:
@@ -588,27 +637,54 @@ def release_freed_memory() -> None:
         pass
 
 
-def digest_blocks(blocks: Iterable[Block], **params: Any) -> TraceDigest:
-    """Fold blocks into a new :class:`TraceDigest` (freed memory handed back every few blocks)."""
+class BlockReader(Protocol):
+    """Another reader fed the same streamed pass (the report's panels, :mod:`fedsim.report_panels`): the
+    kinds and fields it needs, ``add`` for each block of those kinds and ``piece_read`` after each block
+    that closes a piece of the file (:attr:`fedsim.sim.trace.Block.closes`), whatever its kind."""
+
+    KINDS: tuple[str, ...]
+    FIELDS: tuple[str, ...]
+
+    def add(self, b: Block) -> None: ...
+
+    def piece_read(self) -> None: ...
+
+
+def digest_blocks(blocks: Iterable[Block], also: Sequence[BlockReader] = (), **params: Any) -> TraceDigest:
+    """Fold blocks into a new :class:`TraceDigest` (freed memory handed back every few blocks); each block
+    also goes to the readers ``also`` whose kinds it is."""
     d = TraceDigest(**params)
     for i, b in enumerate(blocks):
-        d.add(b)
+        if b.kind in DIGEST_KINDS:
+            d.add(b)
+        for r in also:
+            if b.kind in r.KINDS:
+                r.add(b)
+            if b.closes:
+                r.piece_read()
         if i % 16 == 15:
             release_freed_memory()
     return d
 
 
-def digest_trace(source: str | Path | pd.DataFrame, **params: Any) -> TraceDigest:
+def digest_trace(source: str | Path | pd.DataFrame, also: Sequence[BlockReader] = (), **params: Any) -> TraceDigest:
     """The digest of a trace file (or run directory) or of a trace DataFrame, in one pass (two when the
-    clients' order forced it, see the module docstring)."""
-    def blocks() -> Iterable[Block]:
+    clients' order forced it, see the module docstring).  The readers ``also`` are fed the first pass (one
+    pass over the whole trace is all they need) and only the kinds and fields they ask for."""
+    kinds = tuple(dict.fromkeys([*DIGEST_KINDS, *(k for r in also for k in r.KINDS)]))
+    fields = tuple(dict.fromkeys([*DIGEST_FIELDS, *(f for r in also for f in r.FIELDS)]))
+
+    def blocks(first: bool) -> Iterable[Block]:
         if isinstance(source, pd.DataFrame):
             return frame_blocks(source)
-        return iter_blocks(source, kinds=DIGEST_KINDS, fields=DIGEST_FIELDS)
+        path = trace_path(source) if Path(source).is_dir() else Path(source)
+        lines = BLOCK_LINES if path.name.endswith(".gz") else JSONL_BLOCK_LINES
+        return iter_blocks(path, kinds=kinds if first else DIGEST_KINDS, fields=fields if first else DIGEST_FIELDS,
+                           block_lines=lines)
 
-    d = digest_blocks(blocks(), **params)
+    d = digest_blocks(blocks(True), also, **params)
     if d.unstable:
-        d = digest_blocks(blocks(), **{**params, "known_clients": sorted(d.clients)})
+        d = digest_blocks(blocks(False), **{**params, "known_clients": sorted(d.clients)})
     return d
 
 
@@ -616,13 +692,17 @@ def queue_length(server: pd.DataFrame) -> pd.DataFrame:
     """Server queue length (requests waiting, not in service) as a step function of time: one row per
     instant at which it changes, the length after every arrival and start of service at that instant."""
     start = server["start"].to_numpy(dtype=float, na_value=np.nan)
-    arrive = start - server["wait"].to_numpy(dtype=float, na_value=np.nan)
-    t = np.concatenate([arrive, start])
-    d = np.repeat(np.array([1, -1], dtype=np.int64), len(start))
+    t = np.concatenate([start - server["wait"].to_numpy(dtype=float, na_value=np.nan), start])
+    d = np.repeat(np.array([1, -1], dtype=np.int8), len(start))
+    del start
     keep = ~np.isnan(t)  # a request without times adds nothing
-    t, d = t[keep], d[keep]
+    if not keep.all():
+        t, d = t[keep], d[keep]
+    del keep
     order = np.lexsort((d, t))
-    t, queue = t[order], np.cumsum(d[order])
+    t = t[order]
+    queue = np.cumsum(d[order], dtype=np.int64)
+    del order, d
     last = np.flatnonzero(np.append(t[1:] != t[:-1], True))
     return pd.DataFrame({"t": t[last], "queue": queue[last]})
 

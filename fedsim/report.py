@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
@@ -55,7 +56,7 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
 
 
 def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
-                    until: float | None = None, since: float = 0.0) -> None:
+                    until: float | None = None, since: float = 0.0, rounds: dict[str, Any] | None = None) -> None:
     """Per-client timeline of download / compute / upload, queue wait at the server and the server's
     service: the server on the top row, then one row per client.
 
@@ -66,7 +67,8 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
     so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
     takes a like share of the pixels.  The rows are one collection of rectangles, drawn in one call.  The legend gives each
-    phase's mean duration."""
+    phase's mean duration.  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
+    see :func:`_draw_rounds`."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
         digest = trace
@@ -78,6 +80,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     n_rows = min(max_clients, 30) + 1
     fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75))
     durations: dict[str, float] = {}
+    marks: list[Any] = []
     note = ""
     all_clients = sorted(digest.clients)
     rows: list[int] = []
@@ -93,6 +96,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         ax.set_ylim(len(clients) + 0.5, -0.5)  # the server on top, as in report.html
         ax.set_yticks(range(len(clients) + 1))
         ax.set_yticklabels(["server"] + [f"client {c}" for c in clients], fontsize=7)
+        marks = _draw_rounds(ax, rounds, clients, since, end) if rounds else []
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
         note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
@@ -102,7 +106,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
              "server": "server", "offline": "offline"}
     labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
               for k in PHASE_COLOURS]
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=6, fontsize=8, frameon=False)
+    for handle, label in marks:
+        handles.append(handle)
+        labels.append(label)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(handles), 6), fontsize=8,
+              frameon=False)
     ax.set_xlabel("virtual time (s)")
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
@@ -110,6 +118,37 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
         _draw_runs(ax, _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns), since, end)
     fig.savefig(path, dpi=120)
+
+
+#: Round starts timeline.png draws at most (past it, the rounds are too dense for lines to tell apart).
+PNG_MAX_ROUND_LINES = 300
+
+
+def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: float, t1: float) -> list[Any]:
+    """Round structure on timeline.png: a dashed line where each synchronous round starts (up to
+    :data:`PNG_MAX_ROUND_LINES` in the window), each round's straggler's finish (▼ on its row, on the
+    server's when its row is not drawn) and each drop (× on its client's row).  Returns legend entries."""
+    row = {c: i + 1 for i, c in enumerate(clients)}
+    rs = [r for r in rounds.get("rounds", []) if r["start"] is not None and t0 <= float(r["start"]) <= t1]
+    out: list[Any] = []
+    if rs and len(rs) <= PNG_MAX_ROUND_LINES:
+        ax.vlines([float(r["start"]) for r in rs], -0.5, len(clients) + 0.5, colors="#556", linestyles=(0, (2, 3)),
+                  linewidth=0.6, zorder=3)
+        out.append((Line2D([], [], color="#556", linestyle=(0, (2, 3)), linewidth=0.8), "round start"))
+    done = [(float(r["straggler_done"]), row.get(r["straggler"], 0)) for r in rounds.get("rounds", [])
+            if r.get("straggler") is not None and r.get("straggler_done") is not None
+            and t0 <= float(r["straggler_done"]) <= t1]
+    if done:
+        ax.scatter([d[0] for d in done], [d[1] for d in done], marker="v", s=14, color="#c9a100", edgecolors="#5a4800",
+                   linewidths=0.4, zorder=4)
+        out.append((Line2D([], [], marker="v", color="#c9a100", linestyle=""), "round's straggler finishes"))
+    drops = [(float(d["t"]), row.get(d["client"], 0)) for d in rounds.get("drops", [])
+             if isinstance(d.get("t"), (int, float)) and t0 <= d["t"] <= t1]
+    if drops:
+        ax.scatter([d[0] for d in drops], [d[1] for d in drops], marker="x", s=16, color="#d62728", linewidths=1.2,
+                   zorder=4)
+        out.append((Line2D([], [], marker="x", color="#d62728", linestyle=""), "dropped"))
+    return out
 
 
 def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
@@ -214,7 +253,7 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     if not digest.has_server:
         return False
     server = digest.server_frame()
-    q = queue_length(server)
+    q = digest.queue()
     t0 = 0.0
     t1 = digest.server_end_max if np.isfinite(digest.server_end_max) else 0.0
     t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
@@ -354,8 +393,15 @@ INTERACTIVE_MAX_BARS = 20000
 #: column shows the phase that fills most of it.
 INTERACTIVE_EXACT_BARS = 4000
 
-#: Client rows of the interactive timeline at most (the lowest client ids).
-INTERACTIVE_MAX_CLIENTS = 40
+#: Clients whose bars report.html holds at most (the lowest client ids); the page shows
+#: :data:`INTERACTIVE_SHOWN_CLIENTS` of them at a time, picked in the browser.
+INTERACTIVE_MAX_CLIENTS = 200
+
+#: Client rows the interactive timeline shows at first (the per-client panel's picker changes them).
+INTERACTIVE_SHOWN_CLIENTS = 40
+
+#: Rounds and drops report.html's timeline marks at most (the first ones; the rounds panel lists them all).
+INTERACTIVE_MAX_MARKS = 5000
 
 #: the last run digest read, keyed by trace file, its size and time stamp, and the reading's parameters:
 #: the figures and report.html of one run share a single pass over the trace
@@ -375,8 +421,11 @@ def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None =
     held = _DIGEST.get("digest")
     if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
         return held
-    digest = digest_trace(path, **params)
-    _DIGEST.update(key=key, params=params, digest=digest)
+    from fedsim.report_panels import PanelStream
+
+    panels = PanelStream()  # report.html's "what happened" panels are gathered in the same pass
+    digest = digest_trace(path, also=[panels], **params)
+    _DIGEST.update(key=key, params=params, digest=digest, panels=panels)
     return digest
 
 
@@ -421,8 +470,9 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
         if digest.clients or digest.has_server:
             p = run_dir / "timeline.png"
             # the whole run by default, the phase that dominates each pixel column
-            timeline_figure(digest, p, since=since, until=until,
-                            max_clients=timeline_clients)
+            panels = _DIGEST.get("panels")
+            timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
+                            rounds=panels.round_table() if panels is not None else None)
             written.append(p)
             for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
                 if fn(digest, run_dir / name):
@@ -496,8 +546,6 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             ok = i < len(ts)
             stale[sel[ok]] = st[i[ok]]
     stale[(table["kind"] == INTERACTIVE_KINDS.index("offline")).to_numpy()] = np.nan
-    server = digest.server_frame()
-
     def clean(a: Any, digits: int | None = None) -> list[Any]:
         """JSON numbers (None for NaN/inf); times keep full precision so the last one is inside the run."""
         arr = np.asarray(a, dtype=float)
@@ -508,9 +556,10 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
 
     cols = [table["row"].astype(int).tolist(), table["kind"].astype(int).tolist(), clean(table["start"]),
             clean(table["end"]), clean(table["client"], 0), clean(table["bytes"], 0), clean(table["rate"], 1),
-            clean(table["wait"]), clean(stale, 0)]
+            clean(table["wait"]), clean(stale, 0),
+            table["what"].fillna(-1).astype(int).tolist() if "what" in table else [-1] * len(table)]
     end_t = float(digest.t_end) if np.isfinite(digest.t_end) else 0.0
-    q = queue_length(server) if len(server) else pd.DataFrame({"t": [], "queue": []})
+    q = digest.queue() if digest.server_start else pd.DataFrame({"t": [], "queue": []})
     queue_note = ""
     if len(q) > 4000:  # a path of at most 4000 points: the time average in 2000 bins
         edges, mean, _ = binned_queue(q, 0.0, max(end_t, 1e-9), bins=2000)
@@ -536,14 +585,40 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             end_t = max(end_t, float(curve["t"].max()))  # the last evaluation may follow the last interval
     tw = digest.tile_width()
     exact = "".join("1" if x else "0" for x in digest.exact_tiles()) if tw > 0 else ""
-    return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown],
+    marks = _round_marks()
+    return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown], "clients": [int(c) for c in shown],
+            "shown": INTERACTIVE_SHOWN_CLIENTS, "rounds": marks["rounds"], "drops": marks["drops"],
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
+            "whats": digest.what_names(), "purpose_colours": PURPOSE_BAR_COLOURS,
             "agg": _aggregate_levels(digest, shown, end_t), "tiles": {"width": tw, "exact": exact},
             "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
 
+
+def _round_marks() -> dict[str, list[Any]]:
+    """The synchronous rounds (start, end, straggler, its finish, the clients dropped at the deadline) and
+    the drops the timeline marks: the report panels' (:class:`fedsim.report_panels.PanelStream`, gathered
+    in the same pass as the digest), at most :data:`INTERACTIVE_MAX_MARKS` of each."""
+    stream = _DIGEST.get("panels")
+    if stream is None:
+        return {"rounds": [], "drops": []}
+    table = stream.round_table()
+
+    def num(v: Any) -> Any:
+        return float(v) if isinstance(v, (int, float)) and np.isfinite(v) else None
+
+    rounds = [{"round": r["round"], "start": num(r["start"]), "end": num(r["end"]), "straggler": r["straggler"],
+               "done": num(r["straggler_done"]), "dropped": r["dropped"]} for r in table["rounds"][:INTERACTIVE_MAX_MARKS]]
+    drops = [{"t": num(d["t"]), "client": d["client"], "reason": d["reason"]}
+             for d in table["drops"][:INTERACTIVE_MAX_MARKS] if num(d["t"]) is not None]
+    return {"rounds": rounds, "drops": drops}
+
+
+#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
+#: colour): the interactive timeline tells activations, gradients and models apart.
+PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
 
 #: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
 AGG_MIN_BINS = 256
@@ -625,7 +700,13 @@ def html_report(run_dir: str | Path) -> Path:
              "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + PANELS_CSS +
              "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
-    panels = panels_html(run_dir)  # the "what happened" panels (fedsim.report_panels)
+    stream = queue = None
+    if trace_path(run_dir).exists():  # one streamed pass for the timeline and the panels
+        _release_freed_memory()
+        digest = _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
+        stream = _DIGEST.get("panels")
+        queue = digest.queue() if digest.server_start else None
+    panels = panels_html(run_dir, stream, queue)  # the "what happened" panels (fedsim.report_panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
                           [("fp-breakdown-title", "time per client"), ("fp-server-title", "server"),
                            ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * ("fp-title" in panels)))
@@ -660,11 +741,15 @@ def html_report(run_dir: str | Path) -> Path:
                          "column shows the phase that fills most of it until you zoom in")
         if data["clients_total"] > len(data["rows"]) - 1:
             notes.append(f"clients {html.escape(data['rows'][1])[7:]}–{html.escape(data['rows'][-1])[7:]} of "
-                         f"{data['clients_total']:,}")
+                         f"{data['clients_total']:,} held")
+        if len(data["rows"]) - 1 > data["shown"]:
+            notes.append(f"{data['shown']} client rows shown at a time")
         payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
         parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
-                     "see the whole run; hover a bar for its client, phase, bytes, link rate and the staleness of "
-                     "the update it delivered. The queue and accuracy curves share the time axis. "
+                     "see the whole run; hover a bar for its client, phase, what it carries or asks (the trace's "
+                     "<code>what</code>), bytes, link rate and the staleness of the update it delivered; hover a "
+                     "round's line, a straggler's ▼ or a drop's × for the round. The per-client panel's picker "
+                     "below picks the client rows. The queue and accuracy curves share the time axis. "
                      f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
                      f"<script type='application/json' id='fedsim-data'>{payload}</script>"
                      f"<script>{with_formats(_INTERACTIVE_JS)}</script>")
@@ -722,6 +807,27 @@ _INTERACTIVE_JS = r"""
   // the zoom's floor: a millionth of the run (tick labels still differ there)
   var FLOOR = Math.min(full[1] - full[0], Math.max((full[1] - full[0]) * 1e-6, 1e-9));
   var B = D.bars, n = B[0].length, A = D.agg, T = D.tiles;
+  var WH = D.whats || [], PC = D.purpose_colours || {};
+  function whatOf(j) { return B[9] && B[9][j] !== null && B[9][j] >= 0 ? WH[B[9][j]] : null; }
+  // what a transfer carries: split learning's activations (up) and gradients (down), else a model
+  function purpose(j) {
+    var k = D.kinds[B[1][j]], w = whatOf(j);
+    if (k !== "download" && k !== "upload") return null;
+    if (w === null) return "model";
+    var low = w.toLowerCase();
+    if (low.indexOf("activ") >= 0 || low.indexOf("smash") >= 0 || low.indexOf("feature") >= 0) return "activations";
+    if (low.indexOf("grad") >= 0) return "gradients";
+    return w;
+  }
+  function barColour(j) { var p = purpose(j); return (p && PC[p]) || D.colours[B[1][j]]; }
+  // the rows shown, top to bottom, as indices of the page's rows (0: the server); the per-client panel's
+  // picker changes them (window.fedsimTimeline.setRows)
+  var disp = [0], rowPos = {}, dataRow = {}, rowsDirty = true;
+  for (var r0 = 1; r0 < D.rows.length && r0 <= (D.shown || 40); r0++) disp.push(r0);
+  (D.clients || []).forEach(function (c, i) { dataRow[c] = i + 1; });
+  function indexRows() { rowPos = {}; disp.forEach(function (d, i) { rowPos[d] = i; }); }
+  indexRows();
+  function rowOf(c) { var d = dataRow[c]; return d === undefined || rowPos[d] === undefined ? -1 : rowPos[d]; }
   function el(tag, attrs, parent) {
     var e = document.createElementNS(NS, tag);
     for (var k in attrs) e.setAttribute(k, attrs[k]);
@@ -741,24 +847,42 @@ _INTERACTIVE_JS = r"""
   // the three charts: timeline (rows), queue, accuracy; one x axis (view) for all
   var tl = document.getElementById("fs-timeline"), qs = document.getElementById("fs-queue"),
       cs = document.getElementById("fs-curve"), tip = document.getElementById("fs-tip");
-  var TH = D.rows.length * ROW + 34, CH = 120;
+  var TH = disp.length * ROW + 34, CH = 120;
   [[tl, TH], [qs, CH], [cs, CH]].forEach(function (p) {
     p[0].setAttribute("width", W); p[0].setAttribute("height", p[1]);
     p[0].setAttribute("viewBox", "0 0 " + W + " " + p[1]);
     var clip = el("clipPath", {id: p[0].id + "-clip"}, el("defs", {}, p[0]));
     el("rect", {x: L, y: 0, width: PW, height: p[1]}, clip);
   });
-  D.rows.forEach(function (name, i) {
-    el("text", {x: L - 6, y: 4 + i * ROW + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, tl).textContent = name;
-    if (i % 2 === 0) el("rect", {x: L, y: 4 + i * ROW, width: PW, height: ROW, fill: "#f7f7f7"}, tl);
-  });
+  var rowsG = el("g", {id: "fs-rows"}, tl);
+  function drawRows() {
+    clear(rowsG);
+    TH = disp.length * ROW + 34;
+    tl.setAttribute("height", TH); tl.setAttribute("viewBox", "0 0 " + W + " " + TH);
+    tl.querySelector("clipPath rect").setAttribute("height", TH);
+    cursors[0].setAttribute("y2", TH);
+    disp.forEach(function (d, i) {
+      el("text", {x: L - 6, y: 4 + i * ROW + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, rowsG).textContent = D.rows[d];
+      if (i % 2 === 0) el("rect", {x: L, y: 4 + i * ROW, width: PW, height: ROW, fill: "#f7f7f7"}, rowsG);
+    });
+    rowsDirty = false;
+  }
   var legend = document.getElementById("fs-legend");
-  D.kinds.forEach(function (k, i) {
+  function swatch(colour, label, mark) {
     var s = document.createElement("span"), sw = document.createElement("i");
-    sw.style.background = D.colours[i]; s.appendChild(sw);
-    s.appendChild(document.createTextNode(k === "wait" ? "queue wait" : k)); legend.appendChild(s);
-  });
+    if (mark) { sw.textContent = mark; sw.style.color = colour; sw.style.fontStyle = "normal"; sw.style.width = "auto"; }
+    else sw.style.background = colour;
+    s.appendChild(sw); s.appendChild(document.createTextNode(label)); legend.appendChild(s);
+  }
+  D.kinds.forEach(function (k, i) { swatch(D.colours[i], k === "wait" ? "queue wait" : k); });
+  var carried = {};
+  for (var jj = 0; jj < n; jj++) { var pj = purpose(jj); if (pj && PC[pj]) carried[pj] = true; }
+  Object.keys(carried).sort().forEach(function (p) { swatch(PC[p], p + (p === "gradients" ? " (download)" : " (upload)")); });
+  var RD = D.rounds || [], DR = D.drops || [];
+  if (RD.length) { swatch("#556", "round start", "┆"); swatch("#c9a100", "round's straggler finishes", "▼"); }
+  if (DR.length) swatch("#d62728", "dropped", "×");
   var barsG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-bars"}, tl);
+  var marksG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-marks"}, tl);
   function clear(g) { while (g.firstChild) g.removeChild(g.firstChild); }
   // Where the page holds every bar (a tile kept whole) and the view has few enough of them, the bars are
   // drawn exactly, at their true width; everywhere else each pixel column shows the phase that fills most
@@ -792,7 +916,7 @@ _INTERACTIVE_JS = r"""
   function drawBars() {
     clear(barsG);
     var px = (view[1] - view[0]) / PW, inView = [], j, x;
-    for (j = 0; j < n; j++) if (B[3][j] >= view[0] && B[2][j] <= view[1]) inView.push(j);
+    for (j = 0; j < n; j++) if (B[3][j] >= view[0] && B[2][j] <= view[1] && rowPos[B[0][j]] !== undefined) inView.push(j);
     var few = inView.length <= EXACT_MAX, exactCol = new Array(PW), anyExact = false;
     for (x = 0; x < PW; x++) {
       exactCol[x] = few && tileExact(view[0] + (x + 0.5) * px);
@@ -801,13 +925,13 @@ _INTERACTIVE_JS = r"""
     shownAgg = 0;
     if (A) {
       var lv = level(px);
-      for (var r = 0; r < D.rows.length; r++) {
-        var cols = aggColumns(r, lv, px);
+      for (var ri = 0; ri < disp.length; ri++) {
+        var r = disp[ri], cols = aggColumns(r, lv, px);
         for (x = 0; x < PW;) {
           var c = exactCol[x] ? "." : cols[x], x1 = x + 1;
           while (x1 < PW && (exactCol[x1] ? "." : cols[x1]) === c) x1++;
           if (c !== ".") {
-            el("rect", {"class": "fs-agg", x: L + x, y: 4 + r * ROW + 1.5, width: x1 - x, height: ROW - 3,
+            el("rect", {"class": "fs-agg", x: L + x, y: 4 + ri * ROW + 1.5, width: x1 - x, height: ROW - 3,
                         fill: D.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
                         "data-b": view[0] + x1 * px}, barsG);
             shownAgg++;
@@ -823,7 +947,7 @@ _INTERACTIVE_JS = r"""
       var mid = Math.floor(((Math.max(x0, L) + Math.min(x1, L + PW)) / 2) - L);
       if (A && !exactCol[Math.max(0, Math.min(PW - 1, mid))] && !tileExact(B[2][j])) return;
       el("rect", {"class": "fs-bar", x: x0.toFixed(2), width: Math.max(0, x1 - x0).toFixed(2),
-                  y: 4 + B[0][j] * ROW + 1.5, height: ROW - 3, fill: D.colours[B[1][j]], "data-i": j}, barsG);
+                  y: 4 + rowPos[B[0][j]] * ROW + 1.5, height: ROW - 3, fill: barColour(j), "data-i": j}, barsG);
       shownBars++;
     });
   }
@@ -870,10 +994,50 @@ _INTERACTIVE_JS = r"""
     }
     return d;
   }
+  // round structure: a dashed line where each round starts, the straggler's finish (▼ on its row, or the
+  // server's when its row is not shown), drops (× where they happen)
+  var shownMarks = 0;
+  function roundTip(r) {
+    return "round " + r.round + ": " + fmtS(r.start) + " → " + fmtS(r.end) + " (" + fmtS(r.end - r.start) + ")" +
+      (r.straggler !== null ? "\nstraggler: client " + r.straggler + ", finished at " + fmtS(r.done) : "") +
+      (r.dropped.length ? "\ndropped at the deadline: clients " + r.dropped.join(", ") : "");
+  }
+  function drawMarks() {
+    clear(marksG);
+    shownMarks = 0;
+    var rs = RD.filter(function (r) { return r.start !== null && r.end !== null && r.end >= view[0] && r.start <= view[1]; });
+    var lines = rs.length <= 400;  // (more: the rounds panel below shows them as bands)
+    rs.forEach(function (r) {
+      var tip = roundTip(r);
+      if (lines && r.start >= view[0]) {
+        var x = sx(r.start);
+        el("line", {x1: x, x2: x, y1: 2, y2: TH - 22, stroke: "#556", "stroke-dasharray": "2,3", "pointer-events": "none"}, marksG);
+        el("rect", {"class": "fs-round", x: x - 3, y: 0, width: 6, height: 4 + ROW, fill: "transparent", "data-tip": tip}, marksG);
+        shownMarks++;
+      }
+      if (r.straggler !== null && r.done !== null && r.done >= view[0] && r.done <= view[1]) {
+        var pos = Math.max(rowOf(r.straggler), 0), xs = sx(r.done), y = 4 + pos * ROW;
+        el("path", {"class": "fs-straggler", d: "M" + (xs - 4) + "," + (y + 1) + "L" + (xs + 4) + "," + (y + 1) + "L" + xs +
+                    "," + (y + ROW - 2) + "Z", fill: "#c9a100", stroke: "#5a4800", "stroke-width": 0.6, "data-tip": tip}, marksG);
+        shownMarks++;
+      }
+    });
+    DR.forEach(function (d) {
+      if (d.t < view[0] || d.t > view[1]) return;
+      var pos = d.client === null ? 0 : Math.max(rowOf(d.client), 0), x = sx(d.t), y = 4 + pos * ROW + ROW / 2;
+      el("path", {d: "M" + (x - 4) + "," + (y - 4) + "L" + (x + 4) + "," + (y + 4) + "M" + (x + 4) + "," + (y - 4) + "L" +
+                  (x - 4) + "," + (y + 4), stroke: "#d62728", "stroke-width": 2, "pointer-events": "none"}, marksG);
+      el("rect", {"class": "fs-drop", x: x - 5, y: y - 5, width: 10, height: 10, fill: "transparent",
+                  "data-tip": "client " + d.client + " dropped at " + fmtS(d.t) + (d.reason ? " (" + d.reason + ")" : "")}, marksG);
+      shownMarks++;
+    });
+  }
   var pending = false;
   function render() {
     pending = false;
+    if (rowsDirty) drawRows();
     drawBars();
+    drawMarks();
     axis(tAxis, TH, "virtual time (s)");
     axis(qAxis, CH, "server queue, requests waiting" + (D.queue.note ? " (" + D.queue.note + ")" : ""),
          [0, qMax], yq, function (v) { return +v.toPrecision(3); });
@@ -887,7 +1051,8 @@ _INTERACTIVE_JS = r"""
     });
     document.getElementById("fs-range").textContent =
       "showing " + fmtS(view[0]) + " – " + fmtS(view[1]) + " of " + fmtS(full[1]);
-    window.fedsimView = {start: view[0], end: view[1], bars: shownBars, aggregated: shownAgg, floor: FLOOR};
+    window.fedsimView = {start: view[0], end: view[1], bars: shownBars, aggregated: shownAgg, floor: FLOOR,
+                         marks: shownMarks, rows: disp.slice(1).map(function (d) { return D.clients[d - 1]; })};
   }
   function schedule() { if (!pending) { pending = true; window.requestAnimationFrame(render); } }
   function setView(a, b) {
@@ -965,6 +1130,10 @@ _INTERACTIVE_JS = r"""
                (kind === "wait" ? "queue wait at the server" : kind));
     lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
     if (kind === "download" || kind === "upload") lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+    var w = whatOf(i), p = purpose(i);
+    if (p !== null) lines.push("carries " + p + (w !== null && w !== p ? " (the trace's what: " + w + ")" : ""));
+    else if (kind === "server" || kind === "wait") lines.push("request: " + (w === null ? "not named in the trace" : w));
+    else if (w !== null) lines.push("what: " + w);
     if (kind === "server" && B[7][i] !== null) lines.push("waited " + fmtS(B[7][i]) + " in the queue");
     if (kind !== "offline" && kind !== "server" && kind !== "wait")
       lines.push("staleness of the update " + (B[8][i] === null ? "– (not applied)" : B[8][i] + " versions"));
@@ -974,6 +1143,24 @@ _INTERACTIVE_JS = r"""
   });
   barsG.addEventListener("mousemove", placeTip);
   barsG.addEventListener("mouseout", function () { tip.style.display = "none"; });
+  marksG.addEventListener("mouseover", function (ev) {
+    var text = ev.target.getAttribute && ev.target.getAttribute("data-tip");
+    if (!text) return;
+    tip.textContent = text;
+    tip.style.display = "block";
+    placeTip(ev);
+  });
+  marksG.addEventListener("mousemove", placeTip);
+  marksG.addEventListener("mouseout", function () { tip.style.display = "none"; });
+  window.fedsimTimeline = {
+    // show these clients' rows (those the page holds), in this order, under the server's
+    setRows: function (ids) {
+      var next = [0];
+      ids.forEach(function (c) { var d = dataRow[c]; if (d !== undefined && next.indexOf(d) < 0) next.push(d); });
+      disp = next; indexRows(); rowsDirty = true; schedule();
+      return disp.slice(1).map(function (d) { return D.clients[d - 1]; });
+    }
+  };
   document.getElementById("fs-in").addEventListener("click", function () { zoom(0.5); });
   document.getElementById("fs-out").addEventListener("click", function () { zoom(2); });
   document.getElementById("fs-reset").addEventListener("click", function () { setView(full[0], full[1]); });

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from fedsim.digest import binned_queue, merge_intervals, queue_length
+from fedsim.digest import CoverGrid, binned_queue, merge_intervals, queue_length
 from fedsim.sim.trace import iter_blocks, trace_path
 
 #: Labels of a client's time, in priority order (where records overlap the first wins), with colours.
@@ -195,16 +195,21 @@ class _Gather:
                                    "reason": "" if why is None else str(why), "round": rnd})
 
     def _traffic(self, direction: str, whats: list[Any], nbytes: np.ndarray, seconds: np.ndarray) -> None:
-        """Count, bytes and seconds of one block's records per purpose (summed per distinct ``what``)."""
-        keys = pd.Series([None if w is None else str(w) for w in whats], dtype=object).fillna("\0none")
-        frame = pd.DataFrame({"w": keys.to_numpy(), "n": np.nan_to_num(nbytes, nan=0.0),
-                              "d": np.nan_to_num(seconds, nan=0.0)})
-        for w, grp in frame.groupby("w", sort=False):
-            purpose = _purpose(direction, None if w == "\0none" else w)
-            row = self.traffic.setdefault((direction, purpose), [0, 0.0, 0.0])
-            row[0] += len(grp)
-            row[1] += float(grp["n"].sum())
-            row[2] += float(grp["d"].sum())
+        _count_traffic(self.traffic, direction, whats, nbytes, seconds)
+
+
+def _count_traffic(traffic: dict[tuple[str, str], list[float]], direction: str, whats: list[Any],
+                   nbytes: np.ndarray, seconds: np.ndarray) -> None:
+    """Count, bytes and seconds of one block's records per purpose (summed per distinct ``what``)."""
+    keys = pd.Series([None if w is None else str(w) for w in whats], dtype=object).fillna("\0none")
+    frame = pd.DataFrame({"w": keys.to_numpy(), "n": np.nan_to_num(nbytes, nan=0.0),
+                          "d": np.nan_to_num(seconds, nan=0.0)})
+    for w, grp in frame.groupby("w", sort=False):
+        purpose = _purpose(direction, None if w == "\0none" else w)
+        row = traffic.setdefault((direction, purpose), [0, 0.0, 0.0])
+        row[0] += len(grp)
+        row[1] += float(grp["n"].sum())
+        row[2] += float(grp["d"].sum())
 
 
 def transfer_purpose(direction: str, what: Any, version: Any = None, split: bool = False) -> str:
@@ -336,22 +341,28 @@ def client_breakdown(g: _Gather, t_end: float) -> pd.DataFrame:
     out = pd.DataFrame.from_dict(rows, orient="index", columns=list(BREAKDOWN_KEYS)) if rows else \
         pd.DataFrame(columns=list(BREAKDOWN_KEYS))
     out.index.name = "client"
-    tasks = pd.Series(_cat(g.tasks)).value_counts() if g.tasks else pd.Series(dtype=float)
+    return _client_extras(out, _cat(g.tasks), _cat([a[1] for a in g.applies]), _cat([a[2] for a in g.applies]),
+                          g.drops)
+
+
+def _client_extras(out: pd.DataFrame, task_clients: np.ndarray, apply_clients: np.ndarray,
+                   apply_staleness: np.ndarray, drops: list[dict[str, Any]]) -> pd.DataFrame:
+    """The breakdown table's ``tasks``, ``per_task_s``, ``updates``, ``mean_staleness`` and ``drops``."""
+    tasks = pd.Series(task_clients).value_counts() if len(task_clients) else pd.Series(dtype=float)
     out["tasks"] = [int(tasks.get(float(c), 0)) for c in out.index]
     work = out[["download", "compute", "upload"]].sum(axis=1)
     out["per_task_s"] = np.where(out["tasks"] > 0, work / out["tasks"].clip(lower=1), np.nan)
-    if g.applies:
-        ac, ast = _cat([a[1] for a in g.applies]), _cat([a[2] for a in g.applies])
-        st = pd.DataFrame({"c": ac, "s": ast}).dropna(subset=["c"]).groupby("c")["s"]
+    if len(apply_clients):
+        st = pd.DataFrame({"c": apply_clients, "s": apply_staleness}).dropna(subset=["c"]).groupby("c")["s"]
         counts, means = st.size(), st.mean()
         out["updates"] = [int(counts.get(float(c), 0)) for c in out.index]
         out["mean_staleness"] = [float(means.get(float(c), np.nan)) for c in out.index]
     else:
         out["updates"] = 0
         out["mean_staleness"] = np.nan
-    drops = pd.Series([d["client"] for d in g.drops if d["client"] is not None]).value_counts() \
-        if g.drops else pd.Series(dtype=float)
-    out["drops"] = [int(drops.get(c, 0)) for c in out.index]
+    dropped = pd.Series([d["client"] for d in drops if d["client"] is not None]).value_counts() \
+        if drops else pd.Series(dtype=float)
+    out["drops"] = [int(dropped.get(c, 0)) for c in out.index]
     return out
 
 
@@ -368,37 +379,35 @@ def server_stats(g: _Gather, t_end: float, workers: int = 1,
         return None
     c, s, e, w = (_cat([p[i] for p in g.srv]) for i in range(4))
     ok = np.isfinite(s) & np.isfinite(e)
-    s, e, w = s[ok], e[ok], w[ok]
+    kinds = pd.Series(g.srv_what).value_counts() if g.srv_what else pd.Series(dtype=int)
+    return _server_stats(s[ok], e[ok], w[ok], {str(k): int(v) for k, v in kinds.items()}, t_end, workers, reported)
+
+
+def _server_stats(s: np.ndarray, e: np.ndarray, w: np.ndarray, what: dict[str, int], t_end: float, workers: int,
+                  reported: dict[str, Any] | None, q: pd.DataFrame | None = None) -> dict[str, Any]:
+    """:func:`server_stats` from the finished requests' start, end and wait, and the counts per ``what``
+    (``q``: their queue length, when already computed)."""
     cs, ce = np.clip(s, 0, t_end), np.clip(e, 0, t_end)
     busy = float(np.sum(ce - cs))
     edges = np.linspace(0.0, t_end, SERIES_BINS + 1)
-    # busy seconds per bin: the integral of "requests in service" (+1 at a start, -1 at an end)
-    pts = np.concatenate([cs, ce])
-    steps = np.concatenate([np.ones(len(cs)), -np.ones(len(ce))])
-    order = np.argsort(pts, kind="stable")
-    pts, level = pts[order], np.cumsum(steps[order])
-    area = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(pts))]) if len(pts) else np.zeros(1)
-
-    def integral(x: np.ndarray) -> np.ndarray:
-        if not len(pts):
-            return np.zeros(len(x))
-        i = np.searchsorted(pts, x, side="right") - 1
-        ic = np.clip(i, 0, None)
-        return np.where(i >= 0, area[ic] + level[ic] * (x - pts[ic]), 0.0)
-
-    util = np.diff(integral(edges)) / np.diff(edges) / workers
-    q = queue_length(pd.DataFrame({"start": s, "wait": w}))
+    # busy seconds per bin: each request's overlap with each bin, added exactly (no sort of all requests)
+    grid = CoverGrid(0.0, t_end, SERIES_BINS)
+    for i in range(0, len(cs), 1 << 16):  # (in slices: bounded temporaries)
+        grid.add("server", np.zeros(len(cs[i:i + (1 << 16)])), cs[i:i + (1 << 16)], ce[i:i + (1 << 16)])
+    util = grid.rows().get(("server", 0), np.zeros(SERIES_BINS)) / np.diff(edges) / workers
+    del grid, cs, ce
+    if q is None:
+        q = queue_length(pd.DataFrame({"start": s, "wait": w}))
     if len(q) > SERIES_EXACT:
         qe, qmean, qpeak = binned_queue(q, 0.0, t_end, bins=SERIES_BINS)
         queue = {"t": _clean(qe[:-1]), "q": _clean(qmean, 4), "peak": _clean(qpeak, 4), "binned": True}
     else:
         queue = {"t": _clean(q["t"]), "q": _clean(q["queue"], 4), "peak": None, "binned": False}
     _, qm, _ = binned_queue(q, 0.0, t_end, bins=1)
-    kinds = pd.Series(g.srv_what).value_counts() if g.srv_what else pd.Series(dtype=int)
     return {"utilisation": busy / (t_end * workers), "busy_s": busy, "workers": workers, "requests": int(len(s)),
             "mean_wait": float(np.mean(w)) if len(w) else 0.0, "peak_wait": float(np.max(w)) if len(w) else 0.0,
             "mean_queue": float(qm[0]), "peak_queue": float(q["queue"].max()) if len(q) else 0.0,
-            "what": {str(k): int(v) for k, v in kinds.items()},
+            "what": dict(what),
             "reported": {k: float(v) for k, v in (reported or {}).items() if isinstance(v, (int, float))},
             "bins": _clean(edges), "util": _clean(util, 4), "queue": queue}
 
@@ -408,7 +417,11 @@ def staleness_stats(g: _Gather, t_end: float) -> dict[str, Any] | None:
     (every update, or mean and max per bin past :data:`SERIES_EXACT` updates)."""
     if not g.applies:
         return None
-    t, st = _cat([a[0] for a in g.applies]), _cat([a[2] for a in g.applies])
+    return _staleness_stats(_cat([a[0] for a in g.applies]), _cat([a[2] for a in g.applies]), t_end)
+
+
+def _staleness_stats(t: np.ndarray, st: np.ndarray, t_end: float) -> dict[str, Any] | None:
+    """:func:`staleness_stats` from the applied updates' times and staleness."""
     ok = np.isfinite(t) & np.isfinite(st)
     t, st = t[ok], st[ok]
     if not len(st):
@@ -462,22 +475,345 @@ def round_stats(g: _Gather) -> dict[str, Any]:
     return {"rounds": rounds, "drops": g.drops}
 
 
-def panels_data(run_dir: str | Path) -> dict[str, Any] | None:
-    """Everything the panels draw for one run (JSON-ready); None when the run has no trace."""
+#: Labels of a client's intervals in the streamed breakdown, by code: :data:`BREAKDOWN_KEYS` less "idle".
+_LABELS = BREAKDOWN_KEYS[:-1]
+#: Intervals :class:`PanelStream` holds before it folds the part of the run behind its watermark into the
+#: per-client sums (about 25 bytes each).
+PENDING_MAX = 50_000
+#: The watermark trails the latest record time by this many times the longest reach back seen so far (a
+#: record's time less the start of what it covers: a transfer's start, a request's arrival, a round's start).
+LAG_FACTOR = 4.0
+
+
+def union_by_group(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per group id in ``g``: the length of the union of its intervals ``[s, e]`` (touching intervals merge,
+    as :func:`fedsim.digest.merge_intervals` with gap 0 does).  Returns the groups and their lengths."""
+    if not len(g):
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    order = np.lexsort((e, s, g))
+    g, s, e = g[order], s[order], e[order]
+    reach = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (s[1:] > reach[:-1])
+    first = np.flatnonzero(new)
+    length = np.maximum.reduceat(e, first) - s[first]
+    groups, inv = np.unique(g[first], return_inverse=True)
+    return groups, np.bincount(inv, weights=length)
+
+
+class PanelStream:
+    """What the panels draw, gathered from one streamed pass in bounded memory: the pass that reads the
+    trace for the figures and the timeline feeds it (:func:`fedsim.digest.digest_trace`'s ``also``).
+
+    The per-client breakdown is summed window by window: intervals wait in a buffer, and once it holds
+    :data:`PENDING_MAX` of them, the part of the run before a watermark (the latest record time of the
+    pieces of the file read whole, see :attr:`fedsim.sim.trace.Block.closes`, less :data:`LAG_FACTOR`
+    times the longest reach back seen) is labelled and added to each client's sums, the
+    rest kept.  Union lengths add over a cut, so the sums are those of :func:`client_breakdown` (up to
+    rounding).  A record that reaches back behind the watermark (or a round that would change after it was
+    settled) marks the stream ``unstable``: :func:`panels_data` then reads the trace again the exact way.
+    A round's straggler and the server's work for it are settled once the watermark passes its end;
+    uploads and aggregations older than the watermark (and every waiting round) are forgotten.  Held whole: the finished server requests (start,
+    end, wait: what the utilisation and queue series are drawn from), applied updates, rounds and drops."""
+
+    KINDS = _KINDS
+    FIELDS = _FIELDS
+
+    def __init__(self) -> None:
+        self.pend: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # code, client, start, end
+        self.n_pend = 0
+        self.next_fold = PENDING_MAX
+        self.done = 0.0  # the watermark: the run before it is summed
+        self.t_now = float("-inf")
+        self.t_safe = float("-inf")  # the latest record time of the pieces of the file read whole
+        self.lag = 0.0
+        self.sums: dict[int, np.ndarray] = {}  # client -> seconds per label
+        self.unstable = False
+        self.clients: set[int] = set()
+        self.tasks: dict[int, int] = {}
+        self.applies: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # t, client, staleness
+        self.srv: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # start, end, wait (finished requests)
+        self.what: dict[str, int] = {}
+        self.unfinished = 0  # server records without a start or an end (left out of the server's numbers)
+        self.rounds: list[dict[str, Any]] = []
+        self.drops: list[dict[str, Any]] = []
+        self.up_c = np.empty(0)  # uploads not yet behind the watermark, file order
+        self.up_e = np.empty(0)
+        self.agg_s = np.empty(0)  # the server's work for no client, not yet behind the watermark
+        self.agg_e = np.empty(0)
+        self.waiting: list[dict[str, Any]] = []  # rounds whose uploads and aggregations may still come
+        self.settled = float("-inf")  # the latest end of a settled round
+        self.traffic: dict[tuple[str, str], list[float]] = {}
+        self.t_last = 0.0
+
+    # ------------------------------------------------------------------ reading
+    def _see(self, t: np.ndarray, start: np.ndarray) -> None:
+        ok = np.isfinite(t) & np.isfinite(start)
+        if ok.any():
+            self.lag = max(self.lag, float(np.max(t[ok] - start[ok])))
+            self.t_now = max(self.t_now, float(np.max(t[ok])))
+
+    def _hold(self, code: int, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+        """Buffer one label's intervals (a client is a row of the table even when its intervals are empty)."""
+        self.clients.update(np.unique(c[np.isfinite(c)]).astype(np.int64).tolist())
+        ok = np.isfinite(c) & np.isfinite(s) & np.isfinite(e) & (e > s)
+        if not ok.any():
+            return
+        c, s, e = c[ok], s[ok], e[ok]
+        if self.done > 0 and (np.maximum(s, 0.0) < self.done).any():
+            self.unstable = True  # reaches into the part already summed
+        self.pend.append((np.full(len(c), code, dtype=np.int8), c, s, e))
+        self.n_pend += len(c)
+
+    def add(self, b: Any) -> None:
+        if not len(b) or self.unstable:
+            return
+        t = b.t
+        if np.isfinite(t).any():
+            self.t_last = max(self.t_last, float(np.nanmax(t)))
+        kind = b.kind
+        c = b.num("client")
+        if kind in ("download", "compute", "upload", "offline"):
+            s, e = b.num("start"), b.num("end")
+            self._see(t, s)
+            self._hold(_LABELS.index("unavailable" if kind == "offline" else kind), c, s, e)
+            if kind == "compute":
+                for k, n in zip(*np.unique(c[np.isfinite(c)], return_counts=True)):
+                    self.tasks[int(k)] = self.tasks.get(int(k), 0) + int(n)
+                self._traffic_of(b, "compute", np.full(len(b), np.nan), e - s)
+            else:
+                if kind == "upload":
+                    if (e <= self.settled).any():
+                        self.unstable = True  # an upload a settled round may have ended with
+                    self.up_c = np.concatenate([self.up_c, c])
+                    self.up_e = np.concatenate([self.up_e, e])
+                if kind in ("download", "upload"):
+                    self._traffic_of(b, kind, b.num("bytes"), e - s)
+        elif kind == "server":
+            s, e, w = b.num("start"), b.num("end"), b.num("wait")
+            w = np.where(np.isfinite(w), w, 0.0)
+            self._see(t, s - w)
+            own = np.isfinite(c)
+            self._hold(_LABELS.index("queue"), c[own], (s - w)[own], s[own])
+            self._hold(_LABELS.index("served"), c[own], s[own], e[own])
+            gs, ge = s[~own], e[~own]
+            if len(gs):
+                if (gs < self.settled).any():
+                    self.unstable = True  # work for a round already settled
+                self.agg_s = np.concatenate([self.agg_s, gs])
+                self.agg_e = np.concatenate([self.agg_e, ge])
+            ok = np.isfinite(s) & np.isfinite(e)
+            self.unfinished += int((~ok).sum())
+            self.srv.append((s[ok], e[ok], w[ok]))
+            whats = [str(x) if x is not None else "request" for x in (b.values("what") if b.has("what")
+                                                                       else [None] * len(b))]
+            for k, n in pd.Series(whats, dtype=object).value_counts().items():
+                self.what[str(k)] = self.what.get(str(k), 0) + int(n)
+            _count_traffic(self.traffic, "server", whats, np.full(len(b), np.nan), e - s)
+        elif kind == "apply":
+            self.applies.append((t, c, b.num("staleness")))
+        elif kind == "round":
+            for rnd, s, e, cl, dr, ti in zip(b.values("round"), b.values("start"), b.values("end"), b.values("clients"),
+                                             b.values("dropped"), t.tolist()):
+                self._round_arrives({"round": rnd, "start": s, "end": e, "clients": cl or [],
+                                     "dropped": dr if isinstance(dr, list) else []}, ti)
+        elif kind == "drop":
+            for ti, ci, why, rnd in zip(t.tolist(), c.tolist(), b.values("reason"), b.values("round")):
+                self.drops.append({"t": ti, "client": None if not np.isfinite(ci) else int(ci),
+                                   "reason": "" if why is None else str(why), "round": rnd})
+
+    def piece_read(self) -> None:
+        """A piece of the file has been read whole (a block that ``closes`` it was given, of any kind): the
+        watermark may move on.  Before it, the rest of the piece may hold earlier records of other kinds."""
+        if self.unstable:
+            return
+        self.t_safe = self.t_now
+        self._settle(self.t_safe - LAG_FACTOR * self.lag)
+        if self.n_pend > self.next_fold:
+            self._fold(self.t_safe - LAG_FACTOR * self.lag)
+            self.next_fold = max(PENDING_MAX, 2 * self.n_pend)  # (what could not be folded waits for more)
+
+    def _traffic_of(self, b: Any, direction: str, nbytes: np.ndarray, seconds: np.ndarray) -> None:
+        whats: list[Any] = b.values("what") if b.has("what") else [None] * len(b)
+        if direction == "download":  # a model download names its version; a gradient's has none
+            v = b.num("version")
+            whats = [_UNVERSIONED if w is None and not np.isfinite(x) else w for w, x in zip(whats, v.tolist())]
+        _count_traffic(self.traffic, direction, whats, nbytes, seconds)
+
+    def _round_arrives(self, r: dict[str, Any], t: float) -> None:
+        """A round's record: its participants wait for it from its start to its end (held at once); its
+        straggler and the server's work for it are settled once the watermark has passed its end (the
+        records of its uploads and aggregations may follow its own in the file)."""
+        try:
+            rs, re_ = float(r["start"]), float(r["end"])
+        except (TypeError, ValueError):
+            self.rounds.append({**r, "bad": True})
+            return
+        if np.isfinite(t) and np.isfinite(rs):
+            self.lag = max(self.lag, t - rs)
+            self.t_now = max(self.t_now, t)
+        if self.done > 0 and rs < self.done:
+            self.unstable = True  # a round reaching into the part already summed
+        part = [int(x) for x in r["clients"] if isinstance(x, (int, float))]
+        if part and re_ > rs:
+            arr = np.asarray(part, dtype=float)
+            self._hold(_LABELS.index("round_wait"), arr, np.full(len(arr), rs), np.full(len(arr), re_))
+        self.waiting.append({**r, "start": rs, "end": re_, "part": part})
+
+    def _settle(self, until: float) -> None:
+        """Settle the waiting rounds that end before ``until``: the straggler (as :func:`round_stats` finds
+        it) and the server's work for no client inside the round, served time of its participants."""
+        if not self.waiting or not any(r["end"] < until for r in self.waiting):
+            return
+        order = np.argsort(self.up_e, kind="stable")
+        up_c, up_e = self.up_c[order], self.up_e[order]
+        still = []
+        for r in self.waiting:
+            rs, re_ = r["start"], r["end"]
+            if not re_ < until:
+                still.append(r)
+                continue
+            dropped = [int(x) for x in r["dropped"]]
+            who = {int(x) for x in r["clients"]} - set(dropped)
+            lo, hi = np.searchsorted(up_e, rs, side="left"), np.searchsorted(up_e, re_, side="right")
+            straggler, done = None, None
+            for ci, ti in zip(up_c[lo:hi][::-1].tolist(), up_e[lo:hi][::-1].tolist()):
+                if int(ci) in who:
+                    straggler, done = int(ci), ti
+                    break
+            self.rounds.append({"round": r["round"], "start": rs, "end": re_, "clients": len(r["clients"]),
+                                "straggler": straggler, "straggler_done": done, "dropped": dropped})
+            if r["part"] and re_ > rs:
+                arr = np.asarray(r["part"], dtype=float)
+                inside = (self.agg_s >= rs) & (self.agg_s < re_)
+                for a, b in zip(self.agg_s[inside].tolist(), self.agg_e[inside].tolist()):
+                    self._hold(_LABELS.index("served"), arr, np.full(len(arr), a), np.full(len(arr), min(b, re_)))
+            self.settled = max(self.settled, re_)
+        self.waiting = still
+
+    def _fold(self, until: float, t_end: float | None = None) -> None:
+        """Label the held intervals' time in ``[done, until]`` (clipped to ``[0, t_end]``) and add it to the
+        clients' sums; keep the parts after ``until``."""
+        self._settle(until)
+        # never into a round not yet settled: the server's work for it is added when it is
+        until = min([until] + [r["start"] for r in self.waiting])
+        if not until > self.done or not self.pend:
+            return
+        code, c, s, e = (np.concatenate([p[i] for p in self.pend]) for i in range(4))
+        lo = max(self.done, 0.0)
+        hi = until if t_end is None else min(until, t_end)
+        ws, we = np.clip(s, lo, max(hi, lo)), np.clip(e, lo, max(hi, lo))
+        ok = we > ws
+        cs, cc, cws, cwe = code[ok], c[ok].astype(np.int64), ws[ok], we[ok]
+        covered = {}
+        prev: dict[int, float] = {}
+        for k in range(len(_LABELS)):
+            m = cs <= k
+            groups, length = union_by_group(cc[m], cws[m], cwe[m])
+            now = dict(zip(groups.tolist(), length.tolist()))
+            for cl, v in now.items():
+                row = self.sums.get(cl)
+                if row is None:
+                    row = self.sums[cl] = np.zeros(len(_LABELS))
+                row[k] += max(v - prev.get(cl, 0.0), 0.0)
+            prev = now
+            covered = now
+        del covered
+        keep = e > until
+        self.pend = [(code[keep], c[keep], np.maximum(s[keep], until), e[keep])] if keep.any() else []
+        self.n_pend = int(keep.sum())
+        self.done = until
+        # a round not yet settled starts after the watermark or at its earliest waiting one: older uploads
+        # and aggregations cannot be its own
+        lo = until
+        keep = self.up_e >= lo
+        self.up_c, self.up_e = self.up_c[keep], self.up_e[keep]
+        keep = self.agg_s >= lo
+        self.agg_s, self.agg_e = self.agg_s[keep], self.agg_e[keep]
+
+    # ------------------------------------------------------------------ results
+    def breakdown(self, t_end: float) -> pd.DataFrame | None:
+        """:func:`client_breakdown`'s table; None when the stream is unstable (read the exact way)."""
+        self._settle(float("inf"))
+        if self.unstable or (self.done > 0 and self.done > t_end):
+            return None
+        self._fold(float("inf"), t_end)
+        rows = {}
+        for cl in sorted(set(self.clients) | set(self.sums)):
+            v = self.sums.get(cl, np.zeros(len(_LABELS)))
+            row = dict(zip(_LABELS, v.tolist()))
+            row["idle"] = max(t_end - float(v.sum()), 0.0)
+            rows[cl] = row
+        out = pd.DataFrame.from_dict(rows, orient="index", columns=list(BREAKDOWN_KEYS)) if rows else \
+            pd.DataFrame(columns=list(BREAKDOWN_KEYS))
+        out.index.name = "client"
+        tasks = np.repeat(np.array(list(self.tasks), dtype=float), list(self.tasks.values())) if self.tasks \
+            else np.empty(0)
+        return _client_extras(out, tasks, _cat([a[1] for a in self.applies]), _cat([a[2] for a in self.applies]),
+                              self.drops)
+
+    def server(self, t_end: float, workers: int, reported: dict[str, Any] | None,
+               queue: pd.DataFrame | None = None) -> dict[str, Any] | None:
+        """:func:`server_stats`; ``queue``: the requests' :func:`~fedsim.digest.queue_length` when already
+        computed (the digest's, :meth:`fedsim.digest.TraceDigest.queue`), used when every request is finished."""
+        if not self.srv or not t_end > 0:
+            return None
+        s, e, w = (_cat([p[i] for p in self.srv]) for i in range(3))
+        return _server_stats(s, e, w, self.what, t_end, workers, reported,
+                             queue if self.unfinished == 0 else None)
+
+    def staleness(self, t_end: float) -> dict[str, Any] | None:
+        if not self.applies:
+            return None
+        return _staleness_stats(_cat([a[0] for a in self.applies]), _cat([a[2] for a in self.applies]), t_end)
+
+    def round_table(self) -> dict[str, Any]:
+        self._settle(float("inf"))
+        rounds = sorted((r for r in self.rounds if not r.get("bad")),
+                        key=lambda r: (float(r["start"] or 0.0), float(r["end"] or 0.0)))
+        return {"rounds": rounds, "drops": self.drops}
+
+
+def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
+                queue: pd.DataFrame | None = None) -> dict[str, Any] | None:
+    """Everything the panels draw for one run (JSON-ready); None when the run has no trace.
+
+    ``stream``: a :class:`PanelStream` already fed the whole trace (by the pass that read it for the
+    figures); without one, the trace is streamed here.  Should the stream turn out unstable (see its
+    docstring), the trace is read again holding every interval (:func:`gather`), so the numbers are
+    always those of the exact reading.  ``queue``: the server's queue length when already computed (see
+    :meth:`PanelStream.server`)."""
     run_dir = Path(run_dir)
-    g = gather(run_dir)
-    if g is None:
+    path = trace_path(run_dir)
+    if not path.exists():
         return None
-    t_end = _run_time(run_dir, g.t_last)
-    table = client_breakdown(g, t_end)
+    if stream is None:
+        stream = PanelStream()
+        for b in iter_blocks(path, kinds=_KINDS, fields=_FIELDS):
+            stream.add(b)
+            if b.closes:
+                stream.piece_read()
+    t_end = _run_time(run_dir, stream.t_last)
+    workers, reported = _workers(run_dir), _server_summary(run_dir)
+    table = stream.breakdown(t_end)
+    if table is not None:
+        server, staleness, rounds, traffic_in = (stream.server(t_end, workers, reported, queue), stream.staleness(t_end),
+                                                 stream.round_table(), stream.traffic)
+    else:
+        del stream
+        g = gather(run_dir)
+        assert g is not None
+        table = client_breakdown(g, t_end)
+        server, staleness, rounds, traffic_in = (server_stats(g, t_end, workers, reported), staleness_stats(g, t_end),
+                                                 round_stats(g), g.traffic)
     clients = {"id": [int(c) for c in table.index],
                "parts": [_clean(table[k], 6) for k in DRAW_ORDER],
                "tasks": table["tasks"].astype(int).tolist(), "per_task": _clean(table["per_task_s"]),
                "updates": table["updates"].astype(int).tolist(), "stale": _clean(table["mean_staleness"], 4),
                "drops": table["drops"].astype(int).tolist()}
-    split = any(p == "activations" for _, p in g.traffic)
+    split = any(p == "activations" for _, p in traffic_in)
     merged: dict[tuple[str, str], list[float]] = {}
-    for (d, p), v in g.traffic.items():
+    for (d, p), v in traffic_in.items():
         if p == _UNVERSIONED:
             p = transfer_purpose(d, None, None, split)
         row = merged.setdefault((d, p), [0, 0.0, 0.0])
@@ -492,9 +828,8 @@ def panels_data(run_dir: str | Path) -> dict[str, Any] | None:
             colours[row["purpose"]] = PURPOSE_COLOURS.get(row["purpose"]) or next(spare, "#999999")
     spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
     return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
-            "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients,
-            "server": server_stats(g, t_end, _workers(run_dir), _server_summary(run_dir)), "staleness": staleness_stats(g, t_end),
-            "rounds": round_stats(g), "traffic": traffic, "purpose_colours": colours}
+            "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients, "server": server,
+            "staleness": staleness, "rounds": rounds, "traffic": traffic, "purpose_colours": colours}
 
 
 # ---------------------------------------------------------------------------------------------- HTML
@@ -573,10 +908,10 @@ def server_summary_rows(summary: dict[str, Any] | list[Any],
     return rows
 
 
-def panels_html(run_dir: str | Path) -> str:
+def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: pd.DataFrame | None = None) -> str:
     """The "What happened" section of a run's report.html and the glossary (only the glossary when the run
-    has no trace: a folder of runs)."""
-    data = panels_data(run_dir)
+    has no trace: a folder of runs).  ``stream``: see :func:`panels_data`."""
+    data = panels_data(run_dir, stream, queue)
     if data is None:
         return glossary_html()  # (the navigation links to it on every page)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
@@ -588,7 +923,7 @@ def panels_html(run_dir: str | Path) -> str:
             "axis (zoom there). Hover anything for its numbers.</p>"
             "<h3 id='fp-breakdown-title'>Per-client time breakdown</h3><p class='hint'>Each bar is one client's "
             "whole run (every second labelled, so the bars are equally long). Pick the clients to show and "
-            "their order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
+            "their order: the interactive timeline above shows the same clients in the same order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
             "</option><option value='slowest'>slowest (time per task)</option><option value='stale'>most stale"
             "</option><option value='drops'>most dropped</option><option value='round_wait'>most waiting for "
             "the round</option><option value='idle'>most idle</option></select> show <input id='fp-count' "
@@ -773,6 +1108,8 @@ PANELS_JS = r"""
       "share of the run's " + fmtS(T) + " of virtual time";
     document.getElementById("fp-shown").textContent = idx.length + " of " + nC + " clients";
     window.fedsimPanels.drawn.breakdown = idx.map(function (i) { return C.id[i]; });
+    // the same clients, in the same order, are the interactive timeline's rows
+    if (window.fedsimTimeline) window.fedsimPanels.drawn.timeline = window.fedsimTimeline.setRows(window.fedsimPanels.drawn.breakdown);
   }
   ["fp-sort", "fp-count", "fp-pick"].forEach(function (id) {
     document.getElementById(id).addEventListener("input", drawBreakdown);

@@ -277,3 +277,197 @@ def test_every_panel_is_present_has_data_and_answers_a_hover(runs, tmp_path):
             assert chrome.errors() == []
     finally:
         chrome.close()
+
+
+# ------------------------------------------------------------------------------- the streamed panels
+
+def _streamed(run: Path, block_lines: int = 64):
+    from fedsim.report_panels import _FIELDS, _KINDS, PanelStream
+    from fedsim.sim.trace import iter_blocks
+
+    stream = PanelStream()
+    for b in iter_blocks(run, kinds=_KINDS, fields=_FIELDS, block_lines=block_lines):
+        stream.add(b)
+        if b.closes:
+            stream.piece_read()
+    return stream
+
+
+@pytest.mark.parametrize("which", ["async", "sync", "hand-made"])
+def test_streamed_panels_equal_the_exact_reading_window_by_window(runs, which, tmp_path, monkeypatch):
+    """The panels fed by the figures' single pass, summing the breakdown window by window behind a
+    watermark (here after every few dozen intervals), give the numbers of the reading that holds them all."""
+    import fedsim.report_panels as rp
+
+    if which == "hand-made":
+        run = tmp_path
+        _write_trace(run, SYNTHETIC, 10.0)
+    else:
+        run = runs / which
+    monkeypatch.setattr(rp, "PENDING_MAX", 40)
+    t_end = json.loads((run / "summary.json").read_text())["virtual_time_s"]
+    stream = _streamed(run)
+    assert not stream.unstable
+    if which != "hand-made":
+        assert stream.done > 0.2 * t_end  # most of the run was summed before the end
+    got = stream.breakdown(t_end)
+    g = gather(run)
+    want = client_breakdown(g, t_end)
+    assert list(got.index) == list(want.index) and list(got.columns) == list(want.columns)
+    assert np.allclose(got.to_numpy(dtype=float), want.to_numpy(dtype=float), rtol=1e-9, atol=1e-9, equal_nan=True)
+    assert stream.server(t_end, 1, None) == server_stats(g, t_end, 1, None)
+    assert stream.round_table() == round_stats(g)
+    monkeypatch.setattr(rp.PanelStream, "breakdown", lambda self, t: None)
+    exact = rp.panels_data(run)
+    monkeypatch.undo()
+    streamed = rp.panels_data(run)
+    assert streamed.keys() == exact.keys()
+    for k in streamed:
+        if k != "clients":
+            assert streamed[k] == exact[k], k
+    for k in streamed["clients"]:
+        assert np.allclose(np.array(streamed["clients"][k], dtype=float), np.array(exact["clients"][k], dtype=float),
+                           rtol=1e-5, equal_nan=True), k
+
+
+def test_a_record_reaching_behind_the_watermark_makes_the_stream_fall_back(tmp_path, monkeypatch):
+    import fedsim.report_panels as rp
+
+    late = [{"t": 0.1 * i + 0.1, "kind": "compute", "client": i % 3, "start": 0.1 * i, "end": 0.1 * i + 0.1}
+            for i in range(60)]
+    late.append({"t": 6.1, "kind": "offline", "client": 0, "start": 0.5, "end": 6.1})  # reaches far back
+    _write_trace(tmp_path, late, 6.5)
+    monkeypatch.setattr(rp, "PENDING_MAX", 10)
+    stream = _streamed(tmp_path, block_lines=8)
+    assert stream.done > 0 and stream.unstable and stream.breakdown(6.5) is None
+    data = rp.panels_data(tmp_path, stream)  # read again the exact way
+    i = data["keys"].index("unavailable")
+    assert data["clients"]["parts"][i][0] == pytest.approx(5.6 - 18 * 0.1)  # the spell less client 0's computes
+    assert client_breakdown(gather(tmp_path), 6.5).loc[0, "unavailable"] == pytest.approx(3.8)
+
+
+# --------------------------------------------------------------- the timeline: rounds, what, picked rows
+
+def _pixels(png: Path, colour: str) -> int:
+    import matplotlib.image as mimage
+
+    rgb = (mimage.imread(png)[..., :3] * 255).round().astype(int)
+    want = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)])
+    return int((np.abs(rgb - want).sum(axis=-1) < 40).sum())
+
+
+def test_timeline_png_marks_rounds_stragglers_and_drops(runs, tmp_path):
+    """The sync run's timeline.png: round starts, stragglers (gold) and drops (red) drawn; none without rounds."""
+    from fedsim.digest import digest_trace
+    from fedsim.report import timeline_figure
+
+    run = runs / "sync"
+    data = panels_data(run)
+    rounds = data["rounds"]
+    assert rounds["rounds"] and rounds["drops"]
+    digest = digest_trace(run, timeline_clients=30)
+    timeline_figure(digest, tmp_path / "with.png", rounds=rounds)
+    timeline_figure(digest, tmp_path / "without.png")
+    assert _pixels(tmp_path / "without.png", "#c9a100") == 0 and _pixels(tmp_path / "without.png", "#d62728") == 0
+    # every straggler's marker and every drop's cross shows (a few pixels each; the legend adds one of each)
+    assert _pixels(tmp_path / "with.png", "#c9a100") > 10 * sum(r["straggler"] is not None for r in rounds["rounds"])
+    assert _pixels(tmp_path / "with.png", "#d62728") > 10 * len(rounds["drops"])
+
+
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory):
+    """GAS (split learning) for 1 s of virtual time, report written."""
+    run = tmp_path_factory.mktemp("split") / "gas"
+    sc = load_scenario("gas", ["stop={max_time_s: 1}", "train.systems_only=true", "output.figures=false"])
+    run_scenario(sc, run, progress=False)
+    html_report(run)
+    return run
+
+
+def test_split_learning_downloads_name_their_gradients(split_run):
+    trace = load_trace(split_run)
+    down = trace[trace["kind"] == "download"]
+    unversioned = down["version"].isna()
+    assert unversioned.any() and (down.loc[unversioned, "what"] == "gradients").all()
+    assert down.loc[~unversioned, "what"].isna().all()  # a model download names its version instead
+    from fedsim.report import interactive_data
+
+    data = interactive_data(split_run)
+    names = set(data["whats"])
+    assert {"gradients", "activations", "sfl-gradient"} <= names
+
+
+@pytest.mark.skipif(BROWSER is None, reason="no Chromium installed (apt-get install chromium)")
+def test_timeline_marks_rounds_shows_what_and_follows_the_client_picker(runs, split_run, tmp_path):
+    chrome = Chrome(BROWSER, tmp_path / "profile")
+
+    def open_page(run: Path) -> None:
+        chrome.events.clear()
+        for m in ("Runtime.enable", "Log.enable", "Page.enable"):
+            chrome.page(m)
+        chrome.page("Emulation.setDeviceMetricsOverride", width=1024, height=900, deviceScaleFactor=1, mobile=False)
+        chrome.page("Page.navigate", url=(run / "report.html").resolve().as_uri())
+        chrome.wait_for("Page.loadEventFired")
+
+    def view() -> dict:
+        return chrome.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(window.fedsimView))))")
+
+    def hover(selector: str) -> str:
+        return chrome.js("""(() => { const n = document.querySelector(%s);
+            if (!n) return null;
+            n.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+            return document.getElementById('fs-tip').textContent; })()""" % json.dumps(selector))
+
+    try:
+        # rounds: their starts, stragglers and drops are on the timeline and answer a hover
+        open_page(runs / "sync")
+        data = panels_data(runs / "sync")
+        v = view()
+        rounds, drops = data["rounds"]["rounds"], data["rounds"]["drops"]
+        assert v["marks"] >= len(rounds) + len(drops) > 0
+        assert chrome.js("document.querySelectorAll('#fs-marks .fs-straggler').length") == \
+            sum(r["straggler"] is not None for r in rounds)
+        assert chrome.js("document.querySelectorAll('#fs-marks .fs-drop').length") == len(drops)
+        tip = hover("#fs-marks rect.fs-round")
+        assert tip.startswith("round ") and "straggler: client" in tip
+        assert "straggler: client" in hover("#fs-marks .fs-straggler")
+        assert "dropped at" in hover("#fs-marks rect.fs-drop")
+        # the per-client panel's picker picks the timeline's rows, in its order
+        assert v["rows"] == data["clients"]["id"][:40]
+        rows = chrome.js("""(() => { const p = document.getElementById('fp-pick'); p.value = '4, 1, 3';
+            p.dispatchEvent(new Event('input')); return window.fedsimPanels.drawn.timeline; })()""")
+        assert rows == [4, 1, 3] and view()["rows"] == [4, 1, 3]
+        labels = chrome.js("[...document.querySelectorAll('#fs-rows text')].map(t => t.textContent)")
+        assert labels == ["server", "client 4", "client 1", "client 3"]
+        bar_rows = chrome.js("[...new Set([...document.querySelectorAll('#fs-bars rect')].map(r => r.getAttribute('y')))]"
+                             ".map(Number).sort((a, b) => a - b)")
+        assert max(bar_rows) < 4 + 4 * 14  # no bar below the fourth row
+        most = chrome.js("""(() => { const p = document.getElementById('fp-pick'); p.value = '';
+            const s = document.getElementById('fp-sort'); s.value = 'drops'; s.dispatchEvent(new Event('change'));
+            return window.fedsimView.rows; })()""")
+        view()
+        drops_of = dict(zip(data["clients"]["id"], data["clients"]["drops"]))
+        assert drops_of[view()["rows"][0]] == max(drops_of.values()) > 0 and most is not None
+        assert chrome.errors() == []
+
+        # split learning: activations, gradients and models apart in colour and in the tooltip
+        open_page(split_run)
+        view()
+        chrome.js("document.getElementById('fs-in').click()")  # zoom until single bars show
+        for _ in range(12):
+            if view()["bars"] > 0:
+                break
+            chrome.js("document.getElementById('fs-in').click()")
+        fills = chrome.js("""(() => { const out = {};
+            document.querySelectorAll('#fs-bars rect.fs-bar').forEach(r => {
+              r.dispatchEvent(new MouseEvent('mouseover', {bubbles: true}));
+              const t = document.getElementById('fs-tip').textContent, m = t.match(/carries (\\w+)|request: ([\\w-]+)/);
+              if (m) out[m[1] || m[2]] = r.getAttribute('fill'); });
+            return out; })()""")
+        assert fills.get("activations") == "#e15759" and fills.get("gradients") == "#76b7b2", fills
+        assert any(k.startswith("sfl-") for k in fills), fills  # a server step's request type
+        legend = chrome.js("document.getElementById('fs-legend').textContent")
+        assert "activations (upload)" in legend and "gradients (download)" in legend
+        assert chrome.errors() == []
+    finally:
+        chrome.close()

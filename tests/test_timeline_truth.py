@@ -104,7 +104,13 @@ def test_png_puts_the_server_on_top_and_paints_each_column_by_its_dominant_phase
 
 
 def test_interactive_data_covers_the_whole_run(busy):
-    data = interactive_data(busy, max_bars=500)
+    # every client's bars are held (the page picks its rows), and the default budget still spreads them
+    whole = interactive_data(busy)
+    starts = np.array(whole["bars"][2], dtype=float)
+    assert len(whole["rows"]) - 1 == len(set(load_trace(busy)["client"].dropna())) == 200 and whole["shown"] == 40
+    assert starts.max() > 0.8 * whole["t_end"] and starts.min() < 0.2 * whole["t_end"]
+    # a small budget over 40 clients: spread over the run too
+    data = interactive_data(busy, max_bars=500, max_clients=40)
     t_end = data["t_end"]
     # the exact bars held are spread over the run, not the first ones in time
     starts = np.array(data["bars"][2], dtype=float)

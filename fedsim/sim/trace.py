@@ -611,15 +611,19 @@ class Block:
     ``t`` and ``seq`` (each record's position among the trace's records, so blocks of different kinds
     can be put back in file order) are float64 / int64 arrays; :meth:`num` gives a field as float64 (NaN
     where a record lacks it or holds something that is not a number) and :meth:`values` as a list of the
-    raw JSON values (None where missing)."""
+    raw JSON values (None where missing).  ``closes``: the last block of a piece of the file, so every
+    record before the next block's has been given (within a piece, the blocks of different kinds
+    interleave in file order; a reader that needs "all records up to here" waits for it)."""
 
-    __slots__ = ("kind", "t", "seq", "names", "_cols", "_rows", "_text")
+    __slots__ = ("kind", "t", "seq", "names", "closes", "_cols", "_rows", "_text", "_strs")
 
     def __init__(self, kind: str, names: Sequence[str], seq: np.ndarray, *, rows: list[Any] | None = None,
                  cols: Mapping[str, np.ndarray] | None = None, text: bytes | None = None) -> None:
         self.kind = kind
         self.names = list(names)  # the fields the records carry (jsonl: those of any record of the block)
         self.seq = np.asarray(seq, dtype=np.int64)
+        self.closes = False
+        self._strs: dict[str, np.ndarray] = {}  # string columns read by the CSV reader (None-free: NaN missing)
         self._rows = rows  # parsed records: compact rows [sid, t, v1, ...] or jsonl dicts
         self._cols = dict(cols or {})  # numeric columns parsed in bulk (``t`` among them)
         self._text = text  # the block's compact lines, parsed only if raw values are asked for
@@ -647,6 +651,9 @@ class Block:
         return [r[j] if len(r) > j else None for r in rows]
 
     def values(self, field: str) -> list[Any]:
+        strs = self._strs.get(field)
+        if strs is not None and self._rows is None:  # a string column, without parsing every row
+            return [v if isinstance(v, str) else None for v in strs.tolist()]
         return self._raw(field)
 
     def num(self, field: str) -> np.ndarray:
@@ -753,9 +760,11 @@ def iter_blocks(path: str | Path, kinds: Iterable[str] | None = None, fields: It
             g = by_kind.setdefault(k, ([], []))
             g[0].append(r)
             g[1].append(q)
-        for k, (rs, qs) in by_kind.items():
+        for i, (k, (rs, qs)) in enumerate(by_kind.items()):
             names = list(dict.fromkeys(f for r in rs for f in r if f not in ("t", "kind")))
-            yield Block(k, names, np.array(qs, dtype=np.int64), rows=rs)
+            block = Block(k, names, np.array(qs, dtype=np.int64), rows=rs)
+            block.closes = i == len(by_kind) - 1
+            yield block
 
 
 def _pieces(source: Iterator[bytes], size: int) -> Iterator[bytes]:
@@ -823,11 +832,14 @@ def _compact_blocks(path: Path, wanted: set[str] | None, need: set[str] | None, 
         text = data[gather].tobytes()  # the wanted lines, grouped by schema, in file order within each
         del gather
         bounds = np.flatnonzero(np.diff(sid[sel])) + 1
-        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(sel)]):
+        cuts = list(zip([0, *bounds.tolist()], [*bounds.tolist(), len(sel)]))
+        for i, (lo, hi) in enumerate(cuts):
             s = int(sid[sel[lo]])
             kind, names = schemas[s]
             chunk = text[offsets[lo]:offsets[hi]]
-            yield _compact_block(kind, names, chunk, index[sel[lo:hi]], need)
+            block = _compact_block(kind, names, chunk, index[sel[lo:hi]], need)
+            block.closes = i == len(cuts) - 1
+            yield block
     if rest.strip():  # a last line without its newline: a killed run's; kept only if it parses
         try:
             row = json.loads(rest)
@@ -855,13 +867,19 @@ def _compact_block(kind: str, names: list[str], text: bytes, seq: np.ndarray, ne
     if len(frame) != len(seq):
         return Block(kind, names, seq, text=text)
     out: dict[str, np.ndarray] = {}
+    strs: dict[str, np.ndarray] = {}
+    plain = b"\\" not in text and b'"null"' not in text and b'"NaN"' not in text  # strings read as JSON would
     for c in use:
         col = frame[c]
         if col.dtype.kind in "iufb":
             out[c] = col.to_numpy(dtype=np.float64)
         else:  # strings (or a mix): numbers where they parse, NaN elsewhere
             out[c] = pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
-    return Block(kind, names, seq, cols=out, text=text)
+            if plain and not np.isfinite(out[c]).any():  # a string field (``what``): kept as read
+                strs[c] = col.to_numpy(dtype=object)
+    block = Block(kind, names, seq, cols=out, text=text)
+    block._strs = strs
+    return block
 
 
 def _parse_rows(texts: list[str]) -> list[Any]:

@@ -87,9 +87,13 @@ class SplitTiming:
         return self.world.upload(client, nbytes, what=what)
 
     def download(self, client: int, nbytes: int, *, version: int | None = None) -> Generator[Any, Any, float]:
-        """Server → client transfer; instantaneous (bytes still counted and recorded) under gas-code."""
+        """Server → client transfer; instantaneous (bytes still counted and recorded) under gas-code.
+
+        A download without a model ``version`` brings the gradients of the cut layer (the client model's
+        downloads name their version): its record says so (``what: gradients``), as an upload's names its
+        activations, so the report tells the two apart."""
         if not self.gas_code:
-            return self.world.download(client, nbytes, version=version)
+            return self.world.download(client, nbytes, version=version, what=_payload(version))
         return self._instant(client, nbytes, version)
 
     def _instant(self, client: int, nbytes: int, version: int | None) -> Generator[Any, Any, float]:
@@ -99,7 +103,7 @@ class SplitTiming:
 
     def instant_download(self, client: int, nbytes: int, version: int | None = None) -> None:
         """A gas-code download, which takes no time: counted and recorded now (no generator needed)."""
-        self.world.download_instant(client, nbytes, version=version)
+        self.world.download_instant(client, nbytes, version=version, what=_payload(version))
 
     def server_seconds(self, flops: float) -> float:
         """Service time of server work of ``flops`` (zero under gas-code: the request still queues), for the
@@ -109,3 +113,9 @@ class SplitTiming:
     def aggregation_seconds(self, n_models: int, model_bytes: int) -> float:
         """Service time to average ``n_models`` client models (2 FLOPs per float32 parameter per model)."""
         return self.server_seconds(2.0 * (model_bytes / 4.0) * max(1, n_models))
+
+
+def _payload(version: int | None) -> str | None:
+    """The ``what`` of a split-learning download: gradients when it names no model version (see
+    :meth:`SplitTiming.download`), else none (a model, which its version names)."""
+    return "gradients" if version is None else None

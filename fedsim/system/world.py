@@ -131,6 +131,10 @@ class World:
         # the schemas of a pass at a pinned speed and of an instantaneous download (no device queue, no radio)
         self._h_compute_pinned = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what"))
         self._h_download_instant = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version"))
+        # a download that names its payload (split learning's gradients), instantaneous or over the link
+        self._h_download_what = tr.kind("download", (*transfer, "version", "what"))
+        self._h_download_instant_what = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version",
+                                                             "what"))
 
     @classmethod
     def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
@@ -436,12 +440,16 @@ class World:
         self.trace.put(self._h_compute_pinned, (now, client, start, now, 0.0, float(flops), 1, what))
         return dt
 
-    def download_instant(self, client: int, nbytes: int, *, version: int | None = None) -> None:
+    def download_instant(self, client: int, nbytes: int, *, version: int | None = None,
+                         what: str | None = None) -> None:
         """A server → client transfer that takes no time (a convention that ignores the downlink, such as the
         GAS code's): the bytes are counted and a ``download`` record of zero duration is written now (``wait`` 0,
-        no radio fields).  Not a generator: nothing waits."""
+        no radio fields).  Not a generator: nothing waits.  ``what`` names the payload when it is not a model."""
         self.bytes_down += int(nbytes)
         now = self.env.now
+        if what:
+            self.trace.put(self._h_download_instant_what, (now, client, now, now, int(nbytes), 0.0, version, what))
+            return
         self.trace.put(self._h_download_instant, (now, client, now, now, int(nbytes), 0.0, version))
 
     def client_chains(self, clients: np.ndarray, nbytes: int, flops: np.ndarray, samples: np.ndarray,
@@ -511,8 +519,12 @@ class World:
         """Each client's transmit power (W), as Python floats (read once per upload)."""
         return self._tx_power_w[self._client_group].tolist()
 
-    def download(self, client: int, nbytes: int, *, version: int | None = None) -> Generator[Any, Any, float]:
-        """Server → client transfer of ``nbytes`` (a SimPy process generator); returns its duration."""
+    def download(self, client: int, nbytes: int, *, version: int | None = None,
+                 what: str | None = None) -> Generator[Any, Any, float]:
+        """Server → client transfer of ``nbytes`` (a SimPy process generator); returns its duration.
+        ``what`` names the payload when it is not a model (split learning's ``gradients``)."""
+        if what:
+            return self._transfer(False, client, nbytes, self._h_download_what, (version, what))
         return self._transfer(False, client, nbytes, self._h_download, (version,))
 
     def upload(self, client: int, nbytes: int, *, what: str | None = None) -> Generator[Any, Any, float]:
