@@ -94,17 +94,20 @@ def _trace(folder: Path) -> bytes:
 
 
 def test_cpu_default_and_deterministic_runs_give_the_same_trace(tmp_path, tiny):
-    """Default (auto, no accelerator here), explicit cpu and deterministic algorithms: byte-identical traces
-    and final models; the deterministic switch is restored after the run."""
+    """Default (auto: the CPU where there is no accelerator), explicit cpu and deterministic algorithms:
+    byte-identical traces and final models; the deterministic switch is restored after the run.  On a
+    machine with an accelerator the default picks it, so there only cpu and deterministic are compared."""
     before = torch.are_deterministic_algorithms_enabled()
     runs = {"default": {}, "cpu": {"device": "cpu"}, "det": {"device": "cpu", "deterministic": True}}
+    if torch.cuda.is_available() or getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        del runs["default"]
     for name, train in runs.items():
         [summary] = run_scenario(_tiny(tiny, **train), tmp_path / name, progress=False)
         assert summary["status"] == "ok" and summary["device"] == "cpu"
     assert torch.are_deterministic_algorithms_enabled() == before
     traces = {name: _trace(tmp_path / name) for name in runs}
-    assert traces["default"] == traces["cpu"] == traces["det"]
-    a, b = (torch.load(tmp_path / n / "final_model.pt") for n in ("default", "det"))
+    assert len(set(traces.values())) == 1
+    a, b = (torch.load(tmp_path / n / "final_model.pt") for n in (next(iter(runs)), "det"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -165,13 +168,16 @@ PACKAGE = str(Path(fedsim.__file__).parent)
 ROOT = str(Path(fedsim.__file__).parent.parent)
 OURS = (PACKAGE, str(Path(ROOT) / "analysis"))  # fedsim and the analysis package (live probes)
 TORCH = str(Path(torch.__file__).parent)
+OPTIM = str(Path(torch.__file__).parent / "optim")
 
 
 class _DeviceAudit(TorchFunctionMode):
     """Records every tensor factory call made from fedsim's own code that leaves the device to torch's
     default (the CPU): on an accelerator each of them would make a tensor on the wrong device.  Random
     draws from a generator are exempt (streams are CPU generators on purpose), as is ``as_tensor`` of a
-    tensor (it keeps that tensor's device)."""
+    tensor (it keeps that tensor's device), and so is a factory that torch's optimisers call for their own
+    state (some PyTorch releases keep Adam's step counter on the CPU by design, whatever the parameters'
+    device)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -183,6 +189,8 @@ class _DeviceAudit(TorchFunctionMode):
         if func in FACTORIES and "device" not in kwargs and "generator" not in kwargs and not (
                 func is torch.as_tensor and args and isinstance(args[0], torch.Tensor)):
             frame = sys._getframe(1)
+            if frame.f_code.co_filename.startswith(OPTIM):
+                return func(*args, **kwargs)
             while frame is not None and frame.f_code.co_filename.startswith(TORCH):
                 frame = frame.f_back
             if frame is not None and frame.f_code.co_filename.startswith(OURS):
