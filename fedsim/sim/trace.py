@@ -45,7 +45,8 @@ import pandas as pd
 #: Optional fields: ``dispatch`` and ``apply`` of a sub-model task carry ``submodel`` (``SubModel.summary``:
 #: kept fraction of the model and per block, block states); when a round has partial updates, ``apply``
 #: carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
-#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).
+#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  A split-learning
+#: download that carries gradients, not a model version, has ``what`` (``"gradients"``).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch": ("client", "version", "round"),
     "download": ("client", "start", "end", "bytes", "wait", "version"),
