@@ -79,6 +79,10 @@ def merge_intervals(s: np.ndarray, e: np.ndarray, gap: float) -> tuple[np.ndarra
     return s[first], np.maximum.reduceat(e, first)
 
 
+#: Rows folded at a time by :meth:`CoverGrid._fold`.
+FOLD_ROWS = 32
+
+
 class CoverGrid:
     """How much of each bin of time each row's phases cover: ``bins`` equal bins from ``origin``.
 
@@ -125,9 +129,14 @@ class CoverGrid:
             fn(f)
 
     def _fold(self) -> None:
+        """Fold the whole-bin counts into ``h``, a few rows at a time (a whole-grid cumsum would hold two
+        temporaries the size of the grid: about 65 MB for 500 rows of 8192 bins)."""
         if len(self.d) and self.d.any():
             assert self.width is not None
-            self.h += np.cumsum(self.d[:, :-1], axis=1) * self.width
+            for i in range(0, len(self.d), FOLD_ROWS):
+                rows = self.d[i:i + FOLD_ROWS, :-1]
+                if rows.any():
+                    self.h[i:i + FOLD_ROWS] += np.cumsum(rows, axis=1) * self.width
             self.d[:] = 0
 
     def _slot(self, key: tuple[str, int]) -> int:
@@ -137,8 +146,8 @@ class CoverGrid:
                 slot = self.free.pop()
             else:
                 slot = len(self.slots)
-                if slot >= len(self.h):  # grow by doubling
-                    extra = max(len(self.h), 8)
+                if slot >= len(self.h):  # grow by a quarter (at least 32 rows): little unused room per row
+                    extra = max(len(self.h) // 4, 32)
                     self.h = np.concatenate([self.h, np.zeros((extra, self.bins))])
                     self.d = np.concatenate([self.d, np.zeros((extra, self.bins + 1), dtype=np.int32)])
             self.slots[key] = slot
