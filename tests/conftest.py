@@ -7,10 +7,18 @@ import shutil
 import tempfile
 from typing import Any
 
+import signal
+
 import pytest
 import torch
 
 torch.set_num_threads(1)
+# The interrupt tests send SIGINT to fedsim processes they start, as a terminal's Ctrl-C reaches a
+# foreground command.  A suite started as a background job (`cmd &` in a script) inherits an ignored SIGINT,
+# and its children would inherit that too and never see the signal; take it back, so they start with
+# Python's own Ctrl-C handling, as a command typed at a terminal does.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # generated datasets are cached for this test run only (shared by its tests, nothing left in the user's cache)
 _CACHE = tempfile.mkdtemp(prefix="fedsim-test-cache-")
 os.environ["FEDSIM_CACHE_DIR"] = _CACHE

@@ -15,7 +15,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "models": ("MODELS", "REGRESSION_MODELS", "BlockModel", "WidthGroup", "build_model", "split_model"),
     "partition": ("PARTITIONS", "partition", "partition_summary"),
     "submodel": ("SubModel", "extract", "full_submodel", "insert", "width_submodel"),
-    "train": ("SGDConfig", "TrainStats", "batch_schedule", "evaluate", "local_sgd", "loss_for", "num_steps"),
+    "sgd": ("SGDConfig", "TrainStats", "batch_schedule", "evaluate", "local_sgd", "loss_for", "num_steps"),
 }
 _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
