@@ -28,10 +28,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-FEDSIM = [sys.executable, "-c", "import sys; from fedsim.cli import main; sys.exit(main())"]
+from outputs import FEDSIM, child, load  # the same child-process timer and load line (this folder)
+
 
 SETTINGS = {
     "original": "ProbeSettings(method='sampled', hessian_tol=1e-4, hessian_start='random')",
@@ -53,25 +53,6 @@ from analysis.probes import ProbeSettings
 from analysis.present import check_folder
 check_folder(sys.argv[1], progress=False, probe_settings={settings})
 """
-
-
-def child(cmd: list[str]) -> tuple[float, float, str]:
-    """Run ``cmd``; its wall time (s), peak resident memory (MB) and stdout."""
-    t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(p.pid, 0)
-        wall = time.perf_counter() - t0
-        code = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        text = out.read().decode()
-    if code != 0:
-        raise SystemExit(f"benchmark step failed (exit {code}): {' '.join(cmd)}")
-    return wall, usage.ru_maxrss / 1024, text
-
-
-def load() -> str:
-    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def fresh(run: Path) -> None:

@@ -462,17 +462,23 @@ def round_stats(g: _Gather) -> dict[str, Any]:
             rs, re_ = float(r["start"]), float(r["end"])
         except (TypeError, ValueError):
             continue
-        dropped = [int(x) for x in r["dropped"]]
-        who = {int(x) for x in r["clients"]} - set(dropped)
-        lo, hi = np.searchsorted(up_e, rs, side="left"), np.searchsorted(up_e, re_, side="right")
-        straggler, done = None, None
-        for ci, ti in zip(up_c[lo:hi][::-1].tolist(), up_e[lo:hi][::-1].tolist()):
-            if int(ci) in who:
-                straggler, done = int(ci), ti
-                break
-        rounds.append({"round": r["round"], "start": rs, "end": re_, "clients": len(r["clients"]),
-                       "straggler": straggler, "straggler_done": done, "dropped": dropped})
+        rounds.append(_round_row(r, rs, re_, up_c, up_e))
     return {"rounds": rounds, "drops": g.drops}
+
+
+def _round_row(r: dict[str, Any], rs: float, re_: float, up_c: np.ndarray, up_e: np.ndarray) -> dict[str, Any]:
+    """One round of the rounds panel: its span, its straggler (the last of its kept clients whose upload
+    ended inside the round, from uploads ``up_c``/``up_e`` sorted by end) and its dropped clients."""
+    dropped = [int(x) for x in r["dropped"]]
+    who = {int(x) for x in r["clients"]} - set(dropped)
+    lo, hi = np.searchsorted(up_e, rs, side="left"), np.searchsorted(up_e, re_, side="right")
+    straggler, done = None, None
+    for ci, ti in zip(up_c[lo:hi][::-1].tolist(), up_e[lo:hi][::-1].tolist()):
+        if int(ci) in who:
+            straggler, done = int(ci), ti
+            break
+    return {"round": r["round"], "start": rs, "end": re_, "clients": len(r["clients"]),
+            "straggler": straggler, "straggler_done": done, "dropped": dropped}
 
 
 #: Labels of a client's intervals in the streamed breakdown, by code: :data:`BREAKDOWN_KEYS` less "idle".
@@ -673,16 +679,7 @@ class PanelStream:
             if not re_ < until:
                 still.append(r)
                 continue
-            dropped = [int(x) for x in r["dropped"]]
-            who = {int(x) for x in r["clients"]} - set(dropped)
-            lo, hi = np.searchsorted(up_e, rs, side="left"), np.searchsorted(up_e, re_, side="right")
-            straggler, done = None, None
-            for ci, ti in zip(up_c[lo:hi][::-1].tolist(), up_e[lo:hi][::-1].tolist()):
-                if int(ci) in who:
-                    straggler, done = int(ci), ti
-                    break
-            self.rounds.append({"round": r["round"], "start": rs, "end": re_, "clients": len(r["clients"]),
-                                "straggler": straggler, "straggler_done": done, "dropped": dropped})
+            self.rounds.append(_round_row(r, rs, re_, up_c, up_e))
             if r["part"] and re_ > rs:
                 arr = np.asarray(r["part"], dtype=float)
                 inside = (self.agg_s >= rs) & (self.agg_s < re_)
