@@ -191,10 +191,14 @@ def run_variant(
             with building_outputs(out, [summary], "figures and report") as built:
                 import fedsim.report as report
 
+                if ctx is not None:  # the one figure drawn from the simulation's objects, not its files
+                    report.topology_figure(ctx.world, out / "topology.png")
+                # the outputs read the run's files: the simulation's objects (world, clients, models, the
+                # event queue) are dropped first, so their memory is free before the trace is read
+                ctx = executor = world = model = algo = env = None  # type: ignore[assignment]  # noqa: F841
+                hooks.clear()
                 report.run_figures(out, timeline_window=scenario.output.timeline_window,
                                    timeline_clients=scenario.output.timeline_clients)
-                if ctx is not None:
-                    report.topology_figure(ctx.world, out / "topology.png")
                 report.html_report(out)
             if not built:  # the summary says so (written again); figures of a failed run never hide its failure
                 (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")

@@ -61,3 +61,28 @@ def test_systems_only_trace_is_the_same_from_the_cache_as_from_a_fresh_dataset(t
     assert len(list((tmp_path / "cache").glob("mnist1d-*.npz"))) == 1
     for run in ("store", "hit"):
         assert filecmp.cmp(tmp_path / "fresh" / "trace.jsonl", tmp_path / run / "trace.jsonl", shallow=False)
+
+
+def test_a_cache_hit_does_not_import_the_generator(tmp_path, monkeypatch):
+    """The generator's defaults are remembered beside the cache, equal to the package's own, so a run whose
+    dataset is cached never imports ``mnist1d`` (and the scipy, requests and pyplot it pulls in)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from mnist1d.data import get_dataset_args
+
+    monkeypatch.setenv("FEDSIM_CACHE_DIR", str(tmp_path))
+    load_dataset("mnist1d", options={"num_samples": 200})
+    (memo,) = tmp_path.glob("mnist1d-defaults-*.json")
+    assert json.loads(memo.read_text()) == {k: v for k, v in get_dataset_args(as_dict=True).items() if k != "url"}
+    code = ("import sys; from fedsim.learn.data import load_dataset; load_dataset('mnist1d', options={'num_samples': 200}); "
+            "print(sorted(m for m in ('mnist1d', 'requests', 'matplotlib.pyplot') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "FEDSIM_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
+    memo.write_text("not json")  # an unreadable memo: the package's defaults, written again
+    assert _same(load_dataset("mnist1d", options={"num_samples": 200}), load_dataset("mnist1d", options={"num_samples": 200}))
+    assert json.loads(memo.read_text()) == {k: v for k, v in get_dataset_args(as_dict=True).items() if k != "url"}

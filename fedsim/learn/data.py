@@ -218,10 +218,38 @@ def _load_digits(rng: np.random.Generator, opts: dict, *, upscale: bool = False)
     return FederatedData(_to_dataset(xtr, y[tr], 10, name), _to_dataset(xte, y[te], 10, name))
 
 
-def _mnist1d_opts() -> tuple[str, ...]:
+def _mnist1d_defaults() -> dict[str, Any]:
+    """The ``mnist1d`` generator's default arguments (``get_dataset_args``), without its ``url``.
+
+    Importing ``mnist1d.data`` pulls in scipy, requests and matplotlib's pyplot (about 40 MB and half a
+    second) although a run whose dataset is cached needs none of them.  So the defaults are remembered in
+    the cache folder, one small JSON file per installed ``mnist1d`` version, written the first time the
+    package is imported; with the cache off, or the file unreadable, they come from the package itself."""
+    from importlib import metadata
+
+    folder = cache_dir()
+    path = None if folder is None else folder / f"mnist1d-defaults-{metadata.version('mnist1d')}.json"
+    if path is not None and path.is_file():
+        try:
+            known = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(known, dict) and known:
+                return known
+        except (OSError, ValueError):
+            pass
     from mnist1d.data import get_dataset_args
 
-    return tuple(k for k in get_dataset_args(as_dict=True) if k != "url")
+    args = {k: v for k, v in get_dataset_args(as_dict=True).items() if k != "url"}
+    if path is not None:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(args), encoding="utf-8")
+            os.replace(tmp, path)  # atomic: a concurrent run reads no file or a whole one
+    return args
+
+
+def _mnist1d_opts() -> tuple[str, ...]:
+    return tuple(_mnist1d_defaults())
 
 
 def cache_dir() -> Path | None:
@@ -280,12 +308,8 @@ def _load_mnist1d(rng: np.random.Generator, opts: dict) -> FederatedData:
     """
     from importlib import metadata
 
-    import scipy
-    from mnist1d.data import get_dataset_args
-
-    args = get_dataset_args(as_dict=True)
+    args = _mnist1d_defaults()
     args.update(opts)
-    args.pop("url", None)
 
     def make() -> dict[str, np.ndarray]:
         from mnist1d.data import make_dataset
@@ -300,7 +324,8 @@ def _load_mnist1d(rng: np.random.Generator, opts: dict) -> FederatedData:
         return {"x": np.asarray(d["x"], dtype=np.float32), "y": np.asarray(d["y"]),
                 "x_test": np.asarray(d["x_test"], dtype=np.float32), "y_test": np.asarray(d["y_test"])}
 
-    key = {"args": args, "mnist1d": metadata.version("mnist1d"), "numpy": np.__version__, "scipy": scipy.__version__}
+    key = {"args": args, "mnist1d": metadata.version("mnist1d"), "numpy": np.__version__,
+           "scipy": metadata.version("scipy")}
     d = _generated("mnist1d", key, make)
     xtr, xte = normalise_channels(d["x"][:, None, :], d["x_test"][:, None, :])
     return FederatedData(_to_dataset(xtr, d["y"], 10, "mnist1d"), _to_dataset(xte, d["y_test"], 10, "mnist1d"))
