@@ -129,3 +129,20 @@ def test_link_rates_go_on_a_log_axis_when_they_span_decades(tmp_path, monkeypatc
                            "rate_bps": r} for i, r in enumerate(rates)])
     assert report.link_rate_figure(trace, tmp_path / "r.png")
     assert (scales == ["log"]) is log
+
+
+def test_freed_memory_is_released_only_before_reading_a_large_trace(tmp_path, monkeypatch):
+    """A full collection costs about 0.15 s once torch is loaded: worth it before reading a large trace
+    (its reading would otherwise stack on the simulation's freed pages), not before a small one."""
+    import gc
+
+    import fedsim.report as report
+
+    (tmp_path / "trace.jsonl").write_text('{"t": 0.0, "kind": "dispatch", "client": 0}\n')
+    calls: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(1) or 0)
+    report._release_freed_memory(tmp_path)
+    assert calls == []
+    monkeypatch.setattr(report, "RELEASE_MIN_TRACE_BYTES", 10)
+    report._release_freed_memory(tmp_path)
+    assert calls == [1]
