@@ -122,6 +122,10 @@ def test_memory_refusal_names_device_need_and_budget():
     msg = str(e.value)
     assert msg.startswith("devices:")
     assert "model 'cnn'" in msg and "jetson-nano" in msg and "5.1 GiB" in msg and "4.0 GiB" in msg
+    tiny = dataclasses.replace(p, memory_bytes=3 * 2**20)  # a budget under 1 GiB reads in MiB, never "0.0 GiB"
+    with pytest.raises(ConfigError) as e:
+        check_memory(tiny, 5 * 2**20, "model 'cnn'")
+    assert "needs 5 MiB" in str(e.value) and "has 3 MiB" in str(e.value) and "0.0 GiB" not in str(e.value)
 
 
 def _write(tmp_path: Path, data: dict, name: str = "dev.yaml") -> Path:

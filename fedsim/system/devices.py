@@ -365,7 +365,8 @@ def compute_time(
 
 
 def _fmt_gib(x: float) -> str:
-    return f"{x / _GIB:.1f} GiB"
+    """Bytes for a memory refusal: GiB from 1 GiB up, MiB below (a small budget never reads "0.0 GiB")."""
+    return f"{x / _GIB:.1f} GiB" if x >= _GIB else f"{x / 2.0**20:.3g} MiB"
 
 
 def check_memory(profile: DeviceProfile, need_bytes: float, what: str) -> None:
