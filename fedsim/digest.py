@@ -100,6 +100,7 @@ class CoverGrid:
         self.free: list[int] = []
         self.h = np.zeros((0, self.bins))  # partly covered time per bin
         self.d = np.zeros((0, self.bins + 1), dtype=np.int32)  # whole-bin counts, as differences
+        self.unfolded = False  # whether ``d`` holds counts not yet folded into ``h`` (no scan of ``d`` to know)
         self.on_coarsen: list[Any] = []  # callbacks f(factor) when the bins widen
 
     # ------------------------------------------------------------------ reading
@@ -131,13 +132,14 @@ class CoverGrid:
     def _fold(self) -> None:
         """Fold the whole-bin counts into ``h``, a few rows at a time (a whole-grid cumsum would hold two
         temporaries the size of the grid: about 65 MB for 500 rows of 8192 bins)."""
-        if len(self.d) and self.d.any():
+        if self.unfolded:
             assert self.width is not None
             for i in range(0, len(self.d), FOLD_ROWS):
                 rows = self.d[i:i + FOLD_ROWS, :-1]
                 if rows.any():
                     self.h[i:i + FOLD_ROWS] += np.cumsum(rows, axis=1) * self.width
             self.d[:] = 0
+            self.unfolded = False
 
     def _slot(self, key: tuple[str, int]) -> int:
         slot = self.slots.get(key)
@@ -181,6 +183,7 @@ class CoverGrid:
         np.add.at(h, slots[tail] * nb + i1[tail], (u1[tail] - i1[tail]) * w)
         np.add.at(d, slots[x] * (nb + 1) + i0[x] + 1, 1)
         np.add.at(d, slots[x] * (nb + 1) + i1[x], -1)
+        self.unfolded = self.unfolded or bool(x.any())
 
     def drop(self, keep: Any) -> None:
         """Forget the rows whose client fails ``keep(client)`` (the server's row is always kept)."""
