@@ -643,6 +643,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
         summary["time_to_target_s_mean"], summary["time_to_target_s_std"] = hit.mean(), hit.std()
     summary.reset_index().to_csv(out / "seeds_summary.csv", index=False)
     fig, ax = plt.subplots(figsize=(6.5, 4))
+    drawn = 0
     for label, frames in curves.items():
         end = max(float(f["t"].max()) for f in frames)
         grid = np.linspace(0.0, end, 200)
@@ -659,11 +660,14 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
         mean, std = np.nanmean(arr, axis=0), np.nanstd(arr, axis=0)
         line = ax.plot(grid, mean, label=f"{label} (n={len(ys)} seeds)")[0]
         ax.fill_between(grid, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        drawn += 1
     ax.set_xlabel("virtual time (s)")
     ax.set_ylabel("test accuracy (mean ± std over seeds)")
     ax.grid(alpha=0.3)
-    if curves:
+    if drawn:
         ax.legend()
+    else:  # no seed recorded an accuracy (a loss-only task, or evaluation off): say so, not an empty plot
+        ax.text(0.5, 0.5, "no accuracy was recorded by any seed", transform=ax.transAxes, ha="center", va="center")
     fig.tight_layout()
     fig.savefig(out / "seeds.png", dpi=120)
     plt.close(fig)
