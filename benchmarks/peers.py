@@ -10,6 +10,8 @@ Implementations, each a whole process run from ``benchmarks/peers/``:
 
 * ``loop``: ``pure_loop.py``, the plain loop (the floor), with this interpreter;
 * ``fedsim``: ``fedsim run workload.yaml`` with its default outputs (trace, figures, report), this interpreter;
+* ``fedsim-trace``: the same with ``output.figures=false`` (the trace, metrics and summary, no figures or
+  report): not a replacement for the row above, but what the figures and report cost, in the same sitting;
 * ``pfl``, ``flgo``, ``flwr``: ``pfl_sim.py``, ``flgo_sim.py``, ``flower_sim.py``, each with the interpreter
   named by ``PFL_PYTHON``, ``FLGO_PYTHON``, ``FLWR_PYTHON`` (default: this one).  A peer whose package does
   not import there is skipped, and said so.  The peers are optional installs for this benchmark only,
@@ -127,6 +129,8 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
     methods: dict[str, list[str]] = {"loop": [sys.executable, "pure_loop.py"]}
     run_dir = work / f"fedsim-{size}"
     methods["fedsim"] = [*fedsim_command(), "run", SCENARIO[size], "--out", str(run_dir), "--force", "--quiet"]
+    methods["fedsim-trace"] = [*fedsim_command(), "run", SCENARIO[size], "output.figures=false",
+                               "--out", str(work / f"fedsim-trace-{size}"), "--force", "--quiet"]
     versions = {}
     for name, (package, script, var) in PEERS.items():
         if only is not None and name not in only:
@@ -175,6 +179,7 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
 
     versions["loop"] = "torch " + (installed(sys.executable, "torch") or "?")
     versions["fedsim"] = installed(sys.executable, "fedsim") or "?"
+    versions["fedsim-trace"] = versions["fedsim"] + ", figures and report off"
     print("\n| implementation | version | wall s (median) | wall ÷ plain loop (paired median [min–max]) "
           "| fedsim's wall ÷ its | CPU s (median) | CPU ÷ plain loop | steady round ms | peak RSS MiB "
           "| final accuracy |")
@@ -188,7 +193,7 @@ def bench(size: str, pairs: int, only: set[str] | None, work: Path) -> bool:
             continue
         steady = [x for x in (steady_fedsim if n == "fedsim" else [r.get("median_round_2on_s") for r in good])
                   if x is not None]
-        acc = acc_ref if n == "fedsim" else good[-1].get("final_acc")
+        acc = acc_ref if n in ("fedsim", "fedsim-trace") else good[-1].get("final_acc")
         ok = ok and same_accuracy(acc, acc_ref)
         cells = [n, versions[n], f"{statistics.median(r['wall_s'] for r in good):.3f}",
                  "1" if n == "loop" else ratio(n, "loop"), "1" if n == "fedsim" else ratio("fedsim", n),
