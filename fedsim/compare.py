@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.errors import ConfigError  # noqa: E402
-from fedsim.report import ENERGY_PARTS, fmt_bytes, fmt_seconds  # noqa: E402
+from fedsim.report import ENERGY_PARTS, fmt_bytes, fmt_seconds, save_figure  # noqa: E402
 from fedsim.sweep import time_to_accuracy  # noqa: E402
 
 
@@ -130,9 +130,8 @@ def compare_figures(runs: Sequence[tuple[str, Path]], out: Path) -> list[Path]:
         for ax in axes.flat:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-        fig.tight_layout()
         p = out / "compare_bytes.png"
-        fig.savefig(p, dpi=120)
+        save_figure(fig, p)
         plt.close(fig)
         written.append(p)
     energy = {}
@@ -155,9 +154,8 @@ def compare_figures(runs: Sequence[tuple[str, Path]], out: Path) -> list[Path]:
             ax.set_xlabel("energy, all devices (J)")
             ax.set_title(title, fontsize=9)
             ax.legend(fontsize=7)
-        fig.tight_layout()
         p = out / "compare_energy.png"
-        fig.savefig(p, dpi=120)
+        save_figure(fig, p)
         plt.close(fig)
         written.append(p)
     return written

@@ -30,6 +30,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from fedsim.errors import ConfigError  # noqa: E402
+from fedsim.report import save_figure  # noqa: E402
 
 #: Per-run numbers a sweep tabulates; sweep.csv gives their mean (and std over seeds) per point.
 RUN_COLUMNS = ("final_accuracy", "best_accuracy", "time_to_target_s", "virtual_time_s", "bytes_up", "bytes_down",
@@ -507,8 +508,7 @@ def sweep_figure(table: pd.DataFrame, path: Path, key: str) -> None:
                    "final_accuracy": "final test accuracy", "virtual_time_s": "virtual time (s)"}[ycol])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)
 
 
@@ -578,8 +578,7 @@ def heatmap_figure(table: pd.DataFrame, path: Path, keys: Sequence[str], title: 
     runs = int(table["runs"].max()) if "runs" in table else 1
     head = (f"{title}: " if title else "") + (f"mean ± std over {runs} seeds" if runs > 1 else "one run per cell")
     fig.suptitle(head, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
     plt.close(fig)
     return True
 
@@ -668,8 +667,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
         ax.legend()
     else:  # no seed recorded an accuracy (a loss-only task, or evaluation off): say so, not an empty plot
         ax.text(0.5, 0.5, "no accuracy was recorded by any seed", transform=ax.transAxes, ha="center", va="center")
-    fig.tight_layout()
-    fig.savefig(out / "seeds.png", dpi=120)
+    save_figure(fig, out / "seeds.png")
     plt.close(fig)
     from fedsim.folder_report import folder_report
 

@@ -116,3 +116,32 @@ def test_the_run_figures_leave_pyplot_and_its_backend_alone(tmp_path):
                           env={**os.environ, "MPLBACKEND": ""})
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "a.png").stat().st_size > 1000
+
+
+def test_save_figure_draws_once_and_writes_the_same_png(tmp_path, monkeypatch):
+    """save_figure lays a figure out and draws it once; savefig after a bare tight_layout draws it twice
+    (the placeholder layout engine tight_layout leaves asks for a draw before the written one).  The PNG
+    is the same either way."""
+    from matplotlib.figure import Figure
+
+    from fedsim.report import new_figure, save_figure
+
+    def make():
+        fig, ax = new_figure(figsize=(6, 4))
+        ax.plot([0, 1, 2], [1, 0, 2], label="a line")
+        ax.set_xlabel("virtual time (s)")
+        ax.set_title("a title long enough to need the layout")
+        ax.legend()
+        return fig
+
+    draws = []
+    real_draw = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda self, renderer: (draws.append(1), real_draw(self, renderer))[1])
+    fig = make()
+    fig.tight_layout()
+    fig.savefig(tmp_path / "plain.png", dpi=120)
+    plain = len(draws)
+    draws.clear()
+    save_figure(make(), tmp_path / "saved.png")
+    assert plain == 2 and len(draws) == 1
+    assert (tmp_path / "saved.png").read_bytes() == (tmp_path / "plain.png").read_bytes()
