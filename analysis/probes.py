@@ -108,6 +108,15 @@ def cross_entropy_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor)
     return F.cross_entropy(model(x), y)
 
 
+def _cross_entropy_per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The losses of :func:`cross_entropy_loss`, one per sample (their mean is it): what lets the per-sample
+    pass take each sample's gradient from one batched backward (:mod:`analysis.layer_grads`)."""
+    return F.cross_entropy(model(x), y, reduction="none")
+
+
+cross_entropy_loss.per_sample = _cross_entropy_per_sample  # type: ignore[attr-defined]
+
+
 def model_loss(task: str) -> Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The training loss of ``task`` (:func:`fedsim.learn.sgd.loss_for`) in the estimators' signature
     ``loss(model, x, y)``, so probes measure the objective the run trained on."""
