@@ -47,3 +47,20 @@ def test_meta_init_skip_leaves_shapes_real_tensors_and_shape_errors_alone():
     with pytest.raises(RuntimeError):
         with torch.device("meta"), _SkipMetaInit():
             torch.nn.Linear(3, 4)(torch.empty(2, 5))
+
+
+def test_fedsim_check_of_a_vit_run_with_checkpoints_imports_none_of_them(tiny, tmp_path):
+    from fedsim import scenario_from_mapping
+    from fedsim.runner import run_scenario
+
+    sc = copy.deepcopy(tiny)
+    sc["data"] = {"name": "digits32", "num_clients": 3, "partition": {"method": "iid"}}
+    sc["model"] = {"name": "vit", "depth": 1, "options": {"embed_dim": 16, "heads": 2, "patch": 8}}
+    sc["stop"] = {"max_versions": 2}
+    sc["output"] = {"figures": False, "checkpoints": 1}
+    run_scenario(scenario_from_mapping(sc), tmp_path / "run", progress=False)
+    assert (tmp_path / "run" / "checkpoints").is_dir()
+    loaded = _fresh("from analysis.present import check_folder\n"
+                    f"check_folder({str(tmp_path / 'run')!r}, progress=False)")
+    assert (tmp_path / "run" / "probes.csv").exists() and (tmp_path / "run" / "check").is_dir()
+    assert loaded == [], loaded
