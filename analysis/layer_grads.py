@@ -1,4 +1,5 @@
-"""Per-sample gradients from layer hooks (the Opacus / BackPACK technique), for :func:`analysis.estimators.per_sample_pass`.
+"""Per-sample gradients from layer hooks (the Opacus / BackPACK technique), for
+:func:`analysis.estimators.per_sample_pass`.
 
 One ordinary forward and backward pass of a chunk of samples, with the loss summed over them: a forward
 hook keeps each layer's input, a hook on its output keeps the gradient reaching it, and each sample's
@@ -115,8 +116,10 @@ def _rules() -> dict[type, tuple[Rule, Callable[[nn.Module], bool]]]:
     }
 
 
-#: Parameter-free modules that couple or randomise the samples of a batch in training mode.
-_TRAINING_MIXERS = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd, nn.modules.instancenorm._InstanceNorm)
+#: Modules that couple or randomise the samples of a batch in training mode (BatchNorm also without running
+#: statistics).
+_TRAINING_MIXERS = (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd,
+                    nn.modules.instancenorm._InstanceNorm)
 
 
 @dataclass(eq=False)
