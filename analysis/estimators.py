@@ -342,8 +342,9 @@ class SampleStats:
 
 def per_sample_stats(model: torch.nn.Module, loss_fn: LossFn, data: Sequence[torch.Tensor],
                      chunk: int | None = None) -> SampleStats:
-    """:class:`SampleStats` of one dataset in one pass of vectorised per-sample gradients (``torch.func``
-    ``vmap`` of ``grad``), ``chunk`` samples at a time (default: about 2^24 gradient entries held)."""
+    """:class:`SampleStats` of one dataset in one pass of per-sample gradients (layer hooks, or ``torch.func``
+    ``vmap`` of ``grad``: :func:`per_sample_pass`), ``chunk`` samples at a time (default: about 2^24 gradient
+    entries held)."""
     return per_sample_stats_many(model, loss_fn, [data], chunk=chunk)[0]
 
 

@@ -217,7 +217,9 @@ def hooked_grads(plan: LayerPlan, model: nn.Module, batch: Sequence[torch.Tensor
         layer.hooks.append(layer.module.register_forward_hook(fwd))
     params = dict(model.named_parameters())
     try:
-        losses = plan.per_sample_loss(model, *batch)
+        with torch.enable_grad():  # as torch.func.grad does: a caller's no_grad block does not stop the pass
+            losses = plan.per_sample_loss(model, *batch)
+            total = losses.sum()
     finally:
         for layer in plan.layers:
             for h in layer.hooks:
@@ -226,7 +228,6 @@ def hooked_grads(plan: LayerPlan, model: nn.Module, batch: Sequence[torch.Tensor
     b = int(batch[0].shape[0])
     if losses.shape != (b,) or losses.grad_fn is None:
         raise Unsupported(f"per-sample loss of shape {tuple(losses.shape)} for {b} samples")
-    total = losses.sum()
     uses = _uses(total.grad_fn)
     called = []
     for layer in plan.layers:

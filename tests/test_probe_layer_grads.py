@@ -92,6 +92,19 @@ def test_hooked_per_sample_gradients_equal_the_vmap_ones(make):
     _compare(model, shape, classes)
 
 
+def test_a_caller_no_grad_block_does_not_send_the_pass_to_vmap(monkeypatch):
+    import analysis.estimators as est
+
+    model, shape, classes = _mlp()
+    x, y = _data(shape, 10, classes)
+    used = []
+    monkeypatch.setattr(est, "hooked_grads", lambda *a: used.append(1) or hooked_grads(*a))
+    with torch.no_grad():
+        a, _ = per_sample_pass(model, cross_entropy_loss, [(x, y)])
+    b, _ = per_sample_pass(model, cross_entropy_loss, [(x, y)], hooks=False)
+    assert used and a[0].sq_mean == pytest.approx(b[0].sq_mean, rel=1e-6)
+
+
 def test_the_cos2p_model_is_hooked_as_built_for_a_run():
     """The run's own ViT (depth 8, embed 32, patch 8 on digits32's shape) takes the hooked path."""
     model = build_model("vit", (3, 32, 32), 10, depth=8, options={"embed_dim": 32, "heads": 4, "mlp_ratio": 2.0,
