@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from analysis.layer_grads import LayerPlan, Unsupported, hooked_grads, layer_plan
 from fedsim.errors import ConfigError
 
 
@@ -341,8 +342,9 @@ class SampleStats:
 
 def per_sample_stats(model: torch.nn.Module, loss_fn: LossFn, data: Sequence[torch.Tensor],
                      chunk: int | None = None) -> SampleStats:
-    """:class:`SampleStats` of one dataset in one pass of vectorised per-sample gradients (``torch.func``
-    ``vmap`` of ``grad``), ``chunk`` samples at a time (default: about 2^24 gradient entries held)."""
+    """:class:`SampleStats` of one dataset in one pass of per-sample gradients (layer hooks, or ``torch.func``
+    ``vmap`` of ``grad``: :func:`per_sample_pass`), ``chunk`` samples at a time (default: about 2^24 gradient
+    entries held)."""
     return per_sample_stats_many(model, loss_fn, [data], chunk=chunk)[0]
 
 
@@ -365,24 +367,27 @@ KEEP_BUDGET = 1 << 24
 
 
 def per_sample_pass(model: torch.nn.Module, loss_fn: LossFn, datasets: Sequence[Sequence[torch.Tensor]],
-                    chunk: int | None = None, keep: Sequence[int] | None = None
+                    chunk: int | None = None, keep: Sequence[int] | None = None, *, hooks: bool = True
                     ) -> tuple[list[SampleStats], torch.Tensor | None]:
     """:func:`per_sample_stats_many`, also returning the per-sample gradients of the samples at positions
     ``keep`` of the datasets' concatenation, as a float32 ``(len(keep), d)`` tensor in ``keep``'s order
     (None without ``keep``), so another estimate can reuse them without a second pass.  At most
-    :data:`KEEP_BUDGET` entries are kept: beyond it, an evenly spaced selection of ``keep``."""
+    :data:`KEEP_BUDGET` entries are kept: beyond it, an evenly spaced selection of ``keep``.
+
+    The per-sample gradients come from layer hooks (:mod:`analysis.layer_grads`: one batched forward and
+    backward per chunk) where every trainable parameter sits in a supported layer and ``loss_fn`` has a
+    ``per_sample`` form, else (or with ``hooks=False``) from ``torch.func.vmap`` of ``grad``; both are exact."""
     if not datasets or any(int(d[0].shape[0]) < 1 for d in datasets):
         raise ConfigError("datasets", "need at least one non-empty dataset")
     names = [k for k, p in model.named_parameters() if p.requires_grad]
-    params = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}
-    d = sum(p.numel() for p in params.values())
+    d = sum(p.numel() for p in model.parameters() if p.requires_grad)
     sizes = [int(data[0].shape[0]) for data in datasets]
     n, m = sum(sizes), len(datasets)
     step = int(chunk) if chunk else max(1, min(n, PER_SAMPLE_BUDGET // max(d, 1)))
     joined = tuple(torch.cat([data[j] for data in datasets]) if m > 1 else datasets[0][j]
                    for j in range(len(datasets[0])))
     device = joined[0].device
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     kept = keep_at = None
     if keep is not None and len(keep):
         keep_at = np.asarray(keep, dtype=np.int64)
@@ -393,11 +398,36 @@ def per_sample_pass(model: torch.nn.Module, loss_fn: LossFn, datasets: Sequence[
             keep_at = keep_at[np.linspace(0, len(keep_at) - 1, most).round().astype(np.int64)]
         kept = torch.empty(len(keep_at), d, dtype=torch.float32, device=device)
 
-    def one(p: Mapping[str, torch.Tensor], *sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        loss = loss_fn(_Bound(model, p), *(t.unsqueeze(0) for t in sample))
-        return loss, loss.detach()
+    plan = layer_plan(model, loss_fn) if hooks else None
+    if plan is not None:
+        try:
+            total, sq, loss_sum = _pass(model, loss_fn, names, joined, step, bounds, m, d, kept, keep_at, plan)
+        except Unsupported:  # e.g. a tied weight: the vmap path is exact for any model
+            plan = None
+    if plan is None:
+        total, sq, loss_sum = _pass(model, loss_fn, names, joined, step, bounds, m, d, kept, keep_at, None)
+    total_np, sq_np, loss_np = total.cpu().numpy(), sq.cpu().numpy(), loss_sum.cpu().numpy()
+    stats = [SampleStats(total_np[i] / sizes[i], float(loss_np[i]) / sizes[i], float(sq_np[i]) / sizes[i], sizes[i])
+             for i in range(m)]
+    return stats, kept
 
-    per_sample = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, *[0] * len(joined)))
+
+def _pass(model: torch.nn.Module, loss_fn: LossFn, names: Sequence[str], joined: Sequence[torch.Tensor], step: int,
+          bounds: np.ndarray, m: int, d: int, kept: torch.Tensor | None, keep_at: np.ndarray | None,
+          plan: LayerPlan | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The chunked loop of :func:`per_sample_pass`: per-sample gradients ``step`` samples at a time (by
+    layer hooks with ``plan``, else by ``vmap``), added in float64 to their dataset's sums; fills ``kept``.
+    Returns the per-dataset gradient sums (m, d), squared-norm sums (m,) and loss sums (m,)."""
+    device = joined[0].device
+    n = int(joined[0].shape[0])
+    if plan is None:
+        params = {k: p.detach() for k, p in model.named_parameters() if p.requires_grad}
+
+        def one(p: Mapping[str, torch.Tensor], *sample: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            loss = loss_fn(_Bound(model, p), *(t.unsqueeze(0) for t in sample))
+            return loss, loss.detach()
+
+        per_sample = torch.func.vmap(torch.func.grad(one, has_aux=True), in_dims=(None, *[0] * len(joined)))
     total = torch.zeros(m, d, dtype=torch.float64, device=device)
     sq = torch.zeros(m, dtype=torch.float64, device=device)
     loss_sum = torch.zeros(m, dtype=torch.float64, device=device)
@@ -407,15 +437,13 @@ def per_sample_pass(model: torch.nn.Module, loss_fn: LossFn, datasets: Sequence[
         # the datasets this chunk touches, as (dataset, first row, end row) within the chunk
         segs = [(i, max(lo, int(bounds[i])) - lo, min(hi, int(bounds[i + 1])) - lo)
                 for i in range(m) if bounds[i] < hi and bounds[i + 1] > lo]
-        grads, losses = per_sample(params, *part)
-        take = dest = None
-        if kept is not None:
+        grads, losses = per_sample(params, *part) if plan is None else hooked_grads(plan, model, part)
+        if kept is not None and keep_at is not None:
             sel = np.flatnonzero((keep_at >= lo) & (keep_at < hi))
             if len(sel):
                 dest = torch.as_tensor(sel, device=device)
                 take = torch.as_tensor(keep_at[sel] - lo, device=device)
-        if take is not None:
-            kept[dest] = torch.cat([grads[k][take].reshape(len(take), -1).float() for k in names], dim=1)
+                kept[dest] = torch.cat([grads[k][take].reshape(len(take), -1).float() for k in names], dim=1)
         off = 0
         for k in names:  # per tensor, summed in float64 (σ² is a difference of two close sums), no copy
             gk = grads[k].reshape(part[0].shape[0], -1)
@@ -427,10 +455,7 @@ def per_sample_pass(model: torch.nn.Module, loss_fn: LossFn, datasets: Sequence[
         losses = losses.double().reshape(-1)
         for i, a, b in segs:
             loss_sum[i] += losses[a:b].sum()
-    total_np, sq_np, loss_np = total.cpu().numpy(), sq.cpu().numpy(), loss_sum.cpu().numpy()
-    stats = [SampleStats(total_np[i] / sizes[i], float(loss_np[i]) / sizes[i], float(sq_np[i]) / sizes[i], sizes[i])
-             for i in range(m)]
-    return stats, kept
+    return total, sq, loss_sum
 
 
 def fisher_top_direction(rows: torch.Tensor, *, rng: np.random.Generator, iters: int = 10,

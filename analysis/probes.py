@@ -108,6 +108,15 @@ def cross_entropy_loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor)
     return F.cross_entropy(model(x), y)
 
 
+def _cross_entropy_per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The losses of :func:`cross_entropy_loss`, one per sample (their mean is it): what lets the per-sample
+    pass take each sample's gradient from one batched backward (:mod:`analysis.layer_grads`)."""
+    return F.cross_entropy(model(x), y, reduction="none")
+
+
+cross_entropy_loss.per_sample = _cross_entropy_per_sample  # type: ignore[attr-defined]
+
+
 def model_loss(task: str) -> Callable[[torch.nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]:
     """The training loss of ``task`` (:func:`fedsim.learn.sgd.loss_for`) in the estimators' signature
     ``loss(model, x, y)``, so probes measure the objective the run trained on."""
@@ -636,16 +645,14 @@ def bound_curve(df: pd.DataFrame, measured: Mapping[str, Any]) -> pd.DataFrame:
 def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path) -> list[str]:
     """Figures of a probe table into ``out``: dissimilarity over versions, ‖∇F‖² against the local-SGD
     bound, SVCCA of each block against the final model.  Returns the file names written."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedsim.report import new_figure  # plain Figure objects: pyplot is neither imported nor left holding them
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     df = df.sort_values("version")
     written = []
 
-    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    fig, ax = new_figure(figsize=(4.8, 3.2))
     ax.plot(df["version"], df["zeta2_mean"], marker=".", label=r"$\zeta^2$ mean$_i$")
     ax.plot(df["version"], df["zeta2_max"], marker=".", label=r"$\zeta^2$ max$_i$")
     ax.set(xlabel="model version", ylabel=r"$\|\nabla F_i - \nabla F\|^2$", title="Client gradient dissimilarity")
@@ -657,11 +664,10 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "dissimilarity_over_versions.png", dpi=110)
-    plt.close(fig)
     written.append("dissimilarity_over_versions.png")
 
     curve = bound_curve(df, measured)
-    fig, ax = plt.subplots(figsize=(4.8, 3.2))
+    fig, ax = new_figure(figsize=(4.8, 3.2))
     ax.plot(df["version"], df["grad_norm_sq"], marker=".", linestyle=":", color="tab:gray", label=r"$\|\nabla F(w_t)\|^2$")
     if len(curve):
         ax.plot(curve["T"], curve["avg_grad_norm_sq"], marker=".", label="running average (measured)")
@@ -677,7 +683,6 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "grad_norm_vs_bound.png", dpi=110)
-    plt.close(fig)
     written.append("grad_norm_vs_bound.png")
 
     cols = [c for c in df.columns if c.startswith("svcca_final_")]
@@ -687,7 +692,7 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
         final = max(versions)
         show = sorted({versions[0], *(v for v in versions[-2:-1] if v != final), versions[len(versions) // 2]} - {final}) \
             or [versions[0]]
-        fig, ax = plt.subplots(figsize=(4.8, 3.2))
+        fig, ax = new_figure(figsize=(4.8, 3.2))
         for v in show:
             vals = df.loc[df["version"] == v, cols].iloc[0].to_numpy(float)
             ax.plot(range(len(layers)), vals, marker="o", label=f"version {v}")
@@ -696,6 +701,5 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
         ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(out / "svcca_by_layer.png", dpi=110)
-        plt.close(fig)
         written.append("svcca_by_layer.png")
     return written

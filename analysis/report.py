@@ -179,14 +179,12 @@ def semisfl_rows(trace: pd.DataFrame) -> tuple[list[Check], dict[str, Any]]:
 
 
 def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from fedsim.report import new_figure  # plain Figure objects: pyplot is neither imported nor left holding them
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
     st = tm.staleness_table(trace) if not trace.empty else pd.DataFrame()
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    fig, ax = new_figure(figsize=(4.5, 3.2))
     if len(st):
         s = st["staleness"].astype(int)
         ax.hist(s, bins=np.arange(s.min(), s.max() + 2) - 0.5, color="tab:blue", edgecolor="white")
@@ -198,9 +196,8 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     ax.set(xlabel="staleness (model versions)", ylabel="updates", title="Staleness of applied updates")
     fig.tight_layout()
     fig.savefig(out / "staleness_hist.png", dpi=110)
-    plt.close(fig)
     written.append("staleness_hist.png")
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    fig, ax = new_figure(figsize=(4.5, 3.2))
     per = tm.n_star_per_round(trace) if not trace.empty else pd.DataFrame()
     if len(per):
         ax.step(per.index, per["n_star"], where="mid", label="strict N*_q")
@@ -217,9 +214,8 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(out / "n_star_per_round.png", dpi=110)
-    plt.close(fig)
     written.append("n_star_per_round.png")
-    fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    fig, ax = new_figure(figsize=(4.5, 3.2))
     cur = tm.accuracy_curve(metrics if metrics is not None and len(metrics) else trace)
     regression = metrics is not None and len(metrics) and metrics["accuracy"].isna().all() and "loss" in metrics
     if regression:  # a regression task has no accuracy: its test loss is the curve
@@ -231,7 +227,6 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
         ax.set(xlabel="virtual time (s)", ylabel="accuracy", title="Accuracy vs time")
     fig.tight_layout()
     fig.savefig(out / "accuracy_vs_time.png", dpi=110)
-    plt.close(fig)
     written.append("accuracy_vs_time.png")
     return written
 

@@ -32,7 +32,6 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import integrate
 
 from fedsim.errors import ConfigError
 
@@ -269,6 +268,8 @@ def expected_random_cca(p: int, q: int, n: int, *, squared: bool = False) -> flo
         s, c = np.sin(theta), np.cos(theta)
         xv = a + (b - a) * s * s
         return np.sqrt(xv) * (b - a) ** 2 * s * s * c * c / (xv * (1 - xv)) / (np.pi * c1)
+
+    from scipy import integrate  # only here: importing scipy costs every `fedsim check` about half a second
 
     val, _ = integrate.quad(integrand, 0.0, np.pi / 2, limit=200)
     return float(val)

@@ -148,7 +148,7 @@ def coverage_matrix(df: pd.DataFrame, segments: Sequence[str] | None = None, min
         rounds |= set(rd["round"].tolist())
     has_cov = not ap.empty and "coverage" in ap.columns
     if segments is None:
-        names: list[str] = []
+        names: dict[str, None] = {}  # first-seen order; a dict, so each lookup is O(1)
         if has_cov:
             for cov in ap["coverage"]:
                 if isinstance(cov, Mapping):
@@ -158,16 +158,16 @@ def coverage_matrix(df: pd.DataFrame, segments: Sequence[str] | None = None, min
                 else:
                     keys = ()
                 for k in keys:
-                    if str(k) not in names:
-                        names.append(str(k))
-        segments = names or ["model"]
+                    names.setdefault(str(k), None)
+        segments = list(names) or ["model"]
     segments = [str(s) for s in segments]
+    wanted = set(segments)
     counts = {r: {s: set() for s in segments} for r in rounds}
     if not ap.empty:
-        for _, ev in ap.iterrows():
-            cov = ev["coverage"] if has_cov else None
-            for s in _covered(cov, segments, min_fraction) & set(segments):
-                counts[ev["round"]][s].add(ev["client"])
+        covs = ap["coverage"].tolist() if has_cov else [None] * len(ap)
+        for rnd, client, cov in zip(ap["round"].tolist(), ap["client"].tolist(), covs):
+            for s in _covered(cov, segments, min_fraction) & wanted:
+                counts[rnd][s].add(client)
     out = pd.DataFrame({r: {s: len(c) for s, c in segs.items()} for r, segs in counts.items()}).T
     if out.empty:
         out = pd.DataFrame(columns=segments)
@@ -230,24 +230,45 @@ def update_busy_times(df: pd.DataFrame) -> pd.DataFrame:
     st = staleness_table(df)
     if st.empty:
         return pd.DataFrame(columns=["t", "client", "round", "busy"])
-    iv = df[df["kind"].isin(INTERVAL_KINDS)] if "kind" in df.columns else pd.DataFrame()
-    dl = _kind(df, "download")
+    iv = _by_client(df[df["kind"].isin(INTERVAL_KINDS)] if "kind" in df.columns else pd.DataFrame(), ("start", "end"))
+    dl_frame = _kind(df, "download")
+    dl = _by_client(dl_frame, ("start", "end", "version")) if "version" in dl_frame.columns else {}
+    use_base = "base_version" in st.columns
     prev_apply: dict[Any, float] = {}
     rows = []
-    for _, ev in st.iterrows():
+    # per update, the same selections as a pandas filter, on the client's own numpy arrays (a pandas filter
+    # of the whole trace per update made this quadratic in the run's length)
+    for _, ev in st.iterrows():  # as before: each row as a Series (its values' types unchanged)
         c, t = ev["client"], float(ev["t"])
         start = prev_apply.get(c, -math.inf)
-        if not dl.empty and "base_version" in ev and "version" in dl.columns and not _is_missing(ev["base_version"]):
-            cand = dl[(dl["client"] == c) & (dl["version"] == ev["base_version"]) & (dl["end"] <= t + 1e-12)]
-            if not cand.empty:
-                start = float(cand["start"].max())
+        if use_base and c in dl and not _is_missing(ev["base_version"]):
+            d = dl[c]
+            sel = (d["version"] == ev["base_version"]) & (d["end"] <= t + 1e-12)
+            if sel.any():
+                start = _skipna_max(d["start"][sel])
         busy = 0.0
-        if not iv.empty:
-            mine = iv[(iv["client"] == c) & (iv["start"] >= start - 1e-12) & (iv["end"] <= t + 1e-12)]
-            busy = float((mine["end"] - mine["start"]).sum())
+        if c in iv:
+            i = iv[c]
+            sel = (i["start"] >= start - 1e-12) & (i["end"] <= t + 1e-12)
+            busy = float(np.nansum(i["end"][sel] - i["start"][sel]))  # pandas' sum: NaN skipped, same order
         rows.append({"t": t, "client": c, "round": ev.get("round", np.nan), "busy": busy})
         prev_apply[c] = t
     return pd.DataFrame(rows)
+
+
+def _by_client(frame: pd.DataFrame, cols: Sequence[str]) -> dict[Any, dict[str, np.ndarray]]:
+    """Columns ``cols`` of ``frame``'s rows per client, each in the frame's row order (start and end as
+    floats); {} without rows or a client column."""
+    if frame.empty or "client" not in frame.columns:
+        return {}
+    values = {k: frame[k].to_numpy(dtype=float) if k in ("start", "end") else frame[k].to_numpy() for k in cols}
+    return {c: {k: v[idx] for k, v in values.items()} for c, idx in frame.groupby("client", sort=False).indices.items()}
+
+
+def _skipna_max(x: np.ndarray) -> float:
+    """``Series.max()``: the largest non-NaN value, NaN when there is none."""
+    x = x[~np.isnan(x)]
+    return float(x.max()) if x.size else float("nan")
 
 
 def utilisation_per_round(df: pd.DataFrame) -> pd.Series:

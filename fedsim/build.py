@@ -64,6 +64,27 @@ def prepare_data(scenario: Scenario) -> Prepared:
     return Prepared(data, parts)
 
 
+#: In-place value fills of tensors: on a meta tensor (no values) each changes nothing.
+_VALUE_FILLS = frozenset({"normal_", "uniform_", "zero_", "fill_", "erfinv_", "mul_", "add_", "sub_", "div_", "clamp_",
+                          "copy_", "bernoulli_", "random_", "exponential_", "log_normal_", "cauchy_", "geometric_"})
+
+
+class _SkipMetaInit(torch.overrides.TorchFunctionMode):
+    """Skips weight initialisation of meta tensors (``torch.nn.init.*`` and in-place fills such as
+    ``normal_``), which only sets values a meta tensor does not have.  Why: PyTorch runs ``normal_`` and most
+    other meta-tensor fills through its Python reference implementations, whose first use imports the
+    compiler stack (``torch._dynamo``, 1-2 s of a fresh process that otherwise never needs it).  Shapes,
+    dtypes and the parameters themselves are unchanged."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        target = args[0] if args else kwargs.get("tensor")
+        if isinstance(target, torch.Tensor) and target.is_meta and (
+                getattr(func, "__module__", None) == "torch.nn.init" or getattr(func, "__name__", "") in _VALUE_FILLS):
+            return target
+        return func(*args, **kwargs)
+
+
 #: Most parameter memory a simulated model may have (1 GiB of float32: 268 million parameters).  Models of
 #: on-device training are far smaller; a larger one is a typo (``hidden: [100000, 100000]``), and building it
 #: would exhaust the machine before any check could name the field.
@@ -84,7 +105,7 @@ def build_global_model(scenario: Scenario, data: FederatedData) -> torch.nn.Modu
                               depth=m.depth, bn=m.bn, options=m.options,
                               base_dirs=(scenario.source_dir,))
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _SkipMetaInit():
             probe = build(seed_generator=None)
     except ConfigError:
         raise

@@ -5,6 +5,8 @@ import gzip
 import json
 import pickle
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -52,6 +54,28 @@ def test_digits_split_shapes_and_labels():
     assert pixels.min() >= 0 and pixels.max() <= 16
     ref_rows = sorted(r.tobytes() for r in load_digits().images.astype(np.int64).reshape(1797, -1))
     assert sorted(r.tobytes() for r in pixels) == ref_rows
+
+
+def test_digits_arrays_equal_load_digits_byte_for_byte():
+    from sklearn.datasets import load_digits
+
+    from fedsim.learn.data import digits_arrays
+
+    images, target = digits_arrays()
+    d = load_digits()
+    assert images.dtype == d.images.dtype and images.shape == d.images.shape == (1797, 8, 8)
+    assert target.dtype == d.target.dtype and target.shape == d.target.shape
+    assert images.tobytes() == d.images.tobytes() and target.tobytes() == d.target.tobytes()
+
+
+def test_loading_digits_imports_neither_scikit_learn_nor_scipy():
+    """scikit-learn ships the images; reading them must not execute its package (about a second with scipy)."""
+    code = ("import sys, numpy as np\n"
+            "from fedsim.learn.data import load_dataset\n"
+            "load_dataset('digits32', rng=np.random.default_rng(0))\n"
+            "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_digits_split_reproducible_and_seed_dependent():

@@ -7,7 +7,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 
 @dataclass
@@ -115,6 +114,8 @@ def trend(quantity: str, xs: Sequence[float], ys: Sequence[float], expect: str, 
     if xs.size == 2:
         rho = float(np.sign(xs[1] - xs[0]) * np.sign(ys[1] - ys[0]))
     else:
+        from scipy import stats  # here: scipy costs a fresh `fedsim check` about half a second to import
+
         rho = float(stats.spearmanr(xs, ys).statistic)
     if math.isnan(rho):
         rho = 0.0

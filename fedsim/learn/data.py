@@ -193,6 +193,28 @@ def _find_dir(root: Path, subdirs: tuple[str, ...], present: Callable[[Path], li
 _DIGITS_OPTS = ("test_fraction",)
 
 
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits as ``load_digits()`` gives them: ``images`` (1797, 8, 8) float64, pixel values
+    0..16, and ``target`` (1797,) of int, read from the CSV file shipped inside scikit-learn's package.
+
+    Why not ``load_digits``: importing ``sklearn.datasets`` imports scikit-learn and scipy (about a second of
+    a fresh process that needs neither).  The package is located without executing its ``__init__``, and the
+    file is parsed as ``load_digits`` parses it (``np.loadtxt`` of the gunzipped text), so the arrays are
+    identical."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sklearn")  # a top-level package: found, not imported
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("data.name", "digits needs scikit-learn installed (its package ships the images)")
+    for base in spec.submodule_search_locations:
+        path = Path(base) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, mode="rt", encoding="utf-8") as f:
+                data = np.loadtxt(f, delimiter=",")
+            return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int, copy=False)
+    raise ConfigError("data.name", "digits: scikit-learn's package has no datasets/data/digits.csv.gz")
+
+
 def _load_digits(rng: np.random.Generator, opts: dict, *, upscale: bool = False) -> FederatedData:
     """sklearn's 8x8 handwritten digits (1797 images, pixel values 0..16), split at random 80/20.
 
@@ -201,16 +223,14 @@ def _load_digits(rng: np.random.Generator, opts: dict, *, upscale: bool = False)
     bilinear interpolation (``torch.nn.functional.interpolate``, ``align_corners=False``: deterministic)
     and repeated on 3 identical channels, before the same split (for the same ``rng``) and normalisation.
     """
-    from sklearn.datasets import load_digits
-
     frac = _option(opts, "test_fraction", 0.2, float, gt=0, lt=1)
-    d = load_digits()
-    x = (d.images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
+    images, target = digits_arrays()
+    x = (images.astype(np.float32) / np.float32(16.0))[:, None, :, :]
     name = "digits"
     if upscale:
         big = torch.nn.functional.interpolate(torch.from_numpy(x), size=(32, 32), mode="bilinear", align_corners=False)
         x, name = big.repeat(1, 3, 1, 1).numpy(), "digits32"
-    y = d.target.astype(np.int64)
+    y = target.astype(np.int64)
     perm = rng.permutation(len(y))
     n_test = int(round(frac * len(y)))
     te, tr = np.sort(perm[:n_test]), np.sort(perm[n_test:])
