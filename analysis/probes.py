@@ -645,7 +645,7 @@ def bound_curve(df: pd.DataFrame, measured: Mapping[str, Any]) -> pd.DataFrame:
 def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path) -> list[str]:
     """Figures of a probe table into ``out``: dissimilarity over versions, ‖∇F‖² against the local-SGD
     bound, SVCCA of each block against the final model.  Returns the file names written."""
-    from fedsim.report import new_figure  # plain Figure objects: pyplot is neither imported nor left holding them
+    from fedsim.report import new_figure, save_figure  # plain Figure objects: no pyplot, nothing left held
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -662,8 +662,7 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
     lines = ax.get_legend_handles_labels()
     lines2 = ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "dissimilarity_over_versions.png", dpi=110)
+    save_figure(fig, out / "dissimilarity_over_versions.png", dpi=110)
     written.append("dissimilarity_over_versions.png")
 
     curve = bound_curve(df, measured)
@@ -681,8 +680,7 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
         ax.set_yscale("log")
     ax.set(xlabel="model version T", ylabel="squared gradient norm", title="Gradient norm vs bound")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "grad_norm_vs_bound.png", dpi=110)
+    save_figure(fig, out / "grad_norm_vs_bound.png", dpi=110)
     written.append("grad_norm_vs_bound.png")
 
     cols = [c for c in df.columns if c.startswith("svcca_final_")]
@@ -699,7 +697,6 @@ def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path
         ax.set_xticks(range(len(layers)), layers, rotation=30, fontsize=8)
         ax.set(xlabel="block", ylabel="SVCCA with final model", ylim=(0, 1.05), title=f"SVCCA by layer vs version {final}")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "svcca_by_layer.png", dpi=110)
+        save_figure(fig, out / "svcca_by_layer.png", dpi=110)
         written.append("svcca_by_layer.png")
     return written

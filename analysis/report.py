@@ -179,7 +179,7 @@ def semisfl_rows(trace: pd.DataFrame) -> tuple[list[Check], dict[str, Any]]:
 
 
 def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> list[str]:
-    from fedsim.report import new_figure  # plain Figure objects: pyplot is neither imported nor left holding them
+    from fedsim.report import new_figure, save_figure  # plain Figure objects: no pyplot, nothing left held
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -194,8 +194,7 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
 
         ax.xaxis.set_major_locator(_Int(integer=True))
     ax.set(xlabel="staleness (model versions)", ylabel="updates", title="Staleness of applied updates")
-    fig.tight_layout()
-    fig.savefig(out / "staleness_hist.png", dpi=110)
+    save_figure(fig, out / "staleness_hist.png", dpi=110)
     written.append("staleness_hist.png")
     fig, ax = new_figure(figsize=(4.5, 3.2))
     per = tm.n_star_per_round(trace) if not trace.empty else pd.DataFrame()
@@ -212,8 +211,7 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
         count_axis(ax, pd.concat([per["n_star"], per["n_star_trained"]]))
     else:
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    fig.tight_layout()
-    fig.savefig(out / "n_star_per_round.png", dpi=110)
+    save_figure(fig, out / "n_star_per_round.png", dpi=110)
     written.append("n_star_per_round.png")
     fig, ax = new_figure(figsize=(4.5, 3.2))
     cur = tm.accuracy_curve(metrics if metrics is not None and len(metrics) else trace)
@@ -225,8 +223,7 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
         if len(cur):
             ax.plot(cur["t"], cur["accuracy"], marker=".")
         ax.set(xlabel="virtual time (s)", ylabel="accuracy", title="Accuracy vs time")
-    fig.tight_layout()
-    fig.savefig(out / "accuracy_vs_time.png", dpi=110)
+    save_figure(fig, out / "accuracy_vs_time.png", dpi=110)
     written.append("accuracy_vs_time.png")
     return written
 

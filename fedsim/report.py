@@ -28,16 +28,16 @@ def new_figure(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, A
     return fig, fig.subplots(nrows, ncols)
 
 
-def save_figure(fig: Figure, path: str | Path, *, tight: bool = True) -> None:
-    """Write ``fig`` as a 120 dpi PNG, laid out once (``tight_layout`` unless ``tight=False``, for a figure
-    laid out already).  ``tight_layout`` leaves a placeholder layout engine on the figure, and with any
+def save_figure(fig: Figure, path: str | Path, *, tight: bool = True, dpi: int = 120) -> None:
+    """Write ``fig`` as a PNG (120 dpi unless given), laid out once (``tight_layout`` unless ``tight=False``,
+    for a figure laid out already).  ``tight_layout`` leaves a placeholder layout engine on the figure, and with any
     engine set ``savefig`` first runs a whole draw of its own (unrendered, but every text measured again)
     before the one it writes: about a third of a simple figure's cost, for a layout that is fixed by
     then.  Dropping the engine skips that pass; the PNG is the same, byte for byte."""
     if tight:
         fig.tight_layout()
     fig.set_layout_engine(None)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
 
 
 PHASE_COLOURS = {
