@@ -76,11 +76,12 @@ def test_folder_named_like_a_builtin_scenario_and_unreadable_files(capsys, tmp_p
     assert code == 2 and len(err.splitlines()) == 1 and "not UTF-8" in err
 
 
-def test_console_entry_point_exit_code_and_no_traceback(tmp_path):
-    """Through a real process: the exit code and stderr a shell user sees."""
+@pytest.mark.parametrize("module", ["fedsim.cli", "fedsim"])
+def test_console_entry_point_exit_code_and_no_traceback(tmp_path, module):
+    """Through a real process: the exit code and stderr a shell user sees (``python -m fedsim`` alike)."""
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "fedsim.cli", "run", "default", "stop.max_versions=-1", "--quiet"],
+    proc = subprocess.run([sys.executable, "-m", module, "run", "default", "stop.max_versions=-1", "--quiet"],
                           capture_output=True, text=True, cwd=tmp_path, env=env)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("fedsim: error: stop.max_versions")
