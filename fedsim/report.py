@@ -30,9 +30,9 @@ def new_figure(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, A
 
 def save_figure(fig: Figure, path: str | Path, *, tight: bool = True, dpi: int = 120) -> None:
     """Write ``fig`` as a PNG (120 dpi unless given), laid out once (``tight_layout`` unless ``tight=False``,
-    for a figure laid out already).  ``tight_layout`` leaves a placeholder layout engine on the figure, and with any
-    engine set ``savefig`` first runs a whole draw of its own (unrendered, but every text measured again)
-    before the one it writes: about a third of a simple figure's cost, for a layout that is fixed by
+    for a figure laid out already).  ``tight_layout`` leaves a placeholder layout engine on the figure, and
+    with any engine set ``savefig`` first runs a whole draw of its own (unrendered, but every text measured
+    again) before the one it writes: about a third of a simple figure's cost, for a layout that is fixed by
     then.  Dropping the engine skips that pass; the PNG is the same, byte for byte."""
     if tight:
         fig.tight_layout()

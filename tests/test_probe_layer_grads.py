@@ -124,11 +124,8 @@ class _Tied(nn.Module):
         return self.b(torch.tanh(self.a(x)) @ self.a.weight)
 
 
-class _Twice(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(5, 5)
-        self.b = nn.Linear(5, 3)
+class _Twice(_Tied):
+    """The same layers, the first called twice."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.b(torch.tanh(self.a(torch.tanh(self.a(x)))))
