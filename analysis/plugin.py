@@ -25,7 +25,12 @@ def _check(args: argparse.Namespace) -> int:
         from analysis.probes import EXACT_PROBES
 
         settings = EXACT_PROBES
-    text, _ = check_folder(args.run_dir, probe_settings=settings)
+    jobs = getattr(args, "jobs", None)
+    if jobs is not None and not 1 <= jobs <= 1024:
+        from fedsim.errors import ConfigError
+
+        raise ConfigError("--jobs", f"got {jobs!r} (allowed: an integer in [1, 1024] processes)")
+    text, _ = check_folder(args.run_dir, probe_settings=settings, jobs=jobs)
     print(text, end="")
     return 0
 
@@ -35,6 +40,9 @@ def _configure_check(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exact-probes", action="store_true",
                         help="probe checkpoints with the top Hessian eigenvalue to 1e-6 of its value (Lanczos "
                              "residual bound) instead of the default 1e-2; slower, same quantities")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="probe checkpoints in N processes, each on one thread (default: one per core, at "
+                             "most one per 3 checkpoints); the numbers are the same for any N")
     parser.set_defaults(func=_check)
 
 

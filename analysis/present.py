@@ -312,12 +312,12 @@ def _refresh_report(folder: Path) -> None:
 
 
 def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = True,
-                 probe_settings: Any = None) -> tuple[str, pd.DataFrame]:
+                 probe_settings: Any = None, jobs: int | None = 1) -> tuple[str, pd.DataFrame]:
     """Check every run under ``folder``; returns the text table and the combined machine-readable table
     (``checks.csv`` columns with ``run`` and ``algorithm`` in front; written to ``folder/check/checks.csv``
     when the folder holds several runs, each run's own ``check/checks.csv`` as before).  The shown rows go
     to ``check.csv`` in each run folder (and in ``folder``), and a ``report.html`` there is rewritten to
-    show them."""
+    show them.  ``jobs``: processes that probe a run's checkpoints (:func:`analysis.probes.probe_jobs`)."""
     import yaml
 
     from analysis.probes import checkpoints
@@ -345,7 +345,7 @@ def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = T
               "theorem:none": "Theory"}
     algs, statuses = [], []
     for run in runs:
-        table = check_run(run, figures=figures, progress=progress, probe_settings=probe_settings)
+        table = check_run(run, figures=figures, progress=progress, probe_settings=probe_settings, jobs=jobs)
         scen = yaml.safe_load((run / "scenario.yaml").read_text()) if (run / "scenario.yaml").exists() else {}
         alg, _ = _algorithm(scen or {})
         status = run_status(run)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -206,10 +207,7 @@ def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sig
         else:
             hvp = torch_hvp(clients.model, clients.loss_fn, hessian_batch)
             L_h = hessian_top_eigenvalue(hvp, w.size, iters=hessian_iters, tol=hessian_tol, rng=hessian_rng)
-    L_s = float("nan")
-    if previous is not None:
-        dx = float(np.linalg.norm(w - previous[0]))
-        L_s = float(np.linalg.norm(g - previous[1]) / dx) if dx > 0 else float("nan")
+    L_s = secant(w, g, previous)
     row = {
         "loss": float(np.mean(losses)),
         "grad_norm_sq": float(g @ g),
@@ -225,6 +223,15 @@ def probe_point(clients: TorchClients, w: np.ndarray, *, sigma_samples: int, sig
         "L_secant": L_s,
     }
     return row, g
+
+
+def secant(w: np.ndarray, g: np.ndarray, previous: tuple[np.ndarray, np.ndarray] | None) -> float:
+    """``L_secant``: ‖∇F(w) − ∇F(w')‖ / ‖w − w'‖ against the previous probe's ``(w', ∇F(w'))`` (nan without
+    one, or where w = w')."""
+    if previous is None:
+        return float("nan")
+    dx = float(np.linalg.norm(w - previous[0]))
+    return float(np.linalg.norm(g - previous[1]) / dx) if dx > 0 else float("nan")
 
 
 class Prober:
@@ -302,7 +309,27 @@ def _threads(n: int) -> Iterator[None]:
     """One intra-op thread while probing, so reductions (and so the numbers) do not depend on the host.
 
     numpy's BLAS (Lanczos' reorthogonalisation) is held to ``n`` threads too: on a loaded machine, BLAS
-    threads waiting on each other cost more than the small products they split."""
+    threads waiting on each other cost more than the small products they split.  Inside an enclosing
+    ``_threads(n)`` with the same ``n`` it does nothing (setting the BLAS limit looks up every loaded
+    library, a few milliseconds each time)."""
+    if _PINNED and _PINNED[-1] == n and torch.get_num_threads() == n:
+        yield
+        return
+    _PINNED.append(n)
+    try:
+        with _threads_set(n):
+            yield
+    finally:
+        _PINNED.pop()
+
+
+#: The thread counts of the enclosing :func:`_threads` blocks, innermost last.
+_PINNED: list[int] = []
+
+
+@contextmanager
+def _threads_set(n: int) -> Iterator[None]:
+    """:func:`_threads`' work: torch's intra-op threads and numpy's BLAS threads set to ``n``, then back."""
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -513,9 +540,188 @@ def _svcca_or_nan(a: np.ndarray, b: np.ndarray) -> float:
         return float("nan")
 
 
+def _probe_setup(run: Path, settings: ProbeSettings) -> tuple[Any, Prober, dict[str, np.ndarray], Any]:
+    """The scenario, a :class:`Prober` rebuilt from the run's own inputs (``fedsim.build.prepare_data`` and
+    ``build_global_model`` of ``scenario.yaml``), the final model's activations and the prepared data."""
+    from fedsim.build import build_global_model, prepare_data
+    from fedsim import load_scenario
+
+    scenario = load_scenario(run / "scenario.yaml")
+    prepared = prepare_data(scenario)
+    model = build_global_model(scenario, prepared.data)
+    prober = Prober(scenario, prepared.data, prepared.parts, model, settings)
+    final_path = run / "final_model.pt"
+    final_state = _load_state(final_path if final_path.exists() else list(checkpoints(run).values())[-1])
+    return scenario, prober, prober.activations(final_state), prepared
+
+
+def _probe_one(prober: Prober, final_acts: Mapping[str, np.ndarray], run: Path, version: int, path: Path,
+               store_activations: bool) -> dict[str, float]:
+    """One checkpoint's probe row, with SVCCA of each block against the final model's activations."""
+    state = _load_state(path)
+    row = prober.probe(state, version)
+    acts = prober.activations(state)
+    for layer, a in acts.items():
+        row[f"svcca_final_{layer}"] = _svcca_or_nan(a, final_acts[layer])
+    if store_activations:
+        (run / "probes").mkdir(exist_ok=True)
+        np.savez(run / "probes" / f"activations_v{version:06d}.npz", **acts)
+    return row
+
+
+def ordered(settings: ProbeSettings) -> bool:
+    """Whether a probe depends on the one before it beyond ``L_secant``: Lanczos started from the previous
+    probe's eigenvector (``hessian_start="previous"``, or ``"fisher"`` without the σ² pass's gradients).
+    Such settings probe the checkpoints one after another, in one process."""
+    if settings.method != "exact" or settings.hessian_samples <= 0:
+        return False
+    return settings.hessian_start == "previous" or (settings.hessian_start == "fisher" and settings.sigma_samples <= 0)
+
+
+#: Checkpoints per extra process below which ``jobs=None`` probes in one process: a worker first imports
+#: torch and rebuilds the run's data and model (about as long as probing one small checkpoint).
+CHECKPOINTS_PER_JOB = 3
+
+
+def probe_jobs(jobs: int | None, checkpoints_count: int, settings: ProbeSettings) -> int:
+    """How many processes probe ``checkpoints_count`` checkpoints: ``jobs`` if given (at most one per
+    checkpoint), else one per usable core (as many as torch would use, so ``OMP_NUM_THREADS`` holds) but at
+    most one per :data:`CHECKPOINTS_PER_JOB` checkpoints; always 1 for :func:`ordered` settings."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ConfigError("jobs", f"must be a whole number >= 1, got {jobs!r}")
+    if ordered(settings) or checkpoints_count <= 1:
+        return 1
+    if jobs is not None:
+        return min(jobs, checkpoints_count)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, torch.get_num_threads(), checkpoints_count // CHECKPOINTS_PER_JOB))
+
+
+#: A probe worker's own prober and final activations, built once per process by :func:`_worker_start`.
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_start(run: str, settings: ProbeSettings) -> None:
+    """Initialise a probe worker process: one intra-op thread, the run's prober and final activations
+    (Ctrl-C is ignored here from the start, :func:`fedsim.sim.executor.spawn_pool`: the parent stops it).
+    Everything here runs on one thread, numpy's BLAS included, as the parent's share of the work does."""
+    _WORKER["threads"] = _threads(1)
+    _WORKER["threads"].__enter__()
+    _, prober, final_acts, _ = _probe_setup(Path(run), settings)
+    _WORKER.update(prober=prober, final_acts=final_acts)
+
+
+def _worker_probe(run: str, version: int, path: str, store_activations: bool
+                  ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """One checkpoint's row in a worker, with its (w, ∇F(w)) for the caller's ``L_secant``."""
+    prober: Prober = _WORKER["prober"]
+    prober._previous = None  # this worker's last checkpoint is not necessarily the run's previous one
+    row = _probe_one(prober, _WORKER["final_acts"], Path(run), version, Path(path), store_activations)
+    assert prober._previous is not None
+    w, g = prober._previous
+    return row, w, g
+
+
+def _probe_parallel(run: Path, items: list[tuple[int, Path]], setup: Callable[[], tuple[Prober, Mapping[str, np.ndarray]]],
+                    settings: ProbeSettings, jobs: int, store_activations: bool, bar: Any) -> list[dict[str, float]]:
+    """Probe ``items`` in this process and ``jobs - 1`` spawned workers, each taking the next checkpoint when
+    free; ``L_secant`` is then taken in version order, so the rows equal a one-process probe's.  The
+    workers start first, so that their start-up overlaps this process's ``setup`` (its prober and the
+    final model's activations)."""
+    import queue
+    import threading
+
+    from fedsim.sim.executor import spawn_pool
+
+    todo = list(reversed(items))  # popped from the end: in version order
+    lock = threading.Lock()
+    done: "queue.Queue[tuple[int, Any]]" = queue.Queue()
+    found: dict[int, tuple[dict[str, float], np.ndarray, np.ndarray]] = {}
+
+    def take() -> tuple[int, Path] | None:
+        with lock:
+            return todo.pop() if todo else None
+
+    futures: list[Any] = []
+    pool, ready = spawn_pool(jobs - 1, _worker_start, (str(run), settings))
+
+    def feed() -> None:
+        item = take()
+        if item is None:
+            return
+        try:
+            future = pool.submit(_worker_probe, str(run), item[0], str(item[1]), store_activations)
+            futures.append(future)
+        except RuntimeError:  # the pool is broken or shutting down: this process takes the checkpoint back
+            with lock:
+                todo.append(item)
+            return
+
+        def finished(f: Any, v: int = item[0]) -> None:
+            done.put((v, f))
+            if not f.cancelled() and f.exception() is None:
+                feed()
+
+        future.add_done_callback(finished)
+
+    def collect(wait_s: float) -> None:
+        """Take the workers' finished rows, waiting up to ``wait_s`` for the first."""
+        while True:
+            try:
+                v, f = done.get(timeout=wait_s) if wait_s > 0 else done.get_nowait()
+            except queue.Empty:
+                return
+            found[v] = f.result()  # a worker's error is raised here
+            if bar is not None:
+                bar.update(1)
+            wait_s = 0.0
+
+    def started(f: Any) -> None:
+        if not f.cancelled() and f.exception() is None:
+            feed()
+
+    try:
+        for f in ready:  # a worker is given a checkpoint once it has started
+            f.add_done_callback(started)
+        prober, final_acts = setup()
+        while len(found) < len(items):
+            item = take()
+            if item is None:  # every checkpoint is taken: wait for the workers' (or one handed back)
+                collect(0.2)
+                continue
+            prober._previous = None
+            row = _probe_one(prober, final_acts, run, item[0], item[1], store_activations)
+            assert prober._previous is not None
+            found[item[0]] = (row, *prober._previous)
+            if bar is not None:
+                bar.update(1)
+            collect(0.0)
+    finally:
+        # Done, or an error, Ctrl-C or SIGTERM here: no worker holds anything to keep (a finished run has
+        # every row; a stopped one keeps none), so a worker still starting or probing is stopped now.
+        with lock:
+            todo.clear()
+        for f in list(futures):
+            f.cancel()
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
+    rows, previous = [], None
+    for v, _ in items:  # on one thread, as in the probe itself (numpy's norms: the same sums)
+        row, w, g = found[v]
+        row["L_secant"] = secant(w, g, previous)
+        previous = (w, g)
+        rows.append(row)
+    return rows
+
+
 def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
               max_samples_per_client: int | None = None, settings: ProbeSettings | None = None,
-              progress: bool = False, store_activations: bool = False) -> pd.DataFrame:
+              progress: bool = False, store_activations: bool = False, jobs: int | None = 1) -> pd.DataFrame:
     """Probe every saved checkpoint of a run (or ``versions`` of them); one row per checkpoint.
 
     Rebuilds data, partition and model skeleton from ``scenario.yaml`` with ``fedsim.build.prepare_data``
@@ -523,10 +729,13 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
     the variance kept) of each block's activations against the final model's.  Writes ``probes.csv``,
     merges :func:`summarise_probes` into ``measured.json`` (keys it does not produce are kept) and, with
     ``store_activations``, ``probes/activations_v{version:06d}.npz``.
-    """
-    from fedsim.build import build_global_model, prepare_data
-    from fedsim import load_scenario
 
+    ``jobs``: processes probing the checkpoints side by side (:func:`probe_jobs`; None: one per usable core
+    where there are enough checkpoints, what ``fedsim check`` does).  Each probe runs on one intra-op thread
+    whatever ``jobs`` is, and its random choices are keyed by version, so the table is the same for any
+    ``jobs``.  The workers are spawned processes: a script that asks for more than one calls this under
+    ``if __name__ == "__main__":``, as for any spawned process, since each worker imports the script.
+    """
     run = Path(run_dir)
     found = checkpoints(run)
     if not found:
@@ -536,34 +745,42 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
         if lost:
             raise ConfigError("versions", f"no checkpoint for version(s) {lost} (saved: {list(found)})")
         found = {v: found[v] for v in sorted(set(versions))}
-    scenario = load_scenario(run / "scenario.yaml")
     settings = settings or ProbeSettings()
     if max_samples_per_client is not None:
         settings = replace(settings, max_samples_per_client=max_samples_per_client)
-    prepared = prepare_data(scenario)
-    model = build_global_model(scenario, prepared.data)
-    prober = Prober(scenario, prepared.data, prepared.parts, model, settings)
-    final_path = run / "final_model.pt"
-    final_state = _load_state(final_path if final_path.exists() else list(checkpoints(run).values())[-1])
-    final_acts = prober.activations(final_state)
+    n_jobs = probe_jobs(jobs, len(found), settings)
+    built: list[Any] = []
+
+    def setup() -> tuple[Prober, Mapping[str, np.ndarray]]:
+        built.extend(_probe_setup(run, settings))
+        return built[1], built[2]
+
     items = list(found.items())
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        items = tqdm(items, desc="probing checkpoints", unit="ckpt", dynamic_ncols=True)
-    rows = []
-    for v, path in items:
-        state = _load_state(path)
-        row = prober.probe(state, v)
-        acts = prober.activations(state)
-        for layer, a in acts.items():
-            row[f"svcca_final_{layer}"] = _svcca_or_nan(a, final_acts[layer])
-        if store_activations:
-            (run / "probes").mkdir(exist_ok=True)
-            np.savez(run / "probes" / f"activations_v{v:06d}.npz", **acts)
-        rows.append(row)
+        bar = tqdm(total=len(items), desc="probing checkpoints", unit="ckpt", dynamic_ncols=True)
+    # One thread (torch and numpy's BLAS) throughout, whatever ``jobs`` is, as the run itself computed
+    # (``fedsim.runner``): the data are rebuilt and SVCCA's SVDs taken with the same bits in any process,
+    # and processes side by side do not each start a thread per core and wait on each other.
+    try:
+        with _threads(1):
+            if n_jobs > 1:
+                rows = _probe_parallel(run, items, setup, settings, n_jobs, store_activations, bar)
+            else:
+                prober, final_acts = setup()
+                rows = []
+                for v, path in items:
+                    rows.append(_probe_one(prober, final_acts, run, v, path, store_activations))
+                    if bar is not None:
+                        bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
     df = pd.DataFrame(rows)
     df.to_csv(run / "probes.csv", index=False)
+    scenario, prepared = built[0], built[3]
     K, k_note = _local_steps(scenario, prepared.parts)
     m, m_note = _clients_per_version(run, scenario)
     measured = summarise_probes(df, scenario, K=K, m=m, notes={"K": k_note, "m": m_note}, settings=settings)
@@ -574,19 +791,19 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
 
 
 def ensure_probes(run_dir: str | Path, *, progress: bool = False,
-                  settings: ProbeSettings | None = None) -> pd.DataFrame | None:
+                  settings: ProbeSettings | None = None, jobs: int | None = 1) -> pd.DataFrame | None:
     """The run's probe table, measuring it first when needed (what ``fedsim check`` does).
 
     ``probes.csv`` if present (and, when ``settings`` are given, measured with them, as ``measured.json``
     records; otherwise the checkpoints are probed again); else, with checkpoints, :func:`probe_run` with
     ``settings`` (default :class:`ProbeSettings`; ``fedsim check --exact-probes`` passes
-    :data:`EXACT_PROBES`); else ``probes_live.csv`` (its summary merged into ``measured.json``); else None.
+    :data:`EXACT_PROBES`) in ``jobs`` processes; else ``probes_live.csv`` (its summary merged into ``measured.json``); else None.
     """
     run = Path(run_dir)
     if (run / "probes.csv").exists() and (settings is None or not checkpoints(run) or _probed_with(run) == asdict(settings)):
         return pd.read_csv(run / "probes.csv")
     if checkpoints(run):
-        return probe_run(run, progress=progress, settings=settings)
+        return probe_run(run, progress=progress, settings=settings, jobs=jobs)
     live = run / "probes_live.csv"
     if live.exists() and (run / "scenario.yaml").exists():
         from fedsim import load_scenario

@@ -355,7 +355,7 @@ def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mappin
 
 
 def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = True,
-              probe_settings: Any = None) -> pd.DataFrame:
+              probe_settings: Any = None, jobs: int | None = 1) -> pd.DataFrame:
     """Measure a run and hold it against the theorems its algorithm declared; returns the table (also
     written to ``run_dir/check/checks.csv``) with columns quantity, measured, bound_or_expectation, holds,
     note, role.
@@ -368,7 +368,8 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     with a progress bar when ``progress``), which fills ``measured.json`` with L, σ², ζ², (G, B), the
     average ‖∇F‖² and F(w_0) − F*; the settings (η_L = ``train.lr``, K = ``train.local_steps``, …) come
     from the run's resolved ``scenario.yaml``.  ``probe_settings``: the :class:`analysis.probes.ProbeSettings`
-    to probe with (default: its defaults; ``fedsim check --exact-probes``: ``EXACT_PROBES``).
+    to probe with (default: its defaults; ``fedsim check --exact-probes``: ``EXACT_PROBES``); ``jobs``: the
+    processes probing the checkpoints (:func:`analysis.probes.probe_jobs`; the numbers are the same for any).
     """
     run = Path(run_dir)
     if not run.is_dir():
@@ -385,7 +386,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     probes = None
     if finished:  # a run that did not finish is not probed: nothing is judged on its learning
         try:
-            probes = ensure_probes(run, progress=progress, settings=probe_settings)
+            probes = ensure_probes(run, progress=progress, settings=probe_settings, jobs=jobs)
         except (ConfigError, RuntimeError, KeyError) as exc:  # e.g. checkpoints of a model the probes cannot rebuild
             probes, probe_error = None, f"{type(exc).__name__}: {exc}"
     trace = load_trace(trace_file)

@@ -14,11 +14,20 @@ the 3-checkpoint run of ``benchmarks/outputs.py``).  Three probe settings, each 
   batch's per-sample gradients, stopped once its residual bound is at most 1e-2 of L, the bound printed).
 
 Each timing covers ``probe_run`` whole (data, model, every checkpoint, SVCCA, the summary) inside its own
-process; the whole process's wall time and peak memory stand beside it.  With ``--check``, also whole
-``fedsim check`` commands (trace, tables, figures included): the original estimators against the default.
-Ratios are per round (the original's time over the other's, measured back to back), with the load average.
+process, in one process as the earlier releases probed; the whole process's wall time and peak memory stand
+beside it.  With ``--check``, also whole ``fedsim check`` commands (trace, tables, figures included): the
+original estimators against the default, with the default's ``--jobs`` (one process per core, at most one
+per 3 checkpoints).  Ratios are per round (the original's time over the other's, measured back to back),
+with the load average.
 
-Usage: ``python benchmarks/check_probes.py [--versions 60] [--rounds 1] [--check | --check-only] [--run DIR]``.
+With ``--against TREE`` (a checkout of an earlier fedsim, e.g. ``git worktree add ../fedsim-before
+75e1098``, the code the issue measured), the whole ``fedsim check`` of that tree and of this one are timed
+alternately on the same run, each in a fresh process with the run's probes removed (and nothing else
+timed unless ``--check`` asks), and their wall-time and CPU-time ratios printed: the wall time is what a user waits for; the CPU time (worker processes
+included) shows how much of the gain is the second core.
+
+Usage: ``python benchmarks/check_probes.py [--versions 60] [--rounds 1] [--check | --check-only]
+[--against TREE] [--run DIR]``.
 """
 from __future__ import annotations
 
@@ -30,7 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from outputs import FEDSIM, child, load  # the same child-process timer and load line (this folder)
+from outputs import FEDSIM, child, child_usage, load  # the same child-process timer and load line (this folder)
 
 
 SETTINGS = {
@@ -51,8 +60,11 @@ CHECK = """
 import sys
 from analysis.probes import ProbeSettings
 from analysis.present import check_folder
-check_folder(sys.argv[1], progress=False, probe_settings={settings})
+check_folder(sys.argv[1], progress=False, probe_settings={settings}, jobs=None)
 """
+
+#: The whole ``fedsim check`` command of whichever tree is first on PYTHONPATH.
+CHECK_COMMAND = "import sys; from fedsim.cli import main; sys.exit(main(['check', sys.argv[1]]))"
 
 
 def fresh(run: Path) -> None:
@@ -69,6 +81,8 @@ def main() -> None:
     ap.add_argument("--only", default=",".join(SETTINGS), help="settings to time, comma-separated")
     ap.add_argument("--check", action="store_true", help="also time whole `fedsim check` runs (original, current)")
     ap.add_argument("--check-only", action="store_true", help="time only whole `fedsim check` runs")
+    ap.add_argument("--against", metavar="TREE",
+                    help="also time the whole `fedsim check` of this earlier checkout against this tree's")
     ap.add_argument("--run", help="an existing cos2p run folder with checkpoints (default: run one)")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
@@ -87,7 +101,7 @@ def main() -> None:
         n = len(list((run / "checkpoints").glob("v*.pt")))
         print(f"{n} checkpoints; commit {_commit()}; {os.cpu_count()} CPUs")
         times: dict[str, list[float]] = {k: [] for k in names}
-        for r in range(0 if args.check_only else args.rounds):
+        for r in range(0 if args.check_only or args.against else args.rounds):
             for name in names:
                 fresh(run)
                 before = load()
@@ -95,11 +109,11 @@ def main() -> None:
                 times[name].append(float(text.strip().splitlines()[-1]))
                 print(f"round {r + 1} probe_run {name:10s}: {times[name][-1]:7.1f} s  (process {wall:.1f} s, peak "
                       f"{peak:.0f} MB; {before} -> {load()})", flush=True)
-        for name in names if not args.check_only else []:
+        for name in names if not (args.check_only or args.against) else []:
             if name != "original" and "original" in times:
                 ratios = [a / b for a, b in zip(times["original"], times[name])]
                 print(f"RATIO probe_run original / {name}: {' '.join(f'{x:.2f}x' for x in ratios)} by round")
-        if "exact-1e-4" in times and "current" in times and not args.check_only:
+        if "exact-1e-4" in times and "current" in times and not (args.check_only or args.against):
             ratios = [a / b for a, b in zip(times["exact-1e-4"], times["current"])]
             print(f"RATIO probe_run exact-1e-4 / current: {' '.join(f'{x:.2f}x' for x in ratios)} by round")
         if args.check or args.check_only:
@@ -115,14 +129,37 @@ def main() -> None:
             ratios = [a / b for a, b in zip(walls["original"], walls["current"])]
             print(f"RATIO fedsim check original / current: {' '.join(f'{x:.2f}x' for x in ratios)} by round "
                   "(target >= 5)")
+        if args.against:
+            against(run, Path(args.against), args.rounds)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _commit() -> str:
+def against(run: Path, tree: Path, rounds: int) -> None:
+    """Whole ``fedsim check`` commands of ``tree`` and of this checkout on ``run``, alternately."""
+    here = Path(__file__).resolve().parents[1]
+    if not (tree / "fedsim" / "cli.py").exists():
+        raise SystemExit(f"--against: {str(tree)!r} holds no fedsim checkout (no fedsim/cli.py)")
+    trees = {f"earlier ({_commit(tree)})": tree, f"this ({_commit(here)})": here}
+    got: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+    for r in range(rounds):
+        for name, root in trees.items():
+            fresh(run)
+            before = load()
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            wall, peak, cpu, _ = child_usage([sys.executable, "-c", CHECK_COMMAND, str(run)], env=env)
+            got[name].append((wall, cpu))
+            print(f"round {r + 1} fedsim check, {name:18s}: {wall:7.1f} s wall, {cpu:7.1f} s CPU (peak {peak:.0f} MB; "
+                  f"{before} -> {load()})", flush=True)
+    old, new = got.values()
+    print(f"RATIO fedsim check earlier / this, wall: {' '.join(f'{a[0] / b[0]:.2f}x' for a, b in zip(old, new))} "
+          f"by round (target >= 5); CPU: {' '.join(f'{a[1] / b[1]:.2f}x' for a, b in zip(old, new))}")
+
+
+def _commit(root: Path | None = None) -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+                              cwd=root or Path(__file__).resolve().parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

@@ -54,9 +54,16 @@ print(time.perf_counter() - t0)
 
 def child(cmd: list[str]) -> tuple[float, float, str]:
     """Run ``cmd``; its wall time (s), peak resident memory (MB) and stdout."""
+    wall, peak, _, text = child_usage(cmd)
+    return wall, peak, text
+
+
+def child_usage(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
+    """Run ``cmd`` (with ``env``); its wall time (s), peak resident memory of its largest process (MB),
+    CPU time (user + system, s, its worker processes included) and stdout."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env)
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)
@@ -65,7 +72,7 @@ def child(cmd: list[str]) -> tuple[float, float, str]:
     if p.returncode != 0:
         raise SystemExit(f"benchmark step failed (exit {p.returncode}): {' '.join(cmd[3:] or cmd)}")
     peak_mb = usage.ru_maxrss / 1024 if sys.platform != "darwin" else usage.ru_maxrss / 2**20
-    return wall, peak_mb, text
+    return wall, peak_mb, usage.ru_utime + usage.ru_stime, text
 
 
 def load() -> str:

@@ -245,12 +245,12 @@ def _run_in_processes(units: Sequence[Unit], todo: list[int], results: list[Any]
     cancelled, the running ones get one stop signal (they write their summaries, status ``interrupted``,
     keeping their traces) and :data:`STOP_GRACE_S` to finish, then any process still alive is killed; the
     interrupt is raised again.  ``--resume`` then runs what did not finish."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    # spawn: a fresh interpreter per worker (no forked torch state), importing this same tree
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_signals)
+    from fedsim.sim.executor import spawn_pool
+
+    # a fresh interpreter per worker (no forked torch state), importing this same tree, Ctrl-C ignored
+    pool, _ = spawn_pool(workers, _worker_signals)
     futures: dict[Any, int] = {}
     try:
         futures = {pool.submit(_run_unit, units[i].scenario, str(units[i].folder), allow_large): i for i in todo}

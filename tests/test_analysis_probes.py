@@ -119,6 +119,64 @@ def test_fedsim_check_evaluates_the_local_sgd_bound_with_measured_constants(prob
         assert (run / "check" / fig).exists()
 
 
+def test_probes_in_two_processes_equal_one_process(probed_run, tmp_path):
+    """`jobs=2` probes in this process and a spawned worker, each checkpoint on one thread with its
+    version-keyed random choices, and takes L_secant in version order: the same table to the bit."""
+    import shutil
+
+    run, _ = probed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    one = probe_run(copy, jobs=1, store_activations=True)
+    acts = {p.name: dict(np.load(p)) for p in (copy / "probes").glob("*.npz")}
+    shutil.rmtree(copy / "probes")
+    two = probe_run(copy, jobs=2, store_activations=True)
+    pd.testing.assert_frame_equal(one, two, check_exact=True)
+    assert list(two["version"]) == [0, 2, 4, 5] and np.isfinite(two["L_secant"].iloc[1:]).all()
+    again = {p.name: dict(np.load(p)) for p in (copy / "probes").glob("*.npz")}
+    assert sorted(again) == sorted(acts) and len(acts) == 4
+    assert all(np.array_equal(acts[f][k], again[f][k]) for f in acts for k in acts[f])
+
+
+def test_probe_jobs_rule_and_bad_values(probed_run, tmp_path, capsys):
+    from fedsim.cli import main
+
+    from analysis.probes import CHECKPOINTS_PER_JOB, probe_jobs
+
+    default = ProbeSettings()
+    assert probe_jobs(None, CHECKPOINTS_PER_JOB * 2 - 1, default) == 1  # too few checkpoints for a worker
+    assert probe_jobs(3, 2, default) == 2 and probe_jobs(4, 1, default) == 1
+    # a Lanczos start from the previous probe's eigenvector needs the checkpoints in order, in one process
+    assert probe_jobs(4, 21, ProbeSettings(hessian_start="previous")) == 1
+    assert probe_jobs(4, 21, ProbeSettings(sigma_samples=0)) == 1
+    assert probe_jobs(4, 21, ProbeSettings(hessian_start="random")) == 4
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="jobs"):
+            probe_jobs(bad, 21, default)
+    run, _ = probed_run
+    assert main(["check", str(run), "--jobs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fedsim: error: --jobs: got 0 (allowed: an integer in [1, 1024] processes)"]
+
+
+def test_a_worker_error_reaches_the_check_as_one_note(probed_run, tmp_path):
+    """A checkpoint that cannot be loaded fails in whichever process took it; the check reports it, as
+    with one process, instead of hanging or losing it."""
+    import shutil
+
+    run, _ = probed_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    for f in ("probes.csv", "measured.json"):
+        (copy / f).unlink(missing_ok=True)
+    for name in ("v000000.pt", "v000002.pt", "v000004.pt"):
+        torch.save({"not_a_weight": torch.zeros(2)}, copy / "checkpoints" / name)
+    table = check_run(copy, figures=False, progress=False, jobs=2)
+    row = table[table["quantity"] == "probes of the model"].iloc[0]
+    assert "not measured" in row["note"] and "RuntimeError" in row["note"]
+    assert not (copy / "probes.csv").exists()
+
+
 def test_probe_config_errors(tmp_path, tiny):
     tiny["output"]["checkpoints"] = 0
     with pytest.raises(ConfigError, match="output.checkpoints"):

@@ -187,3 +187,35 @@ def make_executor(kind: str, workers: int | None = None, address: str | None = N
 
         return RayExecutor(workers, address, threads=torch.get_num_threads())
     raise ConfigError("train.executor", f"unknown executor {kind!r} (allowed: inprocess, ray)")
+
+
+def _started() -> None:
+    """A local pool worker's first task: done once a worker process has started (run its initializer)."""
+
+
+def spawn_pool(workers: int, initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = ()
+               ) -> tuple[Any, list[Any]]:
+    """A pool of ``workers`` fresh interpreters for fedsim's parallel commands (``fedsim sweep --jobs``,
+    ``fedsim check --jobs``), started now; returns it and one future per worker, each done once a worker
+    has started.
+
+    Spawned, not forked: no copy of the parent's torch state.  Each worker starts with Ctrl-C ignored from
+    its first instruction (Python keeps an inherited SIG_IGN): the terminal's Ctrl-C reaches every process
+    of the group, and the parent decides what stops; a worker still importing torch would otherwise print
+    a traceback."""
+    import multiprocessing
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=initializer, initargs=initargs)
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: the workers inherit whatever this process has
+        previous = None
+    try:
+        started = [pool.submit(_started) for _ in range(workers)]  # each submit starts one process
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    return pool, started
