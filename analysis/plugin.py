@@ -42,7 +42,7 @@ def _configure_check(parser: argparse.ArgumentParser) -> None:
                              "residual bound) instead of the default 1e-2; slower, same quantities")
     parser.add_argument("--jobs", type=int, default=None,
                         help="probe checkpoints in N processes, each on one thread (default: one per core, at "
-                             "most one per 3 checkpoints); the numbers are the same for any N")
+                             "most one per 2 checkpoints, rounded up); the numbers are the same for any N")
     parser.set_defaults(func=_check)
 
 

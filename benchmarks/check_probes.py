@@ -17,7 +17,7 @@ Each timing covers ``probe_run`` whole (data, model, every checkpoint, SVCCA, th
 process, in one process as the earlier releases probed; the whole process's wall time and peak memory stand
 beside it.  With ``--check``, also whole ``fedsim check`` commands (trace, tables, figures included): the
 original estimators against the default, with the default's ``--jobs`` (one process per core, at most one
-per 3 checkpoints).  Ratios are per round (the original's time over the other's, measured back to back),
+per 2 checkpoints, rounded up).  Ratios are per round (the original's time over the other's, measured back to back),
 with the load average.
 
 With ``--against TREE`` (a checkout of an earlier fedsim, e.g. ``git worktree add ../fedsim-before
@@ -64,7 +64,8 @@ check_folder(sys.argv[1], progress=False, probe_settings={settings}, jobs=None)
 """
 
 #: The whole ``fedsim check`` command of whichever tree is first on PYTHONPATH.
-CHECK_COMMAND = "import sys; from fedsim.cli import main; sys.exit(main(['check', sys.argv[1]]))"
+CHECK_COMMAND = ("import sys, fedsim; print(repr(fedsim.__file__)); from fedsim.cli import main; "
+                 "sys.exit(main(['check', sys.argv[1]]))")
 
 
 def fresh(run: Path) -> None:
@@ -147,7 +148,10 @@ def against(run: Path, tree: Path, rounds: int) -> None:
             fresh(run)
             before = load()
             env = {**os.environ, "PYTHONPATH": str(root)}
-            wall, peak, cpu, _ = child_usage([sys.executable, "-c", CHECK_COMMAND, str(run)], env=env)
+            # in the tree itself: `python -c` puts the working folder first on sys.path
+            wall, peak, cpu, text = child_usage([sys.executable, "-c", CHECK_COMMAND, str(run)], env=env, cwd=root)
+            if f"'{root}" not in text:
+                raise SystemExit(f"--against: the check did not run from {root} ({text.strip()[-200:]!r})")
             got[name].append((wall, cpu))
             print(f"round {r + 1} fedsim check, {name:18s}: {wall:7.1f} s wall, {cpu:7.1f} s CPU (peak {peak:.0f} MB; "
                   f"{before} -> {load()})", flush=True)

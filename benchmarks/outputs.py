@@ -58,12 +58,13 @@ def child(cmd: list[str]) -> tuple[float, float, str]:
     return wall, peak, text
 
 
-def child_usage(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
-    """Run ``cmd`` (with ``env``); its wall time (s), peak resident memory of its largest process (MB),
+def child_usage(cmd: list[str], env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> tuple[float, float, float, str]:
+    """Run ``cmd`` (with ``env``, in ``cwd``); its wall time (s), peak resident memory of its largest process (MB),
     CPU time (user + system, s, its worker processes included) and stdout."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out:
-        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         _, status, usage = os.wait4(p.pid, 0)
         wall = time.perf_counter() - t0
         p.returncode = os.waitstatus_to_exitcode(status)

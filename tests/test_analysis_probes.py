@@ -138,13 +138,21 @@ def test_probes_in_two_processes_equal_one_process(probed_run, tmp_path):
     assert all(np.array_equal(acts[f][k], again[f][k]) for f in acts for k in acts[f])
 
 
-def test_probe_jobs_rule_and_bad_values(probed_run, tmp_path, capsys):
+def test_probe_jobs_rule_and_bad_values(probed_run, tmp_path, capsys, monkeypatch):
+    import os
+
     from fedsim.cli import main
 
     from analysis.probes import CHECKPOINTS_PER_JOB, probe_jobs
 
     default = ProbeSettings()
-    assert probe_jobs(None, CHECKPOINTS_PER_JOB * 2 - 1, default) == 1  # too few checkpoints for a worker
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert CHECKPOINTS_PER_JOB == 2
+    # one process per core, at most one per two checkpoints rounded up
+    assert [probe_jobs(None, n, default) for n in (1, 2, 3, 4, 5, 8, 21)] == [1, 1, 2, 2, 3, 4, 4]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # e.g. OMP_NUM_THREADS=1: one process
+    assert probe_jobs(None, 21, default) == 1
     assert probe_jobs(3, 2, default) == 2 and probe_jobs(4, 1, default) == 1
     # a Lanczos start from the previous probe's eigenvector needs the checkpoints in order, in one process
     assert probe_jobs(4, 21, ProbeSettings(hessian_start="previous")) == 1
