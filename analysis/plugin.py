@@ -26,10 +26,10 @@ def _check(args: argparse.Namespace) -> int:
 
         settings = EXACT_PROBES
     jobs = getattr(args, "jobs", None)
-    if jobs is not None and not 1 <= jobs <= 1024:
-        from fedsim.errors import ConfigError
+    if jobs is not None:
+        from fedsim.sim.executor import check_jobs_count
 
-        raise ConfigError("--jobs", f"got {jobs!r} (allowed: an integer in [1, 1024] processes)")
+        check_jobs_count(jobs)
     text, _ = check_folder(args.run_dir, probe_settings=settings, jobs=jobs)
     print(text, end="")
     return 0

@@ -589,8 +589,10 @@ def probe_jobs(jobs: int | None, checkpoints_count: int, settings: ProbeSettings
     """How many processes probe ``checkpoints_count`` checkpoints: ``jobs`` if given (at most one per
     checkpoint), else one per usable core (as many as torch would use, so ``OMP_NUM_THREADS`` holds) but at
     most one per :data:`CHECKPOINTS_PER_JOB` checkpoints, rounded up; always 1 for :func:`ordered` settings."""
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise ConfigError("jobs", f"must be a whole number >= 1, got {jobs!r}")
+    if jobs is not None:
+        from fedsim.sim.executor import check_jobs_count
+
+        check_jobs_count(jobs, "jobs")
     if ordered(settings) or checkpoints_count <= 1:
         return 1
     if jobs is not None:
@@ -751,11 +753,11 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
     if max_samples_per_client is not None:
         settings = replace(settings, max_samples_per_client=max_samples_per_client)
     n_jobs = probe_jobs(jobs, len(found), settings)
-    built: list[Any] = []
+    built: dict[str, Any] = {}
 
     def setup() -> tuple[Prober, Mapping[str, np.ndarray]]:
-        built.extend(_probe_setup(run, settings))
-        return built[1], built[2]
+        built["scenario"], prober, final_acts, built["prepared"] = _probe_setup(run, settings)
+        return prober, final_acts
 
     items = list(found.items())
     bar = None
@@ -782,7 +784,7 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
             bar.close()
     df = pd.DataFrame(rows)
     df.to_csv(run / "probes.csv", index=False)
-    scenario, prepared = built[0], built[3]
+    scenario, prepared = built["scenario"], built["prepared"]
     K, k_note = _local_steps(scenario, prepared.parts)
     m, m_note = _clients_per_version(run, scenario)
     measured = summarise_probes(df, scenario, K=K, m=m, notes={"K": k_note, "m": m_note}, settings=settings)

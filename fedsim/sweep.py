@@ -96,8 +96,9 @@ def check_target(target: float | None) -> None:
 
 
 def check_jobs(jobs: int, ray: str | None) -> None:
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 1024:
-        raise ConfigError("--jobs", f"got {jobs!r} (allowed: an integer in [1, 1024] processes)")
+    from fedsim.sim.executor import check_jobs_count
+
+    check_jobs_count(jobs)
     if ray is not None:
         if ray not in ("local", "auto") and ":" not in ray:  # e.g. `--ray default key=...` took the scenario
             raise ConfigError("--ray", f"got {ray!r} (allowed: no value for a local Ray, auto, HOST:PORT or "
@@ -225,10 +226,9 @@ def _worker_stop(signum: int, frame: Any) -> None:
 
 def _worker_signals() -> None:
     """Signals in a sweep's worker process: the terminal's Ctrl-C, which reaches every process of the
-    group, is ignored (the parent decides and forwards one stop signal, so a point is never interrupted
-    twice, e.g. while it writes its summary); SIGTERM from the parent stops the point as terminated, and
-    :data:`_INTERRUPT_SIGNAL` as interrupted."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    group, is ignored from the worker's start (:func:`fedsim.sim.executor.spawn_pool`; the parent decides
+    and forwards one stop signal, so a point is never interrupted twice, e.g. while it writes its summary);
+    SIGTERM from the parent stops the point as terminated, and :data:`_INTERRUPT_SIGNAL` as interrupted."""
     signal.signal(signal.SIGTERM, _worker_stop)
     signal.signal(_INTERRUPT_SIGNAL, _worker_stop)
 

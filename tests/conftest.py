@@ -4,8 +4,13 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
-from typing import Any
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
 
 import signal
 
@@ -47,3 +52,30 @@ TINY: dict[str, Any] = {
 def tiny() -> dict[str, Any]:
     """A fresh copy of the tiny scenario mapping, for tests to edit."""
     return copy.deepcopy(TINY)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def fedsim_process(args: list[str]) -> Iterator[subprocess.Popen]:
+    """``python -m fedsim ARGS`` from this tree, in a process group of its own (so a test can send a
+    signal to it and its workers as a terminal's Ctrl-C does); killed with its group if still running."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "fedsim", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def signal_and_wait(proc: subprocess.Popen, signum: int, *, group: bool) -> tuple[str, str, float]:
+    """Send ``signum`` to ``proc``'s whole group (``group``: a terminal's Ctrl-C) or to it alone (``kill
+    PID``) and wait for it; its stdout, its stderr and the seconds it took to end."""
+    sent = time.monotonic()
+    os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=60)
+    return stdout, stderr, time.monotonic() - sent

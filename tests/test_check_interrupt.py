@@ -2,26 +2,20 @@
 and no probe worker left running."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY, fedsim_process, signal_and_wait
 
 from fedsim import scenario_from_mapping
 from fedsim.runner import run_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def checkpointed(tmp_path_factory, ) -> Path:
+def checkpointed(tmp_path_factory) -> Path:
     """A run with many checkpoints of an MLP, so that probing them takes several seconds."""
-    from conftest import TINY
-
     run = tmp_path_factory.mktemp("checkpointed")
     data = {**TINY, "model": {"name": "mlp"}, "stop": {"max_versions": 80},
             "eval": {"every_versions": 40}, "output": {"figures": False, "checkpoints": 1}}
@@ -51,10 +45,7 @@ def _alive(pid: int) -> bool:
     (signal.SIGTERM, False, 143, "fedsim: terminated; outputs written so far are kept"),
 ])
 def test_a_signal_stops_a_parallel_check_and_its_workers(checkpointed, signum, group, code, line):
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "fedsim", "check", str(checkpointed), "--jobs", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
+    with fedsim_process(["check", str(checkpointed), "--jobs", "2"]) as proc:
         t0 = time.monotonic()
         while not (workers := _children(proc.pid)):  # the probe worker is being started: probing has begun
             assert proc.poll() is None, proc.communicate()
@@ -62,14 +53,7 @@ def test_a_signal_stops_a_parallel_check_and_its_workers(checkpointed, signum, g
             time.sleep(0.02)
         time.sleep(0.5)
         assert proc.poll() is None, "the check ended before the signal; give it more checkpoints"
-        sent = time.monotonic()
-        os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _, stderr, took = signal_and_wait(proc, signum, group=group)
     assert proc.returncode == code, stderr[-2000:]
     assert took < 5.0, f"stopped {took:.2f} s after the signal"
     assert stderr.strip().splitlines()[-1] == line and "Traceback" not in stderr, stderr[-2000:]

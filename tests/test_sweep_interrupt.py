@@ -4,20 +4,17 @@ interrupted (their traces kept, their summaries say so), the process exits withi
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 import yaml
+from conftest import fedsim_process, signal_and_wait
 
 from fedsim.cli import main
 from fedsim.sweep import run_sweep
-
-ROOT = Path(__file__).resolve().parents[1]
 GRID = ["channel.uplink.mbps=1,2,4"]  # three points on two processes: one is pending when the signal comes
 
 
@@ -40,24 +37,13 @@ def _interrupt(scenario: Path, out: Path, signum: int,
     """Start the sweep in its own process group, wait until a point runs, send ``signum`` to the whole group
     (``group``: as a terminal's Ctrl-C reaches the workers too) or to the sweep's process alone (``kill PID``).
     Also returns each point's trace length when the signal was sent."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "fedsim.cli", "sweep", str(scenario), *GRID, "--jobs", "2",
-                             "--out", str(out), "--quiet"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
+    with fedsim_process(["sweep", str(scenario), *GRID, "--jobs", "2", "--out", str(out), "--quiet"]) as proc:
         t0 = time.monotonic()
         while sum((before := _lines(out)).values()) < 20:  # a point is running
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() - t0 < 240, "no point started"
             time.sleep(0.05)
-        sent = time.monotonic()
-        os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=60)
-        took = time.monotonic() - sent
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stdout, stderr, took = signal_and_wait(proc, signum, group=group)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), took, before
 
 

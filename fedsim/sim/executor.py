@@ -189,6 +189,16 @@ def make_executor(kind: str, workers: int | None = None, address: str | None = N
     raise ConfigError("train.executor", f"unknown executor {kind!r} (allowed: inprocess, ray)")
 
 
+#: Most local worker processes a command may ask for (``--jobs``).
+MAX_JOBS = 1024
+
+
+def check_jobs_count(jobs: Any, option: str = "--jobs") -> None:
+    """Refuse a number of local worker processes that is not a whole number in [1, :data:`MAX_JOBS`]."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise ConfigError(option, f"got {jobs!r} (allowed: an integer in [1, {MAX_JOBS}] processes)")
+
+
 def _started() -> None:
     """A local pool worker's first task: done once a worker process has started (run its initializer)."""
 
