@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from fedsim.errors import ConfigError  # noqa: E402
+from fedsim.errors import ConfigError, Terminated  # noqa: E402
 from fedsim.report import save_figure  # noqa: E402
 
 #: Per-run numbers a sweep tabulates; sweep.csv gives their mean (and std over seeds) per point.
@@ -216,12 +216,22 @@ _RUNNING: list[bool] = [False]
 
 def _worker_stop(signum: int, frame: Any) -> None:
     """A worker's handler of the stop signal its parent sends: interrupt the running point, once."""
-    from fedsim.errors import Terminated
-
     first = not _STOPPING
     _STOPPING.append(signum)
     if first and _RUNNING[0]:
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        _interrupt_point(signum, frame)
+
+
+def _interrupt_point(signum: int, frame: Any) -> None:
+    """Raise the running point's interrupt, unless the signal came inside the import machinery: there it
+    may land in a callback (a module lock's weakref callback) that prints the exception and swallows it,
+    so the point would run on until killed.  Then it is raised 10 ms later, from ordinary code."""
+    if (frame is not None and frame.f_code.co_filename.startswith("<frozen importlib")
+            and hasattr(signal, "setitimer")):
+        signal.signal(signal.SIGALRM, lambda _s, later: _interrupt_point(signum, later))
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+        return
+    raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def _worker_signals() -> None:
@@ -260,8 +270,6 @@ def _run_in_processes(units: Sequence[Unit], todo: list[int], results: list[Any]
             bar.set_postfix_str(f"done {units[i].name()}", refresh=False)
             bar.update(1)
     except KeyboardInterrupt as exc:
-        from fedsim.errors import Terminated
-
         _stop_pool(pool, list(futures), signal.SIGTERM if isinstance(exc, Terminated) else _INTERRUPT_SIGNAL)
         raise
     finally:
