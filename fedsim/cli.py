@@ -156,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from fedsim.runner import run_scenario
 
         summaries = run_scenario(scenario, out, progress=not args.quiet, force=args.force, allow_large=args.allow_large,
-                                 on_ready=announce)
+                                 on_ready=announce, outputs_process=True)
     for s in summaries:
         print_summary(s)
     print(f"run directory: {out}")

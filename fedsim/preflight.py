@@ -169,7 +169,9 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
         note = _check_host_memory(scenario, spec, model, prepared, device)
         if note and note not in prepared.notes:
             prepared.notes.append(note)
-        _check_estimate(scenario, spec, estimate_work(scenario, spec, world, model, prepared), allow_large)
+        estimate = estimate_work(scenario, spec, world, model, prepared)
+        _check_estimate(scenario, spec, estimate, allow_large)
+        prepared.events = max(prepared.events, estimate.events)
         # the algorithm's own set-up checks (cut layer, task kind, ...) on a throwaway context
         variant = scenario.variant(spec)
         env = simpy.Environment()

@@ -339,20 +339,22 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
 
 
 def topology_figure(world: "object", path: Path) -> bool:
-    """The network tree with each link's rate (access links at the client's nominal uplink rate)."""
-    topo = getattr(world, "topology", None)
-    if topo is None:
+    """The network tree with each link's rate (access links at the client's nominal uplink rate); False
+    (nothing drawn) for a star network."""
+    from fedsim.system.topology import rate_graph
+
+    graph = rate_graph(world)
+    if graph is None:
         return False
+    topology_graph_figure(graph[0], graph[1], path)
+    return True
+
+
+def topology_graph_figure(graph: "object", root: "object", path: Path) -> None:
+    """``topology.png`` from :func:`fedsim.system.topology.rate_graph`'s graph and root."""
     from fedsim.system.topology import draw_topology
 
-    g = topo.graph.copy()
-    for u, v, attrs in g.edges(data=True):
-        if attrs.get("rate_bps") is None:
-            client = u if g.nodes[u].get("role") == "client" else v
-            attrs["rate_bps"] = world.uplink_bps(int(client))
-    fig = draw_topology(g, root=topo.root)
-    save_figure(fig, path, tight=False)
-    return True
+    save_figure(draw_topology(graph, root=root), path, tight=False)
 
 
 def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:

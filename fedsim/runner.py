@@ -46,6 +46,9 @@ from fedsim.build import Prepared, build_global_model
 from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
 from fedsim.learn.accelerator import cpu_state, data_on, run_device, set_deterministic
 from fedsim.learn.partition import partition_summary
+from fedsim.output_process import (MAX_EVENTS, OutputProcess, build_comparison_outputs,
+                                   build_run_outputs)
+from fedsim.output_process import wanted as output_process_wanted
 from fedsim.plugins import plugin_version_hooks
 from fedsim.preflight import check_memory_fits, preflight
 from fedsim.rundirs import prepare_run_dir
@@ -54,6 +57,7 @@ from fedsim.scenario import AlgorithmSpec, Scenario, dump_scenario
 from fedsim.sim.executor import Executor, make_executor
 from fedsim.sim.rng import Streams
 from fedsim.sim.trace import TRACE_FILES, Trace, load_trace, trace_path
+from fedsim.system.topology import rate_graph
 from fedsim.system.world import World
 
 
@@ -94,9 +98,13 @@ VersionHookFactory = Callable[[Context], Any]
 
 def run_variant(
     scenario: Scenario, spec: AlgorithmSpec, out: Path, prepared: Prepared, *, progress: bool = True,
-    version_hooks: Sequence[VersionHookFactory] | None = None,
+    version_hooks: Sequence[VersionHookFactory] | None = None, outputs: OutputProcess | None = None,
 ) -> dict[str, Any]:
     """Run one algorithm on the scenario's world; returns the summary (also saved as summary.json).
+
+    ``outputs``: a second process that builds the figures and report (:mod:`fedsim.output_process`); the
+    build is handed to it and left in its ``pending`` list for the caller to wait for
+    (:func:`finish_outputs`), which records a failure in the summary as building them here would.
 
     ``version_hooks``: factories ``make(ctx) -> hook or None``; each hook is called as ``hook(ctx, final)`` at
     every snapshot and, if it has ``finish(run_dir)``, once at the end (live theory probes write their CSV
@@ -188,23 +196,36 @@ def run_variant(
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
         if scenario.output.figures:
-            with building_outputs(out, [summary], "figures and report") as built:
-                import fedsim.report as report
-
-                if ctx is not None:  # the one figure drawn from the simulation's objects, not its files
-                    report.topology_figure(ctx.world, out / "topology.png")
-                # the outputs read the run's files: the simulation's objects (world, clients, models, the
-                # event queue) are dropped first, so their memory is free before the trace is read
-                ctx = executor = world = model = algo = env = None  # type: ignore[assignment]  # noqa: F841
-                hooks.clear()
-                report.run_figures(out, timeline_window=scenario.output.timeline_window,
-                                   timeline_clients=scenario.output.timeline_clients)
-                report.html_report(out)
-            if not built:  # the summary says so (written again); figures of a failed run never hide its failure
-                (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
+            # the one figure drawn from the simulation's objects, not its files: its graph is taken now
+            topology = rate_graph(ctx.world) if ctx is not None else None
+            # the outputs read the run's files: the simulation's objects (world, clients, models, the
+            # event queue) are dropped first, so their memory is free before the trace is read
+            ctx = executor = world = model = algo = env = None  # type: ignore[assignment]  # noqa: F841
+            hooks.clear()
+            args = (str(out), scenario.output.timeline_window, scenario.output.timeline_clients, topology)
+            if outputs is not None and summary.get("trace_events", 0) <= MAX_EVENTS:
+                outputs.pending.append((outputs.submit(build_run_outputs, *args),
+                                        (out, summary, "figures and report")))
+            else:
+                with building_outputs(out, [summary], "figures and report") as built:
+                    build_run_outputs(*args)
+                if not built:  # the summary says so (written again); figures of a failed run never hide its failure
+                    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
     if failure is not None:
         raise failure
     return summary
+
+
+def finish_outputs(outputs: OutputProcess) -> None:
+    """Wait for the builds handed to the second process, in order, and record each failure as
+    :func:`building_outputs` does (the summary's status, ``outputs_error``, summary.json written again)."""
+    while outputs.pending:
+        job, (out, summary, what) = outputs.pending.pop(0)
+        listed = summary if isinstance(summary, list) else [summary]
+        with building_outputs(out, listed, what) as built:
+            job.result()
+        if not built:
+            (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
 
 
 #: ``status`` of a run whose simulation ended but whose figures or report failed to build: never ``ok``.
@@ -341,39 +362,60 @@ def few_collections() -> Any:
 def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, force: bool = False,
                  allow_large: bool = False,
                  version_hooks: Sequence[VersionHookFactory] | None = None,
-                 on_ready: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+                 on_ready: Callable[[], None] | None = None,
+                 outputs_process: bool = False) -> list[dict[str, Any]]:
     """Run every algorithm variant of ``scenario`` into ``out`` (a sub-directory per variant if several).
 
     All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared).
     ``on_ready`` is called once both passed, before the first run (the CLI says what it runs there, so a
-    bad input is never preceded by that line)."""
+    bad input is never preceded by that line).  ``outputs_process``: build the figures and report in a
+    second process where :func:`fedsim.output_process.wanted` says it pays (``fedsim run`` does; a script
+    asking for it needs the ``if __name__ == "__main__":`` guard that spawning a process needs)."""
     from fedsim.scenario import check_label
 
     for i, spec in enumerate(scenario.algorithms):  # labels name sub-folders: never a way out of ``out``
         check_label(spec.label, f"algorithm[{i}].label")
-    prepared = preflight(scenario, allow_large=allow_large)
-    out = prepare_run_dir(out, force=force)
-    if on_ready is not None:
-        on_ready()
-    if progress:
-        for note in prepared.notes:
-            print(f"fedsim: {note}", flush=True)
-    summaries = []
-    several = len(scenario.algorithms) > 1
-    for spec in scenario.algorithms:
-        target = out / spec.label if several else out
-        summaries.append(run_variant(scenario, spec, target, prepared, progress=progress, version_hooks=version_hooks))
-    if several:
-        (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
-        if scenario.output.figures:
-            # a failure here marks the comparison's summary (the variants' own outputs were built)
-            listed = [dict(s) for s in summaries]
-            with building_outputs(out, listed, "comparison figures and report") as built:
-                import fedsim.report as report
-
-                report.comparison_figure(out, [s["label"] for s in summaries])
-                report.html_report(out)
-            if not built:
-                summaries = listed
-                (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
+    # started first, so it imports the plotting stack while the data loads and the run simulates
+    outputs = OutputProcess() if outputs_process and output_process_wanted(scenario) else None
+    try:
+        prepared = preflight(scenario, allow_large=allow_large)
+        if outputs is not None and prepared.events > MAX_EVENTS:  # a big run: its outputs are built here
+            outputs.close()
+            outputs = None
+        out = prepare_run_dir(out, force=force)
+        if on_ready is not None:
+            on_ready()
+        if progress:
+            for note in prepared.notes:
+                print(f"fedsim: {note}", flush=True)
+        summaries = []
+        several = len(scenario.algorithms) > 1
+        for spec in scenario.algorithms:
+            target = out / spec.label if several else out
+            summaries.append(run_variant(scenario, spec, target, prepared, progress=progress,
+                                         version_hooks=version_hooks, outputs=outputs))
+        if outputs is not None:
+            finish_outputs(outputs)  # each variant's own outputs (and status) before the comparison's
+        if several:
+            (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
+            if scenario.output.figures:
+                # a failure here marks the comparison's summary (the variants' own outputs were built)
+                listed = [dict(s) for s in summaries]
+                args = (str(out), [s["label"] for s in summaries])
+                if outputs is not None:
+                    outputs.pending.append((outputs.submit(build_comparison_outputs, *args),
+                                            (out, listed, "comparison figures and report")))
+                    finish_outputs(outputs)
+                else:
+                    with building_outputs(out, listed, "comparison figures and report") as built:
+                        build_comparison_outputs(*args)
+                    if not built:
+                        (out / "summary.json").write_text(json.dumps(listed, indent=2), encoding="utf-8")
+                summaries = listed  # the same as before unless the comparison's build failed
+    finally:
+        if outputs is not None:
+            try:  # builds already handed over (an interrupted run's too) are finished, as they would be here
+                finish_outputs(outputs)
+            finally:
+                outputs.close()
     return summaries

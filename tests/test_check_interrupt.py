@@ -62,3 +62,21 @@ def test_a_signal_stops_a_parallel_check_and_its_workers(checkpointed, signum, g
         time.sleep(0.05)
     assert not any(_alive(w) for w in workers), "a probe worker outlived the check"
     assert not (checkpointed / "probes.csv").exists()  # nothing half-measured is written
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads child processes from /proc")
+def test_a_killed_check_takes_its_workers_with_it(checkpointed):
+    """SIGKILL leaves the check no chance to stop its workers: each watches it and ends with it."""
+    with fedsim_process(["check", str(checkpointed), "--jobs", "2"]) as proc:
+        t0 = time.monotonic()
+        while not (workers := _children(proc.pid)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - t0 < 120, "no probe worker started"
+            time.sleep(0.02)
+        time.sleep(0.5)
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(w) for w in workers), "a probe worker outlived the killed check"

@@ -203,22 +203,47 @@ def _started() -> None:
     """A local pool worker's first task: done once a worker process has started (run its initializer)."""
 
 
+def _exit_with_parent() -> None:
+    """End this worker when the process that started it ends, however it ends: a pool worker holds both
+    ends of its task queue, so it never reads an end of file, and would wait for work forever."""
+    import multiprocessing
+    import os
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="fedsim-parent-watch", daemon=True).start()
+
+
+def _worker_start(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+    _exit_with_parent()
+    if initializer is not None:
+        initializer(*initargs)
+
+
 def spawn_pool(workers: int, initializer: Callable[..., None] | None = None, initargs: tuple[Any, ...] = ()
                ) -> tuple[Any, list[Any]]:
     """A pool of ``workers`` fresh interpreters for fedsim's parallel commands (``fedsim sweep --jobs``,
-    ``fedsim check --jobs``), started now; returns it and one future per worker, each done once a worker
-    has started.
+    ``fedsim check --jobs``, the second process of ``fedsim run``), started now; returns it and one future
+    per worker, each done once a worker has started.
 
     Spawned, not forked: no copy of the parent's torch state.  Each worker starts with Ctrl-C ignored from
     its first instruction (Python keeps an inherited SIG_IGN): the terminal's Ctrl-C reaches every process
     of the group, and the parent decides what stops; a worker still importing torch would otherwise print
-    a traceback."""
+    a traceback.  Each ends when the parent ends, even a killed parent."""
     import multiprocessing
     import signal
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=initializer, initargs=initargs)
+                               initializer=_worker_start, initargs=(initializer, initargs))
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: the workers inherit whatever this process has

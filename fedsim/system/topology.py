@@ -155,6 +155,21 @@ class Topology:
         return out
 
 
+def rate_graph(world: Any) -> tuple[nx.Graph, Any] | None:
+    """``(graph, root)`` of a world's hierarchical network with each link's rate (an access link without
+    one at its client's nominal uplink rate), or None for a star network: what ``topology.png`` draws,
+    taken from the live world so the figure can be drawn after the world is gone (or in another process)."""
+    topo = getattr(world, "topology", None)
+    if topo is None:
+        return None
+    g = topo.graph.copy()
+    for u, v, attrs in g.edges(data=True):
+        if attrs.get("rate_bps") is None:
+            client = u if g.nodes[u].get("role") == "client" else v
+            attrs["rate_bps"] = world.uplink_bps(int(client))
+    return g, topo.root
+
+
 def draw_topology(topology: Topology | nx.Graph, path: list[Hop] | None = None, ax=None, root: Any = None):
     """Figure of the topology with link rates (Mbit/s) and, if given, a path highlighted (a new
     :class:`matplotlib.figure.Figure`, made without pyplot, unless ``ax`` is given)."""

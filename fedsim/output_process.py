@@ -1,0 +1,138 @@
+"""Build a run's figures and ``report.html`` in a second process, beside the simulation (``fedsim run``).
+
+Why: a short run's outputs are mostly fixed cost, importing matplotlib (about 0.6 s) and drawing a few
+figures (1-2 s), often more than the simulation itself.  The simulation uses one core (the runner pins
+torch to one thread), so where a second core is free, a process started with the run imports the
+plotting stack while the run loads its data and simulates, then draws each finished variant's outputs
+while the next variant simulates; the run's own process never imports matplotlib.
+
+What stays the same: the files (the same functions draw them, byte for byte), and the run's status (a
+failure there is recorded as it is in the run's own process: ``outputs_failed``, the traceback in
+``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
+own process.
+
+When (:func:`wanted`): figures on, at least two usable cores, training in the run's own process
+(``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as the preflight
+estimates them and as the trace counts them.  A bigger run's outputs are one pass over a big trace,
+which a second process does not shorten, and the memory it would hold would add to the run's.  ``fedsim run`` asks for
+it; the Python API (``run_scenario``) builds in its own process unless asked, since spawning needs a
+script's ``if __name__ == "__main__":`` guard.
+
+This module imports neither torch nor matplotlib: the second process loads only what drawing needs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+if TYPE_CHECKING:
+    from fedsim.scenario import Scenario
+
+#: The largest run, in trace events, whose outputs a second process builds: checked against the
+#: preflight's estimate before the simulation (the second process is stopped at once for a bigger one) and
+#: against the trace written after it.  A trace this long is about 30 MB as JSON lines; its outputs cost
+#: mostly the fixed cost a second process hides.
+MAX_EVENTS = 200_000
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def wanted(scenario: Scenario) -> bool:
+    """Whether a second process should build this scenario's outputs (the rule in the module docstring;
+    the work estimate is applied later, by the runner, once the preflight has made it)."""
+    return bool(scenario.output.figures) and usable_cores() >= 2 and scenario.train.executor == "inprocess"
+
+
+def _warm() -> None:
+    """The second process's first work, while the run simulates: import the plotting stack, and draw one
+    small figure to memory, so that the first real figure does not pay for loading fonts and setting up
+    the renderer (about 0.1-0.2 s of it)."""
+    import io
+
+    import fedsim.report as report
+
+    fig, ax = report.new_figure(figsize=(3, 2))
+    ax.plot([1.0, 10.0], [0.0, 1.0], label="warm-up")
+    ax.set_xscale("log")
+    ax.set_title("warm-up")
+    ax.legend()
+    fig.savefig(io.BytesIO(), format="png")
+
+
+def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timeline_clients: int,
+                      topology: tuple[Any, Any] | None) -> None:
+    """One run's figures and report.html, in the order the run's own process builds them.
+
+    ``topology``: ``(graph, root)`` of a hierarchical network (``topology.png``), taken from the run's
+    world before it was dropped (:func:`fedsim.system.topology.rate_graph`), or None."""
+    import fedsim.report as report
+
+    if topology is not None:
+        report.topology_graph_figure(topology[0], topology[1], Path(out) / "topology.png")
+    report.run_figures(out, timeline_window=timeline_window, timeline_clients=timeline_clients)
+    report.html_report(out)
+
+
+def build_comparison_outputs(out: str, labels: Sequence[str]) -> None:
+    """The comparison figure and report.html of a scenario with several algorithms."""
+    import fedsim.report as report
+
+    report.comparison_figure(Path(out), list(labels))
+    report.html_report(out)
+
+
+class Job:
+    """One build handed to the second process; :meth:`result` waits for it."""
+
+    def __init__(self, future: Any, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        self._future, self._fn, self._args = future, fn, args
+
+    def result(self) -> None:
+        """Wait for the build; its error is raised here.  If the second process died (or never started),
+        the build runs again here, in this process."""
+        from concurrent.futures import CancelledError
+        from concurrent.futures.process import BrokenProcessPool
+
+        if self._future is not None:
+            try:
+                self._future.result()
+                return
+            except (BrokenProcessPool, CancelledError):
+                pass
+        self._fn(*self._args)
+
+
+class OutputProcess:
+    """The second process that builds outputs, started at once (:func:`fedsim.sim.executor.spawn_pool`:
+    a fresh interpreter that ignores Ctrl-C and ends with the run's process; the run decides when it
+    stops)."""
+
+    def __init__(self) -> None:
+        from fedsim.sim.executor import spawn_pool
+
+        self._pool, _ = spawn_pool(1, initializer=_warm)
+        #: builds handed over and not yet waited for, with what the runner needs to record them
+        self.pending: list[tuple[Job, Any]] = []
+
+    def submit(self, fn: Callable[..., None], *args: Any) -> Job:
+        """Hand ``fn(*args)`` (a module-level function of this module) to the second process."""
+        try:
+            future = self._pool.submit(fn, *args)
+        except RuntimeError:  # the pool is broken or shut down: the job runs here when waited for
+            future = None
+        return Job(future, fn, args)
+
+    def close(self) -> None:
+        """Stop the second process now (what it was building is lost; call after waiting for the jobs
+        that matter)."""
+        for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            if proc.is_alive():
+                proc.kill()
+        self._pool.shutdown(wait=True, cancel_futures=True)

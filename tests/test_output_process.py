@@ -1,0 +1,248 @@
+"""`fedsim run` builds a short run's figures and report.html in a second process (fedsim.output_process):
+the same files as the run's own process builds, failures recorded the same way, a dead second process
+replaced, and nothing left running after Ctrl-C or a killed run."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT, TINY, fedsim_process, signal_and_wait
+
+from fedsim import scenario_from_mapping
+from fedsim.output_process import MAX_EVENTS, usable_cores, wanted
+from fedsim.runner import run_scenario
+
+needs_two_cores = pytest.mark.skipif(usable_cores() < 2, reason="the second process needs a second usable core")
+needs_proc = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads child processes from /proc")
+
+#: the tiny scenario with its default outputs, two algorithms (a comparison too)
+SHOWN = {**TINY, "output": {}, "algorithm": [{"name": "fedavg", "clients_per_round": 3},
+                                             {"name": "fedbuff", "buffer_size": 2, "concurrency": 3}]}
+
+
+def _python(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+#: runs SHOWN (its YAML in argv[1]) into argv[2] with the second process, then says whether this process
+#: ever imported matplotlib; argv[3], if given, names a file the run's hook turns into a folder first, so
+#: that drawing it fails in the second process
+RUN_WITH_PROCESS = """
+import sys
+from pathlib import Path
+from fedsim import load_scenario
+from fedsim.runner import run_scenario
+
+def blocker(ctx):
+    class Block:
+        def __call__(self, ctx, final): pass
+        def finish(self, run_dir):
+            Path(run_dir, sys.argv[3]).mkdir()
+    return Block() if len(sys.argv) > 3 else None
+
+if __name__ == "__main__":
+    run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True,
+                 version_hooks=[blocker])
+    print("matplotlib" in sys.modules)
+"""
+
+
+def _same_but_wall_time(a: Path, b: Path) -> bool:
+    """report.html of two runs of one scenario: equal but for the wall times they measured."""
+    wall = re.compile(r"<th>wall_time_s</th>.*?</tr>")  # a row: one cell per run
+    return wall.sub("", a.read_text(encoding="utf-8")) == wall.sub("", b.read_text(encoding="utf-8"))
+
+
+def test_the_rule():
+    sc = scenario_from_mapping(SHOWN)
+    assert wanted(sc) == (usable_cores() >= 2)
+    assert not wanted(scenario_from_mapping({**SHOWN, "output": {"figures": False}}))
+    assert not wanted(scenario_from_mapping({**SHOWN, "train": {**TINY["train"], "executor": "ray"}}))
+
+
+@needs_two_cores
+def test_the_second_process_builds_the_same_files(tmp_path):
+    here, there = tmp_path / "here" / "run", tmp_path / "there" / "run"  # the same depth: the same links
+    sc = scenario_from_mapping(SHOWN)
+    run_scenario(sc, here, progress=False)
+    (tmp_path / "shown.yaml").write_text(yaml.safe_dump(SHOWN), encoding="utf-8")
+    done = _python(RUN_WITH_PROCESS, str(tmp_path / "shown.yaml"), str(there))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False"], "the run's own process drew the figures"
+    built = sorted(p.relative_to(here) for p in here.rglob("*") if p.suffix in (".png", ".html"))
+    assert sorted(p.relative_to(there) for p in there.rglob("*") if p.suffix in (".png", ".html")) == built
+    assert {"fedavg/timeline.png", "fedbuff/report.html", "accuracy_vs_time.png", "report.html"} <= {str(p) for p in built}
+    for p in built:
+        if p.suffix == ".png":
+            assert (here / p).read_bytes() == (there / p).read_bytes(), p
+        else:
+            assert _same_but_wall_time(here / p, there / p), p
+    for s in json.loads((there / "summary.json").read_text()):
+        assert s["status"] == "ok" and "outputs_error" not in s
+
+
+@needs_two_cores
+def test_a_build_that_fails_there_is_recorded_as_here(tmp_path):
+    one = {**TINY, "output": {}}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(one), encoding="utf-8")
+    done = _python(RUN_WITH_PROCESS, str(tmp_path / "one.yaml"), str(tmp_path / "run"), "timeline.png")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "outputs_failed"
+    assert summary["outputs_error"].startswith("figures and report: IsADirectoryError")
+    assert "IsADirectoryError" in (tmp_path / "run" / "outputs_error.txt").read_text()
+    assert (tmp_path / "run" / "accuracy_vs_time.png").exists()  # what was drawn before the failure is kept
+
+
+def test_a_dead_second_process_is_replaced_by_this_one(tmp_path):
+    script = """
+import sys
+from fedsim.output_process import OutputProcess, build_run_outputs
+
+if __name__ == "__main__":
+    outputs = OutputProcess()
+    [proc] = outputs._pool._processes.values()
+    proc.kill()
+    proc.join()
+    outputs.submit(build_run_outputs, sys.argv[1], None, 30, None).result()
+    outputs.close()
+    print("matplotlib" in sys.modules)
+"""
+    run = tmp_path / "run"
+    run_scenario(scenario_from_mapping(TINY), run, progress=False)  # figures off: none yet
+    assert not (run / "timeline.png").exists()
+    done = _python(script, str(run))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True"]  # built here
+    assert (run / "timeline.png").exists() and (run / "report.html").exists()
+
+
+def test_a_big_run_builds_its_outputs_in_its_own_process(tmp_path):
+    """Over MAX_EVENTS (estimated), the second process is stopped before the simulation starts."""
+    big = {**TINY, "output": {}, "stop": {"max_versions": MAX_EVENTS}}
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(big), encoding="utf-8")
+    script = """
+import sys, threading
+from fedsim import load_scenario
+from fedsim.runner import run_scenario
+import fedsim.runner as runner
+
+if __name__ == "__main__":
+    seen = []
+    real = runner.run_variant
+    def spy(*args, **kwargs):
+        seen.append(kwargs["outputs"])
+        raise KeyboardInterrupt  # no need to simulate it
+    runner.run_variant = spy
+    try:
+        run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True,
+                     allow_large=True)
+    except KeyboardInterrupt:
+        pass
+    print(seen, len(__import__("multiprocessing").active_children()))
+"""
+    done = _python(script, str(tmp_path / "big.yaml"), str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["[None]", "0"]
+
+
+def test_a_long_trace_is_drawn_in_the_runs_own_process(tmp_path):
+    """The trace's own count decides too: a run estimated small whose trace has more than MAX_EVENTS."""
+    one = {**TINY, "output": {}}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(one), encoding="utf-8")
+    script = """
+import sys
+from fedsim import load_scenario
+import fedsim.runner as runner
+
+if __name__ == "__main__":
+    real = runner.preflight
+    def small(*args, **kwargs):
+        prepared = real(*args, **kwargs)
+        prepared.events = 0.0  # estimated small
+        return prepared
+    runner.preflight = small
+    runner.MAX_EVENTS = 10  # the trace has more
+    [s] = runner.run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True)
+    print(s["trace_events"] > 10, s["status"], "matplotlib" in sys.modules)
+"""
+    done = _python(script, str(tmp_path / "one.yaml"), str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["True", "ok", "True"]  # drawn here
+    assert (tmp_path / "run" / "timeline.png").exists() and (tmp_path / "run" / "report.html").exists()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _gone(pids: list[int], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(Path(f"/proc/{p}").exists() and "\nState:\tZ" not in _status(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+
+
+def _started_long_run(tmp_path: Path, proc: subprocess.Popen) -> list[int]:
+    """Wait until the run simulates (its trace grows) with its second process beside it; that process's pid."""
+    t0 = time.monotonic()
+    trace = tmp_path / "run" / "trace.jsonl"
+    while not (trace.exists() and trace.stat().st_size > 20000):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t0 < 120, "the run did not start simulating"
+        time.sleep(0.05)
+    workers = _children(proc.pid)
+    assert workers, "no second process beside the run"
+    return workers
+
+
+LONG = {**TINY, "output": {"flush_every": 16}, "stop": {"max_versions": 3000}, "eval": {"every_versions": 100}}
+
+
+@needs_two_cores
+@needs_proc
+def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(tmp_path):
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG), encoding="utf-8")
+    with fedsim_process(["run", str(tmp_path / "long.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) as proc:
+        workers = _started_long_run(tmp_path, proc)
+        _, stderr, took = signal_and_wait(proc, signal.SIGINT, group=True)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == "fedsim: interrupted; outputs written so far are kept"
+    assert "Traceback" not in stderr and took < 10.0, (took, stderr[-2000:])
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.png").exists()
+    assert _gone(workers, 5.0), "the second process outlived the run"
+
+
+@needs_two_cores
+@needs_proc
+def test_a_killed_run_takes_its_second_process_with_it(tmp_path):
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG), encoding="utf-8")
+    with fedsim_process(["run", str(tmp_path / "long.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) as proc:
+        workers = _started_long_run(tmp_path, proc)
+        proc.kill()
+        proc.wait()
+        assert _gone(workers, 5.0), "the second process outlived the killed run"
