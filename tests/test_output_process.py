@@ -51,9 +51,9 @@ def blocker(ctx):
     return Block() if len(sys.argv) > 3 else None
 
 if __name__ == "__main__":
-    run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True,
-                 version_hooks=[blocker])
-    print("matplotlib" in sys.modules)
+    summaries = run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True,
+                             version_hooks=[blocker])
+    print("matplotlib" in sys.modules, *(s["status"] for s in summaries))  # the statuses the CLI exits by
 """
 
 
@@ -78,7 +78,7 @@ def test_the_second_process_builds_the_same_files(tmp_path):
     (tmp_path / "shown.yaml").write_text(yaml.safe_dump(SHOWN), encoding="utf-8")
     done = _python(RUN_WITH_PROCESS, str(tmp_path / "shown.yaml"), str(there))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["False"], "the run's own process drew the figures"
+    assert done.stdout.split() == ["False", "ok", "ok"], "the run's own process drew the figures"
     built = sorted(p.relative_to(here) for p in here.rglob("*") if p.suffix in (".png", ".html"))
     assert sorted(p.relative_to(there) for p in there.rglob("*") if p.suffix in (".png", ".html")) == built
     assert {"fedavg/timeline.png", "fedbuff/report.html", "accuracy_vs_time.png", "report.html"} <= {str(p) for p in built}
@@ -97,6 +97,7 @@ def test_a_build_that_fails_there_is_recorded_as_here(tmp_path):
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(one), encoding="utf-8")
     done = _python(RUN_WITH_PROCESS, str(tmp_path / "one.yaml"), str(tmp_path / "run"), "timeline.png")
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "outputs_failed"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "outputs_failed"
     assert summary["outputs_error"].startswith("figures and report: IsADirectoryError")

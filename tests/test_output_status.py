@@ -23,7 +23,14 @@ def _write(tmp_path: Path, mapping: dict) -> Path:
     return path
 
 
+def _here(monkeypatch) -> None:
+    """Build the outputs in this process, where the patches apply (the second process that `fedsim run`
+    draws in is tested in test_output_process.py)."""
+    monkeypatch.setattr("fedsim.output_process.usable_cores", lambda: 1)
+
+
 def test_a_failed_report_is_not_ok(tiny, tmp_path, capsys, monkeypatch):
+    _here(monkeypatch)
     monkeypatch.setattr(report, "html_report", _broken_report)
     out = tmp_path / "run"
     code = main(["run", str(_write(tmp_path, tiny)), "--out", str(out), "--quiet"])
@@ -43,6 +50,7 @@ def test_a_failed_report_is_not_ok(tiny, tmp_path, capsys, monkeypatch):
 
 def test_a_failed_comparison_is_not_ok(tiny, tmp_path, capsys, monkeypatch):
     tiny["algorithm"] = [{"name": "fedavg", "clients_per_round": 3}, {"name": "fedbuff"}]
+    _here(monkeypatch)
     monkeypatch.setattr(report, "comparison_figure", _broken_report)
     out = tmp_path / "run"
     code = main(["run", str(_write(tmp_path, tiny)), "--out", str(out), "--quiet"])
