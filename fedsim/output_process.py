@@ -66,18 +66,86 @@ def _warm() -> None:
     fig.savefig(io.BytesIO(), format="png")
 
 
+#: The figures the forked helper draws (:func:`build_run_outputs`); the second process draws the others
+#: and report.html's body meanwhile.  Chosen so that the two halves take about as long.
+FORKED_FIGURES = ("link_rates", "server_queue", "energy")
+
+
+class _ChildTraceback(Exception):
+    """The traceback of an error in the forked helper, as text (the cause of the error raised again)."""
+
+    def __str__(self) -> str:
+        return "\n" + str(self.args[0])
+
+
 def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timeline_clients: int,
-                      topology: tuple[Any, Any] | None) -> None:
-    """One run's figures and report.html, in the order the run's own process builds them.
+                      topology: tuple[Any, Any] | None, fork: bool = False) -> None:
+    """One run's figures and report.html: the same files, whichever process builds them.
 
     ``topology``: ``(graph, root)`` of a hierarchical network (``topology.png``), taken from the run's
-    world before it was dropped (:func:`fedsim.system.topology.rate_graph`), or None."""
+    world before it was dropped (:func:`fedsim.system.topology.rate_graph`), or None.  ``fork`` (the
+    second process, on Linux): once the trace is read, a forked copy of this process, which holds the
+    digest and the plotting stack already, draws :data:`FORKED_FIGURES` while this one draws the others
+    and report.html's body; report.html takes every figure once both are done."""
     import fedsim.report as report
 
     if topology is not None:
         report.topology_graph_figure(topology[0], topology[1], Path(out) / "topology.png")
-    report.run_figures(out, timeline_window=timeline_window, timeline_clients=timeline_clients)
-    report.html_report(out)
+    figures = dict(timeline_window=timeline_window, timeline_clients=timeline_clients)
+    if not (fork and hasattr(os, "fork") and os.path.exists("/proc/self")):
+        report.run_figures(out, **figures)
+        report.html_report(out)
+        return
+    report.prepare_run_digest(out, **figures)  # read once, before the fork: both halves draw from it
+    helper = _fork(lambda: report.run_figures(out, only=FORKED_FIGURES, **figures))
+    try:
+        report.run_figures(out, only=[f for f in report.RUN_FIGURES if f not in FORKED_FIGURES], **figures)
+        body = report.html_report_body(out)
+    finally:
+        _join(helper)
+    report.finish_html_report(body)
+
+
+def _fork(work: Callable[[], Any]) -> tuple[int, int]:
+    """Run ``work`` in a forked child; its pid and the read end of the pipe its error comes back on."""
+    import pickle
+    import traceback
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: draw, report an error, and leave without running the parent's exit code
+        code = 0
+        try:
+            os.close(read)
+            work()
+        except BaseException as exc:  # noqa: BLE001  (everything goes back to the parent)
+            code = 1
+            try:
+                payload = pickle.dumps((exc, traceback.format_exc()))
+            except Exception:  # an exception that does not pickle: its type and message
+                payload = pickle.dumps((RuntimeError(f"{type(exc).__name__}: {exc}"), traceback.format_exc()))
+            with os.fdopen(write, "wb") as f:
+                f.write(payload)
+        finally:
+            os._exit(code)
+    os.close(write)
+    return pid, read
+
+
+def _join(helper: tuple[int, int]) -> None:
+    """Wait for the forked child; raise its error here, its traceback as the cause."""
+    import pickle
+
+    pid, read = helper
+    with os.fdopen(read, "rb") as f:
+        payload = f.read()
+    _, status = os.waitpid(pid, 0)
+    if payload:
+        exc, text = pickle.loads(payload)
+        raise exc from _ChildTraceback(text)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"the process drawing {', '.join(FORKED_FIGURES)} ended with status "
+                           f"{os.waitstatus_to_exitcode(status)}")
 
 
 def build_comparison_outputs(out: str, labels: Sequence[str]) -> None:

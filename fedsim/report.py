@@ -449,18 +449,25 @@ def _report_digest(run_dir: Path, max_bars: int, max_clients: int) -> TraceDiges
     return run_digest(run_dir, interactive_clients=max_clients, interactive_bars=max_bars)
 
 
+#: The standard figures of a run, by the name :func:`run_figures`'s ``only`` takes (``accuracy`` is
+#: ``accuracy_vs_time.png``, or ``loss_vs_time.png`` for a regression task).
+RUN_FIGURES = ("accuracy", "timeline", "link_rates", "server_queue", "submodel_heatmap", "energy")
+
+
 def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
-                timeline_clients: int = 30) -> list[Path]:
+                timeline_clients: int = 30, only: Sequence[str] | None = None) -> list[Path]:
     """Write the standard figures of one run directory; returns their paths.
 
     ``timeline_window`` zooms the timeline on ``[start, end]`` seconds of virtual time (default: the whole
     run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
-    ``output.timeline_clients`` of the scenario)."""
+    ``output.timeline_clients`` of the scenario).  ``only``: these of :data:`RUN_FIGURES` (default: all),
+    so that two processes can share the drawing."""
     run_dir = Path(run_dir)
+    want = set(RUN_FIGURES if only is None else only)
     _release_freed_memory(run_dir)
     written = []
     metrics_path = run_dir / "metrics.csv"
-    if metrics_path.exists():
+    if metrics_path.exists() and "accuracy" in want:
         m = pd.read_csv(metrics_path)
         if len(m) and m["accuracy"].notna().any():
             p = run_dir / "accuracy_vs_time.png"
@@ -471,27 +478,38 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
             accuracy_figure({run_dir.name: m}, p, column="loss")
             written.append(p)  # (systems-only runs have neither)
     trace_file = trace_path(run_dir)
-    if trace_file.exists():
+    if trace_file.exists() and want & {"timeline", "link_rates", "server_queue", "submodel_heatmap"}:
         since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
                                                                     float(timeline_window[1]))
         # one streamed pass keeps what the figures and the report draw (never the whole trace)
         digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
         if digest.clients or digest.has_server:
             p = run_dir / "timeline.png"
-            # the whole run by default, the phase that dominates each pixel column
-            panels = _DIGEST.get("panels")
-            timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
-                            rounds=panels.round_table() if panels is not None else None)
-            written.append(p)
-            for name, fn in (("link_rates.png", link_rate_figure), ("server_queue.png", server_queue_figure)):
-                if fn(digest, run_dir / name):
-                    written.append(run_dir / name)
-        if submodel_figure(digest, run_dir / "submodel_heatmap.png", _device_classes(run_dir)):
+            if "timeline" in want:  # the whole run by default, the phase that dominates each pixel column
+                panels = _DIGEST.get("panels")
+                timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
+                                rounds=panels.round_table() if panels is not None else None)
+                written.append(p)
+            for name, fn in (("link_rates", link_rate_figure), ("server_queue", server_queue_figure)):
+                if name in want and fn(digest, run_dir / f"{name}.png"):
+                    written.append(run_dir / f"{name}.png")
+        if "submodel_heatmap" in want and submodel_figure(digest, run_dir / "submodel_heatmap.png",
+                                                          _device_classes(run_dir)):
             written.append(run_dir / "submodel_heatmap.png")
     energy_path = run_dir / "energy.csv"
-    if energy_path.exists() and energy_figure(pd.read_csv(energy_path), run_dir / "energy.png"):
+    if "energy" in want and energy_path.exists() and energy_figure(pd.read_csv(energy_path), run_dir / "energy.png"):
         written.append(run_dir / "energy.png")
     return written
+
+
+def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
+                       timeline_clients: int = 30) -> None:
+    """Read the run's trace into the digest :func:`run_figures` (same arguments) and :func:`html_report`
+    draw from, now (none for a run without a trace)."""
+    if trace_path(run_dir).exists():
+        since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
+                                                                    float(timeline_window[1]))
+        run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
 
 
 #: below this trace size (bytes), building the outputs skips :func:`_release_freed_memory`: reading such a
@@ -703,11 +721,23 @@ def html_report(run_dir: str | Path) -> Path:
     algorithm, per seed), an interactive timeline (zoom and pan over virtual time; hover a bar for client,
     phase, bytes, link rate and staleness) with the server queue and accuracy on the same time axis (plain
     SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data."""
-    import base64
+    return finish_html_report(html_report_body(run_dir))
+
+
+class ReportBody:
+    """report.html up to its figures (:func:`html_report_body`): built while the figures are drawn
+    elsewhere, then finished with them (:func:`finish_html_report`)."""
+
+    def __init__(self, run_dir: Path, parts: list[str], link_up_later: bool) -> None:
+        self.run_dir, self.parts, self.link_up_later = run_dir, parts, link_up_later
+
+
+def html_report_body(run_dir: str | Path) -> ReportBody:
+    """Everything of report.html but its figures (it reads no PNG)."""
     import html
     import json
 
-    from fedsim.report_panels import PANELS_CSS, link_up, nav_html, panels_html, server_summary_rows, with_formats
+    from fedsim.report_panels import PANELS_CSS, nav_html, panels_html, server_summary_rows, with_formats
 
     run_dir = Path(run_dir)
     link_up_later = False
@@ -781,6 +811,17 @@ def html_report(run_dir: str | Path) -> Path:
     if scenario.exists():
         parts.append("<h2>Scenario</h2><details><summary>resolved scenario.yaml</summary><pre>" +
                      html.escape(scenario.read_text(encoding="utf-8")) + "</pre></details>")
+    return ReportBody(run_dir, parts, link_up_later)
+
+
+def finish_html_report(body: ReportBody) -> Path:
+    """Write report.html: ``body`` and every figure of the run folder, as PNG data."""
+    import base64
+    import html
+
+    from fedsim.report_panels import link_up
+
+    run_dir, parts = body.run_dir, list(body.parts)
     figures = sorted(run_dir.glob("*.png"))
     if figures:
         parts.append("<h2>Figures</h2>")
@@ -791,7 +832,7 @@ def html_report(run_dir: str | Path) -> Path:
     parts.append("</body></html>")
     out = run_dir / "report.html"
     out.write_text("\n".join(parts), encoding="utf-8")
-    if link_up_later:  # the runs listed above link up to this page, now that it exists
+    if body.link_up_later:  # the runs listed above link up to this page, now that it exists
         link_up(run_dir)
     _DIGEST.clear()  # the run's outputs are written: its digest is not needed any more
     return out

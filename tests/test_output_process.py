@@ -92,17 +92,21 @@ def test_the_second_process_builds_the_same_files(tmp_path):
 
 
 @needs_two_cores
-def test_a_build_that_fails_there_is_recorded_as_here(tmp_path):
+@pytest.mark.parametrize("blocked", ["timeline.png", "energy.png"])  # drawn by the second process, by its fork
+def test_a_build_that_fails_there_is_recorded_as_here(tmp_path, blocked):
     one = {**TINY, "output": {}}
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(one), encoding="utf-8")
-    done = _python(RUN_WITH_PROCESS, str(tmp_path / "one.yaml"), str(tmp_path / "run"), "timeline.png")
+    done = _python(RUN_WITH_PROCESS, str(tmp_path / "one.yaml"), str(tmp_path / "run"), blocked)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "outputs_failed"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "outputs_failed"
     assert summary["outputs_error"].startswith("figures and report: IsADirectoryError")
-    assert "IsADirectoryError" in (tmp_path / "run" / "outputs_error.txt").read_text()
+    assert f"{blocked}'" in summary["outputs_error"]
+    text = (tmp_path / "run" / "outputs_error.txt").read_text()
+    assert "IsADirectoryError" in text and ("energy_figure" in text) == (blocked == "energy.png")  # where it failed
     assert (tmp_path / "run" / "accuracy_vs_time.png").exists()  # what was drawn before the failure is kept
+    assert not (tmp_path / "run" / "report.html").exists()
 
 
 def test_a_dead_second_process_is_replaced_by_this_one(tmp_path):
@@ -228,8 +232,8 @@ def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(t
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG), encoding="utf-8")
     with fedsim_process(["run", str(tmp_path / "long.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) as proc:
         workers = _started_long_run(tmp_path, proc)
-        _, stderr, took = signal_and_wait(proc, signal.SIGINT, group=True)
-    assert proc.returncode == 130, stderr[-2000:]
+        stdout, stderr, took = signal_and_wait(proc, signal.SIGINT, group=True)
+    assert proc.returncode == 130, (stdout[-1000:], stderr[-2000:])
     assert stderr.strip().splitlines()[-1] == "fedsim: interrupted; outputs written so far are kept"
     assert "Traceback" not in stderr and took < 10.0, (took, stderr[-2000:])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
