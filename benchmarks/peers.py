@@ -23,7 +23,9 @@ that runs compared with each other are seconds apart and none is always first.  
 within each cycle and its median (with min–max) over the cycles is printed: each implementation against
 the loop, and fedsim against each.  Wall time is the whole process (interpreter start, imports, data,
 the run, every output, teardown); its CPU time (user + system, from ``os.wait4``, as its peak RSS) is
-printed beside it, a steadier measure than wall time on a shared machine.  The steady round is the
+printed beside it, a steadier measure than wall time on a shared machine.  Both count the processes an
+implementation starts (fedsim's second process for its figures, Flower's workers) once they have ended:
+the CPU time is their sum, the peak RSS that of the largest one.  The steady round is the
 median of rounds 2.. as each script times them; fedsim's comes from ``peers/fedsim_rounds.py``, a
 separate run right after the loop's in each cycle that stamps the wall clock where each round ends (the
 timed fedsim runs are left untouched), and its ratio to the loop's is paired cycle by cycle.  ``uptime``'s
