@@ -164,7 +164,7 @@ class Job:
 
     def result(self) -> None:
         """Wait for the build; its error is raised here.  If the second process died (or never started),
-        the build runs again here, in this process."""
+        the build runs again here, in this process (never forked: this process holds torch's threads)."""
         from concurrent.futures import CancelledError
         from concurrent.futures.process import BrokenProcessPool
 
@@ -189,10 +189,11 @@ class OutputProcess:
         #: builds handed over and not yet waited for, with what the runner needs to record them
         self.pending: list[tuple[Job, Any]] = []
 
-    def submit(self, fn: Callable[..., None], *args: Any) -> Job:
-        """Hand ``fn(*args)`` (a module-level function of this module) to the second process."""
+    def submit(self, fn: Callable[..., None], *args: Any, **there: Any) -> Job:
+        """Hand ``fn(*args, **there)`` (a module-level function of this module) to the second process;
+        ``there``: the keywords that apply only there (``fork``), left out if it runs here instead."""
         try:
-            future = self._pool.submit(fn, *args)
+            future = self._pool.submit(fn, *args, **there)
         except RuntimeError:  # the pool is broken or shut down: the job runs here when waited for
             future = None
         return Job(future, fn, args)

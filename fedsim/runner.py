@@ -204,7 +204,7 @@ def run_variant(
             hooks.clear()
             args = (str(out), scenario.output.timeline_window, scenario.output.timeline_clients, topology)
             if outputs is not None and summary.get("trace_events", 0) <= MAX_EVENTS:
-                outputs.pending.append((outputs.submit(build_run_outputs, *args, True),
+                outputs.pending.append((outputs.submit(build_run_outputs, *args, fork=True),
                                         (out, summary, "figures and report")))
             else:
                 with building_outputs(out, [summary], "figures and report") as built:

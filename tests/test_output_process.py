@@ -111,15 +111,19 @@ def test_a_build_that_fails_there_is_recorded_as_here(tmp_path, blocked):
 
 def test_a_dead_second_process_is_replaced_by_this_one(tmp_path):
     script = """
-import sys
+import os, sys
 from fedsim.output_process import OutputProcess, build_run_outputs
+
+def no_fork():
+    raise AssertionError("forked in the run's own process")
 
 if __name__ == "__main__":
     outputs = OutputProcess()
     [proc] = outputs._pool._processes.values()
     proc.kill()
     proc.join()
-    outputs.submit(build_run_outputs, sys.argv[1], None, 30, None).result()
+    os.fork = no_fork  # the fork is for the second process only
+    outputs.submit(build_run_outputs, sys.argv[1], None, 30, None, fork=True).result()
     outputs.close()
     print("matplotlib" in sys.modules)
 """
