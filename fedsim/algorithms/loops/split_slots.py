@@ -55,7 +55,7 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
 
     @classmethod
     def work(cls, config: Any) -> Work:
-        buffer = config.model_buffer if config.model_buffer is not None else 1
+        buffer = config.model_buffer or config.concurrency  # the aggregator's Q_c, as run() takes it
         return replace(super().work(config), slots=int(config.concurrency), per_version=max(1, int(buffer)),
                        retry_s=config.retry_s)
 
