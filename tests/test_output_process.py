@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import yaml
@@ -230,12 +232,18 @@ def _started_long_run(tmp_path: Path, proc: subprocess.Popen) -> list[int]:
 LONG = {**TINY, "output": {"flush_every": 16}, "stop": {"max_versions": 3000}, "eval": {"every_versions": 100}}
 
 
+@contextmanager
+def _long_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, list[int]]]:
+    """`fedsim run` of LONG, simulating, with its second process beside it: the process and that one's pid."""
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG), encoding="utf-8")
+    with fedsim_process(["run", str(tmp_path / "long.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) as proc:
+        yield proc, _started_long_run(tmp_path, proc)
+
+
 @needs_two_cores
 @needs_proc
 def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(tmp_path):
-    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG), encoding="utf-8")
-    with fedsim_process(["run", str(tmp_path / "long.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) as proc:
-        workers = _started_long_run(tmp_path, proc)
+    with _long_run(tmp_path) as (proc, workers):
         stdout, stderr, took = signal_and_wait(proc, signal.SIGINT, group=True)
     assert proc.returncode == 130, (stdout[-1000:], stderr[-2000:])
     assert stderr.strip().splitlines()[-1] == "fedsim: interrupted; outputs written so far are kept"
@@ -249,9 +257,7 @@ def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(t
 @needs_two_cores
 @needs_proc
 def test_a_killed_run_takes_its_second_process_with_it(tmp_path):
-    (tmp_path / "long.yaml").write_text(yaml.safe_dump(LONG), encoding="utf-8")
-    with fedsim_process(["run", str(tmp_path / "long.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) as proc:
-        workers = _started_long_run(tmp_path, proc)
+    with _long_run(tmp_path) as (proc, workers):
         proc.kill()
         proc.wait()
         assert _gone(workers, 5.0), "the second process outlived the killed run"
