@@ -11,7 +11,7 @@ failure there is recorded as it is in the run's own process: ``outputs_failed``,
 ``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
 own process.
 
-When (:func:`wanted`): figures on, at least two usable cores, training in the run's own process
+When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the run's own process
 (``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as the preflight
 estimates them and as the trace counts them.  A bigger run's outputs are one pass over a big trace,
 which a second process does not shorten, and the memory it would hold would add to the run's.  ``fedsim run`` asks for
@@ -44,10 +44,22 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+#: The environment variable that turns the second process off (``0``) where it would be used (``1``, the
+#: default): for many runs side by side on one machine, which use its cores themselves.
+SWITCH = "FEDSIM_OUTPUT_PROCESS"
+
+
 def wanted(scenario: Scenario) -> bool:
     """Whether a second process should build this scenario's outputs (the rule in the module docstring;
     the work estimate is applied later, by the runner, once the preflight has made it)."""
-    return bool(scenario.output.figures) and usable_cores() >= 2 and scenario.train.executor == "inprocess"
+    from fedsim.errors import ConfigError
+
+    switch = os.environ.get(SWITCH, "1")
+    if switch not in ("0", "1"):
+        raise ConfigError(SWITCH, f"got {switch!r} (allowed: 0, figures drawn in the run's own process, or 1, "
+                                  "in a second process where it pays)")
+    return (switch == "1" and bool(scenario.output.figures) and usable_cores() >= 2
+            and scenario.train.executor == "inprocess")
 
 
 def _warm() -> None:

@@ -27,6 +27,9 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # generated datasets are cached for this test run only (shared by its tests, nothing left in the user's cache)
 _CACHE = tempfile.mkdtemp(prefix="fedsim-test-cache-")
 os.environ["FEDSIM_CACHE_DIR"] = _CACHE
+# `fedsim run` draws its figures in the run's own process here: the two test workers use both cores, and a
+# second process per run would only add to them (tests/test_output_process.py turns it back on)
+os.environ["FEDSIM_OUTPUT_PROCESS"] = "0"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

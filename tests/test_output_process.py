@@ -19,7 +19,7 @@ import yaml
 from conftest import ROOT, TINY, fedsim_process, signal_and_wait
 
 from fedsim import scenario_from_mapping
-from fedsim.output_process import MAX_EVENTS, usable_cores, wanted
+from fedsim.output_process import MAX_EVENTS, SWITCH, usable_cores, wanted
 from fedsim.runner import run_scenario
 
 needs_two_cores = pytest.mark.skipif(usable_cores() < 2, reason="the second process needs a second usable core")
@@ -28,6 +28,12 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="re
 #: the tiny scenario with its default outputs, two algorithms (a comparison too)
 SHOWN = {**TINY, "output": {}, "algorithm": [{"name": "fedavg", "clients_per_round": 3},
                                              {"name": "fedbuff", "buffer_size": 2, "concurrency": 3}]}
+
+
+@pytest.fixture(autouse=True)
+def second_process_on(monkeypatch):
+    """The suite turns the second process off (conftest.py); these tests are about it."""
+    monkeypatch.setenv(SWITCH, "1")
 
 
 def _python(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -70,6 +76,19 @@ def test_the_rule():
     assert wanted(sc) == (usable_cores() >= 2)
     assert not wanted(scenario_from_mapping({**SHOWN, "output": {"figures": False}}))
     assert not wanted(scenario_from_mapping({**SHOWN, "train": {**TINY["train"], "executor": "ray"}}))
+
+
+def test_the_switch(tmp_path, monkeypatch):
+    sc = scenario_from_mapping(SHOWN)
+    monkeypatch.setenv(SWITCH, "0")
+    assert not wanted(sc)
+    (tmp_path / "shown.yaml").write_text(yaml.safe_dump(SHOWN), encoding="utf-8")
+    monkeypatch.setenv(SWITCH, "yes")
+    with fedsim_process(["run", str(tmp_path / "shown.yaml"), "--out", str(tmp_path / "run")]) as proc:
+        stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and stdout == ""
+    assert stderr.strip() == ("fedsim: error: FEDSIM_OUTPUT_PROCESS: got 'yes' (allowed: 0, figures drawn in the run's "
+                              "own process, or 1, in a second process where it pays)")
 
 
 @needs_two_cores
