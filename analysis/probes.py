@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -597,11 +596,9 @@ def probe_jobs(jobs: int | None, checkpoints_count: int, settings: ProbeSettings
         return 1
     if jobs is not None:
         return min(jobs, checkpoints_count)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, torch.get_num_threads(), -(-checkpoints_count // CHECKPOINTS_PER_JOB)))
+    from fedsim.sim.executor import usable_cores
+
+    return max(1, min(usable_cores(), torch.get_num_threads(), -(-checkpoints_count // CHECKPOINTS_PER_JOB)))
 
 
 #: A probe worker's own prober and final activations, built once per process by :func:`_worker_start`.

@@ -11,12 +11,12 @@ failure there is recorded as it is in the run's own process: ``outputs_failed``,
 ``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
 own process.
 
-When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the run's own process
-(``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as the preflight
-estimates them and as the trace counts them.  A bigger run's outputs are one pass over a big trace,
-which a second process does not shorten, and the memory it would hold would add to the run's.  ``fedsim run`` asks for
-it; the Python API (``run_scenario``) builds in its own process unless asked, since spawning needs a
-script's ``if __name__ == "__main__":`` guard.
+When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the
+run's own process (``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as
+the preflight estimates them and as the trace counts them.  A bigger run's outputs are one pass over a
+big trace, which a second process does not shorten, and the memory it would hold would add to the
+run's.  ``fedsim run`` asks for it; the Python API (``run_scenario``) builds in its own process unless
+asked, since spawning needs a script's ``if __name__ == "__main__":`` guard.
 
 This module imports neither torch nor matplotlib: the second process loads only what drawing needs.
 """
@@ -26,6 +26,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from fedsim.sim.executor import usable_cores
+
 if TYPE_CHECKING:
     from fedsim.scenario import Scenario
 
@@ -34,14 +36,6 @@ if TYPE_CHECKING:
 #: against the trace written after it.  A trace this long is about 30 MB as JSON lines; its outputs cost
 #: mostly the fixed cost a second process hides.
 MAX_EVENTS = 200_000
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity where the platform tells it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 #: The environment variable that turns the second process off (``0``) where it would be used (``1``, the

@@ -479,8 +479,7 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
             written.append(p)  # (systems-only runs have neither)
     trace_file = trace_path(run_dir)
     if trace_file.exists() and want & {"timeline", "link_rates", "server_queue", "submodel_heatmap"}:
-        since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
-                                                                    float(timeline_window[1]))
+        since, until = _window(timeline_window)
         # one streamed pass keeps what the figures and the report draw (never the whole trace)
         digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
         if digest.clients or digest.has_server:
@@ -507,9 +506,13 @@ def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] 
     """Read the run's trace into the digest :func:`run_figures` (same arguments) and :func:`html_report`
     draw from, now (none for a run without a trace)."""
     if trace_path(run_dir).exists():
-        since, until = (0.0, None) if timeline_window is None else (float(timeline_window[0]),
-                                                                    float(timeline_window[1]))
+        since, until = _window(timeline_window)
         run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
+
+
+def _window(timeline_window: Sequence[float] | None) -> tuple[float, float | None]:
+    """``output.timeline_window`` as the digest's ``since`` and ``until`` (None: the whole run)."""
+    return (0.0, None) if timeline_window is None else (float(timeline_window[0]), float(timeline_window[1]))
 
 
 #: below this trace size (bytes), building the outputs skips :func:`_release_freed_memory`: reading such a

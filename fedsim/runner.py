@@ -207,25 +207,29 @@ def run_variant(
                 outputs.pending.append((outputs.submit(build_run_outputs, *args, fork=True),
                                         (out, summary, "figures and report")))
             else:
-                with building_outputs(out, [summary], "figures and report") as built:
-                    build_run_outputs(*args)
-                if not built:  # the summary says so (written again); figures of a failed run never hide its failure
-                    (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
+                _build_recorded(out, summary, "figures and report", lambda: build_run_outputs(*args))
     if failure is not None:
         raise failure
     return summary
 
 
+def _build_recorded(out: Path, summary: dict[str, Any] | list[dict[str, Any]], what: str,
+                    build: Callable[[], None]) -> None:
+    """``build()`` inside :func:`building_outputs`; on a failure the summary (a run's, or a comparison's
+    list) says so and summary.json is written again: figures of a failed build never hide its failure."""
+    listed = summary if isinstance(summary, list) else [summary]
+    with building_outputs(out, listed, what) as built:
+        build()
+    if not built:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
+
+
 def finish_outputs(outputs: OutputProcess) -> None:
-    """Wait for the builds handed to the second process, in order, and record each failure as
-    :func:`building_outputs` does (the summary's status, ``outputs_error``, summary.json written again)."""
+    """Wait for the builds handed to the second process, in order, and record each failure as a build
+    in this process would be (:func:`_build_recorded`)."""
     while outputs.pending:
         job, (out, summary, what) = outputs.pending.pop(0)
-        listed = summary if isinstance(summary, list) else [summary]
-        with building_outputs(out, listed, what) as built:
-            job.result()
-        if not built:
-            (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
+        _build_recorded(out, summary, what, job.result)
 
 
 #: ``status`` of a run whose simulation ended but whose figures or report failed to build: never ``ok``.
@@ -407,10 +411,8 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
                                             (out, listed, "comparison figures and report")))
                     finish_outputs(outputs)
                 else:
-                    with building_outputs(out, listed, "comparison figures and report") as built:
-                        build_comparison_outputs(*args)
-                    if not built:
-                        (out / "summary.json").write_text(json.dumps(listed, indent=2), encoding="utf-8")
+                    _build_recorded(out, listed, "comparison figures and report",
+                                    lambda: build_comparison_outputs(*args))
                 summaries = listed  # the same as before unless the comparison's build failed
     finally:
         if outputs is not None:

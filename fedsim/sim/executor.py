@@ -199,6 +199,15 @@ def check_jobs_count(jobs: Any, option: str = "--jobs") -> None:
         raise ConfigError(option, f"got {jobs!r} (allowed: an integer in [1, {MAX_JOBS}] processes)")
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the platform tells it): what fedsim's
+    parallel commands size themselves by."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def _started() -> None:
     """A local pool worker's first task: done once a worker process has started (run its initializer)."""
 
