@@ -190,7 +190,11 @@ def rows_of(table: pd.DataFrame, *, run: str, theorems: Sequence[str], probed: b
             note, bound_text = "; ".join(s for s in (f"expected: {bound_text}", note) if s), ""
         evaluated = not (measured is None or (isinstance(measured, float) and math.isnan(measured)))
         verdict = _verdict(q, measured, bound, holds, role)
-        if note.startswith("not applicable"):
+        decided = str(rec.get("verdict") or "")
+        decided = "" if decided == "nan" else decided
+        if decided and decided != "not judged":
+            verdict = decided  # the theorem module or judge() decided it (analysis.theory.base.VERDICTS)
+        elif note.startswith("not applicable"):
             verdict = "not applicable"
         elif note.startswith(("vacuous", "not judged")):
             verdict = note.split(":")[0]
@@ -369,6 +373,10 @@ def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = T
     else:
         text += "\n".join(textwrap.wrap(f"status: {statuses[0][1]}", width, subsequent_indent="  ")) + "\n"
     text += render(rows, several=several, titles=titles, width=width)
+    if any(r.group.startswith("theorem:") for r in rows):
+        from analysis.theory.base import verdict_legend
+
+        text += "\nverdicts (one meaning each; docs/guide.md#analysis):\n" + verdict_legend(width) + "\n"
     combined = pd.concat(frames, ignore_index=True)
     if several:
         (root / "check").mkdir(exist_ok=True)

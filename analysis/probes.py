@@ -468,6 +468,8 @@ def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None,
         "B_local_max": float(df["B_local"].replace(np.inf, np.nan).max()),
         "avg_grad_norm_sq": float(before["grad_norm_sq"].mean()),
         "F0": F0,
+        # ||grad F(w_0)||^2: the left side of a run that applies no update ("uninformative" compares with it)
+        "start_grad_norm_sq": float(df["grad_norm_sq"].iloc[0]) if int(df["version"].iloc[0]) == 0 else None,
         "F_min": float(df["loss"].min()),
         "F0_minus_Fstar": F0 - float(df["loss"].min()),
         "eta_l": float(scenario.train.lr),
@@ -785,6 +787,10 @@ def probe_run(run_dir: str | Path, *, versions: Sequence[int] | None = None,
     K, k_note = _local_steps(scenario, prepared.parts)
     m, m_note = _clients_per_version(run, scenario)
     measured = summarise_probes(df, scenario, K=K, m=m, notes={"K": k_note, "m": m_note}, settings=settings)
+    from analysis.constants import as_json, certified_constants
+
+    # the constants the run's own data certify (a linear model's smoothness, F*, ...): analysis.constants
+    measured["certified"] = as_json(certified_constants(scenario, prepared))
     path = run / "measured.json"
     old = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**old, **measured}, indent=2), encoding="utf-8")
@@ -821,6 +827,11 @@ def ensure_probes(run_dir: str | Path, *, progress: bool = False,
         K, k_note = _local_steps(scenario, parts or [])
         m, m_note = _clients_per_version(run, scenario)
         measured = summarise_probes(df, scenario, K=K, m=m, notes={"K": k_note, "m": m_note, "source": "probes_live.csv"})
+        if str(scenario.model.name) in ("linear", "logreg") or parts is not None:
+            from analysis.constants import as_json, certified_constants
+            from fedsim.build import prepare_data
+
+            measured["certified"] = as_json(certified_constants(scenario, prepare_data(scenario)))
         path = run / "measured.json"
         old = json.loads(path.read_text()) if path.exists() else {}
         path.write_text(json.dumps({**old, **measured}, indent=2), encoding="utf-8")

@@ -109,8 +109,11 @@ def test_fedsim_check_evaluates_the_local_sgd_bound_with_measured_constants(prob
     assert measured["avg_grad_norm_sq"] == pytest.approx(probes.loc[probes["version"] < 5, "grad_norm_sq"].mean())
     assert measured["F0_minus_Fstar"] == pytest.approx(probes["loss"].iloc[0] - probes["loss"].min())
     rows = table[table["quantity"].str.startswith("[local_sgd]")]
-    assert len(rows) == 11 and rows["holds"].notna().all()  # 10 conditions, every one met, and the bound
-    assert rows[rows["role"] == "condition"]["holds"].all()
+    conds = rows[rows["role"] == "condition"]
+    # 10 setting and step-size conditions, 3 assumptions, the unverified statement's note and the bound
+    assert len(rows) == 15 and len(conds) == 13
+    # every condition met, or met only at an estimate from below of a constant (never "not met")
+    assert ((conds["holds"] == True) | (conds["verdict"] == "unverified")).all()  # noqa: E712
     assert not rows["note"].str.contains("not evaluated").any()
     thm = rows[rows["quantity"].str.contains("Theorem 1")].iloc[0]
     assert thm["measured"] == pytest.approx(measured["avg_grad_norm_sq"])
@@ -269,7 +272,9 @@ def test_check_uses_live_probes_without_checkpoints_and_reports_unprobeable_chec
     table = check_run(live_only, figures=False, progress=False)
     live = pd.read_csv(live_only / "probes_live.csv")
     thm = table[table["quantity"].str.contains("Theorem 1")].iloc[0]
-    assert thm["holds"] is not None and thm["measured"] == pytest.approx(live.loc[live["version"] < 5, "grad_norm_sq"].mean())
+    assert thm["verdict"] in ("consistent with estimated constants", "above the estimated bound (not a refutation)",
+                              "uninformative")
+    assert thm["measured"] == pytest.approx(live.loc[live["version"] < 5, "grad_norm_sq"].mean())
 
     broken = tmp_path / "broken"
     shutil.copytree(plain, broken)

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, condition, le, lookup, missing
+from analysis.theory.base import (MIN_PROBED_VERSIONS, ROUNDING_RTOL, Check, bound_row, condition,
+                                  condition_by_bounds, lookup, missing)
 
 REFERENCE = "Yang, Fang & Liu, ICLR 2021, Theorem 1 (full participation)"
 
@@ -49,32 +50,132 @@ def bound(*, eta_l: float, K: float, m: float, T: float, L: float, sigma2: float
     return float(first + phi)
 
 
+UNVERIFIED = ("unverified: no readable source verifies this theorem's constants (the paper's text was not "
+              "available to check them), so it is never the only basis of a holds or refuted")
+
+
+def _constant(measured: Mapping[str, Any], key: str) -> tuple[float | None, bool]:
+    """(value, certified) of a constant: ``measured["certified"][key]`` when the run's data certify it
+    (:mod:`analysis.constants`), else the probe's estimate ``measured[key]`` (not certified)."""
+    cert = (measured.get("certified") or {}).get(key)
+    if isinstance(cert, Mapping) and cert.get("value") is not None:
+        return float(cert["value"]), True
+    v = measured.get(key)
+    return (None, False) if v is None else (float(v), False)
+
+
+def gap(measured: Mapping[str, Any], params: Mapping[str, Any]) -> tuple[float | None, bool, str]:
+    """F(w0) − F* for the bound: F(w0) (measured exactly at version 0) minus a certified lower bound of F*
+    (an upper bound of the gap, which the bound grows with) when there is one; else the run's own
+    F(w0) − min F (an estimate from below).  Returns (value, certified, how)."""
+    f_star = (measured.get("certified") or {}).get("F_star")
+    if measured.get("F0") is not None and isinstance(f_star, Mapping):
+        return (max(float(measured["F0"]) - float(f_star["value"]), 0.0), True,
+                f"F(w0) - F*, F* {'=' if float(f_star['value']) > 0 else '>='} {float(f_star['value']):.4g} certified")
+    g = measured.get("F0_minus_Fstar", params.get("F0_minus_Fstar"))
+    if g is None and "F0" in measured and "F_star" in measured:
+        g = float(measured["F0"]) - float(measured["F_star"])
+    return (None if g is None else float(g)), False, "F(w0) - min F along the run (an estimate from below)"
+
+
+def evidence(measured: Mapping[str, Any]) -> tuple[str, bool]:
+    """(why the left side is insufficient evidence or "", whether it was measured at every version < T)."""
+    versions = measured.get("probe_versions")
+    T = measured.get("T")
+    if versions is None or T is None:
+        return "", False
+    below = sorted(int(v) for v in versions if int(v) < int(T))
+    if len(below) < MIN_PROBED_VERSIONS:
+        return (f"the left side is the mean over {len(below)} probed version(s) below T = {int(T)}, fewer than "
+                f"{MIN_PROBED_VERSIONS} (save checkpoints more often: output.checkpoints)"), False
+    return "", below == list(range(int(T)))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
-    vals, miss = lookup(measured, params, "eta_l", "K", "L")
+    """Theorem 1's conditions and bound, each constant with its provenance (:mod:`analysis.constants`).
+
+    The theorem assumes each client's F_i L-smooth with uniform σ², σ_G²: ``L``, ``sigma2``, ``zeta2`` are
+    taken certified where the run's data certify them, else the probes' (max over clients and probed
+    iterates: estimates from below).  The bound is judged "holds"/"refuted" only when every constant is
+    certified and the left side was probed at every version; this module's own constants are unverified
+    (see :data:`UNVERIFIED`), so :func:`analysis.report.theory_rows` keeps it from ever being the only basis of
+    either."""
+    checks: list[Check] = [Check("statement unverified (no readable source)", None, None, None, UNVERIFIED, "note")]
+    L, L_cert = _constant(measured, "L")
+    sigma2, s_cert = _constant(measured, "sigma2")
+    zeta2, z_cert = _constant(measured, "zeta2")
+    vals, miss = lookup(measured, params, "eta_l", "K")
     eta = float(measured.get("eta", params.get("eta", 1.0)))
-    if miss:
-        checks.append(missing("step size eta_l <= 1/(8LK)", miss, role="condition"))
+    prov = "certified" if L_cert else "estimated"
+    checks.append(condition("assumption: each F_i L-smooth (L = max over clients)", L, "a uniform bound",
+                            None if L is None else True,
+                            "certified from the data" if L_cert else "estimated: the probes' largest curvature "
+                            "along the run, a lower estimate of max_i sup_w ||Hess F_i||", prov)
+                  if L_cert or L is None else
+                  Check("assumption: each F_i L-smooth (L = max over clients)", L, "a uniform bound", None,
+                        "unverified: estimated from the probes' curvature of F along the run, a lower estimate of "
+                        "max_i sup_w ||Hess F_i||", "condition", "unverified", "estimated"))
+    for key, value, cert, text in (("sigma2", sigma2, s_cert, "assumption: E||g_i - grad F_i||^2 <= sigma_L^2"),
+                                   ("zeta2", zeta2, z_cert, "assumption: ||grad F_i - grad f||^2 <= sigma_G^2")):
+        if value is None:
+            continue
+        checks.append(Check(text, value, "a uniform bound", True if cert else None,
+                            "certified from the data" if cert else "unverified: max over clients and probed iterates "
+                            "only, a lower estimate of the uniform bound",
+                            "condition", "" if cert else "unverified", "certified" if cert else "estimated"))
+    L_est = measured.get("L")  # the probes' estimate from below (None without probes)
+    L_est = None if L_est is None else float(L_est)
+    exact = bool(((measured.get("certified") or {}).get("L") or {}).get("exact")) if L_cert else False
+    if miss or L is None:
+        checks.append(missing("step size eta_l <= 1/(8LK)", miss + ([] if L is not None else ["L"]), role="condition"))
     else:
-        eta_l, K, L = float(vals["eta_l"]), float(vals["K"]), float(vals["L"])
-        checks.append(condition("step size eta_l <= 1/(8LK)", eta_l, 1.0 / (8 * L * K), eta_l <= 1.0 / (8 * L * K), REFERENCE))
-        checks.append(condition("step size eta*eta_l <= 1/(KL)", eta * eta_l, 1.0 / (K * L), eta * eta_l <= 1.0 / (K * L), REFERENCE))
-        checks.append(condition("c = 1/2 - 15K^2 eta_l^2 L^2 > 0", c_max(eta_l, K, L), 0.0, c_max(eta_l, K, L) > 0, REFERENCE))
-    gap = measured.get("F0_minus_Fstar", params.get("F0_minus_Fstar"))
-    if gap is None and "F0" in measured:
-        gap = float(measured["F0"]) - float(measured.get("F_star", 0.0))
-    vals, miss = lookup(measured, params, "eta_l", "K", "m", "T", "L", "sigma2", "zeta2", "avg_grad_norm_sq")
-    if gap is None:
+        eta_l, K = float(vals["eta_l"]), float(vals["K"])
+        tol = 1.0 + ROUNDING_RTOL
+
+        def at(fn: Any) -> tuple[bool | None, bool | None]:
+            return (fn(L) if L_cert else None), (None if L_est is None else fn(L_est))
+
+        up, lo = at(lambda x: eta_l <= tol / (8 * x * K))
+        checks.append(condition_by_bounds("step size eta_l <= 1/(8LK)", eta_l, 1.0 / (8 * L * K), ok_at_upper=up,
+                                          ok_at_lower=lo, exact=exact, note=REFERENCE))
+        up, lo = at(lambda x: eta * eta_l <= tol / (K * x))
+        checks.append(condition_by_bounds("step size eta*eta_l <= 1/(KL)", eta * eta_l, 1.0 / (K * L), ok_at_upper=up,
+                                          ok_at_lower=lo, exact=exact, note=REFERENCE))
+        up, lo = at(lambda x: c_max(eta_l, K, x) > 0)
+        checks.append(condition_by_bounds("c = 1/2 - 15K^2 eta_l^2 L^2 > 0", c_max(eta_l, K, L), 0.0, ok_at_upper=up,
+                                          ok_at_lower=lo, exact=exact, note=REFERENCE))
+        if L_cert and not exact and L_est is not None and any(c.holds is None and c.verdict == "unverified"
+                                                              for c in checks[-3:]):
+            # the certified L is an upper bound too loose for the step-size conditions: the bound is evaluated
+            # at the estimate from below instead (and is then an estimate itself)
+            L, L_cert = L_est, False
+    g, g_cert, g_how = gap(measured, params)
+    vals, miss = lookup(measured, params, "eta_l", "K", "m", "T", "avg_grad_norm_sq")
+    miss += [k for k, v in (("L", L), ("sigma2", sigma2), ("zeta2", zeta2)) if v is None]
+    if g is None:
         miss.append("F0_minus_Fstar")
     if miss:
         checks.append(missing("Theorem 1: (1/T) sum E||grad f(x_t)||^2", miss, role="bound"))
         return checks
     rhs = bound(eta_l=float(vals["eta_l"]), K=float(vals["K"]), m=float(vals["m"]), T=float(vals["T"]),
-                L=float(vals["L"]), sigma2=float(vals["sigma2"]), zeta2=float(vals["zeta2"]),
-                F0_minus_Fstar=float(gap), eta=eta)
-    checks.append(le("Theorem 1: (1/T) sum E||grad f(x_t)||^2", float(vals["avg_grad_norm_sq"]), rhs,
-                     f"{REFERENCE}; c at its supremum"))
-    return checks
+                L=float(L), sigma2=float(sigma2), zeta2=float(zeta2), F0_minus_Fstar=float(g), eta=eta)
+    why, every = evidence(measured)
+    certified = L_cert and s_cert and z_cert and g_cert and every
+    start = measured.get("start_grad_norm_sq")
+    parts = [f"{REFERENCE}; c at its supremum", f"gap {g:.4g} = {g_how}",
+             "constants: " + ", ".join(f"{k} {'certified' if c else 'estimated'}" for k, c in
+                                       (("L", L_cert), ("sigma2", s_cert), ("zeta2", z_cert), ("gap", g_cert))),
+             "left side at every version < T" if every else "left side: mean over the probed versions (a sample)"]
+    row = bound_row("Theorem 1: (1/T) sum E||grad f(x_t)||^2", float(vals["avg_grad_norm_sq"]), rhs,
+                    certified=certified, start=None if start is None else float(start), evidence=why,
+                    note="; ".join(parts))
+    if row.verdict in ("holds", "refuted"):  # certified inputs, but the theorem's own constants are unverified
+        row = Check(row.quantity, row.measured, row.bound_or_expectation, row.holds,
+                    "constants certified, but Theorem 1 itself is unverified: "
+                    + ("would hold" if row.verdict == "holds" else "would be refuted") + "; " + row.note, "bound",
+                    "consistent with estimated constants" if row.verdict == "holds"
+                    else "above the estimated bound (not a refutation)", "certified")
+    return checks + [row]
 
 
 def setting_conditions(setting: Mapping[str, Any], *, objective_mu: bool = True) -> list[Check]:
