@@ -110,7 +110,7 @@ def _group_of(quantity: str, theorems: Sequence[str], submodels: bool) -> str | 
     m = re.match(r"^\[([^\]]+)\]", quantity)
     if m:
         return f"theorem:{m.group(1)}"
-    if quantity == "no theorem declared":
+    if quantity in ("no theorem declared", "no theorem: a covered decision is overridden"):
         return "theorem:none"
     if quantity.startswith("run status:"):
         return None  # the table's head names every run's status

@@ -60,6 +60,7 @@ def run_status(run_dir: str | Path) -> dict[str, Any]:
     theorems = data.get("theorems")
     return {"status": status, "line": line, "theorems": None if theorems is None else [str(x) for x in theorems],
             "theorems_declared_by": data.get("theorems_declared_by"),
+            "theorems_withheld": data.get("theorems_withheld"),
             "dropped": data.get("dropped"), "versions": version}
 
 
@@ -254,7 +255,7 @@ def _cos2p_rows(trace: pd.DataFrame, scenario: Mapping[str, Any], extra: Mapping
     for key, label in labels:
         if key in cs and not math.isnan(cs[key]):
             rows.append(_row(label, cs[key]))
-    measured["N_star"] = cs["n_star_trained"]
+    measured["N_star"] = cs["n_star"]  # the paper's strict N* (0 when a segment goes untrained: vacuous)
     measured["K"] = cs["K"]
     measured["Q"] = cs["Q"]
     measured["tau"] = cs["tau_bar"]
@@ -327,6 +328,12 @@ def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mappin
         return [Check("no theorem declared", None, None, None,
                       "summary.json records no Algorithm.theorems (a run written before fedsim recorded them): "
                       "run it again to hold it against its algorithm's theorem", "note")]
+    withheld = status.get("theorems_withheld")
+    if not declared and withheld:
+        return [Check("no theorem: a covered decision is overridden", None, None, None,
+                      f"{', '.join(withheld['theorems'])} declared by {withheld['declared_by']} is not inherited: this "
+                      f"algorithm overrides {', '.join(withheld['overrides'])}, a decision the theorem covers "
+                      "(declare `theorems` again in the subclass if it still applies)", "note")]
     if not declared:
         return [Check("no theorem declared", None, None, None,
                       "the algorithm declares no theorem (Algorithm.theorems is empty): only the trace and the "
@@ -480,6 +487,9 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
             measured.setdefault("E", int(train["local_steps"]))
     params = settings_params(scenario, trace, status) | params
 
+    # theory inputs read off the run itself (its trace and scenario): their own namespace, applied after
+    # measured.json, so no key of that file can overwrite one (the (G, B) fit's "B" is not GAS's batch size)
+    own_inputs: dict[str, Any] = {}
     # --- split learning: the buffer's bias and the server-gradient dissimilarity (GAS Fig. 2, Lemma 1)
     steps = trace[trace["kind"] == "server_step"] if "kind" in trace else trace.iloc[0:0]
     if len(steps) and "clients" in steps:
@@ -494,12 +504,15 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
         d_with = float(dis["with_generation"].astype(float).mean())
         rows.append(_row("server-gradient dissimilarity without generation (mean)", d_without))
         rows.append(_row("server-gradient dissimilarity with generation (mean)", d_with))
-        measured["D_with_ga"], measured["D_without_ga"] = d_with, d_without
-        measured["B_hat"] = int(round(float(dis["n_generated"].astype(float).mean())))
+        own_inputs["D_with_ga"], own_inputs["D_without_ga"] = d_with, d_without
+        gen = dis["n_generated"].astype(float)
+        # B̂: generated rows per record (at least 1 when any record generated some; 0 only when none did)
+        own_inputs["B_hat"] = max(1, int(round(float(gen.mean())))) if float(gen.max()) > 0 else 0
         batch = int(scenario.get("train", {}).get("batch_size", 0) or 0) if isinstance(scenario, Mapping) else 0
         if batch:
-            measured["B"] = batch
-            measured["Q_s"] = max(1, int(round(float(dis["n_real"].astype(float).mean()) / batch)))
+            own_inputs["B"] = batch  # the batch size: GAS's B, never the (G, B) fit's B of measured.json
+            own_inputs["Q_s"] = max(1, int(round(float(dis["n_real"].astype(float).mean()) / batch)))
+        measured.update(own_inputs)
 
     # --- SemiSFL: K_s controller, pseudo-labels, traffic and the probes of Theorem 1
     semi_rows, semi_measured = semisfl_rows(trace)
@@ -541,6 +554,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     # Fed-RAA's K and K_hat are delays in server updates; a probe's "K" (local steps) must not replace them
     measured.update({k: fr_measured[k] for k in ("K", "K_hat") if k in fr_measured})
     measured.update(own)
+    measured.update(own_inputs)
     if not finished:  # measurements stay (what the trace recorded); nothing but the trace itself is judged
         rows = [r if r.quantity.startswith("trace:") else Check(r.quantity, r.measured, r.bound_or_expectation, None,
                                                                 r.note, r.role)

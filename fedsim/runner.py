@@ -273,6 +273,25 @@ def building_outputs(out: Path, summaries: list[dict[str, Any]], what: str) -> A
             summary["outputs_error"] = line
 
 
+#: The decisions a theorem covers (the server rule and step, the weights, client selection, the local update,
+#: the loop itself): a subclass that overrides one of them below the class that declared ``theorems`` runs
+#: another algorithm, so it inherits no theorem unless it declares ``theorems`` again.
+DECISION_HOOKS = ("run", "server_rule", "server_update", "server_phase", "select", "sample_clients", "eligible",
+                  "assign", "client_job", "client_model", "dispatch", "launch", "local_iterations", "schedule",
+                  "client_optimizer", "quorum", "clock", "buffer_size", "max_staleness")
+
+
+def overridden_decisions(cls: type, owner: type) -> list[str]:
+    """The :data:`DECISION_HOOKS` that a class between ``cls`` and ``owner`` (the class that declared its
+    ``theorems``; ``owner`` excluded) defines itself, as ``Class.hook``."""
+    out = []
+    for c in cls.__mro__:
+        if c is owner:
+            break
+        out.extend(f"{c.__qualname__}.{h}" for h in DECISION_HOOKS if h in vars(c))
+    return out
+
+
 def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context | None, now: float, wall: float,
                status: str, message: str) -> dict[str, Any]:
     summary: dict[str, Any] = {"scenario": scenario.name, "algorithm": spec.name, "label": spec.label, "seed": scenario.seed,
@@ -281,6 +300,11 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
     owner = next((c for c in spec.cls.__mro__ if "theorems" in vars(c)), spec.cls)
     if owner is not spec.cls and spec.cls.theorems:  # inherited: the check says from where, so it is never silent
         summary["theorems_declared_by"] = f"{owner.__module__}:{owner.__qualname__}"
+        changed = overridden_decisions(spec.cls, owner)
+        if changed:  # a decision the theorem covers is not the declaring class's: the theorem is not inherited
+            summary["theorems"] = []
+            summary["theorems_withheld"] = {"theorems": list(spec.cls.theorems), "overrides": changed,
+                                            "declared_by": summary["theorems_declared_by"]}
     if ctx is None:
         return summary
     metrics = pd.DataFrame(ctx.versions.metrics)

@@ -51,9 +51,10 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
         lim = 1.0 / (4 * v["L"] * v["E"])
         checks.append(condition("step size eta <= 1/(4LE)", float(v["eta"]), lim, v["eta"] <= lim, REFERENCE))
     v, miss = lookup(measured, params, "N_star")
-    if not miss:
-        checks.append(condition("N* > 0 (bound not vacuous)", float(v["N_star"]), 0.0, v["N_star"] > 0,
-                            "strict N* = min over all rounds and segments; 0 makes Theorem 1 vacuous"))
+    if not miss:  # not a condition: N* = 0 makes the bound infinite, which judge() reads "vacuous"
+        checks.append(Check("N* (strict, as Theorem 1 uses it)", float(v["N_star"]), "> 0 for a finite bound",
+                            None, "strict N* = min over all rounds and segments; 0 makes Theorem 1 vacuous"
+                            if v["N_star"] <= 0 else "strict N* = min over all rounds and segments", "note"))
     keys = ("F1", "E", "eta", "Q", "L", "N", "K", "N_star", "G", "tau", "sigma2", "delta2", "avg_grad_norm_sq")
     v, miss = lookup(measured, params, *keys)
     if miss:
@@ -61,7 +62,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     else:
         rhs = theorem1_rhs(**{k: float(v[k]) for k in keys if k != "avg_grad_norm_sq"})
         checks.append(le("Theorem 1: (1/Q) sum E||grad F(w_q)||^2", float(v["avg_grad_norm_sq"]), rhs,
-                         f"{REFERENCE}; tau = mean squared max delay"))
+                         f"{REFERENCE}; tau = mean squared max delay; N* strict"))
     pairs = measured.get("lemma5")
     if pairs:
         v, miss = lookup(measured, params, "eta", "E", "N", "N_star", "K", "G")

@@ -38,9 +38,19 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     v, miss = lookup(measured, params, "gamma", "L")
     if not miss:
         checks.append(condition("step size gamma < 1/L", float(v["gamma"]), 1.0 / v["L"], v["gamma"] < 1.0 / v["L"], REFERENCE))
-    v, miss = lookup(measured, params, "rho", "mu")
-    if not miss:
-        checks.append(condition("proximal weight rho > mu", float(v["rho"]), float(v["mu"]), v["rho"] > v["mu"], REFERENCE))
+    # the same row FedAsync prints: rho = 0 (no proximal term) fails rho > mu >= 0 whatever mu is, and an
+    # unmeasured mu leaves a positive rho unevaluated (never a silently dropped row)
+    rho = measured.get("rho", params.get("rho"))
+    rho = float(rho) if rho is not None else 0.0
+    mu = measured.get("mu", params.get("mu"))
+    if mu is not None:
+        checks.append(condition("proximal weight rho > mu", rho, float(mu), rho > float(mu), REFERENCE))
+    elif rho <= 0.0:
+        checks.append(condition("proximal weight rho > mu", rho, "> mu >= 0", False,
+                                "rho = 0: no proximal term, so rho > mu >= 0 fails whatever mu is"))
+    else:
+        checks.append(condition("proximal weight rho > mu", rho, "> mu >= 0", None,
+                                "not evaluated: mu (weak convexity) is not measured"))
     v, miss = lookup(measured, params, "I_min", "I_max")
     if not miss:
         checks.append(Check("imbalance delta = I_max/I_min", float(v["I_max"]) / float(v["I_min"]), None, None,

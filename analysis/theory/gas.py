@@ -31,7 +31,9 @@ def server_bound_unit(*, F0_minus_Fstar: float, E: float, T: float, eta: float, 
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
     checks: list[Check] = []
     v, miss = lookup(measured, params, "eta", "gamma1")
-    if not miss:
+    if miss:  # the row stays, unevaluated: the server-side smoothness is not probed
+        checks.append(missing("server step eta <= 1/gamma1", miss, role="condition"))
+    else:
         checks.append(condition("server step eta <= 1/gamma1", float(v["eta"]), 1.0 / v["gamma1"], v["eta"] <= 1.0 / v["gamma1"], REFERENCE))
     v, miss = lookup(measured, params, "eta", "gamma2", "tau_max")
     if miss:
@@ -46,8 +48,13 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
             checks.append(condition("client step eta <= 1/(20 gamma2 E sqrt(tau_max))", float(v["eta"]), lim_e, v["eta"] <= lim_e,
                                 "as used in the proof (App. D); inconsistent with the statement"))
     v, miss = lookup(measured, params, "D_with_ga", "D_without_ga")
+    generated = measured.get("B_hat", params.get("B_hat"))
     if miss:
         checks.append(missing("Lemma 1: D with GA <= D without GA", miss))
+    elif generated is not None and float(generated) <= 0:  # the two sides are the same buffer: nothing compared
+        checks.append(Check("Lemma 1: D with GA <= D without GA", float(v["D_with_ga"]), float(v["D_without_ga"]), None,
+                            "insufficient evidence: no activation was generated in any record (B_hat = 0), so both "
+                            "sides are the same buffer", "", "insufficient evidence"))
     else:
         checks.append(le("Lemma 1: D with GA <= D without GA", float(v["D_with_ga"]), float(v["D_without_ga"]),
                          "generated activations should shrink the server-side dissimilarity (eq. 13)", role=""))

@@ -192,6 +192,11 @@ def setting_conditions(setting: Mapping[str, Any], *, objective_mu: bool = True)
     wd = float(train.get("weight_decay") or 0.0)
     out.append(condition("no weight decay (train.weight_decay = 0)", wd, 0.0, wd == 0.0,
                          "weight decay changes the objective the steps descend"))
+    clip = train.get("clip_norm")
+    out.append(condition("no gradient clipping (train.clip_norm unset)", "none" if clip is None else float(clip), "none",
+                         clip is None, "clipping changes the step the proof bounds; the run does not record whether "
+                         "it bound, so a set clip_norm is taken to bind" if clip is not None else
+                         "clipping would change the step the proof bounds"))
     if objective_mu:
         mu = float(params.get("mu") or 0.0)
         out.append(condition("local objective F_i itself (proximal mu = 0)", mu, 0.0, mu == 0.0,
