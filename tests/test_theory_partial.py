@@ -254,6 +254,10 @@ def test_fedavg_symbols_and_weights_condition():
     assert s["A"] == {"eta_c": 0.01, "eta_s": 0.5, "tau": 5, "M": 3, "N": 20}
     assert s["B"]["eta"] * s["B"]["eta_g"] * s["B"]["eta_c"] == 0.01 * 0.5 and s["B"]["with_replacement"] is False
     assert theorem_a(L=1.0, sigma2=1.0, sigma_g2=1.0, gap=1.0, T=10, **s["A"]).sampling == "without replacement"
+    # only η_gη_c reaches fedsim's update, so every split is an instance of Theorem B; η_c alone only grows it
+    kw = dict(L=1.0, sigma2=1.0, sigma_g2=1.0, gap=1.0, T=10, eta=0.01, tau=5, n=3, m=20, with_replacement=False)
+    split = [theorem_b(eta_g=0.5 / ec, eta_c=ec, **kw).value for ec in (1.0, 0.5, 0.1)]
+    assert split[0] > split[1] > split[2] and all(map(math.isfinite, split))
     assert equal_weights_condition([160, 160, 160]).holds
     bad = equal_weights_condition([160, 160, 100])
     assert not bad.holds and bad.measured == pytest.approx(60 / 160) and bad.required == 0.0

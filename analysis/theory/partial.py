@@ -29,7 +29,9 @@ proceedings; see ``docs/guide.md``, "Partial-participation bounds"):
       Φ_3 = (3β/4)·η_gη_cηLσ²/n + (15β/2)·η_gη_cηLτσ_G²/n.
 
   ``c=None`` takes c = bracket·(1 − 10⁻⁹) (``c_margin``): strictly inside the interval, so admissible, and
-  within a relative 10⁻⁹ of the infimum of the bound over c.
+  within a relative 10⁻⁹ of the infimum of the bound over c.  A positive bracket already needs
+  100τ²η²L² < 1/2, i.e. η < 1/(√200·τL) ≈ 0.071/(τL), so η ≤ 1/(10τL) never binds on its own (it is kept as
+  a row because the source states it).
 
 Both theorems assume each client's f_i is L-smooth, its stochastic gradients unbiased with variance ≤ σ²,
 and ‖∇f_i(w) − ∇f(w)‖² ≤ σ_g² for all i and all w (uniform bounds, not values along a run), with the
