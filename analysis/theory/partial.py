@@ -246,7 +246,9 @@ def theorem_b(*, L: float, sigma2: float, sigma_g2: float, gap: float, eta: floa
     ]
     notes = [f"beta = {b:.6g} ({'with replacement: 1' if with_replacement else 'without replacement: (m-n)/(m-1), 0 at n = m'})",
              "stochastic = (Phi_1's sigma^2 part + Phi_2)/c; drift = Phi_1's sigma_G^2 part/c; "
-             "partial participation = Phi_3/c (proportional to beta/n)"]
+             "partial participation = Phi_3/c (proportional to beta/n)",
+             "t runs over the server models x_0 .. x_{T-1} of Algorithm 1's T rounds (the appendix's averaging "
+             "is written to t = T)"]
     if c is None:
         c_used = bracket * (1.0 - c_margin) if bracket > 0 else math.nan
         notes.append(f"c = bracket*(1 - {c_margin:g}) = {c_used:.6g}, just inside the admissible (0, {bracket:.6g})")
