@@ -353,7 +353,9 @@ def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = T
         scen = yaml.safe_load((run / "scenario.yaml").read_text()) if (run / "scenario.yaml").exists() else {}
         alg, _ = _algorithm(scen or {})
         status = run_status(run)
-        theorems = list(status["theorems"] or [])
+        from analysis.theory import COMPANIONS
+
+        theorems = list(dict.fromkeys(t for d in (status["theorems"] or []) for t in (d, *COMPANIONS.get(d, ()))))
         algs.append(alg or "?")
         name = name_of(run, alg)
         statuses.append((name, status["line"]))

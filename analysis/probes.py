@@ -478,6 +478,8 @@ def summarise_probes(df: pd.DataFrame, scenario: Any, *, K: float | None = None,
         "m": m,
         "T": T,
         "probe_versions": [int(v) for v in df["version"]],
+        # ||grad F||^2 at each probed version (Theorem B's left side is their minimum over t < T)
+        "grad_norm_sq_by_version": {str(int(v)): float(x) for v, x in zip(df["version"], df["grad_norm_sq"])},
         "notes": {
             "avg_grad_norm_sq": f"mean of ||grad F||^2 over {len(before)} probed versions < T",
             "F0_minus_Fstar": "F(w_0) - min observed F: a lower bound on F(w_0) - f*",

@@ -26,7 +26,7 @@ import yaml
 
 from analysis import fedraa_metrics
 from analysis import trace_metrics as tm
-from analysis.theory import MODULES, Check, checks_frame
+from analysis.theory import COMPANIONS, MODULES, Check, checks_frame
 from analysis.theory.base import judge
 from fedsim.errors import ConfigError
 from fedsim.sim.trace import load_trace, trace_path
@@ -306,6 +306,9 @@ def settings_params(scenario: Mapping[str, Any], trace: pd.DataFrame, status: Ma
         out["m"] = float(alg["clients_per_round"])
     if status.get("versions") is not None:
         out["T"] = float(status["versions"])
+    data = scenario.get("data") if isinstance(scenario.get("data"), Mapping) else {}
+    if data.get("num_clients") is not None:
+        out["num_clients"] = int(data["num_clients"])
     return out
 
 
@@ -344,7 +347,7 @@ def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mappin
                          f"declared by {status['theorems_declared_by']}, a parent class of this run's algorithm: a "
                          "subclass whose rule differs declares its own (`theorems = ()` for none)", "note"))
     setting = _setting(scenario, trace, status)
-    for theorem in declared:
+    for theorem in [t for d in declared for t in (d, *COMPANIONS.get(d, ())) if t == d or t not in declared]:
         if theorem not in MODULES:
             out.append(Check(f"[{theorem}] unknown theorem", None, None, None,
                              f"the algorithm declares {theorem!r}; known: {', '.join(sorted(MODULES))}", "note"))

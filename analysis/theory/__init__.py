@@ -9,7 +9,7 @@ about shape (slopes, monotonicity) and says so in its note.
 """
 from analysis.theory.base import Check, checks_frame
 
-__all__ = ["Check", "checks_frame", "MODULES"]
+__all__ = ["Check", "checks_frame", "MODULES", "COMPANIONS"]
 
 #: Theorem id an algorithm declares (``Algorithm.theorems``) -> theory module (import with importlib; see
 #: analysis.report).  Each module has ``REFERENCE`` and ``evaluate(measured, params)``; a module whose theorem
@@ -24,4 +24,9 @@ MODULES = {
     "semisfl": "analysis.theory.semisfl",
     "embracingfl": "analysis.theory.embracingfl",
     "local_sgd": "analysis.theory.local_sgd",
+    "fedavg_partial": "analysis.theory.fedavg_partial",
 }
+
+#: Verified bounds a declared theorem id brings with it: ``local_sgd`` (FedAvg, FedProx) is held against
+#: Yang, Fang & Liu's Theorem 1 (unverified constants) and the verified Theorems A/B of the same algorithm.
+COMPANIONS = {"local_sgd": ("fedavg_partial",)}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
@@ -196,14 +197,15 @@ def judge(checks: Sequence[Check]) -> list[Check]:
     <x> against required <y>" and has no verdict.  A bound that is infinite or not a number is vacuous and
     never holds.  Condition rows that could not be evaluated leave the bound unjudged as well ("not
     evaluated"): a theorem is judged only where its conditions are known to hold."""
-    failed = [c for c in checks if c.role == "condition" and c.holds is False]
-    unverified = [c for c in checks if c.role == "condition" and c.holds is None and c.verdict == "unverified"]
-    unknown = [c for c in checks if c.role == "condition" and c.holds is None and c.verdict != "unverified"]
     out: list[Check] = []
     for c in checks:
         if c.role != "bound":
             out.append(c)
             continue
+        conds = [k for k in checks if k.role == "condition" and _scope(k) in ("", _scope(c))]
+        failed = [k for k in conds if k.holds is False]
+        unverified = [k for k in conds if k.holds is None and k.verdict == "unverified"]
+        unknown = [k for k in conds if k.holds is None and k.verdict != "unverified"]
         if failed:
             why = "; ".join(f"{f.quantity}: measured {_cell(f.measured)} against required {_cell(f.bound_or_expectation)}"
                             for f in failed)
@@ -227,6 +229,13 @@ def judge(checks: Sequence[Check]) -> list[Check]:
             continue
         out.append(_weigh(c, unverified))
     return out
+
+
+def _scope(c: Check) -> str:
+    """The theorem a row belongs to when a module states several ("Theorem A: ..."): a condition so named
+    decides only that theorem's bound; an unnamed one (a setting) decides every bound of the module."""
+    m = re.match(r"^(Theorem [A-Z]):", c.quantity)
+    return m.group(1) if m else ""
 
 
 def _weigh(c: Check, unverified: Sequence[Check]) -> Check:
