@@ -45,7 +45,8 @@ def test_check_run_fedavg_with_measured_constants(tmp_path):
                 "params": {"m": 2, "T": 2}}
     _write_run(tmp_path, {"name": "fedavg", "lr": 0.025, "local": {"eta_l": 0.025, "K": 5}}, measured)
     table = check_run(tmp_path)
-    assert list(table.columns) == ["quantity", "measured", "bound_or_expectation", "holds", "note", "role"]
+    assert list(table.columns) == ["quantity", "measured", "bound_or_expectation", "holds", "note", "role", "verdict",
+                                   "provenance"]
     row = table.set_index("quantity")
     assert row.loc["staleness max (versions)", "measured"] == 1
     assert row.loc["tau_bar = mean_q tau_q^2 (Co-S2P)", "measured"] == pytest.approx(0.5)   # (0 + 1)/2
@@ -73,7 +74,8 @@ def test_check_run_flags_out_of_order_trace_and_missing_constants(tmp_path):
     assert not table.loc["trace: event times non-decreasing", "holds"]
     thm = table.loc["[cos2p] Theorem 1: (1/Q) sum E||grad F(w_q)||^2"]
     assert thm["holds"] is None and "missing" in thm["note"]
-    assert table.loc["[cos2p] N* > 0 (bound not vacuous)", "holds"]
+    n_star = table.loc["[cos2p] N* (strict, as Theorem 1 uses it)"]  # the strict N*, a note, never "met"
+    assert n_star["measured"] > 0 and n_star["role"] == "note"
 
 
 def test_a_name_never_decides_the_theorem(tmp_path):
