@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pandas as pd
 
 from fedsim.sim.trace import TRACE_FILES
@@ -300,6 +301,81 @@ def status_lines(statuses: Sequence[tuple[str, str]], width: int) -> list[str]:
     return out
 
 
+#: the confidence of the interval a mean over seeds is judged with (one-sided Student t limits)
+SEED_CONFIDENCE = 0.95
+#: verdicts a mean over seeds passes on unchanged when any seed has them (the bound is not judged)
+_UNJUDGED = ("not applicable", "vacuous", "insufficient evidence", "not judged")
+
+
+def mean_verdict(values: Sequence[float], bounds: Sequence[float], verdicts: Sequence[str], *,
+                 certified: bool, starts: Sequence[float] = ()) -> tuple[str, float, float, float, str]:
+    """The verdict on E[left side] from one run per seed: (verdict, mean, lower, upper, note).
+
+    The interval is Student t's one-sided ``SEED_CONFIDENCE`` limit on each side (mean ± t·s/√n, n − 1
+    degrees of freedom): "holds" when the upper limit is at or under the smallest seed's bound, "refuted"
+    when the lower limit is above the largest, each only where ``certified`` (every seed's constants
+    certified, its theorem verified and its left side measured at every version); a seed whose bound was
+    not judged, or was uninformative, passes its verdict on."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    mean = float(x.mean())
+    half = float(stats.t.ppf(SEED_CONFIDENCE, n - 1) * x.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf
+    lo, hi = mean - half, mean + half
+    note = (f"mean over {n} seeds; one-sided {SEED_CONFIDENCE:.0%} Student t limits [{lo:.4g}, {hi:.4g}] (upper for "
+            f"holds, lower for refuted)")
+    for v in (*_UNJUDGED, "uninformative"):
+        if v in verdicts:
+            return v, mean, lo, hi, note + f"; a seed's row reads {v}"
+    b_min, b_max = float(min(bounds)), float(max(bounds))
+    if starts and b_min >= float(np.mean(starts)):
+        return "uninformative", mean, lo, hi, note + "; the bound is at or above the mean start value"
+    if hi <= b_min:
+        return ("holds" if certified else "consistent with estimated constants"), mean, lo, hi, note
+    if lo > b_max:
+        return ("refuted" if certified else "above the estimated bound (not a refutation)"), mean, lo, hi, note
+    return "insufficient evidence", mean, lo, hi, note + "; the interval straddles the bound: more seeds narrow it"
+
+
+def seed_means(runs: Sequence[Path], frames: Sequence[pd.DataFrame], name_of: Any) -> list[Row]:
+    """One row per theorem bound and sweep point whose runs are seeds (``seed-*`` folders): the verdict on
+    the mean over seeds (:func:`mean_verdict`).  The theorems bound expectations; one seed is one sample."""
+    groups: dict[str, list[pd.DataFrame]] = {}
+    for run, frame in zip(runs, frames):
+        if re.fullmatch(r"seed-\d+", run.name):
+            groups.setdefault(sweep_point(name_of(run, None)) or ".", []).append(frame)
+    out: list[Row] = []
+    for point, tables in groups.items():
+        if len(tables) < 2:
+            continue
+        bounds = [t[t["role"].astype(str) == "bound"] for t in tables]
+        for q in dict.fromkeys(q for b in bounds for q in b["quantity"]):
+            recs = [b[b["quantity"] == q].iloc[0] for b in bounds if (b["quantity"] == q).any()]
+            if len(recs) < len(tables):
+                continue
+            try:
+                vals = [float(r["measured"]) for r in recs]
+                bnds = [float(r["bound_or_expectation"]) for r in recs]
+            except (TypeError, ValueError):
+                continue
+            if not all(math.isfinite(v) for v in vals):
+                continue
+            verdicts = [str(r.get("verdict") or "") for r in recs]
+            certified = (not q.startswith("[local_sgd]")  # Yang et al.'s Theorem 1: constants unverified
+                         and all(str(r.get("provenance")) == "certified" for r in recs)
+                         and not any(w in str(r.get("note")) for r in recs for w in
+                                     ("mean over the probed versions", "minimum over probed versions only")))
+            verdict, mean, lo, hi, note = mean_verdict(vals, bnds, verdicts, certified=certified)
+            theorem = re.match(r"^\[([^\]]+)\]", q)
+            group = f"theorem:{theorem.group(1)}" if theorem else "run"
+            label = re.sub(r"^\[[^\]]+\]\s*", "", q)
+            out.append(Row(f"mean over seeds{'' if point == '.' else ' of ' + point}", group,
+                           f"{label} (mean over {len(recs)} seeds)", "", fmt_number(mean), fmt_number(min(bnds)),
+                           verdict, note))
+    return out
+
+
 def check_rows_frame(rows: Sequence[Row]) -> pd.DataFrame:
     """The shown rows as a table (``check.csv``, what report.html shows): run, group, quantity, unit,
     measured, bound, verdict, note."""
@@ -366,6 +442,7 @@ def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = T
         for t in theorems:
             titles[f"theorem:{t}"] = f"{theory_title(t)}: conditions and bound"
         frames.append(table.assign(run=name, algorithm=alg).set_index(["run", "algorithm"]).reset_index())
+    rows.extend(seed_means(runs, frames, name_of))
     several = len(runs) > 1
     head = (f"fedsim check: {len(runs)} run{'s' if several else ''} in {root} ({', '.join(dict.fromkeys(algs))}); "
             f"every row in {'check/checks.csv and ' if several else ''}<run>/check/checks.csv")
