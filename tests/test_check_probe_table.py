@@ -142,3 +142,13 @@ def test_gas_run_inputs_cannot_be_overwritten_and_lemma1_needs_generated_activat
     lemma = table.loc["[gas] Lemma 1: D with GA <= D without GA"]
     assert lemma["verdict"] == "insufficient evidence"  # no record generated any activation, whatever the file says
     assert "[gas] server step eta <= 1/gamma1" in table.index
+
+
+def test_the_guide_lists_every_verdict_with_its_meaning():
+    from pathlib import Path
+
+    from analysis.theory.base import VERDICTS
+
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text(encoding="utf-8").split())
+    for word, meaning in VERDICTS.items():
+        assert f"*{word}*: {' '.join(meaning.split())}" in guide, word
