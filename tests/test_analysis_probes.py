@@ -110,8 +110,9 @@ def test_fedsim_check_evaluates_the_local_sgd_bound_with_measured_constants(prob
     assert measured["F0_minus_Fstar"] == pytest.approx(probes["loss"].iloc[0] - probes["loss"].min())
     rows = table[table["quantity"].str.startswith("[local_sgd]")]
     conds = rows[rows["role"] == "condition"]
-    # 10 setting and step-size conditions, 3 assumptions, the unverified statement's note and the bound
-    assert len(rows) == 15 and len(conds) == 13
+    # 11 setting and step-size conditions (clipping among them), 3 assumptions, the unverified statement's
+    # note and the bound
+    assert len(rows) == 16 and len(conds) == 14
     # every condition met, or met only at an estimate from below of a constant (never "not met")
     assert ((conds["holds"] == True) | (conds["verdict"] == "unverified")).all()  # noqa: E712
     assert not rows["note"].str.contains("not evaluated").any()
