@@ -82,11 +82,17 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     if T < 1 or K < 1 or n < 1 or m < n:
         return [missing("Theorem B: min_t E||grad f(x_t)||^2", ["T, K, n <= m"], role="bound")]
 
+    if not (L > 0 and eta_l > 0 and eta_g > 0 and float(sigma2) >= 0 and float(zeta2) >= 0 and float(g) >= 0):
+        return [Check("Theorem B: min_t E||grad f(x_t)||^2", None, None, None,
+                      f"not evaluated: the theorems need L, the step sizes > 0 and sigma^2, zeta^2, the gap >= 0 (got L "
+                      f"{L:.4g}, lr {eta_l:.4g}, server_lr {eta_g:.4g}, sigma^2 {float(sigma2):.4g}, zeta^2 "
+                      f"{float(zeta2):.4g}, gap {float(g):.4g})", "bound")]
+
     def b_at(x: float) -> Any:
         return partial.theorem_b(L=x, sigma2=float(sigma2), sigma_g2=float(zeta2), gap=float(g), eta=eta_l,
                                  eta_g=eta_g, tau=K, T=T, n=n, m=m, with_replacement=False)
 
-    b_up, b_lo = (b_at(L) if L_cert else None), (None if L_est is None else b_at(L_est))
+    b_up, b_lo = (b_at(L) if L_cert else None), (None if L_est is None or L_est <= 0 else b_at(L_est))
     main = b_up if b_up is not None else b_lo
     if main is None:
         main = b_at(L)
