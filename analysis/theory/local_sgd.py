@@ -17,8 +17,10 @@ judged: every client in every round (full participation: the clients of every re
 ``data.num_clients``), K plain SGD steps (``train.local_steps`` fixed, ``train.momentum`` 0,
 ``train.weight_decay`` 0), the local objective F_i itself (FedProx's ``mu`` 0), the server's plain step η
 (no ``server_opt``), no update dropped at a deadline, and a model that trains (not ``systems_only``).
-Partial participation is the paper's Theorem 2, whose constants are not evaluated here: a FedAvg round of
-fewer than m clients gets this module's conditions and a "not applicable" bound row.
+Partial participation is the paper's Theorem 2, whose text is not available: a FedAvg round of fewer than m
+clients gets this module's conditions and a "not applicable" bound row here, and is held against the verified
+bounds of :mod:`analysis.theory.fedavg_partial` instead.  This module's own statement is marked unverified
+(:data:`UNVERIFIED`): no readable source verifies its constants, so it never gives "holds" or "refuted".
 
 Keys — params: ``eta_l``, ``K``, ``m``, ``T``, optional ``eta`` (default 1); measured: ``L``, ``sigma2``
 (σ_L²), ``zeta2`` (σ_G²; a run can only measure it along its iterates — say so), ``F0_minus_Fstar``
@@ -217,8 +219,8 @@ def applies(setting: Mapping[str, Any]) -> list[Check]:
     n = min(rounds) if rounds else params.get("clients_per_round")
     if m is not None and n is not None:
         out.append(condition("full participation: every client every round (n = m)", float(n), float(m), n >= m,
-                             "n = fewest clients in a round; with n < m the paper's Theorem 2 (partial "
-                             "participation) is the statement, and fedsim check does not hold runs against it"))
+                             "n = fewest clients in a round; with n < m the run is held against the verified "
+                             "partial-participation bounds (Theorems A and B, analysis.theory.fedavg_partial)"))
     else:
         out.append(condition("full participation: every client every round (n = m)", n, m, None,
                              "not evaluated: the run records no rounds"))
