@@ -411,10 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fedsim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Terminated as exc:
-        print(f"fedsim: terminated ({exc.signame}); {_what_is_kept()}", file=sys.stderr)
+        print(f"fedsim: terminated ({exc.signame}); {_what_is_kept(args.command)}", file=sys.stderr)
         return _end_now(129 if exc.signame == "SIGHUP" else 143, argv)
     except KeyboardInterrupt:
-        print(f"fedsim: interrupted; {_what_is_kept()}", file=sys.stderr)
+        print(f"fedsim: interrupted; {_what_is_kept(args.command)}", file=sys.stderr)
         return _end_now(130, argv)
     except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
         if debug:
@@ -447,12 +447,18 @@ def _end_now(code: int, argv: Sequence[str] | None) -> int:
     return code
 
 
-def _what_is_kept() -> str:
-    """What an interrupt leaves, truly: the outputs written so far, or nothing (stopped before the first
-    file, e.g. while reading the scenario)."""
+#: The commands whose every write goes through :mod:`fedsim.files`, so that it knows whether they wrote.
+_RECORDED_COMMANDS = ("run", "sweep", "compare")
+
+
+def _what_is_kept(command: str) -> str:
+    """What an interrupt leaves, truly: the outputs written so far, or, for a command that wrote nothing
+    yet (stopped while reading its scenario, say), nothing."""
     from fedsim.files import wrote_anything
 
-    return "outputs written so far are kept" if wrote_anything() else "nothing was written"
+    if command in _RECORDED_COMMANDS and not wrote_anything():
+        return "nothing was written"
+    return "outputs written so far are kept"
 
 
 #: Signals handled like Ctrl-C: a run writes its summary (``status: interrupted``) and the command ends.
