@@ -18,15 +18,20 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
 Data, partition and the initial model are rebuilt from ``scenario.yaml`` alone by :func:`fedsim.build.prepare_data`
 and :func:`fedsim.build.build_global_model`; analysis code uses exactly these to re-measure saved checkpoints.
 
-A run that fails midway (diverged training, interrupt, SIGTERM, an unexpected error) still writes metrics,
-summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
+Every file goes through :mod:`fedsim.files` (listed in ``<out>/.fedsim-manifest``, renamed into place
+whole).  summary.json says ``building_outputs`` while the figures and report are drawn and ``ok`` only
+once the last is written; a stop there makes it ``interrupted`` (``outputs_interrupted`` says so).
+
+A run that fails midway (diverged training, interrupt, SIGTERM, SIGHUP, an unexpected error) still writes
+metrics, summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
 ``interrupted``, ``error``).  A run whose figures or report fail to build keeps everything written before
 the failure and says ``outputs_failed`` (with ``outputs_error``, and the traceback in ``outputs_error.txt``);
 the command line then exits 3.
 
 Before anything is written, :func:`fedsim.preflight.preflight` runs every check that can fail (dataset, partition, model,
 device and server profiles, memory, ``train.device``, the work estimate), and :func:`fedsim.rundirs.prepare_run_dir`
-refuses a non-empty run folder unless ``force`` (which clears it): a folder never mixes two runs.
+refuses a non-empty run folder unless ``force`` (which clears what fedsim wrote there, and refuses a folder
+holding anything else): a folder never mixes two runs.
 """
 from __future__ import annotations
 
@@ -241,14 +246,58 @@ def _build_recorded(out: Path, summary: dict[str, Any] | list[dict[str, Any]], w
             build()
     except KeyboardInterrupt as exc:
         for s in listed:
-            if s.get("status") == "ok":
+            if s.get("status") == "ok":  # a run already stopped in its simulation keeps what it says
                 s["status"] = "interrupted"
-            s["outputs_interrupted"] = f"{what}: {stop_words(exc)} while they were drawn; --resume draws them"
+                s["outputs_interrupted"] = f"{what}: {stop_words(exc)} while they were drawn; --resume draws them"
         try:
             write_summary(out, summary)
         finally:
             raise
     write_summary(out, summary)
+
+
+def undrawn(summary: Any) -> bool:
+    """Whether a run's summary says its simulation ended ``ok`` but its figures and report were not all
+    written: killed while drawing (:data:`BUILDING`), stopped then (``outputs_interrupted``), or failed
+    (:data:`OUTPUTS_FAILED`)."""
+    if not isinstance(summary, dict):
+        return False
+    status = summary.get("status")
+    return status in (BUILDING, OUTPUTS_FAILED) or (status == "interrupted" and "outputs_interrupted" in summary)
+
+
+def can_redraw(scenario: Scenario, out: str | Path) -> bool:
+    """Whether the figures and report of the run of ``scenario`` in ``out`` can be drawn again from its files
+    (:func:`redraw_outputs`): its summary says they were not all written (:func:`undrawn`) and its metrics
+    and trace are there; not for several algorithms (their comparison too), a hierarchical network
+    (``topology.png`` is drawn from the live world) or figures off: such a run runs again."""
+    from fedsim.rundirs import read_summary
+
+    out = Path(out)
+    return (len(scenario.algorithms) == 1 and bool(scenario.output.figures)
+            and scenario.network.topology.kind != "hierarchical" and undrawn(read_summary(out / "summary.json"))
+            and (out / "metrics.csv").is_file() and trace_path(out).is_file())
+
+
+def redraw_outputs(scenario: Scenario, out: str | Path) -> list[dict[str, Any]]:
+    """Draw again, from its files, the figures and report of a run in ``out`` whose simulation ended ``ok``
+    but whose outputs were not all written (:func:`can_redraw` must hold); returns its summaries, as
+    :func:`run_scenario` would.  What ``--resume`` does with such a run: a simulation of hours is not
+    repeated for its figures."""
+    from fedsim.files import TMP_SUFFIX
+    from fedsim.rundirs import read_summary
+
+    out = Path(out)
+    summary = {k: v for k, v in read_summary(out / "summary.json").items()
+               if k not in ("outputs_error", "outputs_interrupted")}
+    summary["status"] = "ok"
+    for stale in [out / OUTPUTS_ERROR_FILE, *out.glob(f".*{TMP_SUFFIX}")]:
+        stale.unlink(missing_ok=True)  # the failed build's traceback, files cut short while written
+    write_summary(out, summary, building=True)
+    out_s = str(out)
+    _build_recorded(out, summary, "figures and report", lambda: build_run_outputs(
+        out_s, scenario.output.timeline_window, scenario.output.timeline_clients, None))
+    return [summary]
 
 
 def finish_outputs(outputs: OutputProcess) -> None:

@@ -146,10 +146,12 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
     started here) runs them as Ray tasks.  Either way each run is the run the serial loop would make: same
     seed, same streams, one torch thread."""
     from fedsim.rundirs import run_state
+    from fedsim.runner import can_redraw, redraw_outputs
 
     results: list[list[dict[str, Any]] | None] = [None] * len(units)
     todo: list[int] = []
     incomplete: list[str] = []
+    redraw: list[int] = []
     for i, u in enumerate(units):
         if resume:
             state, summaries, why = run_state(u.folder, u.scenario)
@@ -159,15 +161,23 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
                 results[i] = summaries
                 continue
             if state == "incomplete":
+                if can_redraw(u.scenario, u.folder):
+                    redraw.append(i)
+                    incomplete.append(f"fedsim: {u.name() or u.folder.name}: its simulation finished; drawing its "
+                                      f"figures and report ({why})")
+                    continue
                 incomplete.append(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again")
         todo.append(i)
     if on_ready is not None:
         on_ready()
     for line in incomplete:
         print(line, file=sys.stderr, flush=True)
+    for i in redraw:  # from the run's files, here: no simulation is repeated for its figures
+        results[i] = redraw_outputs(units[i].scenario, units[i].folder)
     if resume and len(todo) < len(units):
-        print(f"fedsim: resuming: {len(units) - len(todo)} of {len(units)} runs already finished, running "
-              f"{len(todo)}", file=sys.stderr, flush=True)
+        print(f"fedsim: resuming: {len(units) - len(todo) - len(redraw)} of {len(units)} runs already finished"
+              + (f", {len(redraw)} drawn again" if redraw else "") + f", running {len(todo)}",
+              file=sys.stderr, flush=True)
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc=what, unit="run", disable=not progress or not todo, dynamic_ncols=True,

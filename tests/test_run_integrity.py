@@ -210,6 +210,12 @@ def test_sigterm_while_drawing_leaves_a_status_that_says_so(tmp_path, capsys, mo
     assert summary["status"] == "interrupted" and summary["stop_reason"] != "terminated (SIGTERM)"
     assert summary["outputs_interrupted"].startswith("figures and report: terminated (SIGTERM) while they were drawn")
     assert not (out / "report.html").exists()
+    # --resume draws them (the real figures now), from the run's files
+    monkeypatch.undo()
+    code, err = _cli(capsys, "run", "fedasync", *FIGURES, "--out", str(out), "--quiet", "--resume")
+    assert code == 0 and "its simulation finished; drawing its figures and report" in err, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and "outputs_interrupted" not in summary and (out / "report.html").exists()
 
 
 def test_kill_9_while_drawing_a_seed_then_resume_completes_its_outputs(tmp_path, capsys):
@@ -219,9 +225,13 @@ def test_kill_9_while_drawing_a_seed_then_resume_completes_its_outputs(tmp_path,
     proc.kill()
     proc.wait()
     assert json.loads((out / "seed-0" / "summary.json").read_text())["status"] == "building_outputs"
+    simulated = {n: (out / "seed-0" / n).stat().st_mtime_ns for n in ("trace.jsonl", "metrics.csv")}
     assert main(args + ["--resume"]) == 0
     err = capsys.readouterr().err
-    assert "incomplete run" in err and "stopped while its figures and report were drawn" in err, err
+    assert ("fedsim: seed 0: its simulation finished; drawing its figures and report ('" in err
+            and "stopped while its figures and report were drawn))" in err), err
+    # drawn from the run's files: the simulation was not run again
+    assert {n: (out / "seed-0" / n).stat().st_mtime_ns for n in simulated} == simulated
     assert json.loads((out / "seed-0" / "summary.json").read_text())["status"] == "ok"
     assert (out / "seed-0" / "report.html").exists()
     assert "seed-0/report.html" in (out / "report.html").read_text()  # the folder's page links it
