@@ -125,7 +125,12 @@ def check_run_dir(out: str | Path, *, force: bool = False) -> None:
                               "or give a new folder")
         foreign = _foreign(out)
         if foreign:
-            what = "holds no fedsim run" if not is_fedsim_folder(out) else "holds files fedsim did not write"
+            if not is_fedsim_folder(out):
+                what = "holds no fedsim run"
+            elif read_manifest(out) is None and _legacy_summary(out) is None:
+                what = f"was written before fedsim listed its files ({MANIFEST}) and is not a run it can tell"
+            else:
+                what = "holds files fedsim did not write"
             raise ConfigError("--out", f"'{out}' {what} (first: '{foreign[0]}'); --force clears only what fedsim "
                               "wrote: move them, or give another folder")
 
