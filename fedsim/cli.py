@@ -17,9 +17,9 @@ whose figures or report fail to build exits 3 too, with one such line per run; i
 ``status: outputs_failed`` and everything written before the failure is kept.  An exception raised in the
 user's own code (an algorithm, model, dataset named in the scenario) prints
 ``fedsim: error in your code: module:qualname (file:line): <exception>`` and exits 4.
-SIGTERM and SIGHUP (a closed terminal, a dropped ssh session) are handled like Ctrl-C (summary written,
-``status: interrupted``), exit 143 for SIGTERM, 129 for SIGHUP (128 + the signal's number; 130 for Ctrl-C),
-at once: a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
+SIGTERM and SIGHUP (a closed terminal, a dropped ssh session; not under ``nohup``, which ignores it) are
+handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 for SIGTERM, 129 for SIGHUP (128 +
+the signal's number; 130 for Ctrl-C), at once: a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
 """
 from __future__ import annotations
 
@@ -467,12 +467,14 @@ _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if
 
 def _on_sigterm() -> object:
     """SIGTERM and SIGHUP raise Terminated (an interrupt), so a run writes its summary like after Ctrl-C.
-    Returns the handlers they had."""
+    SIGHUP ignored when fedsim starts stays ignored (``nohup fedsim run ...`` keeps running after a
+    hang-up).  Returns the handlers they had."""
     def handler(signum: int, frame: object) -> None:
         raise Terminated(signal.Signals(signum).name)
 
     try:
-        return [(signum, signal.signal(signum, handler)) for signum in _STOP_SIGNALS]
+        return [(signum, signal.signal(signum, handler)) for signum in _STOP_SIGNALS
+                if signum == signal.SIGTERM or signal.getsignal(signum) != signal.SIG_IGN]
     except ValueError:  # not the main thread (e.g. called from a worker): leave signals alone
         return None
 

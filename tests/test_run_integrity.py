@@ -279,13 +279,32 @@ def test_sighup_is_handled_like_sigterm(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(versions.VersionKeeper, "snapshot", hang_up)
     out = tmp_path / "run"
-    before = signal.getsignal(signal.SIGHUP)
-    code, err = _cli(capsys, "run", "fedasync", *TINY, "--out", str(out), "--quiet")
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal (a suite under nohup ignores it)
+    try:
+        code, err = _cli(capsys, "run", "fedasync", *TINY, "--out", str(out), "--quiet")
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL  # fedsim's handler only while it runs
+    finally:
+        signal.signal(signal.SIGHUP, before)
     assert code == 129 and err == "fedsim: terminated (SIGHUP); outputs written so far are kept", err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["stop_reason"] == "terminated (SIGHUP)"
     assert (out / "metrics.csv").exists() and (out / "trace.jsonl").exists()
-    assert signal.getsignal(signal.SIGHUP) is before  # the handler is fedsim's only while it runs
+
+
+def test_sighup_ignored_at_the_start_stays_ignored():
+    """``nohup fedsim run ...``: a hang-up must not stop the run."""
+    from fedsim.cli import _on_sigterm, _restore_sigterm
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        previous = _on_sigterm()
+        try:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+        finally:
+            _restore_sigterm(previous)
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_sigterm_while_reading_a_fifo_says_nothing_was_written(tmp_path):
