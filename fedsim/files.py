@@ -109,6 +109,8 @@ def read_manifest(folder: str | Path) -> tuple[set[str], set[str]] | None:
 
 
 def tmp_name(path: Path) -> Path:
+    """The temporary name ``path`` is written under before it is renamed into place (one per process, so
+    two processes writing the same file never share one)."""
     return path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
 
 
