@@ -46,7 +46,9 @@ def run_status(run_dir: str | Path) -> dict[str, Any]:
         return {"status": "not recorded", "theorems": None,
                 "line": "no summary.json: the run was killed before it could write one, or fedsim run did not write "
                         "this folder; no verdict on its learning"}
-    data = json.loads(path.read_text(encoding="utf-8"))
+    from fedsim.rundirs import read_summary
+
+    data = read_summary(path)  # a file cut short or edited: one line naming it, exit 2
     if isinstance(data, list):  # a multi-algorithm folder's list: not one run
         data = data[0] if len(data) == 1 else {}
     status = str(data.get("status", "not recorded"))

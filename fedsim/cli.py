@@ -17,8 +17,9 @@ whose figures or report fail to build exits 3 too, with one such line per run; i
 ``status: outputs_failed`` and everything written before the failure is kept.  An exception raised in the
 user's own code (an algorithm, model, dataset named in the scenario) prints
 ``fedsim: error in your code: module:qualname (file:line): <exception>`` and exits 4.
-SIGTERM is handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 (130 for Ctrl-C), at once:
-a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
+SIGTERM and SIGHUP (a closed terminal, a dropped ssh session; not under ``nohup``, which ignores it) are
+handled like Ctrl-C (summary written, ``status: interrupted``), exit 143 for SIGTERM, 129 for SIGHUP (128 +
+the signal's number; 130 for Ctrl-C), at once: a parallel sweep cancels the points not started and stops the running ones (see ``fedsim.sweep``).
 """
 from __future__ import annotations
 
@@ -409,11 +410,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FedsimError as exc:  # one line, whatever the message holds (a value with a newline, a YAML report)
         print(f"fedsim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except Terminated:
-        print("fedsim: terminated; outputs written so far are kept", file=sys.stderr)
-        return _end_now(143, argv)
+    except Terminated as exc:
+        print(f"fedsim: terminated ({exc.signame}); {_what_is_kept(args.command)}", file=sys.stderr)
+        return _end_now(129 if exc.signame == "SIGHUP" else 143, argv)
     except KeyboardInterrupt:
-        print("fedsim: interrupted; outputs written so far are kept", file=sys.stderr)
+        print(f"fedsim: interrupted; {_what_is_kept(args.command)}", file=sys.stderr)
         return _end_now(130, argv)
     except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
         if debug:
@@ -446,21 +447,42 @@ def _end_now(code: int, argv: Sequence[str] | None) -> int:
     return code
 
 
+#: The commands whose every write goes through :mod:`fedsim.files`, so that it knows whether they wrote.
+_RECORDED_COMMANDS = ("run", "sweep", "compare")
+
+
+def _what_is_kept(command: str) -> str:
+    """What an interrupt leaves, truly: the outputs written so far, or, for a command that wrote nothing
+    yet (stopped while reading its scenario, say), nothing."""
+    from fedsim.files import wrote_anything
+
+    if command in _RECORDED_COMMANDS and not wrote_anything():
+        return "nothing was written"
+    return "outputs written so far are kept"
+
+
+#: Signals handled like Ctrl-C: a run writes its summary (``status: interrupted``) and the command ends.
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 def _on_sigterm() -> object:
-    """SIGTERM raises Terminated (an interrupt), so a run writes its summary like after Ctrl-C."""
+    """SIGTERM and SIGHUP raise Terminated (an interrupt), so a run writes its summary like after Ctrl-C.
+    SIGHUP ignored when fedsim starts stays ignored (``nohup fedsim run ...`` keeps running after a
+    hang-up).  Returns the handlers they had."""
     def handler(signum: int, frame: object) -> None:
-        raise Terminated()
+        raise Terminated(signal.Signals(signum).name)
 
     try:
-        return signal.signal(signal.SIGTERM, handler)
+        return [(signum, signal.signal(signum, handler)) for signum in _STOP_SIGNALS
+                if signum == signal.SIGTERM or signal.getsignal(signum) != signal.SIG_IGN]
     except ValueError:  # not the main thread (e.g. called from a worker): leave signals alone
         return None
 
 
 def _restore_sigterm(previous: object) -> None:
-    if previous is not None:
+    for signum, handler in previous or []:  # type: ignore[attr-defined]
         try:
-            signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+            signal.signal(signum, handler)
         except ValueError:
             pass
 

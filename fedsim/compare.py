@@ -8,7 +8,6 @@ that did not finish is listed with its status, so a comparison never hides one.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -22,13 +21,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.errors import ConfigError  # noqa: E402
+from fedsim.files import write_csv, write_text  # noqa: E402
 from fedsim.report import ENERGY_PARTS, fmt_bytes, fmt_seconds, save_figure  # noqa: E402
 from fedsim.sweep import time_to_accuracy  # noqa: E402
 
 
 def find_runs(folders: Sequence[str | Path]) -> list[tuple[str, Path]]:
-    """Every single-algorithm run folder (its ``summary.json`` holds one summary) under ``folders``, named by
-    its path from the folders' common parent (so two runs never share a name)."""
+    """Every single-algorithm run folder under ``folders`` (its ``summary.json`` holds one summary, or it has
+    none but a ``scenario.yaml``: a run killed or still running, listed with that status), named by its
+    path from the folders' common parent (so two runs never share a name).  A summary.json that is not
+    JSON is one line naming it."""
     found: list[Path] = []
     for f in folders:
         f = Path(f)
@@ -36,9 +38,10 @@ def find_runs(folders: Sequence[str | Path]) -> list[tuple[str, Path]]:
             raise ConfigError("RUN_DIR", f"'{f}' does not exist")
         if not f.is_dir():
             raise ConfigError("RUN_DIR", f"'{f}' is not a folder (give run folders, e.g. runs/default)")
-        runs = sorted({p.parent for p in f.rglob("summary.json") if _single(p)}, key=lambda p: str(p))
+        candidates = {p.parent for p in f.rglob("summary.json")} | {p.parent for p in f.rglob("scenario.yaml")}
+        runs = sorted((d for d in candidates if _single(d)), key=lambda p: str(p))
         if not runs:
-            raise ConfigError("RUN_DIR", f"'{f}' holds no fedsim run (no summary.json)")
+            raise ConfigError("RUN_DIR", f"'{f}' holds no fedsim run (no summary.json or scenario.yaml)")
         found.extend(r for r in runs if r.resolve() not in {x.resolve() for x in found})
     resolved = [r.resolve() for r in found]
     common = Path(os.path.commonpath(resolved)) if len(resolved) > 1 else resolved[0].parent
@@ -47,18 +50,49 @@ def find_runs(folders: Sequence[str | Path]) -> list[tuple[str, Path]]:
     return [(str(r.relative_to(common)), p) for r, p in zip(resolved, found)]
 
 
-def _single(summary: Path) -> bool:
+def _single(folder: Path) -> bool:
+    """Whether ``folder`` is one run: its summary is one summary (not a multi-algorithm run's list), or it
+    has none and holds a run's scenario.yaml beside a manifest or a trace."""
+    from fedsim.rundirs import read_summary
+
+    summary = read_summary(folder / "summary.json")
+    if summary is not None:
+        return isinstance(summary, dict)
+    from fedsim.files import MANIFEST
+    from fedsim.sim.trace import TRACE_FILES
+
+    # a user's scenario.yaml alone is no run: fedsim's manifest or a trace says one started here
+    return (folder / "scenario.yaml").is_file() and any((folder / n).is_file() for n in (MANIFEST, *TRACE_FILES.values()))
+
+
+#: The status a run without summary.json is listed with.
+NO_SUMMARY = "no summary (killed, or still running)"
+
+
+def _summary_or_scenario(d: Path) -> dict[str, Any]:
+    """The run's summary; for a run without one, what its scenario.yaml says (name, algorithm, seed) and
+    the status :data:`NO_SUMMARY`."""
+    import yaml
+
+    from fedsim.rundirs import read_summary
+
+    s = read_summary(d / "summary.json")
+    if isinstance(s, dict):
+        return s
     try:
-        return isinstance(json.loads(summary.read_text(encoding="utf-8")), dict)
-    except (OSError, ValueError):
-        return False
+        sc = yaml.safe_load((d / "scenario.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        sc = None
+    sc = sc if isinstance(sc, dict) else {}
+    alg = sc.get("algorithm") if isinstance(sc.get("algorithm"), dict) else {}
+    return {"scenario": sc.get("name"), "algorithm": alg.get("name"), "seed": sc.get("seed"), "status": NO_SUMMARY}
 
 
 def compare_table(runs: Sequence[tuple[str, Path]], target: float | None = None) -> pd.DataFrame:
     """One row per run: what it was (scenario, algorithm, seed, status) and what it cost and reached."""
     rows = []
     for name, d in runs:
-        s = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        s = _summary_or_scenario(d)
         metrics = pd.read_csv(d / "metrics.csv") if (d / "metrics.csv").exists() else pd.DataFrame()
         ttt = None
         if target is not None and len(metrics) and metrics["accuracy"].notna().any():
@@ -175,7 +209,7 @@ def compare(folders: Sequence[str | Path], out: Path, *, target: float | None = 
         raise ConfigError("--out", f"'{out}' is one of the compared runs; give a new folder")
     out = prepare_run_dir(out, force=force)
     table = compare_table(runs, target)
-    table.to_csv(out / "comparison.csv", index=False)
-    (out / "comparison.md").write_text(markdown_table(table, target), encoding="utf-8")
+    write_csv(table, out / "comparison.csv")
+    write_text(out / "comparison.md", markdown_table(table, target))
     compare_figures(runs, out)
     return table

@@ -27,7 +27,12 @@ class DivergenceError(FedsimError, RuntimeError):
 
 
 class Terminated(KeyboardInterrupt):
-    """The process got SIGTERM: handled like an interrupt (summary written, ``status: interrupted``)."""
+    """The process got SIGTERM (or SIGHUP, a closed terminal or dropped ssh session): handled like an
+    interrupt (summary written, ``status: interrupted``); ``signame`` says which."""
+
+    def __init__(self, signame: str = "SIGTERM") -> None:
+        super().__init__(signame)
+        self.signame = signame
 
 
 class UserCodeError(Exception):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedsim.files import write_text
 from fedsim.report import accuracy_figure
 from fedsim.report_panels import PANELS_CSS, glossary_html, link_up
 
@@ -67,7 +68,7 @@ def folder_report(out: str | Path, kind: str) -> Path:
                      f"src='data:image/png;base64,{data64}'>")
     parts.append(glossary_html() + "</body></html>")
     path = out / "report.html"
-    path.write_text("\n".join(parts), encoding="utf-8")
+    write_text(path, "\n".join(parts))
     # every run's page links up to the nearest folder page above it (a multi-algorithm run's, or this one)
     for r in runs:
         up = r.parent

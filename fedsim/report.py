@@ -16,6 +16,7 @@ from matplotlib.patches import Rectangle
 
 from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
+from fedsim.files import BUILDING, write_text, writing
 from fedsim.sim.trace import trace_path
 
 #: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
@@ -37,7 +38,11 @@ def save_figure(fig: Figure, path: str | Path, *, tight: bool = True, dpi: int =
     if tight:
         fig.tight_layout()
     fig.set_layout_engine(None)
-    fig.savefig(path, dpi=dpi)
+    if isinstance(path, (str, Path)):  # a file: recorded in its run's manifest, renamed into place whole
+        with writing(path, "wb") as fh:
+            fig.savefig(fh, dpi=dpi, format="png")
+    else:
+        fig.savefig(path, dpi=dpi)
 
 
 PHASE_COLOURS = {
@@ -770,6 +775,9 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     if summary_path.exists():
         data = json.loads(summary_path.read_text(encoding="utf-8"))
         runs = data if isinstance(data, list) else [data]
+        # drawn while summary.json says the outputs are being built: this page is the last of them, so it
+        # is read whole only once they are, and the run's status is the simulation's, ``ok``
+        runs = [{**r, "status": "ok"} if isinstance(r, dict) and r.get("status") == BUILDING else r for r in runs]
         keys = ["label", "status", "stop_reason", "final_accuracy", "best_accuracy", "final_loss", "virtual_time_s",
                 "wall_time_s", "versions", "updates_applied", "mean_staleness", "max_staleness", "bytes_up",
                 "bytes_down", "energy_j", "num_clients"]
@@ -834,7 +842,7 @@ def finish_html_report(body: ReportBody) -> Path:
                      f"src='data:image/png;base64,{data64}'>")
     parts.append("</body></html>")
     out = run_dir / "report.html"
-    out.write_text("\n".join(parts), encoding="utf-8")
+    write_text(out, "\n".join(parts))
     if body.link_up_later:  # the runs listed above link up to this page, now that it exists
         link_up(run_dir)
     _DIGEST.clear()  # the run's outputs are written: its digest is not needed any more

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from fedsim.files import write_text
 from fedsim.digest import CoverGrid, binned_queue, merge_intervals, queue_length
 from fedsim.sim.trace import iter_blocks, trace_path
 
@@ -878,7 +879,7 @@ def link_up(parent: str | Path, reports: Iterable[Path] | None = None) -> int:
             continue
         rel = quote(Path(os.path.relpath(parent / "report.html", page.parent)).as_posix())
         link = f"<a class='fp-up' href='{rel}'>↑ up: {html.escape(parent.name)}</a> · "
-        page.write_text(text.replace("<nav class='fp-nav'>", "<nav class='fp-nav'>" + link, 1), encoding="utf-8")
+        write_text(page, text.replace("<nav class='fp-nav'>", "<nav class='fp-nav'>" + link, 1))
         done += 1
     return done
 

@@ -3,19 +3,111 @@ what an existing folder holds of a run (for ``--resume``)."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
 from pathlib import Path
 from typing import Any
 
 from fedsim.errors import ConfigError
+from fedsim.files import MANIFEST, read_manifest, start_folder, tmp_target
 from fedsim.scenario import Scenario, dump_scenario
 
 
-def _looks_like_run(folder: Path) -> bool:
-    """A folder fedsim wrote: a run (scenario.yaml/summary.json), a comparison of runs or a sweep."""
-    if any((folder / name).exists() for name in ("summary.json", "scenario.yaml", "sweep.yaml", "comparison.csv")):
+#: Files and folders ``fedsim check`` (the analysis package) writes into a run folder; they count as
+#: fedsim's in a run folder that has a manifest (the check records them there only where it writes through
+#: :mod:`fedsim.files`).
+CHECK_OUTPUTS = ("check.csv", "probes.csv", "measured.json", "embracingfl_probes.csv", "check/", "probes/")
+
+#: File names of a run folder written before fedsim kept a manifest (:func:`_foreign`: taken as
+#: fedsim's only when the folder's summary.json says it is a fedsim run), besides ``*.png`` and
+#: ``checkpoints/v*.pt``.
+LEGACY_RUN_FILES = ("scenario.yaml", "partition.csv", "trace.jsonl", "trace.compact.gz", "metrics.csv",
+                    "summary.json", "final_model.pt", "client_metrics.csv", "energy.csv", "report.html",
+                    "outputs_error.txt", "probes_live.csv")
+
+
+def read_summary(path: str | Path) -> Any:
+    """A run's ``summary.json`` (a dict, or a multi-algorithm run's list); None when there is none.  A file
+    that is not JSON (cut short, a user's edit) is one line naming it (a :class:`ConfigError`)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError("summary.json", f"'{path}' is not a readable summary ({type(exc).__name__}: "
+                          f"{str(exc)[:80]}); it was cut short or edited: move it away, or clear the run "
+                          "folder yourself") from None
+
+
+def _legacy_summary(folder: Path) -> Any:
+    """The summary.json of a folder written before fedsim kept manifests, when it is a fedsim run's (a
+    dict with ``status`` and ``stop_reason``, or a list of them); else None."""
+    try:
+        data = read_summary(folder / "summary.json")
+    except ConfigError:
+        return None
+    rows = data if isinstance(data, list) else [data]
+    if rows and all(isinstance(r, dict) and "status" in r and "stop_reason" in r for r in rows):
+        return data
+    return None
+
+
+def _foreign(folder: Path) -> list[str]:
+    """The paths under ``folder`` (relative, files and folders, in name order) fedsim did not write."""
+    listed = read_manifest(folder)
+    legacy = None
+    if listed is None:
+        legacy = _legacy_summary(folder)
+        if legacy is None:
+            return sorted(p.name + ("/" if p.is_dir() and not p.is_symlink() else "") for p in folder.iterdir())
+        labels = {str(r.get("label")) for r in legacy} if isinstance(legacy, list) else set()
+        files, subs = set(LEGACY_RUN_FILES), labels
+    else:
+        files, subs = listed
+    check_files = {c for c in CHECK_OUTPUTS if not c.endswith("/")}
+    check_dirs = {c.rstrip("/") for c in CHECK_OUTPUTS if c.endswith("/")}
+    prefixes = {"/".join(f.split("/")[:i]) for f in files for i in range(1, f.count("/") + 1)}
+    foreign: list[str] = []
+
+    def owned_file(rel: str) -> bool:
+        name = rel.rsplit("/", 1)[-1]
+        target = tmp_target(name)
+        if target is not None:  # a file cut short while written under its temporary name
+            rel = rel[: len(rel) - len(name)] + target
+        if rel == MANIFEST or rel in files or rel in check_files:
+            return True
+        if legacy is not None:
+            return ("/" not in rel and rel.endswith(".png")) or (rel.startswith("checkpoints/v") and rel.endswith(".pt"))
+        return False
+
+    def walk(d: Path, rel: str) -> None:
+        for p in sorted(d.iterdir(), key=lambda q: q.name):
+            r = f"{rel}{p.name}"
+            if p.is_dir() and not p.is_symlink():
+                if r in subs:
+                    foreign.extend(f"{r}/{x}" for x in _foreign(p))
+                elif r.split("/")[0] in check_dirs:
+                    continue
+                elif r in prefixes or (legacy is not None and r == "checkpoints"):
+                    walk(p, r + "/")
+                else:
+                    foreign.append(r + "/")
+            elif not owned_file(r):
+                foreign.append(r)
+
+    walk(folder, "")
+    return foreign
+
+
+def is_fedsim_folder(folder: str | Path) -> bool:
+    """Whether ``folder`` is a run or batch folder fedsim wrote: it has a manifest, or it is a run written
+    before manifests (its summary.json says so), or a sweep or ``--seeds`` folder of that time."""
+    folder = Path(folder)
+    if (folder / MANIFEST).is_file() or _legacy_summary(folder) is not None:
         return True
-    return any((sub / "scenario.yaml").exists() or (sub / "summary.json").exists() for sub in folder.iterdir() if sub.is_dir())
+    if (folder / "sweep.yaml").is_file() or (folder / "seeds.csv").is_file():
+        return True
+    return any(p.is_dir() and p.name.startswith("seed-") and (p / "scenario.yaml").is_file() for p in folder.iterdir())
 
 
 def check_run_dir(out: str | Path, *, force: bool = False) -> None:
@@ -31,23 +123,42 @@ def check_run_dir(out: str | Path, *, force: bool = False) -> None:
         if not force:
             raise ConfigError("--out", f"'{out}' is not empty (an earlier run?); pass --force to clear it first, "
                               "or give a new folder")
-        if not _looks_like_run(out):
-            raise ConfigError("--out", f"'{out}' is not empty and holds no fedsim run; --force clears only run folders")
+        foreign = _foreign(out)
+        if foreign:
+            if not is_fedsim_folder(out):
+                what = "holds no fedsim run"
+            elif read_manifest(out) is None and _legacy_summary(out) is None:
+                what = f"was written before fedsim listed its files ({MANIFEST}) and is not a run it can tell"
+            else:
+                what = "holds files fedsim did not write"
+            raise ConfigError("--out", f"'{out}' {what} (first: '{foreign[0]}'); --force clears only what fedsim "
+                              "wrote: move them, or give another folder")
 
 
 def prepare_run_dir(out: str | Path, *, force: bool = False) -> Path:
-    """A fresh run folder: created if missing, refused if it is a file or a non-empty folder (unless
-    ``force``, which clears a folder that holds fedsim output; other folders are never cleared)."""
+    """A fresh run folder with its manifest (:mod:`fedsim.files`): created if missing, refused if it is a file
+    or a non-empty folder (unless ``force``, which clears a folder only when everything in it is fedsim's:
+    listed in its manifest, or a run written before manifests whose summary.json says so; a folder holding
+    anything else is refused, naming the first such file, and nothing is deleted)."""
     out = Path(out)
     check_run_dir(out, force=force)
     if out.is_dir() and any(out.iterdir()):
-        for entry in out.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
+        _clear(out)
+    return start_folder(out)
+
+
+def _clear(folder: Path) -> None:
+    """Delete everything under ``folder`` (which :func:`_foreign` found to be all fedsim's): files first,
+    then the folders left empty, deepest first."""
+    for d, dirs, names in os.walk(folder, topdown=False):
+        for name in names:
+            Path(d, name).unlink()
+        for name in dirs:
+            p = Path(d, name)
+            if p.is_symlink():
+                p.unlink()
             else:
-                entry.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+                p.rmdir()
 
 
 def _labels_held(out: Path) -> tuple[list[str], bool] | None:
@@ -91,7 +202,7 @@ def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, 
     out = Path(out)
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return "new", None, ""
-    if not out.is_dir() or not _looks_like_run(out):
+    if not out.is_dir() or not is_fedsim_folder(out):
         return "different", None, f"'{out}' holds no fedsim run"
     several = len(scenario.algorithms) > 1
     labels = [spec.label for spec in scenario.algorithms]
@@ -117,10 +228,21 @@ def run_state(out: str | Path, scenario: Scenario) -> tuple[str, list[dict[str, 
         path = d / "summary.json"
         if not path.exists() or not (d / "metrics.csv").exists():
             return "incomplete", None, f"'{d}' has no summary (the run was killed midway)"
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        if summary.get("status") != "ok":
-            return "incomplete", None, f"'{d}' stopped with status {summary.get('status')!r}"
+        summary = read_summary(path)
+        if not isinstance(summary, dict) or summary.get("status") != "ok":
+            status = summary.get("status") if isinstance(summary, dict) else None
+            return "incomplete", None, f"'{d}' stopped with status {status!r}" + _STATUS_WHY.get(str(status), "")
         summaries.append(summary)
-    if several and not (out / "summary.json").exists():
-        return "incomplete", None, f"'{out}' was stopped before its last algorithm finished"
+    if several:
+        top = read_summary(out / "summary.json")
+        if top is None:
+            return "incomplete", None, f"'{out}' was stopped before its last algorithm finished"
+        statuses = [s.get("status") for s in top if isinstance(s, dict)] if isinstance(top, list) else [None]
+        if any(st != "ok" for st in statuses):
+            return "incomplete", None, (f"'{out}' (the comparison) stopped with status "
+                                        f"{next(st for st in statuses if st != 'ok')!r}")
     return "finished", summaries, ""
+
+
+#: What a status that is not ``ok`` means for ``--resume`` (said after it).
+_STATUS_WHY = {"building_outputs": " (stopped while its figures and report were drawn)"}

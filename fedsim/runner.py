@@ -18,20 +18,24 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
 Data, partition and the initial model are rebuilt from ``scenario.yaml`` alone by :func:`fedsim.build.prepare_data`
 and :func:`fedsim.build.build_global_model`; analysis code uses exactly these to re-measure saved checkpoints.
 
-A run that fails midway (diverged training, interrupt, SIGTERM, an unexpected error) still writes metrics,
-summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
+Every file goes through :mod:`fedsim.files` (listed in ``<out>/.fedsim-manifest``, renamed into place
+whole).  summary.json says ``building_outputs`` while the figures and report are drawn and ``ok`` only
+once the last is written; a stop there makes it ``interrupted`` (``outputs_interrupted`` says so).
+
+A run that fails midway (diverged training, interrupt, SIGTERM, SIGHUP, an unexpected error) still writes
+metrics, summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
 ``interrupted``, ``error``).  A run whose figures or report fail to build keeps everything written before
 the failure and says ``outputs_failed`` (with ``outputs_error``, and the traceback in ``outputs_error.txt``);
 the command line then exits 3.
 
 Before anything is written, :func:`fedsim.preflight.preflight` runs every check that can fail (dataset, partition, model,
 device and server profiles, memory, ``train.device``, the work estimate), and :func:`fedsim.rundirs.prepare_run_dir`
-refuses a non-empty run folder unless ``force`` (which clears it): a folder never mixes two runs.
+refuses a non-empty run folder unless ``force`` (which clears what fedsim wrote there, and refuses a folder
+holding anything else): a folder never mixes two runs.
 """
 from __future__ import annotations
 
 import gc
-import json
 import math
 import time
 from contextlib import contextmanager
@@ -44,6 +48,7 @@ import torch
 
 from fedsim.build import Prepared, build_global_model
 from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
+from fedsim.files import BUILDING, start_folder, write_csv, write_json, write_text, writing
 from fedsim.learn.accelerator import cpu_state, data_on, run_device, set_deterministic
 from fedsim.learn.partition import partition_summary
 from fedsim.output_process import (MAX_EVENTS, OutputProcess, build_comparison_outputs,
@@ -110,12 +115,12 @@ def run_variant(
     every snapshot and, if it has ``finish(run_dir)``, once at the end (live theory probes write their CSV
     there).  None: the hooks that installed plugins provide (``fedsim.plugins``), so the measurement code
     is injected by its package and fedsim never imports it."""
-    out.mkdir(parents=True, exist_ok=True)
+    start_folder(out)
     variant = scenario.variant(spec)
-    (out / "scenario.yaml").write_text(dump_scenario(variant), encoding="utf-8")
+    write_text(out / "scenario.yaml", dump_scenario(variant))
     data, parts = prepared.data, prepared.parts
     labels = data.train.y.cpu().numpy()
-    partition_summary(parts, labels, data.train.num_classes).to_csv(out / "partition.csv", index=False)
+    write_csv(partition_summary(parts, labels, data.train.num_classes), out / "partition.csv")
 
     torch.set_num_threads(1)
     env = simpy.Environment()
@@ -176,7 +181,7 @@ def run_variant(
     except DivergenceError as exc:
         status, message = "diverged", str(exc)
     except KeyboardInterrupt as exc:
-        status, message = "interrupted", ("terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted by the user")
+        status, message = "interrupted", stop_words(exc)
         failure = exc
     except BaseException as exc:  # recorded, then re-raised: the CLI turns it into one line
         status, message = "error", f"{type(exc).__name__}: {exc}" if not isinstance(exc, FedsimError) else str(exc)
@@ -194,7 +199,8 @@ def run_variant(
                 finish(out)
         wall = time.perf_counter() - wall0
         summary = _summarise(scenario, spec, out, ctx, env.now, wall, status, message)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
+        # while the figures and report are drawn the file says so: ``ok`` only once the last one is written
+        write_summary(out, summary, building=bool(scenario.output.figures))
         if scenario.output.figures:
             # the one figure drawn from the simulation's objects, not its files: its graph is taken now
             topology = rate_graph(ctx.world) if ctx is not None else None
@@ -213,15 +219,85 @@ def run_variant(
     return summary
 
 
+def stop_words(exc: BaseException) -> str:
+    """How a run stopped by ``exc`` (an interrupt) says so: ``terminated (SIGTERM)``, ``terminated
+    (SIGHUP)`` or ``interrupted by the user`` (Ctrl-C)."""
+    return f"terminated ({exc.signame})" if isinstance(exc, Terminated) else "interrupted by the user"
+
+
+def write_summary(out: Path, summary: dict[str, Any] | list[dict[str, Any]], *, building: bool = False) -> None:
+    """summary.json (a run's summary, or a multi-algorithm run's list), written atomically; ``building``:
+    each ``ok`` is written as :data:`BUILDING` (the outputs are being drawn)."""
+    listed = summary if isinstance(summary, list) else [summary]
+    if building:
+        listed = [{**s, "status": BUILDING} if s.get("status") == "ok" else s for s in listed]
+    write_json(out / "summary.json", listed if isinstance(summary, list) else listed[0], sort_keys=False)
+
+
 def _build_recorded(out: Path, summary: dict[str, Any] | list[dict[str, Any]], what: str,
                     build: Callable[[], None]) -> None:
-    """``build()`` inside :func:`building_outputs`; on a failure the summary (a run's, or a comparison's
-    list) says so and summary.json is written again: figures of a failed build never hide its failure."""
+    """``build()`` inside :func:`building_outputs`, then summary.json written with its final status: ``ok``
+    only now that every output is written, :data:`OUTPUTS_FAILED` after a failure (figures of a failed build
+    never hide it).  An interrupt while drawing (Ctrl-C, SIGTERM, SIGHUP) makes an ``ok`` run
+    ``interrupted``, says so in ``outputs_interrupted``, and is raised again."""
     listed = summary if isinstance(summary, list) else [summary]
-    with building_outputs(out, listed, what) as built:
-        build()
-    if not built:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False), encoding="utf-8")
+    try:
+        with building_outputs(out, listed, what):
+            build()
+    except KeyboardInterrupt as exc:
+        for s in listed:
+            if s.get("status") == "ok":  # a run already stopped in its simulation keeps what it says
+                s["status"] = "interrupted"
+                s["outputs_interrupted"] = f"{what}: {stop_words(exc)} while they were drawn; --resume draws them"
+        try:
+            write_summary(out, summary)
+        finally:
+            raise
+    write_summary(out, summary)
+
+
+def undrawn(summary: Any) -> bool:
+    """Whether a run's summary says its simulation ended ``ok`` but its figures and report were not all
+    written: killed while drawing (:data:`BUILDING`), stopped then (``outputs_interrupted``), or failed
+    (:data:`OUTPUTS_FAILED`)."""
+    if not isinstance(summary, dict):
+        return False
+    status = summary.get("status")
+    return status in (BUILDING, OUTPUTS_FAILED) or (status == "interrupted" and "outputs_interrupted" in summary)
+
+
+def can_redraw(scenario: Scenario, out: str | Path) -> bool:
+    """Whether the figures and report of the run of ``scenario`` in ``out`` can be drawn again from its files
+    (:func:`redraw_outputs`): its summary says they were not all written (:func:`undrawn`) and its metrics
+    and trace are there; not for several algorithms (their comparison too), a hierarchical network
+    (``topology.png`` is drawn from the live world) or figures off: such a run runs again."""
+    from fedsim.rundirs import read_summary
+
+    out = Path(out)
+    return (len(scenario.algorithms) == 1 and bool(scenario.output.figures)
+            and scenario.network.topology.kind != "hierarchical" and undrawn(read_summary(out / "summary.json"))
+            and (out / "metrics.csv").is_file() and trace_path(out).is_file())
+
+
+def redraw_outputs(scenario: Scenario, out: str | Path) -> list[dict[str, Any]]:
+    """Draw again, from its files, the figures and report of a run in ``out`` whose simulation ended ``ok``
+    but whose outputs were not all written (:func:`can_redraw` must hold); returns its summaries, as
+    :func:`run_scenario` would.  What ``--resume`` does with such a run: a simulation of hours is not
+    repeated for its figures."""
+    from fedsim.files import TMP_SUFFIX
+    from fedsim.rundirs import read_summary
+
+    out = Path(out)
+    summary = {k: v for k, v in read_summary(out / "summary.json").items()
+               if k not in ("outputs_error", "outputs_interrupted")}
+    summary["status"] = "ok"
+    for stale in [out / OUTPUTS_ERROR_FILE, *out.glob(f".*{TMP_SUFFIX}")]:
+        stale.unlink(missing_ok=True)  # the failed build's traceback, files cut short while written
+    write_summary(out, summary, building=True)
+    out_s = str(out)
+    _build_recorded(out, summary, "figures and report", lambda: build_run_outputs(
+        out_s, scenario.output.timeline_window, scenario.output.timeline_clients, None))
+    return [summary]
 
 
 def finish_outputs(outputs: OutputProcess) -> None:
@@ -256,7 +332,7 @@ def building_outputs(out: Path, summaries: list[dict[str, Any]], what: str) -> A
     Each summary of ``summaries`` whose status was ``ok`` becomes :data:`OUTPUTS_FAILED`, and every one
     gets ``outputs_error`` (one line: what failed, the exception, where the traceback is); the traceback
     goes to :data:`OUTPUTS_ERROR_FILE` in ``out``.  The caller writes the summaries again.  An interrupt is
-    not a failure of the outputs: it propagates."""
+    not a failure of the outputs: it propagates (:func:`_build_recorded` records it)."""
     import traceback
 
     built = _Built()
@@ -265,8 +341,12 @@ def building_outputs(out: Path, summaries: list[dict[str, Any]], what: str) -> A
     except Exception as exc:
         built.ok = False
         text = " ".join(str(exc).split())[:300] or "(no message)"
-        (out / OUTPUTS_ERROR_FILE).write_text(traceback.format_exc(), encoding="utf-8")
-        line = f"{what}: {type(exc).__name__}: {text} (traceback in {out / OUTPUTS_ERROR_FILE})"
+        where = f"traceback in {out / OUTPUTS_ERROR_FILE}"
+        try:
+            write_text(out / OUTPUTS_ERROR_FILE, traceback.format_exc())
+        except OSError as err:  # a full disk: the summary still says what failed
+            where = f"its traceback could not be written: {type(err).__name__}: {err}"
+        line = f"{what}: {type(exc).__name__}: {text} ({where})"
         for summary in summaries:
             if summary.get("status") == "ok":
                 summary["status"] = OUTPUTS_FAILED
@@ -308,10 +388,11 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
     if ctx is None:
         return summary
     metrics = pd.DataFrame(ctx.versions.metrics)
-    metrics.to_csv(out / "metrics.csv", index=False)
-    torch.save(cpu_state(ctx.global_state), out / "final_model.pt")  # loads without the run's accelerator
+    write_csv(metrics, out / "metrics.csv")
+    with writing(out / "final_model.pt", "wb") as fh:
+        torch.save(cpu_state(ctx.global_state), fh)  # loads without the run's accelerator
     if ctx.versions.client_metrics:
-        pd.DataFrame(ctx.versions.client_metrics).to_csv(out / "client_metrics.csv", index=False)
+        write_csv(pd.DataFrame(ctx.versions.client_metrics), out / "client_metrics.csv")
     df = load_trace(trace_path(out), kinds=("apply", "drop"), columns=("staleness",))
     applied = df[df["kind"] == "apply"] if len(df) else df
     acc = metrics["accuracy"] if len(metrics) else pd.Series(dtype=float)
@@ -319,7 +400,7 @@ def _summarise(scenario: Scenario, spec: AlgorithmSpec, out: Path, ctx: Context 
     world.finish(now)
     energy = world.energy_table()
     if len(energy):
-        energy.to_csv(out / "energy.csv", index=False)
+        write_csv(energy, out / "energy.csv")
     summary.update(
         {
             "final_accuracy": float(acc.iloc[-1]) if len(acc) else None,
@@ -425,7 +506,7 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
         if outputs is not None:
             finish_outputs(outputs)  # each variant's own outputs (and status) before the comparison's
         if several:
-            (out / "summary.json").write_text(json.dumps(summaries, indent=2), encoding="utf-8")
+            write_summary(out, summaries, building=bool(scenario.output.figures))
             if scenario.output.figures:
                 # a failure here marks the comparison's summary (the variants' own outputs were built)
                 listed = [dict(s) for s in summaries]

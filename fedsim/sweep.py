@@ -30,6 +30,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from fedsim.errors import ConfigError, Terminated  # noqa: E402
+from fedsim.files import start_folder, write_csv, write_json, write_text  # noqa: E402
 from fedsim.report import save_figure  # noqa: E402
 
 #: Per-run numbers a sweep tabulates; sweep.csv gives their mean (and std over seeds) per point.
@@ -114,10 +115,17 @@ def check_jobs(jobs: int, ray: str | None) -> None:
 
 
 def check_resume_root(out: Path, kind: str) -> None:
-    """Refuse to resume a sweep or ``--seeds`` (``kind``) into a folder that holds a single run at its top
-    (its runs would be mixed with the units' sub-folders), or the other kind's folder."""
+    """Refuse to resume a sweep or ``--seeds`` (``kind``) into a folder that is not fedsim's (a user's
+    folder: :func:`fedsim.rundirs.is_fedsim_folder`), holds a single run at its top (its runs would be mixed
+    with the units' sub-folders), or the other kind's folder."""
     if not out.is_dir():
         return
+    from fedsim.rundirs import is_fedsim_folder
+
+    if any(out.iterdir()) and not is_fedsim_folder(out):
+        first = sorted(p.name for p in out.iterdir())[0]
+        raise ConfigError("--resume", f"'{out}' holds no fedsim run or batch (first: '{first}'); not resuming "
+                          "into it (give another --out)")
     other = {"sweep": "seeds.csv", "seeds": "sweep.yaml"}[kind]
     for name, what in (("scenario.yaml", "a run"), ("summary.json", "a run"), (other, f"a {'--seeds' if kind == 'sweep' else 'sweep'} folder")):
         if (out / name).exists():
@@ -138,10 +146,12 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
     started here) runs them as Ray tasks.  Either way each run is the run the serial loop would make: same
     seed, same streams, one torch thread."""
     from fedsim.rundirs import run_state
+    from fedsim.runner import can_redraw, redraw_outputs
 
     results: list[list[dict[str, Any]] | None] = [None] * len(units)
     todo: list[int] = []
     incomplete: list[str] = []
+    redraw: list[int] = []
     for i, u in enumerate(units):
         if resume:
             state, summaries, why = run_state(u.folder, u.scenario)
@@ -151,15 +161,23 @@ def run_units(units: Sequence[Unit], *, jobs: int = 1, ray: str | None = None, r
                 results[i] = summaries
                 continue
             if state == "incomplete":
+                if can_redraw(u.scenario, u.folder):
+                    redraw.append(i)
+                    incomplete.append(f"fedsim: {u.name() or u.folder.name}: its simulation finished; drawing its "
+                                      f"figures and report ({why})")
+                    continue
                 incomplete.append(f"fedsim: {u.name() or u.folder.name}: incomplete run ({why}); running it again")
         todo.append(i)
     if on_ready is not None:
         on_ready()
     for line in incomplete:
         print(line, file=sys.stderr, flush=True)
+    for i in redraw:  # from the run's files, here: no simulation is repeated for its figures
+        results[i] = redraw_outputs(units[i].scenario, units[i].folder)
     if resume and len(todo) < len(units):
-        print(f"fedsim: resuming: {len(units) - len(todo)} of {len(units)} runs already finished, running "
-              f"{len(todo)}", file=sys.stderr, flush=True)
+        print(f"fedsim: resuming: {len(units) - len(todo) - len(redraw)} of {len(units)} runs already finished"
+              + (f", {len(redraw)} drawn again" if redraw else "") + f", running {len(todo)}",
+              file=sys.stderr, flush=True)
     from tqdm import tqdm
 
     bar = tqdm(total=len(todo), desc=what, unit="run", disable=not progress or not todo, dynamic_ncols=True,
@@ -432,12 +450,12 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
         if out.exists() and not out.is_dir():
             raise ConfigError("--out", f"'{out}' is a file, not a folder")
         check_resume_root(out, "sweep")
-        out.mkdir(parents=True, exist_ok=True)
+        start_folder(out)
     else:
         out = prepare_run_dir(out, force=force)
-    (out / "sweep.yaml").write_text(yaml.safe_dump({
+    write_text(out / "sweep.yaml", yaml.safe_dump({
         "scenario": source, "overrides": list(overrides), "grid": {k: v for k, v in grid}, "seeds": seeds,
-        "target": target}, sort_keys=False), encoding="utf-8")
+        "target": target}, sort_keys=False))
     from fedsim.scenario import warn_implausible
 
     summaries = run_units(units, jobs=jobs, ray=ray, resume=resume, progress=progress, allow_large=allow_large,
@@ -448,11 +466,10 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
         rows.extend(run_row(u, s, goal) for s in ss)
     keys = [k for k, _ in grid]
     runs = pd.DataFrame(rows)
-    runs.to_csv(out / "sweep_runs.csv", index=False)
+    write_csv(runs, out / "sweep_runs.csv")
     table = aggregate(runs, keys, seeded=seeds is not None)
-    table.to_csv(out / "sweep.csv", index=False)
-    (out / "sweep.json").write_text(json.dumps(table.to_dict(orient="records"), indent=2, default=str),
-                                    encoding="utf-8")
+    write_csv(table, out / "sweep.csv")
+    write_json(out / "sweep.json", table.to_dict(orient="records"), default=str)
     for stale in [out / "sweep.png", *out.glob("sweep_heatmap*.png")]:
         stale.unlink(missing_ok=True)
     if len(keys) == 1:
@@ -618,6 +635,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
         preflight(v, allow_large=allow_large)
     if resume and out.is_dir():
         check_resume_root(out, "seeds")
+        start_folder(out)
     else:
         out = prepare_run_dir(out, force=force)
     units = [Unit({}, seed, sc, out / f"seed-{seed}") for seed, sc in zip(seeds, variants)]
@@ -638,7 +656,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
                          "virtual_time_s": s["virtual_time_s"], "bytes_up": s.get("bytes_up"),
                          "bytes_down": s.get("bytes_down"), "energy_j": s.get("energy_j")})
     table = pd.DataFrame(rows)
-    table.to_csv(out / "seeds.csv", index=False)
+    write_csv(table, out / "seeds.csv")
     numeric = ["final_accuracy", "best_accuracy", "virtual_time_s", "bytes_up", "bytes_down", "energy_j"]
     summary = table.groupby("algorithm", sort=False)[numeric].agg(["mean", "std"])
     summary.columns = [f"{a}_{b}" for a, b in summary.columns]
@@ -648,7 +666,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
         # over the seeds that reached the target (a seed that never did has no time; reached_target counts them)
         hit = table[table["reached_target"] == True].groupby("algorithm", sort=False)["time_to_target_s"]  # noqa: E712
         summary["time_to_target_s_mean"], summary["time_to_target_s_std"] = hit.mean(), hit.std()
-    summary.reset_index().to_csv(out / "seeds_summary.csv", index=False)
+    write_csv(summary.reset_index(), out / "seeds_summary.csv")
     fig, ax = plt.subplots(figsize=(6.5, 4))
     drawn = 0
     for label, frames in curves.items():

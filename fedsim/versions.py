@@ -16,6 +16,7 @@ import numpy as np
 import simpy
 import torch
 
+from fedsim.files import writing
 from fedsim.learn.accelerator import cpu_state
 from fedsim.learn.state import State, coverage_counts
 from fedsim.learn.submodel import SubModel
@@ -171,7 +172,8 @@ class VersionKeeper:
         if due and self.run_dir is not None and self._saved_version != self.version:
             folder = self.run_dir / "checkpoints"
             folder.mkdir(parents=True, exist_ok=True)
-            torch.save(cpu_state(self.global_state), folder / f"v{self.version:06d}.pt")  # loads anywhere
+            with writing(folder / f"v{self.version:06d}.pt", "wb") as fh:
+                torch.save(cpu_state(self.global_state), fh)  # loads anywhere
             self._saved_version = self.version
         self._snapshot_version = self.version
         for hook in self.version_hooks:

@@ -42,7 +42,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads child processes from /proc")
 @pytest.mark.parametrize("signum, group, code, line", [
     (signal.SIGINT, True, 130, "fedsim: interrupted; outputs written so far are kept"),
-    (signal.SIGTERM, False, 143, "fedsim: terminated; outputs written so far are kept"),
+    (signal.SIGTERM, False, 143, "fedsim: terminated (SIGTERM); outputs written so far are kept"),
 ])
 def test_a_signal_stops_a_parallel_check_and_its_workers(checkpointed, signum, group, code, line):
     with fedsim_process(["check", str(checkpointed), "--jobs", "2"]) as proc:

@@ -83,6 +83,6 @@ def test_sigterm_stops_a_parallel_sweep(tmp_path, tiny):
     done, took, _ = _interrupt(_scenario(tmp_path, tiny), out, signal.SIGTERM, group=False)
     assert done.returncode == 143, done.stderr[-2000:]
     assert took < 5.0, f"stopped {took:.2f} s after SIGTERM"
-    assert done.stderr.strip().splitlines()[-1] == "fedsim: terminated; outputs written so far are kept"
+    assert done.stderr.strip().splitlines()[-1] == "fedsim: terminated (SIGTERM); outputs written so far are kept"
     stopped = [s for s in _summaries(out).values() if s["status"] == "interrupted"]
     assert stopped and all(s["stop_reason"] == "terminated (SIGTERM)" for s in stopped)

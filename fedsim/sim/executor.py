@@ -244,8 +244,8 @@ def spawn_pool(workers: int, initializer: Callable[..., None] | None = None, ini
     per worker, each done once a worker has started.
 
     Spawned, not forked: no copy of the parent's torch state.  Each worker starts with Ctrl-C ignored from
-    its first instruction (Python keeps an inherited SIG_IGN): the terminal's Ctrl-C reaches every process
-    of the group, and the parent decides what stops; a worker still importing torch would otherwise print
+    its first instruction (Python keeps an inherited SIG_IGN), and SIGHUP too: the terminal's Ctrl-C and
+    hang-up reach every process of the group, and the parent decides what stops; a worker still importing torch would otherwise print
     a traceback.  Each ends when the parent ends, even a killed parent."""
     import multiprocessing
     import signal
@@ -253,13 +253,15 @@ def spawn_pool(workers: int, initializer: Callable[..., None] | None = None, ini
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_worker_start, initargs=(initializer, initargs))
+    # Ctrl-C and a hang-up (a closed terminal or ssh session reaches the whole group too) are ignored
+    ignored = [signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
     try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        previous = [(signum, signal.signal(signum, signal.SIG_IGN)) for signum in ignored]
     except ValueError:  # not the main thread: the workers inherit whatever this process has
-        previous = None
+        previous = []
     try:
         started = [pool.submit(_started) for _ in range(workers)]  # each submit starts one process
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous:
+            signal.signal(signum, handler)
     return pool, started

@@ -311,6 +311,9 @@ class Trace:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fedsim-trace")
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            from fedsim.files import record
+
+            record(self.path)  # streamed, not renamed into place: a trace cut short still loads
             self._fh = open(self.path, "wb" if fmt == "compact" else "w", **({} if fmt == "compact" else {"encoding": "utf-8"}))
         else:
             self.records = []
