@@ -40,6 +40,12 @@ LARGE_SLOTS = 10**5
 MAX_EVALUATIONS = 10**5
 
 
+def count_text(n: float) -> str:
+    """A count in an error line, every digit shown (``12,502,499``, never ``1e+07`` beside a limit of
+    ``1e+07``); ``unbounded`` when no stop rule bounds it."""
+    return f"{n:,.0f}" if math.isfinite(n) else "unbounded"
+
+
 @dataclass
 class Estimate:
     """What a run will cost, known before it starts (upper bounds where the stop rules allow)."""
@@ -115,12 +121,12 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
                 field = f"{alg}.{work.server_field}" if work.server_field else est.bound
             if est.server_steps:
                 server = f" + {est.server_steps:,} server steps per version"
-            raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
-                              f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks{server}; allowed without "
-                              f"--allow-large: {LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
+            raise ConfigError(field, f"the run would take about {count_text(est.sgd_steps)} SGD steps "
+                              f"({est.steps_per_task:,} per task × {count_text(est.tasks)} tasks{server}; allowed without "
+                              f"--allow-large: {LARGE_SGD_STEPS:,}); lower the steps or the stop rules, or pass --allow-large")
         if est.events > LARGE_EVENTS:
-            raise ConfigError(est.bound, f"the run would simulate about {est.events:.3g} events (allowed without "
-                              f"--allow-large: {LARGE_EVENTS:.0e}); lower the stop rules or pass --allow-large")
+            raise ConfigError(est.bound, f"the run would write up to {count_text(est.events)} trace events (allowed "
+                              f"without --allow-large: {LARGE_EVENTS:,}); lower the stop rules or pass --allow-large")
     horizon = scenario.stop.max_time_s
     if horizon is None and math.isfinite(est.tasks):
         horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
