@@ -167,6 +167,7 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
                           "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
     prepared = prepare_data(scenario)
     world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
+    prepared.warnings.extend(w for w in world.input_warnings if w not in prepared.warnings)
     model = build_global_model(scenario, prepared.data)
     prepared.data = data_on(prepared.data, device)  # moved once; every variant's context shares it
     for spec in scenario.algorithms:

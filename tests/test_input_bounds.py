@@ -189,3 +189,37 @@ def test_a_pickle_payload_checkpoint_is_one_clean_line(tmp_path):
     torch.save([1, 2], tmp_path / "v3.pt")
     with pytest.raises(ConfigError, match="holds a list, not a state dict"):
         _load_state(tmp_path / "v3.pt")
+
+
+# ---------------------------------------------------------------------------------------------- failure 4
+
+
+def _trace(path, ids, start=0.0, end=100.0):
+    path.write_text("client,start,end\n" + "".join(f"{c},{start},{end}\n" for c in ids))
+    return path
+
+
+def test_a_trace_naming_no_real_client_is_refused_before_the_run(capsys, tmp_path):
+    """The probe: ids 1000-1009 on a 20-client run ended ``status: ok`` with 0 updates."""
+    trace = _trace(tmp_path / "t.csv", range(1000, 1010))
+    out = tmp_path / "out"
+    code, err, _ = _cli(capsys, "run", "default", "availability.model=trace", f"availability.path={trace}",
+                        "--out", str(out), "--quiet")
+    _one_line_exit_2(code, err)
+    assert "names no client of this run (ids 1000, 1001, 1002, 1003, 1004, … (10 in all)" in err
+    assert "clients are 0..19" in err and not out.exists()
+
+
+def test_trace_meaning_errors_and_warnings(tmp_path):
+    from fedsim.system.availability import TraceAvailability
+
+    empty = TraceAvailability.from_csv(_trace(tmp_path / "e.csv", range(4), 5.0, 5.0))  # only empty intervals
+    with pytest.raises(ConfigError, match=r"has no online interval for any of the clients it names \(0, 1, 2, 3\)"):
+        empty.check_clients(4)
+    some = TraceAvailability.from_csv(_trace(tmp_path / "s.csv", [2, 3, 7]))
+    warnings = some.check_clients(4)
+    assert warnings == ["availability.path: the trace names 1 ids that are no client of this run (7; clients are "
+                        "0..3); their intervals are ignored",
+                        "availability.path: 2 of 4 clients are never online in the trace (absent or with only empty "
+                        "intervals); they never train"]
+    assert TraceAvailability.from_csv(_trace(tmp_path / "a.csv", range(4))).check_clients(4) == []
