@@ -1,0 +1,56 @@
+"""The preflight's estimates are upper bounds (issue 39, failure 8): the trace records a run writes never
+exceed the event estimate, for every loop shape (synchronous rounds, asynchronous slots, split learning,
+Fed-RAA's rounds over every client); a refused count is printed in full beside its limit."""
+from __future__ import annotations
+
+import simpy
+import pytest
+
+from fedsim import load_scenario
+from fedsim.build import build_global_model
+from fedsim.errors import ConfigError
+from fedsim.preflight import estimate_work, preflight
+from fedsim.runner import run_scenario
+from fedsim.sim.rng import Streams
+from fedsim.sim.trace import Trace
+from fedsim.system.world import World
+
+
+def _estimates(scenario):
+    prepared = preflight(scenario)
+    world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), Trace(None), len(prepared.parts), scenario)
+    model = build_global_model(scenario, prepared.data)
+    return {s.label: estimate_work(scenario, s, world, model, prepared) for s in scenario.algorithms}
+
+
+# the fastest built-in scenario of each loop shape, three model versions, no figures
+@pytest.mark.parametrize("name, extra", [
+    ("quadratic", []),                     # FedAvg rounds
+    ("fedasync", []),                      # asynchronous slots, tasks in flight at the stop
+    ("fedraa", []),                        # rounds over every reachable client
+    ("gas", []),                           # split learning, records per local step
+    ("s2fl", []),                          # split learning in rounds
+])
+def test_trace_records_never_exceed_the_event_estimate(tmp_path, name, extra):
+    scenario = load_scenario(name, ["stop.max_versions=3", "stop.max_time_s=null", "stop.max_updates=null",
+                                    "output.figures=false", *extra])
+    est = _estimates(scenario)
+    for summary in run_scenario(scenario, tmp_path, progress=False):
+        bound = est[summary["label"]].events
+        assert summary["trace_events"] <= bound <= 5 * summary["trace_events"], (name, summary["trace_events"], bound)
+
+
+def test_the_probe_of_2499_versions_is_refused_with_counts_in_full(tmp_path, capsys):
+    """The probe: ``stop.max_versions=2499`` with 1,000 clients per round passed the 10^7 limit on an
+    estimate of 4 records per task and wrote 12,502,499 records (5 per task, 3 per round)."""
+    from fedsim.cli import main
+
+    code = main(["run", "quadratic", "data.num_clients=1000", "algorithm.clients_per_round=1000",
+                 "stop.max_versions=2499", "stop.max_time_s=null", "stop.max_updates=null", "eval.every_versions=100",
+                 "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "(allowed without --allow-large: 10,000,000)" in err
+    written = 2499 * (5 * 1000 + 3)  # what such a run writes (the probe's 12,502,499 less its evaluations)
+    shown = int(err.split("up to ")[1].split(" trace events")[0].replace(",", ""))
+    assert written < shown < 1.3 * written
