@@ -223,6 +223,31 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     return prepared
 
 
+#: Measured on the CPU (``benchmarks/batched_memory.py``): a batched round holds, per client, about 2.1 times
+#: the saved activations (autograd's saved tensors and the gradients flowing back through them under
+#: ``vmap``), its stacked parameters, gradients and momentum, two more copies of the parameters (the update
+#: and the returned state) and about 0.7 MiB besides (small tensors, the allocator); and once per round
+#: about 8 times one client's activations (the backward pass's workspaces).
+BATCHED_ACTIVATION_FACTOR = 2.2
+BATCHED_PER_CLIENT_EXTRA = 3 * 2**18  # 0.75 MiB
+BATCHED_ROUND_ACTIVATIONS = 8
+
+
+def batched_round_bytes(scenario: Scenario, model: torch.nn.Module, prepared: Prepared, clients: int) -> dict[str, int]:
+    """Bytes a batched round of ``clients`` clients needs (``per_client``; ``round``, all of them and the
+    round's workspaces) beside the dataset (``data``, on the device for the whole run): an upper bound on
+    the measured peak: 1.16 and 1.06 times it at 20 and 60 clients of ResNet-20 on digits32, 1.36 and 1.17
+    times it for the default CNN on digits (``benchmarks/batched_memory.py``, CPU).
+    From :func:`~fedsim.learn.costs.memory_estimate` at ``train.batch_size`` and the factors above."""
+    tr = scenario.train
+    e = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size, momentum=tr.momentum > 0)
+    per_client = (e.params * 3 + e.grads + e.optimizer + BATCHED_ACTIVATION_FACTOR * e.activations
+                  + BATCHED_PER_CLIENT_EXTRA)
+    data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
+    return {"per_client": int(per_client), "round": int(per_client * clients + BATCHED_ROUND_ACTIVATIONS * e.activations),
+            "data": int(data)}
+
+
 def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.Module, prepared: Prepared,
                        device: torch.device) -> str:
     """Batched rounds train a round's clients at once on the host device: refuse a round that does not fit
@@ -239,10 +264,8 @@ def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.
         return ""
     work = spec.cls.work(spec.params)
     clients = max(1, min(len(prepared.parts) if work.all_clients else int(work.slots), len(prepared.parts)))
-    per_client = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size,
-                                 momentum=tr.momentum > 0).total
-    data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
-    need = per_client * clients + data
+    sizes = batched_round_bytes(scenario, model, prepared, clients)
+    per_client, data, need = sizes["per_client"], sizes["data"], sizes["round"] + sizes["data"]
     free = memory_available(device)
     if free is None:
         return ""
