@@ -206,7 +206,7 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     for spec in scenario.algorithms:
         if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
             check_memory_fits(world, model, scenario, tuple(prepared.data.train.input_shape))
-        note = _check_host_memory(scenario, spec, model, prepared, device)
+        note = _check_host_memory(scenario, spec, model, prepared, device) or _check_simulation_memory(scenario, spec, prepared)
         if note and note not in prepared.notes:
             prepared.notes.append(note)
         estimate = estimate_work(scenario, spec, world, model, prepared)
@@ -246,6 +246,68 @@ def batched_round_bytes(scenario: Scenario, model: torch.nn.Module, prepared: Pr
     data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
     return {"per_client": int(per_client), "round": int(per_client * clients + BATCHED_ROUND_ACTIVATIONS * e.activations),
             "data": int(data)}
+
+
+#: Memory of the simulation itself, measured by ``benchmarks/scale.py`` (docs/performance.md, FedAvg,
+#: systems-only): about 0.8 kB per client (its index, device, link, a few numbers) and, per client working
+#: at once, 5.4 kB in the event engine (a SimPy process, its generator frames, an update) and 1.1 kB in the
+#: vector engine.  Rounded up here, so the estimate is an upper bound.
+SIM_BYTES_PER_CLIENT = 1024
+SIM_BYTES_PER_ACTIVE_EVENT = 6 * 1024
+SIM_BYTES_PER_ACTIVE_VECTOR = 1536
+
+
+def address_space_left() -> float | None:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``, ``RLIMIT_AS``), or
+    None when there is no such limit (or it cannot be read).  A run under such a cap fails with
+    MemoryError when it passes it, whatever the machine has free."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status", encoding="ascii") as fh:
+            size = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+        return float(soft - size)
+    except (ImportError, OSError, ValueError, StopIteration):
+        return None
+
+
+def simulation_bytes(scenario: Scenario, spec: AlgorithmSpec, clients: int) -> float:
+    """An upper bound on the memory the simulation of a systems-only run holds (beyond the process's own):
+    :data:`SIM_BYTES_PER_CLIENT` per client and, per client working at once (the algorithm's slots, every
+    client for an all-clients loop), :data:`SIM_BYTES_PER_ACTIVE_EVENT` (or ``_VECTOR`` with
+    ``engine: vector``)."""
+    work = spec.cls.work(spec.params)
+    active = clients if work.all_clients else min(int(work.slots), clients)
+    vector = getattr(spec.params, "engine", "event") == "vector"
+    return clients * SIM_BYTES_PER_CLIENT + active * (SIM_BYTES_PER_ACTIVE_VECTOR if vector else SIM_BYTES_PER_ACTIVE_EVENT)
+
+
+def _check_simulation_memory(scenario: Scenario, spec: AlgorithmSpec, prepared: Prepared) -> str:
+    """A systems-only run's memory estimate (:func:`simulation_bytes`) against what it may use: the host's
+    available memory, and the room left under an address-space limit.  Refused past it (one line), else
+    returned as a note ("" for a run that trains: its training memory is checked by its own estimate)."""
+    if not scenario.train.systems_only:
+        return ""
+    need = simulation_bytes(scenario, spec, len(prepared.parts))
+    free = memory_available(torch.device("cpu"))
+    room = [(free[0], free[1])] if free is not None else []
+    left = address_space_left()
+    if left is not None:
+        room.append((left, "left under this process's address-space limit (ulimit -v)"))
+    if not room:
+        return ""
+    have, what = min(room)
+    mib = 2.0 ** 20
+    line = (f"the simulation of {len(prepared.parts):,} clients needs up to {need / mib:,.0f} MiB besides the "
+            f"process itself; {have / mib:,.0f} MiB {what}")
+    if need > have:
+        alg = "algorithm" if len(scenario.algorithms) == 1 else f"algorithm.{spec.label}"
+        raise ConfigError("data.num_clients", f"{line} (allowed: a run that fits; fewer clients or clients per round, "
+                          f"{alg}.engine: vector where offered, or more memory)")
+    return f"train.systems_only: {line}" if need > 64 * mib else ""  # a small run: nothing worth saying
 
 
 def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.Module, prepared: Prepared,

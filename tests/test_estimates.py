@@ -75,3 +75,24 @@ def test_batched_memory_estimate_is_an_upper_bound_on_the_measured_peak():
     # an upper bound; at 10 clients of a small model the round's fixed part weighs more (2.0 measured) than at
     # 20 and 60 (1.36 and 1.17; ResNet-20: 1.16 and 1.06)
     assert 1.0 <= r["estimate_bytes"] / r["measured_bytes"] <= 2.5, r
+
+
+def test_systems_only_runs_get_a_memory_estimate_and_a_cap_refuses_them(monkeypatch):
+    """The probe: a 10^5-client systems-only round under a 1.5 GB address-space cap died mid-run with
+    MemoryError.  Now the simulation's memory is estimated before the run and held against what is free
+    and against the room left under ``ulimit -v``; here that room is made 1 MiB."""
+    import fedsim.preflight as pf
+
+    scenario = load_scenario("quadratic", ["train.systems_only=true", "data.num_clients=400",
+                                           "algorithm.clients_per_round=400", "stop.max_versions=1"])
+    need = pf.simulation_bytes(scenario, scenario.algorithms[0], 400)
+    assert need == 400 * pf.SIM_BYTES_PER_CLIENT + 400 * pf.SIM_BYTES_PER_ACTIVE_EVENT
+    # the measured 10^6-client event round (docs/performance.md: 5.4-5.7 GB peak, 0.3 GB of it the process)
+    # is under the estimate
+    assert 10**6 * (pf.SIM_BYTES_PER_CLIENT + pf.SIM_BYTES_PER_ACTIVE_EVENT) > (5651 - 297) * 10**6
+    monkeypatch.setattr(pf, "address_space_left", lambda: 2.0**20)
+    with pytest.raises(ConfigError, match=r"data\.num_clients: the simulation of 400 clients needs up to 3 MiB .* "
+                                          r"1 MiB left under this process's address-space limit"):
+        preflight(scenario)
+    monkeypatch.setattr(pf, "address_space_left", lambda: None)
+    preflight(scenario)  # fits the host
