@@ -147,8 +147,7 @@ def check_writable(out: str | os.PathLike[str], field: str) -> None:
         except (OSError, ValueError) as exc:
             raise ConfigError(field, f"cannot use {shown_path(path)}: {getattr(exc, 'strerror', None) or exc}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise ConfigError(field, f"{shown_path(probe)} is {_kind(st.st_mode)}, not a folder (allowed: a folder, new or "
-                          "one fedsim can write in)")
+        raise ConfigError(field, f"{shown_path(probe)} is {_kind(st.st_mode)}, not a folder (give a new or empty folder)")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".fedsim-write-test-", dir=probe))
     except OSError as exc:
