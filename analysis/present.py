@@ -411,6 +411,10 @@ def check_folder(folder: str | Path, *, figures: bool = True, progress: bool = T
     if not found:
         raise ConfigError("run_dir", f"no run in {str(root)!r}: no trace (trace.jsonl or trace.compact.gz) in it "
                           "or in its sub-folders (give a folder that `fedsim run` wrote)")
+    from fedsim.inputfiles import check_writable
+
+    for run in {root, *found}:  # check writes check.csv, check/ and report.html in each: refused before any work
+        check_writable(run, "run_dir")
     width = term_width()
 
     def name_of(run: Path, alg: str | None) -> str:

@@ -36,6 +36,8 @@ them to ``measured.json``, which ``analysis.report.check_run`` reads.
 """
 from __future__ import annotations
 
+import pickle
+
 import copy
 import json
 import math
@@ -384,7 +386,24 @@ def checkpoints(run_dir: str | Path) -> dict[int, Path]:
 
 
 def _load_state(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """A saved global state: a regular file of at most ``LIMIT_CHECKPOINT``, read with ``weights_only`` (a
+    pickle asking for anything but tensors never runs).  Anything else is one ConfigError naming the file,
+    never torch's own advice (which suggests turning the safety off)."""
+    from fedsim.errors import ConfigError
+    from fedsim.inputfiles import LIMIT_CHECKPOINT, check_input_file, shown_path
+
+    check_input_file(path, "run_dir", "checkpoint", LIMIT_CHECKPOINT)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # an UnpicklingError for a pickle payload, a RuntimeError for a cut file, ...
+        why = ("it asks to run code or build objects other than tensors, which a checkpoint never needs"
+               if isinstance(exc, pickle.UnpicklingError) else f"{type(exc).__name__}, not a saved state")
+        raise ConfigError("run_dir", f"checkpoint {shown_path(path)} was not loaded: {why} (allowed: a state "
+                          "dict of tensors as fedsim saves it)") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError("run_dir", f"checkpoint {shown_path(path)} holds a {type(state).__name__}, not a state "
+                          "dict of tensors (allowed: a state dict as fedsim saves it)")
+    return state
 
 
 def _local_steps(scenario: Any, parts: Sequence[np.ndarray] | None) -> tuple[float, str]:

@@ -25,6 +25,9 @@ class Prepared:
     parts: list[np.ndarray]
     #: one-line findings of :func:`preflight` worth telling the user (e.g. the host device's memory)
     notes: list[str] = dc_field(default_factory=list)
+    #: legitimate inputs that are probably not what was meant (``World.input_warnings``), said on stderr as
+    #: ``fedsim: warning: ...`` once every check has passed, with or without a progress bar
+    warnings: list[str] = dc_field(default_factory=list)
     #: the most simulated events any of the scenario's algorithms may run to (the preflight's estimate, an
     #: upper bound; inf where no stop rule bounds it): how big the run's outputs will be
     events: float = 0.0

@@ -24,6 +24,7 @@ the signal's number; 130 for Ctrl-C), at once: a parallel sweep cancels the poin
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import signal
 import sys
@@ -32,11 +33,16 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedsim.errors import FedsimError, Terminated
+from fedsim.errors import FedsimError, Terminated, one_line
+from fedsim.inputfiles import shown_path
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
 EXIT_INTERNAL = 3
+#: File-system errors that come from the place the user gave (permissions, a read-only or full disk, a name
+#: too long), not from fedsim: one line and exit 2, like bad input.
+_FILE_SYSTEM_REFUSALS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG,
+                         errno.EFBIG}
 
 
 def _fmt_bytes(n: float) -> str:
@@ -69,7 +75,17 @@ def print_summary(s: dict[str, Any]) -> None:
 
 
 def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+    """A scenario name as a default folder name: letters, digits, ``_.-``, at most 100 characters (a longer
+    name is cut, so any name gives a folder the file system holds)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:100].strip("-") or "run"
+
+
+def _names_file(source: str) -> bool:
+    """Whether ``source`` names an existing path (False for a name the file system cannot hold)."""
+    try:
+        return Path(source).exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _fresh_folder(base: Path) -> Path:
@@ -109,7 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
-    if source is not None and "=" in source and not Path(source).exists():
+    if source is not None and "=" in source and not _names_file(source):
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
@@ -121,6 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     default_out = Path(scenario.output.dir) / _safe_name(scenario.name)
     # --resume continues the folder named (or the default one, not a fresh -2)
     out = Path(args.out) if args.out else (default_out if args.resume else _fresh_folder(default_out))
+    from fedsim.inputfiles import check_writable
+
+    check_writable(out, "--out" if args.out else "output.dir")  # before anything runs or is printed
 
     def announce() -> None:  # only once every input is known to be good
         print(f"fedsim: running '{scenario.name}' ({', '.join(a.label for a in scenario.algorithms)}) → {out}", flush=True)
@@ -169,7 +188,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedsim.sweep import run_sweep, split_grid
 
     source, overrides = args.scenario, list(args.overrides)
-    if source is not None and "=" in source and not Path(source).exists():
+    if source is not None and "=" in source and not _names_file(source):
         overrides.insert(0, source)
         source = None
     if args.ray is not None and "=" in args.ray:  # `--ray key=v1,v2`: the override, not an address
@@ -182,6 +201,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     default_out = Path("runs") / f"sweep-{_safe_name(name)}"
     # like `fedsim run`: a taken default folder gives -2, -3, ...; --resume continues the folder itself
     out = Path(args.out) if args.out else (default_out if args.resume else _fresh_folder(default_out))
+    from fedsim.inputfiles import check_writable
+
+    check_writable(out, "--out")
     table = run_sweep(source, overrides, out, target=args.target, seeds=seeds, jobs=args.jobs, ray=args.ray,
                       resume=args.resume, force=args.force, progress=not args.quiet, allow_large=args.allow_large)
     import pandas as pd
@@ -201,6 +223,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from fedsim.compare import compare
 
     out = Path(args.out) if args.out else _fresh_folder(Path("runs") / "compare")
+    from fedsim.inputfiles import check_writable
+
+    check_writable(out, "--out")
     table = compare(args.runs, out, target=args.target, force=args.force)
     print((out / "comparison.md").read_text(encoding="utf-8"), end="")
     print(f"comparison directory: {out} (comparison.csv, comparison.md, compare_*.png; {len(table)} runs)")
@@ -213,7 +238,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
-    if source is not None and "=" in source and not Path(source).exists():
+    if source is not None and "=" in source and not _names_file(source):
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
@@ -260,7 +285,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
     if args.name:
         prof = devices.profile_at(args.name, "profiles NAME")
-        print(Path(prof.path).read_text(encoding="utf-8") if prof.path else prof)
+        from fedsim.config import read_text
+        from fedsim.inputfiles import LIMIT_PROFILE
+
+        print(read_text(prof.path, "profiles NAME", "profile YAML file", LIMIT_PROFILE) if prof.path else prof)
         return 0
     import pandas as pd
 
@@ -279,7 +307,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     from fedsim import load_scenario
 
     source, overrides = args.scenario, list(args.overrides)
-    if source is not None and "=" in source and not Path(source).exists():
+    if source is not None and "=" in source and not _names_file(source):
         overrides.insert(0, source)
         source = None
     scenario = load_scenario(source, overrides)
@@ -408,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             with np.errstate(all="ignore" if not debug else "warn"):
                 return int(args.func(args) or 0)
     except FedsimError as exc:  # one line, whatever the message holds (a value with a newline, a YAML report)
-        print(f"fedsim: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"fedsim: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except Terminated as exc:
         print(f"fedsim: terminated ({exc.signame}); {_what_is_kept(args.command)}", file=sys.stderr)
@@ -423,9 +451,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         blame = user_code_error(exc)  # raised in the user's own code: name it, exit 4
         if blame is not None:
-            print(f"fedsim: error in your code: {blame}", file=sys.stderr)
+            print(f"fedsim: error in your code: {one_line(blame)}", file=sys.stderr)
             return blame.exit_code
-        text = " ".join(str(exc).split()) or "(no message)"
+        if isinstance(exc, OSError) and exc.errno in _FILE_SYSTEM_REFUSALS:  # the place given, not fedsim
+            where = f" {shown_path(exc.filename)}" if exc.filename is not None else ""
+            print(f"fedsim: error: the file system refused{where}: {exc.strerror} (allowed: a place fedsim can "
+                  "read and write, with room)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        text = one_line(" ".join(str(exc).split())) or "(no message)"
         print(f"fedsim: internal error: {type(exc).__name__}: {text[:300]} (run with --debug for the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL

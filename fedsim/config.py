@@ -282,24 +282,22 @@ def to_mapping(obj: Any) -> Any:
     return obj
 
 
-def read_text(path: str | Path, field: str, what: str = "file") -> str:
-    """The text of a file a scenario names (a trace, a positions CSV, a device profile): a missing file, a
-    folder, an unreadable or non-UTF-8 file, or one holding NUL bytes is one ConfigError naming ``field``."""
+def read_text(path: str | Path, field: str, what: str = "file", limit: int | None = None) -> str:
+    """The text of a file a scenario names (a trace, a positions CSV, a device profile), read through
+    :func:`fedsim.inputfiles.read_input` (a regular file of at most ``limit`` bytes, by default the CSV
+    limit): a missing file, a folder, a device or pipe, a file too large, an unreadable or non-UTF-8 file,
+    or one holding NUL bytes is one ConfigError naming ``field``."""
+    from fedsim.inputfiles import LIMIT_TABLE, read_input, shown_path
+
     text_path = str(path)
-    shown = repr(text_path) if len(text_path) <= 80 else repr(text_path[:80]) + f"... ({len(text_path):,} characters)"
-    p = Path(path)
+    shown = shown_path(text_path)
+    if not text_path.strip():
+        raise ConfigError(field, f"{what} {shown} does not exist")
+    raw = read_input(path, field, what, LIMIT_TABLE if limit is None else limit)
     try:
-        if not text_path.strip() or not p.exists():
-            raise ConfigError(field, f"{what} {shown} does not exist")
-        if p.is_dir():
-            raise ConfigError(field, f"{shown} is a folder; give the path of a {what}")
-        text = p.read_text(encoding="utf-8")
-    except ConfigError:
-        raise
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(field, f"{what} {shown} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        raise ConfigError(field, f"cannot read {what} {shown}: {getattr(exc, 'strerror', None) or exc}") from None
     if "\x00" in text:
         raise ConfigError(field, f"{what} {shown} holds NUL bytes (byte {text.index(chr(0))}); it must be text")
     return text

@@ -2,6 +2,25 @@
 the user's own code, :class:`UserCodeError`, with code 4)."""
 from __future__ import annotations
 
+import re
+
+#: A run of characters without a space longer than this (a value, a path) is cut in an error line.
+MAX_WORD = 200
+#: An error line longer than this keeps its head and its tail (where "allowed: ..." is) around a cut.
+MAX_LINE = 2000
+
+
+def one_line(text: object) -> str:
+    """An error message as one line of bounded length: line breaks become spaces, any word longer than
+    :data:`MAX_WORD` characters (a 10 MB value echoed back) is cut to its start and ``…(N characters)``, and a
+    line still longer than :data:`MAX_LINE` keeps its start and end around ``…(N characters)…``."""
+    line = " ".join(str(text).splitlines())
+    line = re.sub(r"\S{%d,}" % (MAX_WORD + 1), lambda m: f"{m.group(0)[:MAX_WORD]}…({len(m.group(0)):,} characters)",
+                  line)
+    if len(line) > MAX_LINE:
+        line = f"{line[:MAX_LINE - 400]}…({len(line):,} characters)…{line[-300:]}"
+    return line
+
 
 class FedsimError(Exception):
     """Base class: an error whose message alone tells the user what is wrong."""
@@ -45,5 +64,5 @@ class UserCodeError(Exception):
 
     def __init__(self, where: str, location: str, cause: BaseException) -> None:
         self.where, self.location, self.cause = where, location, cause
-        text = " ".join(str(cause).split()) or "(no message)"
+        text = one_line(" ".join(str(cause).split())) or "(no message)"
         super().__init__(f"{where} ({location}): {type(cause).__name__}: {text[:300]}")

@@ -44,7 +44,9 @@ class Work:
     and the ``train`` settings; ``steps_field`` names the setting); ``server_steps``: the server's own SGD
     steps per version (``server_field``); ``exchanges_per_step``: split learning, where every local step
     exchanges messages with the server; ``retry_s`` and ``deadline_s``: the algorithm's idle retry and
-    round deadline, checked against the run's horizon and its fastest task."""
+    round deadline, checked against the run's horizon and its fastest task; ``all_clients``: every client
+    may hold a task in every model version (semi-asynchronous rounds, Fed-RAA's rounds over every reachable
+    client), so ``slots`` and ``per_version`` are the run's number of clients."""
 
     slots: int = 1
     slots_field: str = "concurrency"
@@ -56,6 +58,7 @@ class Work:
     exchanges_per_step: bool = False
     retry_s: float | None = None
     deadline_s: float | None = None
+    all_clients: bool = False
 
 
 #: ``trainer(module, training, client, indices, generator) -> TrainOutcome``: trains ``module`` (the client's

@@ -21,6 +21,7 @@ from fedsim.sim.rng import Streams
 from fedsim.system.devices import check_memory
 from fedsim.system.world import World
 from fedsim.training import sgd_config
+from fedsim.messages import Work
 
 
 def check_memory_fits(world: World, model: torch.nn.Module, scenario: Scenario, input_shape: tuple[int, ...]) -> None:
@@ -38,6 +39,12 @@ LARGE_EVENTS = 10**7
 LARGE_SLOTS = 10**5
 #: Evaluations a run may do before ``eval.every_s`` is refused as dominating the run.
 MAX_EVALUATIONS = 10**5
+
+
+def count_text(n: float) -> str:
+    """A count in an error line, every digit shown (``12,502,499``, never ``1e+07`` beside a limit of
+    ``1e+07``); ``unbounded`` when no stop rule bounds it."""
+    return f"{n:,.0f}" if math.isfinite(n) else "unbounded"
 
 
 @dataclass
@@ -70,6 +77,37 @@ def _fastest_task_s(scenario: Scenario, world: World, model: torch.nn.Module, pr
     return float(best)
 
 
+#: Trace records one task writes at most: dispatch, download, compute, upload, apply, and one of the
+#: algorithm's own (a drop, Fed-RAA's ``assign``).  Measured: 5 for FedAvg and FedBuff, 6 for Fed-RAA.
+RECORDS_PER_TASK = 6
+#: Records per local step of split learning, where every step exchanges activations and gradients
+#: (compute, activation, upload, server, download, server step).  Measured: 5.0 (S2FL, SemiSFL) to 8.1 (GAS).
+RECORDS_PER_SPLIT_STEP = 9
+#: Records per model version besides its tasks: server, round, aggregate and up to two of the algorithm's
+#: own (a dissimilarity, a Co-S²P round, a fragment).  Measured: 3 for FedAvg, 4 for GAS and Fed-RAA.
+RECORDS_PER_VERSION = 5
+#: Records once per run (an algorithm's set-up record, a final probe) and evaluations beyond the count.
+RECORDS_PER_RUN = 10
+
+
+def trace_records(scenario: Scenario, work: Work, tasks: float, versions: float, per_task: int, slots: int,
+                  clients: int) -> float:
+    """An upper bound on the trace records of a run (what ``LARGE_EVENTS`` limits and ``summary.json``'s
+    ``trace_events`` counts): every task the stop rules allow plus one in flight per slot at the stop, each
+    at :data:`RECORDS_PER_TASK` (and :data:`RECORDS_PER_SPLIT_STEP` per local step for split learning),
+    :data:`RECORDS_PER_VERSION` and the server's own steps per version, and one record per evaluation.
+    Tested against the counts of the built-in algorithms' runs (``tests/test_estimates.py``); on a large
+    FedAvg run it is about 1.2 times the count (6 + 3/clients-per-round records per task against 5)."""
+    started = tasks + min(slots, clients)
+    per = RECORDS_PER_TASK + (RECORDS_PER_SPLIT_STEP * per_task if work.exchanges_per_step else 0)
+    ev = scenario.eval
+    evals = versions / ev.every_versions + 1 if ev.every_versions else 0.0
+    if ev.every_s is not None:
+        horizon = scenario.stop.max_time_s
+        evals += MAX_EVALUATIONS if horizon is None else min(MAX_EVALUATIONS, horizon / ev.every_s + 1)
+    return started * per + versions * (RECORDS_PER_VERSION + work.server_steps) + evals + RECORDS_PER_RUN
+
+
 def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: torch.nn.Module,
                   prepared: Prepared) -> Estimate:
     """Tasks, SGD steps and events the stop rules allow, from the algorithm's knobs and the fastest task."""
@@ -77,8 +115,9 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     sgd = sgd_config(scenario)
     fixed = work.steps_per_task
     steps = [int(fixed) if fixed is not None else num_steps(len(ix), sgd) for ix in prepared.parts]
-    slots = int(work.slots)
-    per_version = max(1, int(work.per_version))  # updates one model version needs
+    n = len(prepared.parts)
+    slots = n if work.all_clients else int(work.slots)
+    per_version = max(1, n if work.all_clients else int(work.per_version))  # updates one model version needs
     fastest = _fastest_task_s(scenario, world, model, prepared, steps)
     st = scenario.stop
     bounds = []
@@ -87,14 +126,14 @@ def estimate_work(scenario: Scenario, spec: AlgorithmSpec, world: World, model: 
     if st.max_updates is not None:
         bounds.append((float(st.max_updates) + slots, "stop.max_updates"))
     if st.max_time_s is not None and fastest > 0:
-        bounds.append((st.max_time_s / fastest * min(slots, len(prepared.parts)) + slots, "stop.max_time_s"))
+        bounds.append((st.max_time_s / fastest * min(slots, n) + slots, "stop.max_time_s"))
     tasks, bound = min(bounds) if bounds else (math.inf, "stop")
-    tasks = max(tasks, float(min(slots, len(prepared.parts))))  # every slot starts a task at once
+    tasks = max(tasks, float(min(slots, n)))  # every slot starts a task at once
     per_task = max(steps)
     server = int(work.server_steps)
     versions = float(st.max_versions) if st.max_versions is not None else tasks / per_version + 1
     sgd_steps = 0.0 if scenario.train.systems_only else tasks * per_task + versions * server
-    events = tasks * (per_task if work.exchanges_per_step else 1) * 4 + slots
+    events = trace_records(scenario, work, tasks, versions, per_task, slots, n)
     return Estimate(per_task, tasks, sgd_steps, events, slots, fastest, bound, server)
 
 
@@ -104,7 +143,7 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
     work = spec.cls.work(spec.params)
     notes = []
     if not allow_large:
-        if est.slots > LARGE_SLOTS:
+        if est.slots > LARGE_SLOTS and not work.all_clients:  # every client at once is no setting to lower
             raise ConfigError(f"{alg}.{work.slots_field}", f"{est.slots} parallel slots is absurd for "
                               f"{scenario.data.num_clients} clients (allowed: at most {LARGE_SLOTS:,}; --allow-large to run anyway)")
         if est.sgd_steps > LARGE_SGD_STEPS:
@@ -115,12 +154,12 @@ def _check_estimate(scenario: Scenario, spec: AlgorithmSpec, est: Estimate, allo
                 field = f"{alg}.{work.server_field}" if work.server_field else est.bound
             if est.server_steps:
                 server = f" + {est.server_steps:,} server steps per version"
-            raise ConfigError(field, f"the run would take about {est.sgd_steps:.3g} SGD steps "
-                              f"({est.steps_per_task:,} per task × {est.tasks:.3g} tasks{server}; allowed without "
-                              f"--allow-large: {LARGE_SGD_STEPS:.0e}); lower the steps or the stop rules, or pass --allow-large")
+            raise ConfigError(field, f"the run would take about {count_text(est.sgd_steps)} SGD steps "
+                              f"({est.steps_per_task:,} per task × {count_text(est.tasks)} tasks{server}; allowed without "
+                              f"--allow-large: {LARGE_SGD_STEPS:,}); lower the steps or the stop rules, or pass --allow-large")
         if est.events > LARGE_EVENTS:
-            raise ConfigError(est.bound, f"the run would simulate about {est.events:.3g} events (allowed without "
-                              f"--allow-large: {LARGE_EVENTS:.0e}); lower the stop rules or pass --allow-large")
+            raise ConfigError(est.bound, f"the run would write up to {count_text(est.events)} trace events (allowed "
+                              f"without --allow-large: {LARGE_EVENTS:,}); lower the stop rules or pass --allow-large")
     horizon = scenario.stop.max_time_s
     if horizon is None and math.isfinite(est.tasks):
         horizon = est.tasks * est.fastest_task_s / max(1, min(est.slots, scenario.data.num_clients))
@@ -161,12 +200,13 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
                           "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
     prepared = prepare_data(scenario)
     world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
+    prepared.warnings.extend(w for w in world.input_warnings if w not in prepared.warnings)
     model = build_global_model(scenario, prepared.data)
     prepared.data = data_on(prepared.data, device)  # moved once; every variant's context shares it
     for spec in scenario.algorithms:
         if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
             check_memory_fits(world, model, scenario, tuple(prepared.data.train.input_shape))
-        note = _check_host_memory(scenario, spec, model, prepared, device)
+        note = _check_host_memory(scenario, spec, model, prepared, device) or _check_simulation_memory(scenario, spec, prepared)
         if note and note not in prepared.notes:
             prepared.notes.append(note)
         estimate = estimate_work(scenario, spec, world, model, prepared)
@@ -183,6 +223,93 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     return prepared
 
 
+#: Measured on the CPU (``benchmarks/batched_memory.py``): a batched round holds, per client, about 2.1 times
+#: the saved activations (autograd's saved tensors and the gradients flowing back through them under
+#: ``vmap``), its stacked parameters, gradients and momentum, two more copies of the parameters (the update
+#: and the returned state) and about 0.7 MiB besides (small tensors, the allocator); and once per round
+#: about 8 times one client's activations (the backward pass's workspaces).
+BATCHED_ACTIVATION_FACTOR = 2.2
+BATCHED_PER_CLIENT_EXTRA = 3 * 2**18  # 0.75 MiB
+BATCHED_ROUND_ACTIVATIONS = 8
+
+
+def batched_round_bytes(scenario: Scenario, model: torch.nn.Module, prepared: Prepared, clients: int) -> dict[str, int]:
+    """Bytes a batched round of ``clients`` clients needs (``per_client``; ``round``, all of them and the
+    round's workspaces) beside the dataset (``data``, on the device for the whole run): an upper bound on
+    the measured peak: 1.16 and 1.06 times it at 20 and 60 clients of ResNet-20 on digits32, 1.36 and 1.17
+    times it for the default CNN on digits (``benchmarks/batched_memory.py``, CPU).
+    From :func:`~fedsim.learn.costs.memory_estimate` at ``train.batch_size`` and the factors above."""
+    tr = scenario.train
+    e = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size, momentum=tr.momentum > 0)
+    per_client = (e.params * 3 + e.grads + e.optimizer + BATCHED_ACTIVATION_FACTOR * e.activations
+                  + BATCHED_PER_CLIENT_EXTRA)
+    data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
+    return {"per_client": int(per_client), "round": int(per_client * clients + BATCHED_ROUND_ACTIVATIONS * e.activations),
+            "data": int(data)}
+
+
+#: Memory of the simulation itself, measured by ``benchmarks/scale.py`` (docs/performance.md, FedAvg,
+#: systems-only): about 0.8 kB per client (its index, device, link, a few numbers) and, per client working
+#: at once, 5.4 kB in the event engine (a SimPy process, its generator frames, an update) and 1.1 kB in the
+#: vector engine.  Rounded up here, so the estimate is an upper bound.
+SIM_BYTES_PER_CLIENT = 1024
+SIM_BYTES_PER_ACTIVE_EVENT = 6 * 1024
+SIM_BYTES_PER_ACTIVE_VECTOR = 1536
+
+
+def address_space_left() -> float | None:
+    """Bytes this process may still map under its address-space limit (``ulimit -v``, ``RLIMIT_AS``), or
+    None when there is no such limit (or it cannot be read).  A run under such a cap fails with
+    MemoryError when it passes it, whatever the machine has free."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status", encoding="ascii") as fh:
+            size = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmSize:"))
+        return float(soft - size)
+    except (ImportError, OSError, ValueError, StopIteration):
+        return None
+
+
+def simulation_bytes(scenario: Scenario, spec: AlgorithmSpec, clients: int) -> float:
+    """An upper bound on the memory the simulation of a systems-only run holds (beyond the process's own):
+    :data:`SIM_BYTES_PER_CLIENT` per client and, per client working at once (the algorithm's slots, every
+    client for an all-clients loop), :data:`SIM_BYTES_PER_ACTIVE_EVENT` (or ``_VECTOR`` with
+    ``engine: vector``)."""
+    work = spec.cls.work(spec.params)
+    active = clients if work.all_clients else min(int(work.slots), clients)
+    vector = getattr(spec.params, "engine", "event") == "vector"
+    return clients * SIM_BYTES_PER_CLIENT + active * (SIM_BYTES_PER_ACTIVE_VECTOR if vector else SIM_BYTES_PER_ACTIVE_EVENT)
+
+
+def _check_simulation_memory(scenario: Scenario, spec: AlgorithmSpec, prepared: Prepared) -> str:
+    """A systems-only run's memory estimate (:func:`simulation_bytes`) against what it may use: the host's
+    available memory, and the room left under an address-space limit.  Refused past it (one line), else
+    returned as a note ("" for a run that trains: its training memory is checked by its own estimate)."""
+    if not scenario.train.systems_only:
+        return ""
+    need = simulation_bytes(scenario, spec, len(prepared.parts))
+    free = memory_available(torch.device("cpu"))
+    room = [(free[0], free[1])] if free is not None else []
+    left = address_space_left()
+    if left is not None:
+        room.append((left, "left under this process's address-space limit (ulimit -v)"))
+    if not room:
+        return ""
+    have, what = min(room)
+    mib = 2.0 ** 20
+    line = (f"the simulation of {len(prepared.parts):,} clients needs up to {need / mib:,.0f} MiB besides the "
+            f"process itself; {have / mib:,.0f} MiB {what}")
+    if need > have:
+        alg = "algorithm" if len(scenario.algorithms) == 1 else f"algorithm.{spec.label}"
+        raise ConfigError("data.num_clients", f"{line} (allowed: a run that fits; fewer clients or clients per round, "
+                          f"{alg}.engine: vector where offered, or more memory)")
+    return f"train.systems_only: {line}" if need > 64 * mib else ""  # a small run: nothing worth saying
+
+
 def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.Module, prepared: Prepared,
                        device: torch.device) -> str:
     """Batched rounds train a round's clients at once on the host device: refuse a round that does not fit
@@ -197,11 +324,10 @@ def _check_host_memory(scenario: Scenario, spec: AlgorithmSpec, model: torch.nn.
     tr = scenario.train
     if not tr.batched or tr.systems_only or not can_batch(model, prepared.data.train.task):
         return ""
-    clients = max(1, min(int(spec.cls.work(spec.params).slots), len(prepared.parts)))
-    per_client = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size,
-                                 momentum=tr.momentum > 0).total
-    data = sum(t.numel() * t.element_size() for ds in (prepared.data.train, prepared.data.test) for t in (ds.x, ds.y))
-    need = per_client * clients + data
+    work = spec.cls.work(spec.params)
+    clients = max(1, min(len(prepared.parts) if work.all_clients else int(work.slots), len(prepared.parts)))
+    sizes = batched_round_bytes(scenario, model, prepared, clients)
+    per_client, data, need = sizes["per_client"], sizes["data"], sizes["round"] + sizes["data"]
     free = memory_available(device)
     if free is None:
         return ""

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -494,6 +495,8 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
         out = prepare_run_dir(out, force=force)
         if on_ready is not None:
             on_ready()
+        for line in prepared.warnings:
+            print(f"fedsim: warning: {line}", file=sys.stderr, flush=True)
         if progress:
             for note in prepared.notes:
                 print(f"fedsim: {note}", flush=True)

@@ -14,6 +14,7 @@ import yaml
 from fedsim.components import find, reference_of
 from fedsim.config import check_domain, coerce, shown, from_mapping, positive
 from fedsim.errors import ConfigError
+from fedsim.inputfiles import LIMIT_SCENARIO, LIMIT_TABLE, check_given_path, read_input, shown_path
 from fedsim.scenario_sections import (SECTIONS, TOP_LEVEL, AlgorithmResolver, AlgorithmSpec, LinkConfig, Scenario,
                                       check_label, check_link_effect)
 from fedsim.yamlio import parse_yaml
@@ -182,6 +183,10 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
         find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", (source_dir,))
     if source_dir is not None:
         _paths_beside(scenario, source_dir)
+    # a device, FIFO or oversized file named as an input is refused here, before any work (a missing one
+    # is said when the run reads it)
+    check_given_path(scenario.availability.path, "availability.path", "CSV file (client,start,end)", LIMIT_TABLE)
+    check_given_path(scenario.channel.positions.path, "channel.positions.path", "CSV file (x,y)", LIMIT_TABLE)
     for i, spec in enumerate(specs):  # settings that depend on other sections (e.g. per device class)
         check = getattr(spec.params, "validate_scenario", None)
         if callable(check):
@@ -218,10 +223,12 @@ def load_raw(source: str | Path | None) -> dict[str, Any]:
         if path.is_dir():
             raise ConfigError("scenario", f"'{source}' is a folder, not a scenario file (built-in: {', '.join(names)}; "
                               "or a path to a .yaml file)")
+        # a regular file or a pipe (``fedsim run <(...)``), read at most LIMIT_SCENARIO bytes; a device is refused
+        raw = read_input(path, "scenario", "scenario file", LIMIT_SCENARIO, pipe_ok=True)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError("scenario", f"cannot read '{source}': {exc.strerror if isinstance(exc, OSError) else 'not UTF-8 text'}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError("scenario", f"cannot read {shown_path(source)}: not UTF-8 text") from None
     else:
         if str(source) not in names:
             raise ConfigError("scenario", f"unknown scenario '{source}' (built-in: {', '.join(names)}; or a path to a .yaml file)")

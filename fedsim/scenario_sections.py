@@ -378,7 +378,7 @@ class ChannelSection:
 
         if self.preset is not None:
             require(self.preset in CHANNEL_PRESETS, f"{prefix}.preset",
-                    f"unknown preset {self.preset!r} (allowed: {', '.join(CHANNEL_PRESETS)})")
+                    f"unknown preset {shown(self.preset)} (allowed: {', '.join(CHANNEL_PRESETS)})")
         models = []
         for direction in ("uplink", "downlink"):
             link = getattr(self, direction)

@@ -4,6 +4,7 @@ laughs"), measured on the node graph before any Python object is built."""
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import yaml
@@ -113,6 +114,11 @@ def parse_yaml(text: str, field: str, what: str) -> Any:
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
+    except ValueError as exc:  # int("1" * 5000): Python's limit on the digits of an integer read from text
+        if isinstance(exc, ConfigError) or "digits" not in str(exc):
+            raise
+        raise ConfigError(field, f"{what} holds an integer of more than {sys.get_int_max_str_digits():,} digits "
+                          "(allowed: integers of at most that many digits; every count and seed fits in 20)") from None
     except RecursionError:
         raise ConfigError(field, f"{what} is nested far too deep (allowed: at most {MAX_DEPTH} levels of mappings "
                           "and lists)") from None

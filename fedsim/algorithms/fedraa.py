@@ -73,7 +73,7 @@ class FedRAA(AsyncSlots, SyncRounds):
     @classmethod
     def work(cls, config: Any) -> Work:
         """Every client works at once (one per round, or its own slot); offline ones retry after ``retry_s``."""
-        return Work(retry_s=config.retry_s)
+        return Work(retry_s=config.retry_s, all_clients=True)
 
     Config = FedRAAConfig
 

@@ -34,6 +34,7 @@ import torch
 
 import fedsim.components as components
 from fedsim.errors import ConfigError
+from fedsim.inputfiles import LIMIT_DATASET, check_input_file, size_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.quadratic import QuadraticProblem
@@ -549,9 +550,13 @@ _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dt
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read one IDX file (the MNIST format): 2 zero bytes, a type code, the rank, big-endian dims, data."""
     path = Path(path)
+    check_input_file(path, "data.root", "dataset file", LIMIT_DATASET)  # a regular file, never a device
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as f:
-        raw = f.read()
+        raw = f.read(LIMIT_DATASET + 1)  # a .gz is bounded by what it expands to, not its own size
+    if len(raw) > LIMIT_DATASET:
+        raise ConfigError("data.root", f"'{path}' expands to more than {size_text(LIMIT_DATASET)} (allowed: a dataset "
+                                       f"file of at most {size_text(LIMIT_DATASET)})")
     zero, code, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or code not in _IDX_DTYPES:
         raise ConfigError("data.root", f"'{path}' is not an IDX file (bad magic number)")
@@ -609,6 +614,7 @@ class _BatchUnpickler(pickle.Unpickler):
 
 def _unpickle(path: Path) -> dict:
     """Read a CIFAR python batch with a restricted unpickler (see :class:`_BatchUnpickler`)."""
+    check_input_file(path, "data.root", "dataset file", LIMIT_DATASET)
     with open(path, "rb") as f:
         try:
             out = _BatchUnpickler(f, path).load()
@@ -672,6 +678,7 @@ def _load_svhn(root: Path, rng: np.random.Generator, opts: dict) -> FederatedDat
                                        f"(not found: {', '.join(miss)})")
     out = []
     for f in files:
+        check_input_file(d / f, "data.root", "dataset file", LIMIT_DATASET)
         m = loadmat(str(d / f))
         x = np.transpose(np.asarray(m["X"], dtype=np.uint8), (3, 2, 0, 1))
         y = np.asarray(m["y"], dtype=np.int64).reshape(-1) % 10
@@ -704,6 +711,7 @@ def _load_femnist(root: Path, opts: dict) -> FederatedData:
         users: list[str] = []
         data: dict = {}
         for f in sorted((d / split).glob("*.json")):
+            check_input_file(f, "data.root", "dataset file", LIMIT_DATASET)
             with open(f) as fh:
                 blob = json.load(fh)
             for u in blob["users"]:
@@ -771,7 +779,8 @@ def _load_cinic10(root: Path, rng: np.random.Generator, opts: dict) -> Federated
     use_valid = bool(opts.get("use_valid", False))
     for npz in (root / "cinic10.npz", root / "cinic-10" / "cinic10.npz"):
         if npz.is_file():
-            z = np.load(npz)
+            check_input_file(npz, "data.root", "dataset file", LIMIT_DATASET)
+            z = np.load(npz, allow_pickle=False)
             xtr, ytr = z["x_train"].transpose(0, 3, 1, 2), z["y_train"].astype(np.int64)
             if use_valid and "x_valid" in z:
                 xtr = np.concatenate([xtr, z["x_valid"].transpose(0, 3, 1, 2)])

@@ -193,6 +193,35 @@ class TraceAvailability(_Intervals):
     def _changes(self, client, t):
         return False, self._by_client.get(client, [])
 
+    def check_clients(self, num_clients: int, field: str = "availability.path") -> list[str]:
+        """Hold the trace against the run's clients ``0..num_clients-1``: a trace in which none of them is
+        ever online leaves the run nothing to do (a ConfigError, never a run that ends "ok" with no update);
+        ids naming no client of the run, or clients never online, are legitimate (a trace recorded for a
+        larger population, a client that stays away) and returned as one warning line each."""
+        named = list(self._by_client)
+        real = [c for c in named if isinstance(c, int) and 0 <= c < num_clients]
+        online = [c for c in real if self._by_client[c]]
+        foreign = [c for c in named if not (isinstance(c, int) and 0 <= c < num_clients)]
+
+        def some(ids: list[Any]) -> str:
+            shown = ", ".join(str(c)[:40] for c in sorted(ids, key=str)[:5])
+            return shown + (f", … ({len(ids):,} in all)" if len(ids) > 5 else "")
+
+        if not online:
+            what = (f"names no client of this run (ids {some(foreign)}; the run's clients are 0..{num_clients - 1})"
+                    if not real else f"has no online interval for any of the clients it names ({some(real)})")
+            raise ConfigError(field, f"the trace {what}, so no client is ever reachable and the run would do nothing "
+                              f"(allowed: a trace with online intervals client,start,end for clients 0..{num_clients - 1})")
+        lines = []
+        if foreign:
+            lines.append(f"{field}: the trace names {len(foreign):,} ids that are no client of this run ({some(foreign)}; "
+                         f"clients are 0..{num_clients - 1}); their intervals are ignored")
+        never = num_clients - len(online)
+        if never:
+            lines.append(f"{field}: {never:,} of {num_clients:,} clients are never online in the trace (absent or "
+                         "with only empty intervals); they never train")
+        return lines
+
 
 def make_availability(kind: str, streams: Streams | None = None, **kw) -> Availability:
     """An availability model by name: always | bernoulli(p, slot_s) | exponential(mean_on_s, mean_off_s) | trace(path)."""

@@ -266,10 +266,11 @@ class ProfileFile:
 def _read_profile(path: Path) -> DeviceProfile:
     """Parse and validate the profile file ``path`` (:func:`load_profile`); every error names the file."""
     from fedsim.config import from_mapping, read_text
+    from fedsim.inputfiles import LIMIT_PROFILE
     from fedsim.yamlio import parse_yaml
 
     field_of = f"devices.profile[{path.name}]"
-    text = read_text(path, field_of, "profile YAML file")
+    text = read_text(path, field_of, "profile YAML file", LIMIT_PROFILE)
     try:
         data = parse_yaml(text, field_of, "profile YAML file")  # aliases within a node budget, nesting bounded
         if not isinstance(data, Mapping):

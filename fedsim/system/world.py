@@ -100,6 +100,9 @@ class World:
         self.network_cfg = network
         self.model_name: str | None = None
         self.energy = EnergyMeter()
+        #: inputs that are legitimate but probably not what was meant (a trace naming other clients, more
+        #: positions than clients): one warning line each, said before the run starts
+        self.input_warnings: list[str] = []
         self._init_devices(devices)
         self._init_channel(channel)
         self._init_network(network)
@@ -117,6 +120,9 @@ class World:
             "exponential": {"mean_on_s": av.mean_on_s, "mean_off_s": av.mean_off_s}, "trace": {"path": av.path},
         }[av.model]
         self.availability = make_availability(av.model, streams, **kwargs)
+        check_clients = getattr(self.availability, "check_clients", None)
+        if callable(check_clients):
+            self.input_warnings += check_clients(num_clients)
         self.bytes_up = 0
         self.bytes_down = 0
         self.busy_s = np.zeros(num_clients)
@@ -235,6 +241,9 @@ class World:
                 pts = np.concatenate([draw(1, r_min, r_max, self.streams.numpy("position", c)) for c in range(self.num_clients)])
             if len(pts) < self.num_clients:
                 raise ConfigError("channel.positions", f"{len(pts)} positions given for {self.num_clients} clients")
+            if len(pts) > self.num_clients and kind in ("file", "fixed"):
+                self.input_warnings.append(f"channel.positions: {len(pts):,} positions given for {self.num_clients:,} "
+                                           f"clients; the first {self.num_clients:,} are used")
             self.positions = pts[: self.num_clients]
             #: each client's distance from the base station while nobody moves (read once per transfer)
             self._distances: list[float] = [float(math.hypot(*p)) for p in self.positions]

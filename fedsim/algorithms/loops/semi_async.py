@@ -49,7 +49,7 @@ class SemiAsyncRounds(Algorithm):
     @classmethod
     def work(cls, config: SemiAsyncConfig) -> Work:
         """Every client works at once; a round's updates are not known before it runs (at least one)."""
-        return Work(retry_s=config.retry_s)
+        return Work(retry_s=config.retry_s, all_clients=True)
 
     def quorum(self) -> int:  # pragma: no cover - abstract
         """Arrivals that open the round's clock (⌈μN⌉: :func:`quorum`; 1 with no clock: asynchronous)."""
