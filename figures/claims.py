@@ -17,7 +17,7 @@ import math
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 #: "partly" needs the mean to reach this share of the paper's effect where the paper gives a number
 FLOOR = 0.25
@@ -395,3 +395,50 @@ def results_head(paper: str, recipe: str, out: Path, seeds: Sequence[int], commi
             f"{', '.join(str(s) for s in seeds)}; every number is in the CSVs written next to it.  Setting: "
             f"the module docstring of `figures/{recipe}.py`.\n",
             "## Claims\n", (out / "claims.md").read_text(encoding="utf-8")]
+
+
+def claims_of(frame: Any) -> list[Claim]:
+    """The :class:`Claim` rows of a recipe's ``tables["claims"]`` frame (what its stability run returns)."""
+    return [Claim(str(r["claim"]), str(r["paper"]), str(r["fedsim"]), str(r["verdict"]))
+            for r in frame.to_dict("records")]
+
+
+def seeds_args(seeds: Sequence[int], stability_seeds: Sequence[int] | None) -> str:
+    """The command-line seeds of a recipe run, for its provenance line."""
+    text = f" --seeds {' '.join(map(str, seeds))}"
+    return text + (f" --stability-seeds {' '.join(map(str, stability_seeds))}" if stability_seeds else "")
+
+
+#: every recipe's default seeds and its disjoint stability seeds (full runs); ``--quick`` runs two seeds and
+#: no stability set.  Five is the floor the rules need for a usable t interval (t(4) = 2.78); whether
+#: verdicts have stopped moving at five is checked by the stability line itself (rows agreeing on 0–4 and
+#: 5–9) and should be confirmed by a run at ten seeds per set once the machine time allows.
+DEFAULT_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
+DEFAULT_STABILITY_SEEDS: tuple[int, ...] = (5, 6, 7, 8, 9)
+QUICK_SEEDS: tuple[int, ...] = (0, 1)
+
+
+def default_seeds(quick: bool, seeds: Sequence[int] | None,
+                  stability_seeds: Sequence[int] | None) -> tuple[list[int], list[int]]:
+    """A recipe's seeds and stability seeds: the given ones, else :data:`DEFAULT_SEEDS` with
+    :data:`DEFAULT_STABILITY_SEEDS` (``quick``: :data:`QUICK_SEEDS`, no stability set).  Given seeds without
+    stability seeds run no stability set; the two sets must be disjoint."""
+    if seeds is None:
+        seeds = QUICK_SEEDS if quick else DEFAULT_SEEDS
+        if stability_seeds is None and not quick:
+            stability_seeds = DEFAULT_STABILITY_SEEDS
+    a, b = [int(s) for s in seeds], [int(s) for s in (stability_seeds or ())]
+    if set(a) & set(b):
+        raise ValueError(f"--stability-seeds {b} must be disjoint from --seeds {a}")
+    return a, b
+
+
+def add_seed_arguments(parser: Any) -> None:
+    """The ``--seeds`` and ``--stability-seeds`` options every recipe shares."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help=f"seeds (default {' '.join(map(str, DEFAULT_SEEDS))}; --quick: "
+                             f"{' '.join(map(str, QUICK_SEEDS))})")
+    parser.add_argument("--stability-seeds", type=int, nargs="+", default=None,
+                        help="a disjoint seed set on which every row is judged again (written under OUT/stability); "
+                             f"default {' '.join(map(str, DEFAULT_STABILITY_SEEDS))} when --seeds is not given, "
+                             "none with --quick")
