@@ -1,6 +1,6 @@
 """Co-S²P (Li et al., "Unity is Power"): its figures and tables at a scale that runs on two CPU cores.
 
-    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2] [--worker]
+    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--worker]
 
 Every figure is a PNG next to the CSV of exactly what it plots; the runs (trace, metrics, summary) are
 kept under ``DIR/runs``.  The world is the built-in ``cos2p`` scenario (E1 at small scale: 8 Jetsons in

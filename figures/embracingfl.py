@@ -1,6 +1,6 @@
 """EmbracingFL (Lee et al.): Tables 2, 3–4, 6, 7, Figures 1 and 3 and the bias floor, on two CPU cores.
 
-    python -m figures.embracingfl --out DIR [--quick] [--seeds 0 1 2] [--resume]
+    python -m figures.embracingfl --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--resume]
 
 Every figure is a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.  The runs
 (trace, metrics, checkpoints) are kept under ``DIR/runs``.
@@ -14,8 +14,10 @@ freeze 1 (moderate) / 2 (weak) blocks so that partial clients train a share of t
 the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
 
 * Table 2: a fixed strong set (4 clients) and 0, 4, 8 or 12 weak clients, all participating; EmbracingFL
-  against width reduction (HeteroFL's static prefix sub-models, weak width 0.2).  Client types come from
-  the device class (strong: AGX Orin, weak: Jetson Nano), the same draw for both methods.
+  against width reduction (HeteroFL's static prefix sub-models, weak width 0.2).  Every run has the same
+  world of 16 clients (clients 0-3 on the AGX Orin, 4-15 on the Jetson Nano; one data partition over all
+  16) and the weak clients beyond the first w are offline, so the strong set and its data are fixed and
+  each weak client added brings its own data, as the paper's fixed 16 strong of 128.
 * Tables 3–4 style: 25% participation (4 of 16 per round), the paper's cases 1, 2, 4–8 by type fractions.
 * Table 6: width reduction (moderate width 0.45, weak 0.2) against EmbracingFL, all 16 participating,
   device classes strong / moderate / weak; Table 7: rounds each needs to reach the width-reduction
@@ -27,9 +29,10 @@ the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
   (16 clients, all participating, the rest weak).
 
 ``claims.md`` is the paper's claims against these numbers, one row per part, each verdict by
-``figures.claims.RULES`` (printed under the table; one test sample, 1/359, and one tick of the
-every-2-rounds evaluation clock are the resolutions), with the choices that matter (the evaluation clock);
-``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
+``figures.claims.RULES`` (printed under the table; the binomial test-set error on the 359 test samples and
+one tick of the every-2-rounds evaluation clock are the resolutions; accuracy rows only above the chance
+margin), with its stability line and the choices that matter (the evaluation clock); ``RESULTS.md`` adds
+the tables.  Both name the command, the commit and the seeds.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fed-RAA (Zhang et al. 2024): Tables 2/3/5 and Figures 3-6 at a scale that runs on two CPU cores.
 
-    python -m figures.fedraa --out DIR [--quick] [--seeds 0 1 2] [--resume]
+    python -m figures.fedraa --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--resume]
 
 Every figure is a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.  Runs
 (trace, metrics, summary) are kept under ``DIR/runs``.

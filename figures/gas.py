@@ -1,6 +1,6 @@
 """GAS (Yang & Liu): Figures 2, 3, 4 and Tables 1, 2 at a scale that runs on two CPU cores.
 
-    python -m figures.gas --out DIR [--quick] [--seeds 0 1 2] [--cifar-root DIR] [--resume]
+    python -m figures.gas --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--cifar-root DIR] [--resume]
 
 Every figure is written as a PNG next to the CSV of exactly what it plots; tables are written as CSV and
 Markdown.  The runs themselves (trace, metrics, summary) are kept under ``DIR/runs``.

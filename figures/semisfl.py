@@ -1,7 +1,7 @@
 """SemiSFL (Xu et al.): accuracy against time and traffic, the Dirichlet sweep, adaptive K_s, R_h, the
 projection-head ablation and the communication crossover, at a scale that runs on two CPU cores.
 
-    python -m figures.semisfl --out DIR [--quick] [--seeds 0 1 2]
+    python -m figures.semisfl --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9]
 
 Every figure is written as a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.
 The runs (trace, metrics, summary) are kept under ``DIR/runs``.
