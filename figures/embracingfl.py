@@ -104,13 +104,14 @@ def _device_mix(fractions: tuple[float, float, float]) -> list[dict]:
     return [{"profile": d, "weight": float(f)} for d, f in zip((STRONG_DEV, MODERATE_DEV, WEAK_DEV), fractions) if f > 0]
 
 
-def _by_device(fractions: tuple[float, float, float], n: int, method: str) -> dict[str, Any]:
-    """EmbracingFL (types from the device class) or HeteroFL (widths from the device class), all n clients."""
+def _by_device(fractions: tuple[float, float, float], n: int, method: str, split: str = "cifar") -> dict[str, Any]:
+    """EmbracingFL (types from the device class, ``split``'s frozen blocks) or HeteroFL (widths from the device
+    class), all n clients."""
     devs = [d for d, f in zip((STRONG_DEV, MODERATE_DEV, WEAK_DEV), fractions) if f > 0]
     types = dict(zip((STRONG_DEV, MODERATE_DEV, WEAK_DEV), ("strong", "moderate", "weak")))
     if method == "embracingfl":
         return {"name": "embracingfl", "clients_per_round": n, "assign": "devices",
-                "types": {d: types[d] for d in devs}, "splits": SPLITS["cifar"]}
+                "types": {d: types[d] for d in devs}, "splits": SPLITS[split]}
     return {"name": "heterofl", "clients_per_round": n, "widths": {d: WIDTH[types[d]] for d in devs}}
 
 
@@ -157,6 +158,30 @@ def table34_jobs(seeds: Sequence[int], versions: int, cases: Sequence[int]) -> l
                                                               "weak_fraction": CASES[c][2],
                                                               "moderate_fraction": CASES[c][1], "splits": SPLITS[split]}))
             for s in seeds for split in ("cifar", "femnist") for c in cases if c != 1 or split == "cifar"]
+
+
+def table2_resplit_jobs(seeds: Sequence[int], versions: int, weak_counts: Sequence[int],
+                        strong: int = T2_STRONG) -> list[Job]:
+    """The other reading of Table 2 (the choices table): the data re-split over the strong + w clients of each
+    run (the strong set keeps 4 clients, by device counts, but its data shrinks as weak clients join)."""
+    jobs = []
+    for s in seeds:
+        for w in weak_counts:
+            n = strong + w
+            mix = [{"profile": STRONG_DEV, "count": strong}] + ([{"profile": WEAK_DEV, "count": w}] if w else [])
+            for method in (("embracingfl",) if w == 0 else ("embracingfl", "heterofl")):
+                jobs.append(Job(("t2r", method, w, s), _mapping(s, versions, _by_device((strong / n, 0.0, w / n), n,
+                                                                                          method), num_clients=n,
+                                                                 mix=mix)))
+    return jobs
+
+
+def table6_split_jobs(seeds: Sequence[int], versions: int, cases: Sequence[int]) -> list[Job]:
+    """The other model split of Table 6 (the choices table): EmbracingFL with the FEMNIST split (2 / 3 frozen
+    blocks) against the same width-reduction runs."""
+    return [Job(("t6f", "embracingfl", c, s), _mapping(s, versions, _by_device(CASES[c], M, "embracingfl", "femnist"),
+                                                       mix=_device_mix(CASES[c])))
+            for s in seeds for c in cases if c != 1]
 
 
 def table6_jobs(seeds: Sequence[int], versions: int, cases: Sequence[int]) -> list[Job]:
@@ -212,18 +237,21 @@ def _ms(vals: Sequence[float]) -> tuple[float, float]:
 
 # ------------------------------------------------------------------------------------------------ tables
 
-def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out: Path) -> pd.DataFrame:
+def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out: Path, prefix: str = "t2",
+           name: str = "table2") -> pd.DataFrame:
     rows = []
     for w in weak_counts:
-        efl = [_final(results[("t2", "embracingfl", w, s)]) for s in seeds]
-        wr = efl if w == 0 else [_final(results[("t2", "heterofl", w, s)]) for s in seeds]
+        efl = [_final(results[(prefix, "embracingfl", w, s)]) for s in seeds]
+        wr = efl if w == 0 else [_final(results[(prefix, "heterofl", w, s)]) for s in seeds]
         (em, es), (wm, ws) = _ms(efl), _ms(wr)
         rows.append({"weak_added": w, "strong": T2_STRONG, "weak": w,
                      "width_reduction": wm, "width_reduction_std": ws, "embracingfl": em, "embracingfl_std": es,
                      "width_reduction_seeds": _seeds(wr), "embracingfl_seeds": _seeds(efl)})
     df = pd.DataFrame(rows)
-    df.to_csv(out / "table2.csv", index=False)
-    _md(df, out / "table2.md")
+    df.to_csv(out / f"{name}.csv", index=False)
+    _md(df, out / f"{name}.md")
+    if prefix != "t2":   # the alternative reading: its CSV and table only
+        return df
     fig, ax = plt.subplots(figsize=(4.6, 3.3))
     ax.errorbar(df["weak_added"], df["embracingfl"], df["embracingfl_std"], marker="o", label="EmbracingFL", capsize=3)
     ax.errorbar(df["weak_added"], df["width_reduction"], df["width_reduction_std"], marker="s",
@@ -232,6 +260,15 @@ def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out:
            title="Table 2: adding weak clients")
     ax.legend()
     save(fig, out / "table2.png")
+    return df
+
+
+def _efl_by_case(results: dict, seeds: Sequence[int], cases: Sequence[int], prefix: str, out: Path) -> pd.DataFrame:
+    """EmbracingFL's final accuracy per case and seed of one alternative reading (``table6_femnist_split.csv``)."""
+    rows = [{"case": c, "embracingfl_seeds": _seeds([_final(results[(prefix, "embracingfl", c, s)]) for s in seeds])}
+            for c in cases]
+    df = pd.DataFrame(rows, columns=["case", "embracingfl_seeds"])
+    df.to_csv(out / "table6_femnist_split.csv", index=False)
     return df
 
 
@@ -529,9 +566,29 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, clock: int = EVAL_ROUNDS)
 
 
 def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[Choice]:
-    """The evaluation clock (rounds), with the verdicts of the rows that read it."""
+    """The readings that move a verdict, each computed: Table 2's world (fixed strong data, or the data
+    re-split over the run's clients), Table 6's model split (ResNet-like or FEMNIST) and the evaluation clock."""
     coarse = claims(t, seeds, clock=2 * EVAL_ROUNDS)
-    return [Choice("evaluation clock", f"every {EVAL_ROUNDS} rounds",
+    out = []
+    if "table2_resplit" in t:
+        alt = claims({**t, "table2": t["table2_resplit"]}, seeds)
+        out.append(Choice("Table 2's world", "fixed strong set and data, weak clients with their own data",
+                          "the paper fixes 16 strong clients and adds weak ones; a re-split would shrink the strong "
+                          "set's data as weak clients join",
+                          {"fixed strong data": verdicts_of(used, ("Table 2",)),
+                           "data re-split over strong + w": verdicts_of(alt, ("Table 2",))}))
+    if "table6_femnist_split" in t:
+        t6 = t["table6"].copy()
+        f = t["table6_femnist_split"].set_index("case")
+        for i, c in zip(t6.index, t6["case"]):
+            if c in f.index:
+                t6.loc[i, "embracingfl_seeds"] = f.loc[c, "embracingfl_seeds"]
+        alt6 = claims({**t, "table6": t6}, seeds)
+        out.append(Choice("Table 6's model split", "ResNet-like (1 / 2 frozen blocks)",
+                          "its trained-parameter shares match the paper's ResNet-20 on CIFAR-10, Table 6's setting",
+                          {"ResNet-like": verdicts_of(used, ("Table 6",)),
+                           "FEMNIST split (2 / 3 frozen blocks)": verdicts_of(alt6, ("Table 6",))}))
+    return out + [Choice("evaluation clock", f"every {EVAL_ROUNDS} rounds",
                    "Table 7 counts rounds, so the clock is in rounds; its tick is each row's resolution",
                    {f"every {EVAL_ROUNDS} rounds": verdicts_of(used, ("Table 7",)),
                     f"every {2 * EVAL_ROUNDS} rounds (re-read)": verdicts_of(coarse, ("Table 7",))})]
@@ -572,12 +629,15 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     if rounds is not None:
         v, it = rounds, rounds
     jobs = (table2_jobs(seeds, v, weak_counts, out) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
-            + floor_jobs(seeds, v, strong_counts))
+            + floor_jobs(seeds, v, strong_counts) + table2_resplit_jobs(seeds, v, weak_counts)
+            + table6_split_jobs(seeds, v, cases6))
     results = run_jobs(jobs, out, label="EmbracingFL", progress=progress, resume=resume)
     t6, t7 = table67(results, seeds, cases6, out)
     raw = svcca_runs(seeds, it, nc, out, progress, measure_every=me)
     tables = {
         "table2": table2(results, seeds, weak_counts, out),
+        "table2_resplit": table2(results, seeds, weak_counts, out, prefix="t2r", name="table2_resplit"),
+        "table6_femnist_split": _efl_by_case(results, seeds, [c for c in cases6 if c != 1], "t6f", out),
         "table34": table34(results, seeds, cases34, out),
         "table6": t6, "table7": t7,
         "bias_floor": floor(results, seeds, strong_counts, out, progress),

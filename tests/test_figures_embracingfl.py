@@ -11,7 +11,8 @@ from fedsim import scenario_from_mapping
 
 def test_every_recipe_scenario_validates(tmp_path):
     jobs = (fe.table2_jobs([0], 12, (0, 4, 12), tmp_path) + fe.table34_jobs([0], 12, (1, 2, 5, 7))
-            + fe.table6_jobs([0], 12, (1, 5, 7)) + fe.floor_jobs([0], 12, (2, 16)))
+            + fe.table6_jobs([0], 12, (1, 5, 7)) + fe.floor_jobs([0], 12, (2, 16))
+            + fe.table2_resplit_jobs([0], 12, (0, 4, 12)) + fe.table6_split_jobs([0], 12, (1, 5, 7)))
     assert len({j.key for j in jobs}) == len(jobs)          # one run directory per job
     for j in jobs:
         sc = scenario_from_mapping(j.mapping)
@@ -72,6 +73,9 @@ def test_claims_table_is_generated_from_the_recipe_numbers(recipe):
     assert text == render_claims(rows, command="python -m figures.embracingfl --quick --seeds 0", seeds=[0],
                                  commit=commit_hash(), choices=fe.choices(tables, [0], rows))
     assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text and RULES in text
+    # the choices are computed from their own runs: Table 2's world and Table 6's model split
+    assert "*data re-split over strong + w*" in text and "*FEMNIST split (2 / 3 frozen blocks)*" in text
+    assert "Stability: not measured" in text
     results = (out / "RESULTS.md").read_text(encoding="utf-8")
     assert text in results and (out / "table6.md").read_text(encoding="utf-8") in results
     t6 = tables["table6"].set_index("case")
