@@ -12,7 +12,7 @@ table (one line per paper: the verdict counts and the stable rows).  ``--write-d
 markers) with the new one.  ``--resume`` reuses finished runs of identical scenarios (Co-S²P and SemiSFL
 always do).  ``--estimate`` prints the expected wall time from :data:`MINUTES_PER_SEED` and exits.
 
-Wall time: about 7.6 hours on two shared cores (see :func:`estimate_minutes`); run it on an otherwise idle
+Wall time: about 7.8 hours on two shared cores (see :func:`estimate_minutes`); run it on an otherwise idle
 machine, with ``--resume`` after an interruption.
 """
 from __future__ import annotations
