@@ -441,7 +441,7 @@ def claims(r: dict[str, pd.DataFrame], co: str = "cos2p") -> list[Claim]:
             mem = 100 * (1 - float(e[col].iloc[0]) / rolex)
             out.append(claim(f"memory below FedRolex at Table 7's R_n, {short}, {what} (Fig. 9)", "−22%",
                              judge([mem], 22.0, exact=True, resolution=0.5, res_name="cost model, 0.5%", unit="%",
-                                   digits=0)))
+                                   digits=1)))
         saving = 100 * (1 - e.sort_values("seed")["round_s_structured"].to_numpy(float)
                         / e.sort_values("seed")["round_s_fedrolex"].to_numpy(float))
         out.append(claim(f"round time below FedRolex at Table 7's R_n, {short} (Fig. 10)", "−24%",
