@@ -1,6 +1,6 @@
 """Co-S²P (Li et al., "Unity is Power"): its figures and tables at a scale that runs on two CPU cores.
 
-    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2] [--worker]
+    python -m figures.cos2p --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--worker]
 
 Every figure is a PNG next to the CSV of exactly what it plots; the runs (trace, metrics, summary) are
 kept under ``DIR/runs``.  The world is the built-in ``cos2p`` scenario (E1 at small scale: 8 Jetsons in
@@ -46,7 +46,8 @@ import pandas as pd  # noqa: E402
 from analysis import trace_metrics as tm  # noqa: E402
 from fedsim import load_scenario, scenario_from_mapping  # noqa: E402
 from fedsim.sim.trace import load_trace  # noqa: E402
-from figures.claims import (Choice, Claim, claim, commit_hash, judge, judge_value, render_claims,  # noqa: E402
+from figures.claims import (Choice, Claim, Judgement, add_seed_arguments, claim, claims_of,  # noqa: E402
+                            commit_hash, default_seeds, judge, judge_acc, judge_value, render_claims, seeds_args,
                             verdicts_of)
 from figures.common import Job, run_jobs, save, test_size  # noqa: E402
 
@@ -201,7 +202,7 @@ def work(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = 
 
 def plan(quick: bool, seeds: Sequence[int] | None, time_s: float | None) -> tuple:
     """(seeds, base mapping, Co-S²P settings, time budget, μ values, T_clk values, R^w/R^d values, jobs)."""
-    seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
+    seeds = default_seeds(quick, seeds, None)[0]
     base = base_mapping()
     cos = dict(base["algorithm"])
     # sized to fit about half an hour on two shared cores (a Co-S²P run costs tens of wall seconds per virtual
@@ -230,11 +231,18 @@ def plan(quick: bool, seeds: Sequence[int] | None, time_s: float | None) -> tupl
 
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, time_s: float | None = None) -> dict[str, pd.DataFrame]:
+             progress: bool = True, time_s: float | None = None,
+             stability_seeds: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures and their CSVs into ``out`` (``time_s``: the virtual-time
-    budget of every run; default 2 s)."""
+    budget of every run; default 2 s; ``stability_seeds``: the recipe again on them under ``out/stability``,
+    every claims row checked against it)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    seeds, stability_seeds = default_seeds(quick, seeds, stability_seeds)
+    stab = None
+    if stability_seeds:
+        stab = claims_of(make_all(out / "stability", quick=quick, seeds=stability_seeds, progress=progress,
+                                  time_s=time_s, stability_seeds=[])["claims"])
     seeds, base, cos, time_s, mus, tclks, ratios, jobs = plan(quick, seeds, time_s)
     # a finished run of the identical scenario is reused (re-running the recipe only redraws)
     runs = run_jobs([Job(k, m) for k, m in jobs.items()], out, label="Co-S²P", progress=progress, resume=True)
@@ -332,10 +340,11 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
     results["efficiency"], results["efficiency_seeds"] = efficiency(base, cos, dirs, seeds, out)
     results["test_size"] = test_size(base)
     results["eval_every_s"] = time_s / 10
-    command = "python -m figures.cos2p" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    command = "python -m figures.cos2p" + (" --quick" if quick else "") + seeds_args(seeds, stability_seeds)
     rows = claims(results)
     (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit_hash(),
-                                                 choices=choices(results, rows)), encoding="utf-8")
+                                                 choices=choices(results, rows), stability=stab,
+                                                 stability_seeds=stability_seeds), encoding="utf-8")
     results["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return results
 
@@ -358,13 +367,18 @@ def _ends(sw: pd.DataFrame, kind: str, col: str) -> np.ndarray:
     return _seeds_of(sw, col, **{kind: hi}) - _seeds_of(sw, col, **{kind: lo})
 
 
+#: chance accuracy on digits32's 10 classes (%): accuracy rows are judged only clearly above it
+CHANCE = 10.0
+
+
 def claims(r: dict[str, pd.DataFrame], co: str = "cos2p") -> list[Claim]:
     """The paper's claims against this recipe's per-seed tables (``make_all``'s dict: ``methods_seeds``, the
     sweeps' ``sweep_*_seeds``, ``distillation_seeds``, ``ratio_seeds``, ``efficiency_seeds``,
     ``theorem1_seeds``, ``test_size``); every cell and verdict by :data:`figures.claims.RULES` (Top-1 in
     points, RU as a fraction).  ``co``: which method is "Co-S²P" (``cos2p-balanced`` for the choices table)."""
     ms = r["methods_seeds"]
-    res = 100.0 / float(r["test_size"])          # one test sample, in points
+    n = int(r["test_size"])                      # the server test set (client Top-1 is judged on the same n)
+    acc = lambda a, b, paper=None: judge_acc(a, b, paper, n_test=n, chance=CHANCE)  # noqa: E731
 
     def m(name: str, col: str) -> np.ndarray:
         return _seeds_of(ms, col, method=LABELS[name])
@@ -378,50 +392,56 @@ def claims(r: dict[str, pd.DataFrame], co: str = "cos2p") -> list[Claim]:
     top = lambda name: 100 * m(name, "server_top1")  # noqa: E731
     cl = lambda name: 100 * m(name, "client_top1")  # noqa: E731
     out.append(claim("server Top-1, Co-S²P above FedRolex", "33.1 vs 24.3 (+8.8 points)",
-                     judge(top(co) - top("fedrolex"), 8.8, resolution=res, unit=" pts")))
+                     acc(top(co), top("fedrolex"), 8.8)))
     out.append(claim("server Top-1, FedAvg (full) above Co-S²P (the upper reference)", "38.7 vs 33.1 (+5.6 points)",
-                     judge(top("fedavg") - top(co), 5.6, resolution=res, unit=" pts")))
-    out.append(claim("server Top-1, semi-async above fully async", "+5.4 points",
-                     judge(top(co) - top("cos2p-async"), 5.4, resolution=res, unit=" pts")))
-    out.append(claim("client Top-1, semi-async above fully async", "+5.1 points",
-                     judge(cl(co) - cl("cos2p-async"), 5.1, resolution=res, unit=" pts")))
+                     acc(top("fedavg"), top(co), 5.6)))
+    out.append(claim("server Top-1, semi-async above fully async", "+5.4 points", acc(top(co), top("cos2p-async"), 5.4)))
+    out.append(claim("client Top-1, semi-async above fully async", "+5.1 points", acc(cl(co), cl("cos2p-async"), 5.1)))
     out.append(claim("server Top-1, fully async Co-S²P above FedRolex", "27.7 vs 24.3 (+3.4 points, E1)",
-                     judge(top("cos2p-async") - top("fedrolex"), 3.4, resolution=res, unit=" pts")))
+                     acc(top("cos2p-async"), top("fedrolex"), 3.4)))
     for kind, name in (("mu", "μ"), ("tclk", "T_clk")):
         sw = r[f"sweep_{kind}_seeds"]
         span = f"{sw[kind].min():g} → {sw[kind].max():g}"
         out.append(claim(f"larger {name} ({span}) → lower τ̄", "τ̄ ↓ (Fig. 6)", judge(-_ends(sw, kind, "tau_bar"), digits=2)))
-        out.append(claim(f"larger {name} ({span}) → larger mean N_q^i", "N ↑ (Fig. 6)",
-                         judge(_ends(sw, kind, "n_mean"), digits=2)))
+        # Fig. 6 plots N* (the participation the server settles on), not the mean N_q^i
+        out.append(claim(f"larger {name} ({span}) → larger N*", "N* ↑ (Fig. 6)",
+                         judge(_ends(sw, kind, "n_star_trained"), digits=2) if "n_star_trained" in sw
+                         else Judgement("n/a", "N* not recorded")))
         out.append(claim(f"larger {name} ({span}) → lower RU", "RU ↓ (Fig. 6)", judge(-_ends(sw, kind, "ru"), digits=3)))
+        lo, hi = sw[kind].min(), sw[kind].max()
         out.append(claim(f"larger {name} ({span}) → higher server Top-1", "accuracy ↑ (Fig. 6)",
-                         judge(100 * _ends(sw, kind, "server_top1"), resolution=res, unit=" pts")))
+                         acc(100 * _seeds_of(sw, "server_top1", **{kind: hi}),
+                             100 * _seeds_of(sw, "server_top1", **{kind: lo}))))
     ds = r["distillation_seeds"]
     for col, paper, who in (("client_top1", 9.5, "clients"), ("server_top1", 4.9, "the server")):
         if col in ds:
-            gain = 100 * (_seeds_of(ds, col, distill=True) - _seeds_of(ds, col, distill=False))
             out.append(claim(f"self-distillation helps {who}", f"+{paper} points (Table 3)",
-                             judge(gain, paper, resolution=res, unit=" pts")))
-    if "client_top1" in ds:
-        gc = 100 * (_seeds_of(ds, "client_top1", distill=True) - _seeds_of(ds, "client_top1", distill=False))
-        gs = 100 * (_seeds_of(ds, "server_top1", distill=True) - _seeds_of(ds, "server_top1", distill=False))
-        out.append(claim("self-distillation helps clients more than the server", "+9.5 vs +4.9 (4.6 points more)",
-                         judge(gc - gs, 4.6, resolution=res, unit=" pts")))
+                             acc(100 * _seeds_of(ds, col, distill=True), 100 * _seeds_of(ds, col, distill=False),
+                                 paper)))
+    # "clients gain more than the server" is a difference of the two rows above: it is judged only through
+    # them (a difference of two effects that are each absent is no evidence either way)
     rs = r["ratio_seeds"]
     for other, paper in ((2.0, 33.1 - 29.7), (0.5, 33.1 - 28.4)):
         if other in set(rs["ratio"]):
             out.append(claim(f"R^w/R^d = 1 beats {other:g} (Table 8)", f"+{paper:.1f} points",
-                             judge(100 * (_seeds_of(rs, "server_top1", ratio=1.0) - _seeds_of(rs, "server_top1", ratio=other)),
-                                   paper, resolution=res, unit=" pts")))
+                             acc(100 * _seeds_of(rs, "server_top1", ratio=1.0),
+                                 100 * _seeds_of(rs, "server_top1", ratio=other), paper)))
     eff = r["efficiency_seeds"]
     for cls in CLASSES:
         e = eff[eff["device_class"] == cls]
         if not len(e):
             continue
         short = cls.replace("jetson-", "")
-        mem = 100 * (1 - float(e["memory_structured_MB"].iloc[0]) / float(e["memory_fedrolex_MB"].iloc[0]))
-        out.append(claim(f"memory below FedRolex at Table 7's R_n, {short} (Fig. 9)", "−22%",
-                         judge([mem], 22.0, exact=True, resolution=0.5, unit="%", digits=0)))
+        rolex = float(e["memory_fedrolex_MB"].iloc[0])
+        # the depth window rolls over every position: judged at the mean position and at the worst one
+        for what, col in (("mean over the depth window's positions", "memory_structured_MB"),
+                          ("worst position of the depth window", "memory_structured_worst_MB")):
+            if col not in e:
+                continue
+            mem = 100 * (1 - float(e[col].iloc[0]) / rolex)
+            out.append(claim(f"memory below FedRolex at Table 7's R_n, {short}, {what} (Fig. 9)", "−22%",
+                             judge([mem], 22.0, exact=True, resolution=0.5, res_name="cost model, 0.5%", unit="%",
+                                   digits=1)))
         saving = 100 * (1 - e.sort_values("seed")["round_s_structured"].to_numpy(float)
                         / e.sort_values("seed")["round_s_fedrolex"].to_numpy(float))
         out.append(claim(f"round time below FedRolex at Table 7's R_n, {short} (Fig. 10)", "−24%",
@@ -437,7 +457,7 @@ def claims(r: dict[str, pd.DataFrame], co: str = "cos2p") -> list[Claim]:
 
 def choices(r: dict[str, pd.DataFrame], used: list[Claim]) -> list[Choice]:
     """The readings that move a verdict, with the verdicts under each (the alternative runs are in ``r``)."""
-    moved = ("RU, Co-S²P", "server Top-1, Co-S²P", "server Top-1, FedAvg")
+    moved = tuple(c.claim for c in used)        # every row, computed under each reading
     alt = claims(r, co="cos2p-balanced")
     return [Choice("R_n per client (Table 7 per device class, or fedsim's `balanced` rule that equalises job "
                    "times and so maximises Eq. 17's RU by construction)", "Table 7",
@@ -455,7 +475,7 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
     per device class and seed (``efficiency_seeds.csv``: what the claims judge)."""
     from fedsim.algorithms.cos2p import split_rates
     from fedsim.learn.costs import memory_estimate
-    from fedsim.learn.submodel import SubModel, submodel_costs, width_submodel
+    from fedsim.learn.submodel import SubModel, extract, submodel_costs, width_submodel
     from fedsim.build import build_global_model, prepare_data
 
     sc = scenario_from_mapping({**base, "algorithm": cos})
@@ -463,6 +483,7 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
     model = build_global_model(sc, data)
     shape = tuple(data.train.input_shape)
     L = model.num_blocks() - 2
+    state = model.state_dict()
     rows: list[dict[str, Any]] = []
     per_seed: list[dict[str, Any]] = []
     for cls in CLASSES:
@@ -470,9 +491,16 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
         batch = int(cos.get("batch_sizes", {}).get(cls, sc.train.batch_size))
         rw, rd = split_rates(rate, float(cos.get("width_depth_ratio", 1.0)))
         w = int(math.floor(L * rd + 1e-9))
-        states = ("train",) + ("train",) * w + ("removed",) * (L - w) + ("removed",)
         keep = {g: tuple(range(max(1, round(rw * wg.size)))) for g, wg in model.width_groups().items() if g != "embed"}
-        structured = submodel_costs(model, SubModel.of(model, keep, states), shape, batch).memory.total
+        structured_at = []
+        for start in range(max(1, L - max(1, w) + 1)):   # every position of the rolling depth window
+            st = tuple(["train" if start == 0 else "frozen"]
+                       + ["frozen" if j <= start else "train" if j <= start + w else "removed" for j in range(1, L + 1)]
+                       + ["train" if start + w == L else "removed"])
+            # memory only (the FLOP count submodel_costs also measures is not needed here and costs seconds)
+            structured_at.append(memory_estimate(extract(model, state, SubModel.of(model, keep, st)), shape,
+                                                 batch).total)
+        structured = float(np.mean(structured_at))
         rolex = submodel_costs(model, width_submodel(model, math.sqrt(rate)), shape, batch).memory.total
         dense = memory_estimate(model, shape, batch).total
         busy = {}
@@ -489,6 +517,7 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
                                  "busy": float(np.mean(got)) if got else float("nan")})
             busy[name] = float(np.mean(vals)) if vals else float("nan")
         rows.append({"device_class": cls, "R_n": rate, "batch": batch, "memory_structured_MB": structured / 2**20,
+                     "memory_structured_worst_MB": max(structured_at) / 2**20, "window_positions": len(structured_at),
                      "memory_fedrolex_MB": rolex / 2**20, "memory_zero_mask_MB": dense / 2**20,
                      "round_s_structured": busy["cos2p"], "round_s_fedrolex": busy["fedrolex"],
                      "round_s_zero_mask": busy["fedavg"]})
@@ -509,7 +538,8 @@ def efficiency(base: dict[str, Any], cos: dict[str, Any], dirs: dict[tuple, Path
             .reindex(columns=["cos2p", "fedrolex", "fedavg"]))
     busy = busy.rename(columns={"cos2p": "round_s_structured", "fedrolex": "round_s_fedrolex",
                                 "fedavg": "round_s_zero_mask"}).reset_index()
-    eff_seeds = busy.merge(eff[["device_class", "memory_structured_MB", "memory_fedrolex_MB"]], on="device_class")
+    eff_seeds = busy.merge(eff[["device_class", "memory_structured_MB", "memory_structured_worst_MB",
+                                "memory_fedrolex_MB"]], on="device_class")
     eff_seeds.to_csv(out / "efficiency_seeds.csv", index=False)
     return eff, eff_seeds
 
@@ -523,8 +553,8 @@ def _class_of(base: dict[str, Any], client: int) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.cos2p", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, short runs, fewer sweep points")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--quick", action="store_true", help="two seeds, short runs, fewer sweep points")
+    add_seed_arguments(p)
     p.add_argument("--worker", action="store_true",
                    help="only make runs, sharing OUT with other workers (then run without --worker for the tables)")
     args = p.parse_args(argv)
@@ -532,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         n = work(args.out, quick=args.quick, seeds=args.seeds)
         print(f"Co-S²P worker made {n} runs in {args.out}")
         return 0
-    make_all(args.out, quick=args.quick, seeds=args.seeds)
+    make_all(args.out, quick=args.quick, seeds=args.seeds, stability_seeds=args.stability_seeds)
     print(f"Co-S²P figures written to {args.out}")
     return 0
 

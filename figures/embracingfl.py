@@ -1,6 +1,6 @@
 """EmbracingFL (Lee et al.): Tables 2, 3–4, 6, 7, Figures 1 and 3 and the bias floor, on two CPU cores.
 
-    python -m figures.embracingfl --out DIR [--quick] [--seeds 0 1 2] [--resume]
+    python -m figures.embracingfl --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--resume]
 
 Every figure is a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.  The runs
 (trace, metrics, checkpoints) are kept under ``DIR/runs``.
@@ -14,8 +14,10 @@ freeze 1 (moderate) / 2 (weak) blocks so that partial clients train a share of t
 the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
 
 * Table 2: a fixed strong set (4 clients) and 0, 4, 8 or 12 weak clients, all participating; EmbracingFL
-  against width reduction (HeteroFL's static prefix sub-models, weak width 0.2).  Client types come from
-  the device class (strong: AGX Orin, weak: Jetson Nano), the same draw for both methods.
+  against width reduction (HeteroFL's static prefix sub-models, weak width 0.2).  Every run has the same
+  world of 16 clients (clients 0-3 on the AGX Orin, 4-15 on the Jetson Nano; one data partition over all
+  16) and the weak clients beyond the first w are offline, so the strong set and its data are fixed and
+  each weak client added brings its own data, as the paper's fixed 16 strong of 128.
 * Tables 3–4 style: 25% participation (4 of 16 per round), the paper's cases 1, 2, 4–8 by type fractions.
 * Table 6: width reduction (moderate width 0.45, weak 0.2) against EmbracingFL, all 16 participating,
   device classes strong / moderate / weak; Table 7: rounds each needs to reach the width-reduction
@@ -27,9 +29,10 @@ the ResNet-20's; Tables 3–4 also run the FEMNIST split (2 / 3 blocks).
   (16 clients, all participating, the rest weak).
 
 ``claims.md`` is the paper's claims against these numbers, one row per part, each verdict by
-``figures.claims.RULES`` (printed under the table; one test sample, 1/359, and one tick of the
-every-2-rounds evaluation clock are the resolutions), with the choices that matter (the evaluation clock);
-``RESULTS.md`` adds the tables.  Both name the command, the commit and the seeds.
+``figures.claims.RULES`` (printed under the table; the binomial test-set error on the 359 test samples and
+one tick of the every-2-rounds evaluation clock are the resolutions; accuracy rows only above the chance
+margin), with its stability line and the choices that matter (the evaluation clock); ``RESULTS.md`` adds
+the tables.  Both name the command, the commit and the seeds.
 """
 from __future__ import annotations
 
@@ -47,8 +50,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fedsim.sim.trace import load_trace  # noqa: E402
-from figures.claims import (Choice, Claim, censor, claim, commit_hash, judge, render_claims,  # noqa: E402
-                            results_head, verdicts_of)
+from figures.claims import (Choice, Claim, acc_resolution, add_seed_arguments, censor, chance_gate,  # noqa: E402
+                            claim, claims_of, commit_hash, default_seeds, judge, judge_acc, render_claims,
+                            results_head, seeds_args, verdicts_of)
 from figures.common import Job, run_jobs, save, test_size  # noqa: E402
 
 STRONG_DEV, MODERATE_DEV, WEAK_DEV = "jetson-agx-orin-32gb", "jetson-xavier-nx-8gb", "jetson-nano"
@@ -100,27 +104,52 @@ def _device_mix(fractions: tuple[float, float, float]) -> list[dict]:
     return [{"profile": d, "weight": float(f)} for d, f in zip((STRONG_DEV, MODERATE_DEV, WEAK_DEV), fractions) if f > 0]
 
 
-def _by_device(fractions: tuple[float, float, float], n: int, method: str) -> dict[str, Any]:
-    """EmbracingFL (types from the device class) or HeteroFL (widths from the device class), all n clients."""
+def _by_device(fractions: tuple[float, float, float], n: int, method: str, split: str = "cifar") -> dict[str, Any]:
+    """EmbracingFL (types from the device class, ``split``'s frozen blocks) or HeteroFL (widths from the device
+    class), all n clients."""
     devs = [d for d, f in zip((STRONG_DEV, MODERATE_DEV, WEAK_DEV), fractions) if f > 0]
     types = dict(zip((STRONG_DEV, MODERATE_DEV, WEAK_DEV), ("strong", "moderate", "weak")))
     if method == "embracingfl":
         return {"name": "embracingfl", "clients_per_round": n, "assign": "devices",
-                "types": {d: types[d] for d in devs}, "splits": SPLITS["cifar"]}
+                "types": {d: types[d] for d in devs}, "splits": SPLITS[split]}
     return {"name": "heterofl", "clients_per_round": n, "widths": {d: WIDTH[types[d]] for d in devs}}
 
 
 # ------------------------------------------------------------------------------------------------ jobs
 
-def table2_jobs(seeds: Sequence[int], versions: int, weak_counts: Sequence[int], strong: int = 4) -> list[Job]:
+#: Table 2's world: a fixed strong set of T2_STRONG clients and up to T2_WEAK weak clients, one Dirichlet
+#: partition of the data over all T2_STRONG + T2_WEAK of them (the same for every weak count), as the paper
+#: fixes 16 strong clients and adds weak ones with their own data (16 of 128 there, 4 of 16 here)
+T2_STRONG, T2_WEAK = 4, 12
+
+
+def table2_online(out: Path, weak: int, strong: int = T2_STRONG) -> Path:
+    """The availability trace of Table 2 with ``weak`` weak clients added: clients 0..strong+weak−1 online
+    for the whole run, the rest of the fixed world offline (a trace lists only online clients)."""
+    d = Path(out) / "availability"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"t2_strong{strong}_weak{weak}.csv"
+    path.write_text("client,start,end\n" + "".join(f"{c},0,1e12\n" for c in range(strong + weak)), encoding="utf-8")
+    return path.resolve()
+
+
+def table2_jobs(seeds: Sequence[int], versions: int, weak_counts: Sequence[int], out: Path,
+                strong: int = T2_STRONG, max_weak: int = T2_WEAK) -> list[Job]:
+    """Table 2: every run has the same world of ``strong + max_weak`` clients (the first ``strong`` on the
+    strong device, the rest weak; one data partition over all of them), and the weak clients beyond the
+    first ``w`` are offline, so the strong set and its data are identical across weak counts and each weak
+    client added brings its own data; all online clients train every round."""
     jobs = []
+    n = strong + max_weak
+    mix = [{"profile": STRONG_DEV, "count": strong}, {"profile": WEAK_DEV, "count": max_weak}]
     for s in seeds:
         for w in weak_counts:
-            n = strong + w
-            fr = (strong / n, 0.0, w / n)
+            online = table2_online(out, w, strong)
             for method in (("embracingfl",) if w == 0 else ("embracingfl", "heterofl")):
-                jobs.append(Job(("t2", method, w, s), _mapping(s, versions, _by_device(fr, n, method), num_clients=n,
-                                                               mix=_device_mix(fr))))
+                m = _mapping(s, versions, _by_device((strong / n, 0.0, max_weak / n), strong + w, method),
+                             num_clients=n, mix=mix)
+                m["availability"] = {"model": "trace", "path": str(online)}
+                jobs.append(Job(("t2", method, w, s), m))
     return jobs
 
 
@@ -129,6 +158,30 @@ def table34_jobs(seeds: Sequence[int], versions: int, cases: Sequence[int]) -> l
                                                               "weak_fraction": CASES[c][2],
                                                               "moderate_fraction": CASES[c][1], "splits": SPLITS[split]}))
             for s in seeds for split in ("cifar", "femnist") for c in cases if c != 1 or split == "cifar"]
+
+
+def table2_resplit_jobs(seeds: Sequence[int], versions: int, weak_counts: Sequence[int],
+                        strong: int = T2_STRONG) -> list[Job]:
+    """The other reading of Table 2 (the choices table): the data re-split over the strong + w clients of each
+    run (the strong set keeps 4 clients, by device counts, but its data shrinks as weak clients join)."""
+    jobs = []
+    for s in seeds:
+        for w in weak_counts:
+            n = strong + w
+            mix = [{"profile": STRONG_DEV, "count": strong}] + ([{"profile": WEAK_DEV, "count": w}] if w else [])
+            for method in (("embracingfl",) if w == 0 else ("embracingfl", "heterofl")):
+                jobs.append(Job(("t2r", method, w, s), _mapping(s, versions, _by_device((strong / n, 0.0, w / n), n,
+                                                                                          method), num_clients=n,
+                                                                 mix=mix)))
+    return jobs
+
+
+def table6_split_jobs(seeds: Sequence[int], versions: int, cases: Sequence[int]) -> list[Job]:
+    """The other model split of Table 6 (the choices table): EmbracingFL with the FEMNIST split (2 / 3 frozen
+    blocks) against the same width-reduction runs."""
+    return [Job(("t6f", "embracingfl", c, s), _mapping(s, versions, _by_device(CASES[c], M, "embracingfl", "femnist"),
+                                                       mix=_device_mix(CASES[c])))
+            for s in seeds for c in cases if c != 1]
 
 
 def table6_jobs(seeds: Sequence[int], versions: int, cases: Sequence[int]) -> list[Job]:
@@ -151,14 +204,6 @@ def floor_jobs(seeds: Sequence[int], versions: int, strong_counts: Sequence[int]
 
 def _final(res: dict[str, Any]) -> float:
     return 100.0 * float(res["metrics"]["accuracy"].iloc[-1])
-
-
-def _counts(res: dict[str, Any]) -> dict[str, int]:
-    tr = load_trace(res["dir"])
-    ev = tr[tr["kind"] == "client_types"]
-    if len(ev):
-        return dict(ev.iloc[0]["counts"])
-    return {}
 
 
 def _md(df: pd.DataFrame, path: Path) -> None:
@@ -192,28 +237,38 @@ def _ms(vals: Sequence[float]) -> tuple[float, float]:
 
 # ------------------------------------------------------------------------------------------------ tables
 
-def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out: Path) -> pd.DataFrame:
+def table2(results: dict, seeds: Sequence[int], weak_counts: Sequence[int], out: Path, prefix: str = "t2",
+           name: str = "table2") -> pd.DataFrame:
     rows = []
     for w in weak_counts:
-        efl = [_final(results[("t2", "embracingfl", w, s)]) for s in seeds]
-        wr = efl if w == 0 else [_final(results[("t2", "heterofl", w, s)]) for s in seeds]
-        cnt = [_counts(results[("t2", "embracingfl", w, s)]) for s in seeds]
+        efl = [_final(results[(prefix, "embracingfl", w, s)]) for s in seeds]
+        wr = efl if w == 0 else [_final(results[(prefix, "heterofl", w, s)]) for s in seeds]
         (em, es), (wm, ws) = _ms(efl), _ms(wr)
-        rows.append({"weak_added": w, "strong_realised": np.mean([c.get("strong", 0) for c in cnt]),
-                     "weak_realised": np.mean([c.get("weak", 0) for c in cnt]),
+        rows.append({"weak_added": w, "strong": T2_STRONG, "weak": w,
                      "width_reduction": wm, "width_reduction_std": ws, "embracingfl": em, "embracingfl_std": es,
                      "width_reduction_seeds": _seeds(wr), "embracingfl_seeds": _seeds(efl)})
     df = pd.DataFrame(rows)
-    df.to_csv(out / "table2.csv", index=False)
-    _md(df, out / "table2.md")
+    df.to_csv(out / f"{name}.csv", index=False)
+    _md(df, out / f"{name}.md")
+    if prefix != "t2":   # the alternative reading: its CSV and table only
+        return df
     fig, ax = plt.subplots(figsize=(4.6, 3.3))
     ax.errorbar(df["weak_added"], df["embracingfl"], df["embracingfl_std"], marker="o", label="EmbracingFL", capsize=3)
     ax.errorbar(df["weak_added"], df["width_reduction"], df["width_reduction_std"], marker="s",
                 label="width reduction (HeteroFL)", capsize=3)
-    ax.set(xlabel="weak clients added to 4 strong (nominal)", ylabel="test accuracy (%)",
+    ax.set(xlabel=f"weak clients added to {T2_STRONG} strong", ylabel="test accuracy (%)",
            title="Table 2: adding weak clients")
     ax.legend()
     save(fig, out / "table2.png")
+    return df
+
+
+def _efl_by_case(results: dict, seeds: Sequence[int], cases: Sequence[int], prefix: str, out: Path) -> pd.DataFrame:
+    """EmbracingFL's final accuracy per case and seed of one alternative reading (``table6_femnist_split.csv``)."""
+    rows = [{"case": c, "embracingfl_seeds": _seeds([_final(results[(prefix, "embracingfl", c, s)]) for s in seeds])}
+            for c in cases]
+    df = pd.DataFrame(rows, columns=["case", "embracingfl_seeds"])
+    df.to_csv(out / "table6_femnist_split.csv", index=False)
     return df
 
 
@@ -399,11 +454,19 @@ CLOSE_PTS = 3.5
 EVAL_ROUNDS = int(BASE["eval"]["every_versions"])
 
 
-def _rounds_gaps(wr: Any, efl: Any, budget: int) -> tuple[list[float], list[bool]]:
-    """Per seed, rounds saved by EmbracingFL; a target never reached counts as the run's rounds (a bound)."""
+#: chance accuracy on digits' 10 classes (%): accuracy rows are judged only clearly above it
+CHANCE = 10.0
+
+
+def _rounds_gaps(wr: Any, efl: Any, budget: int, clock: int = EVAL_ROUNDS) -> tuple[list[float], list[Any]]:
+    """Per seed, rounds saved by EmbracingFL (width reduction's rounds − EmbracingFL's) on a ``clock``-round
+    evaluation clock; a target never reached counts as the run's rounds, a bound: "low" when only width
+    reduction never reached it (the saving is at least that), "high" when only EmbracingFL did not, "both"."""
+    up = (lambda x: math.ceil(x / clock) * clock) if clock != EVAL_ROUNDS else (lambda x: x)
     w, nw = censor(seed_values(wr), budget)
     e, ne = censor(seed_values(efl), budget)
-    return [a - b for a, b in zip(w, e)], [x or y for x, y in zip(nw, ne)]
+    sides = [("both" if a and b else "low" if a else "high" if b else False) for a, b in zip(nw, ne)]
+    return [up(a) - up(b) for a, b in zip(w, e)], sides
 
 
 def claims(t: dict[str, Any], seeds: Sequence[int], *, clock: int = EVAL_ROUNDS) -> list[Claim]:
@@ -411,7 +474,7 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, clock: int = EVAL_ROUNDS)
     per-seed ``bias_floor_seeds`` / ``svcca_raw``); every cell and verdict by :data:`figures.claims.RULES`,
     one row per part.  ``clock``: the evaluation clock in rounds (the choices table re-reads a coarser one)."""
     out: list[Claim] = []
-    res = 100.0 / float(t["test_n"])
+    n = int(t["test_n"])
     rho = list(t["fig1_spearman"].sort_values("seed")["spearman_depth_svcca"])
     out.append(claim("Fig. 1: input-side layers stay more alike across independently trained clients (−Spearman of "
                      "max-pairwise SVCCA against depth, per seed)", "conv layers near 1, output side lower",
@@ -419,57 +482,64 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, clock: int = EVAL_ROUNDS)
     t2 = t["table2"]
     for _, r in t2[t2["weak_added"] > 0].iterrows():
         w = int(r["weak_added"])
-        out.append(claim(f"Table 2: EmbracingFL above width reduction with {w} weak clients added to 4 strong",
+        out.append(claim(f"Table 2: EmbracingFL above width reduction with {w} weak clients added to {T2_STRONG} strong",
                          "+5.3 to +12.3 points (16–112 weak added to 16 strong)",
-                         judge([a - b for a, b in zip(seed_values(r["embracingfl_seeds"]),
-                                                      seed_values(r["width_reduction_seeds"]))],
-                               resolution=res, unit=" pts")))
+                         judge_acc(seed_values(r["embracingfl_seeds"]), seed_values(r["width_reduction_seeds"]),
+                                   n_test=n, chance=CHANCE)))
     lo, hi = t2.iloc[0], t2.iloc[-1]
-    out.append(claim(f"Table 2: adding weak clients raises EmbracingFL's accuracy ({int(lo['weak_added'])} → "
-                     f"{int(hi['weak_added'])} weak)", f"{PAPER_T2[0][1]:.2f} → {PAPER_T2[112][1]:.2f}% (+17.2)",
-                     judge([b - a for a, b in zip(seed_values(lo["embracingfl_seeds"]), seed_values(hi["embracingfl_seeds"]))],
-                           resolution=res, unit=" pts")))
+    out.append(claim(f"Table 2: adding weak clients to the fixed strong set raises EmbracingFL's accuracy "
+                     f"({int(lo['weak_added'])} → {int(hi['weak_added'])} weak)",
+                     f"{PAPER_T2[0][1]:.2f} → {PAPER_T2[112][1]:.2f}% (+17.2)",
+                     judge_acc(seed_values(hi["embracingfl_seeds"]), seed_values(lo["embracingfl_seeds"]),
+                               n_test=n, chance=CHANCE)))
+    ws = t2[t2["weak_added"] > 0]
+    if len(ws) >= 2:
+        a, b = ws.iloc[0], ws.iloc[-1]
+        ea, wa = seed_values(a["embracingfl_seeds"]), seed_values(a["width_reduction_seeds"])
+        eb, wb = seed_values(b["embracingfl_seeds"]), seed_values(b["width_reduction_seeds"])
+        grow = [(x - y) - (u - v) for x, y, u, v in zip(eb, wb, ea, wa)]
+        res = [math.hypot(r1, r2) for r1, r2 in zip(acc_resolution(eb, wb, n), acc_resolution(ea, wa, n))]
+        gate = chance_gate([float(np.mean(v)) for v in (ea, wa, eb, wb)], CHANCE, n)
+        out.append(claim(f"Table 2 / Fig. 4: the gap over width reduction grows with the weak fraction "
+                         f"({int(a['weak_added'])} → {int(b['weak_added'])} weak added)",
+                         "+5.3 → +12.3 points (16 → 112 weak)",
+                         judge(grow, resolution=res, res_name=f"test-set sampling of four accuracies, n = {n}",
+                               unit=" pts", na=gate)))
     t6 = t["table6"].set_index("case")
     for c in [c for c in t6.index if c != 1]:
         out.append(claim(f"Table 6, case {c}: EmbracingFL above width reduction (full participation)",
                          f"{PAPER_T3[c]:.1f} vs {PAPER_T6_WR[c]:.1f} (+{PAPER_T3[c] - PAPER_T6_WR[c]:.1f})",
-                         judge([a - b for a, b in zip(seed_values(t6.loc[c, "embracingfl_seeds"]),
-                                                      seed_values(t6.loc[c, "width_reduction_seeds"]))],
-                               PAPER_T3[c] - PAPER_T6_WR[c], resolution=res, unit=" pts")))
+                         judge_acc(seed_values(t6.loc[c, "embracingfl_seeds"]),
+                                   seed_values(t6.loc[c, "width_reduction_seeds"]), PAPER_T3[c] - PAPER_T6_WR[c],
+                                   n_test=n, chance=CHANCE)))
         base = seed_values(t6.loc[1, "embracingfl_seeds"])
         out.append(claim(f"Table 6, case {c}: EmbracingFL within {CLOSE_PTS:g} points of all-strong case 1 "
                          f"(effect {CLOSE_PTS:g} − (case 1 − case {c}))", f"{PAPER_T3[c] - PAPER_T3[1]:+.1f} points",
-                         judge([CLOSE_PTS - (b - a) for a, b in zip(seed_values(t6.loc[c, "embracingfl_seeds"]), base)],
-                               resolution=res, unit=" pts")))
+                         judge_acc(seed_values(t6.loc[c, "embracingfl_seeds"]), base, n_test=n, chance=CHANCE,
+                                   offset=CLOSE_PTS)))
     t7 = t["table7"].set_index("case")
     paper_t7 = {2: (867, 817), 3: (982, 801), 4: (836, 483), 5: (813, 811), 6: (806, 629), 7: (939, 572)}
     for c in [c for c in t7.index if c != 1]:
         gaps, cen = _rounds_gaps(t7.loc[c, "rounds_width_reduction_seeds"], t7.loc[c, "rounds_embracingfl_seeds"],
-                                 int(t["rounds"]))
-        if clock != EVAL_ROUNDS:  # re-read on a coarser clock: each time rounds up to its next tick
-            up = lambda x: math.ceil(x / clock) * clock  # noqa: E731
-            w, _ = censor(seed_values(t7.loc[c, "rounds_width_reduction_seeds"]), int(t["rounds"]))
-            e, _ = censor(seed_values(t7.loc[c, "rounds_embracingfl_seeds"]), int(t["rounds"]))
-            gaps = [up(a) - up(b) for a, b in zip(w, e)]
+                                 int(t["rounds"]), clock)
         p = paper_t7.get(c)
-        both = [math.isnan(a) and math.isnan(b) for a, b in zip(seed_values(t7.loc[c, "rounds_width_reduction_seeds"]),
-                                                                 seed_values(t7.loc[c, "rounds_embracingfl_seeds"]))]
-        if all(both):
+        if all(x == "both" for x in cen):
             out.append(Claim(f"Table 7, case {c}: EmbracingFL needs fewer rounds to the width-reduction accuracy",
                              f"{p[1]} vs {p[0]} rounds" if p else "fewer", "neither reaches the target on any seed",
                              "n/a"))
             continue
         out.append(claim(f"Table 7, case {c}: EmbracingFL needs fewer rounds to the width-reduction accuracy",
                          f"{p[1]} vs {p[0]} rounds" if p else "fewer",
-                         judge(gaps, resolution=clock, unit=" rounds", digits=0, censored=cen)))
+                         judge(gaps, resolution=clock, res_name=f"one tick of the {clock}-round evaluation clock",
+                               unit=" rounds", digits=0, censored=cen)))
     t34 = t["table34"].set_index("case")
     b34 = seed_values(t34.loc[1, "cifar_split_seeds"])
     for c in [c for c in t34.index if c != 1]:
         for col, name in (("cifar_split", "ResNet-like split"), ("femnist_split", "FEMNIST split")):
             out.append(claim(f"Tables 3–4, case {c} ({name}, 25% participation): within {CLOSE_PTS:g} points of case 1",
                              f"{PAPER_T3[c] - PAPER_T3[1]:+.1f} / {PAPER_T4[c] - PAPER_T4[1]:+.1f} points",
-                             judge([CLOSE_PTS - (b - a) for a, b in zip(seed_values(t34.loc[c, f"{col}_seeds"]), b34)],
-                                   resolution=res, unit=" pts")))
+                             judge_acc(seed_values(t34.loc[c, f"{col}_seeds"]), b34, n_test=n, chance=CHANCE,
+                                       offset=CLOSE_PTS)))
     fl = t["bias_floor_seeds"]
     s0, s1 = int(fl["s"].min()), int(fl["s"].max())
     for col, what in (("grad_sq", "‖∇F‖²"), ("grad_y_sq", "its y part")):
@@ -496,9 +566,29 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, clock: int = EVAL_ROUNDS)
 
 
 def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[Choice]:
-    """The evaluation clock (rounds), with the verdicts of the rows that read it."""
+    """The readings that move a verdict, each computed: Table 2's world (fixed strong data, or the data
+    re-split over the run's clients), Table 6's model split (ResNet-like or FEMNIST) and the evaluation clock."""
     coarse = claims(t, seeds, clock=2 * EVAL_ROUNDS)
-    return [Choice("evaluation clock", f"every {EVAL_ROUNDS} rounds",
+    out = []
+    if "table2_resplit" in t:
+        alt = claims({**t, "table2": t["table2_resplit"]}, seeds)
+        out.append(Choice("Table 2's world", "fixed strong set and data, weak clients with their own data",
+                          "the paper fixes 16 strong clients and adds weak ones; a re-split would shrink the strong "
+                          "set's data as weak clients join",
+                          {"fixed strong data": verdicts_of(used, ("Table 2",)),
+                           "data re-split over strong + w": verdicts_of(alt, ("Table 2",))}))
+    if "table6_femnist_split" in t:
+        t6 = t["table6"].copy()
+        f = t["table6_femnist_split"].set_index("case")
+        for i, c in zip(t6.index, t6["case"]):
+            if c in f.index:
+                t6.loc[i, "embracingfl_seeds"] = f.loc[c, "embracingfl_seeds"]
+        alt6 = claims({**t, "table6": t6}, seeds)
+        out.append(Choice("Table 6's model split", "ResNet-like (1 / 2 frozen blocks)",
+                          "its trained-parameter shares match the paper's ResNet-20 on CIFAR-10, Table 6's setting",
+                          {"ResNet-like": verdicts_of(used, ("Table 6",)),
+                           "FEMNIST split (2 / 3 frozen blocks)": verdicts_of(alt6, ("Table 6",))}))
+    return out + [Choice("evaluation clock", f"every {EVAL_ROUNDS} rounds",
                    "Table 7 counts rounds, so the clock is in rounds; its tick is each row's resolution",
                    {f"every {EVAL_ROUNDS} rounds": verdicts_of(used, ("Table 7",)),
                     f"every {2 * EVAL_ROUNDS} rounds (re-read)": verdicts_of(coarse, ("Table 7",))})]
@@ -518,12 +608,19 @@ def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str)
 # ------------------------------------------------------------------------------------------------ entry point
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, resume: bool = False, rounds: int | None = None) -> dict[str, pd.DataFrame]:
+             progress: bool = True, resume: bool = False, rounds: int | None = None,
+             stability_seeds: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures, tables, their CSVs, ``claims.md`` and ``RESULTS.md`` into ``out``
-    (``rounds``: every run's rounds and the SVCCA studies' iterations, to shorten it)."""
+    (``rounds``: every run's rounds and the SVCCA studies' iterations, to shorten it).  With
+    ``stability_seeds`` the whole recipe runs again on them under ``out/stability`` and every claims row is
+    checked against that run (:func:`figures.claims.stabilize`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
+    seeds, stability_seeds = default_seeds(quick, seeds, stability_seeds)
+    stab = None
+    if stability_seeds:
+        stab = claims_of(make_all(out / "stability", quick=quick, seeds=stability_seeds, progress=progress,
+                                  resume=resume, rounds=rounds, stability_seeds=[])["claims"])
     if quick:
         v, weak_counts, cases34, cases6, strong_counts, it, nc, me = 12, (0, 12), (1, 7), (1, 7), (2, 16), 20, 6, 2
     else:
@@ -531,13 +628,16 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
             (1, 5, 7), (2, 4, 16), 40, 6, 2
     if rounds is not None:
         v, it = rounds, rounds
-    jobs = (table2_jobs(seeds, v, weak_counts) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
-            + floor_jobs(seeds, v, strong_counts))
+    jobs = (table2_jobs(seeds, v, weak_counts, out) + table34_jobs(seeds, v, cases34) + table6_jobs(seeds, v, cases6)
+            + floor_jobs(seeds, v, strong_counts) + table2_resplit_jobs(seeds, v, weak_counts)
+            + table6_split_jobs(seeds, v, cases6))
     results = run_jobs(jobs, out, label="EmbracingFL", progress=progress, resume=resume)
     t6, t7 = table67(results, seeds, cases6, out)
     raw = svcca_runs(seeds, it, nc, out, progress, measure_every=me)
     tables = {
         "table2": table2(results, seeds, weak_counts, out),
+        "table2_resplit": table2(results, seeds, weak_counts, out, prefix="t2r", name="table2_resplit"),
+        "table6_femnist_split": _efl_by_case(results, seeds, [c for c in cases6 if c != 1], "t6f", out),
         "table34": table34(results, seeds, cases34, out),
         "table6": t6, "table7": t7,
         "bias_floor": floor(results, seeds, strong_counts, out, progress),
@@ -547,11 +647,12 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         "svcca_raw": raw, "test_n": test_size(BASE), "rounds": v,
     }
     tables["bias_floor_seeds"] = pd.read_csv(out / "bias_floor_seeds.csv")
-    command = "python -m figures.embracingfl" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    command = "python -m figures.embracingfl" + (" --quick" if quick else "") + seeds_args(seeds, stability_seeds)
     commit = commit_hash()
     rows = claims(tables, seeds)
     (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit,
-                                                 choices=choices(tables, seeds, rows)), encoding="utf-8")
+                                                 choices=choices(tables, seeds, rows), stability=stab,
+                                                 stability_seeds=stability_seeds), encoding="utf-8")
     (out / "RESULTS.md").write_text(results_markdown(out, seeds, commit, command), encoding="utf-8")
     tables["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return tables
@@ -560,11 +661,11 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.embracingfl", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, short runs (under three minutes)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--quick", action="store_true", help="two seeds, short runs")
+    add_seed_arguments(p)
     p.add_argument("--resume", action="store_true", help="reuse finished runs of the same scenarios under OUT/runs")
     args = p.parse_args(argv)
-    make_all(args.out, quick=args.quick, seeds=args.seeds, resume=args.resume)
+    make_all(args.out, quick=args.quick, seeds=args.seeds, resume=args.resume, stability_seeds=args.stability_seeds)
     print(f"EmbracingFL figures and tables written to {args.out} (claims.md, RESULTS.md)")
     return 0
 

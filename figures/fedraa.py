@@ -1,6 +1,6 @@
 """Fed-RAA (Zhang et al. 2024): Tables 2/3/5 and Figures 3-6 at a scale that runs on two CPU cores.
 
-    python -m figures.fedraa --out DIR [--quick] [--seeds 0 1 2] [--resume]
+    python -m figures.fedraa --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--resume]
 
 Every figure is a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.  Runs
 (trace, metrics, summary) are kept under ``DIR/runs``.
@@ -43,8 +43,9 @@ import pandas as pd  # noqa: E402
 
 from analysis import fedraa_metrics  # noqa: E402
 from analysis.theory import fedraa as theory  # noqa: E402
-from figures.claims import (Choice, Claim, Judgement, censor, claim, clock_ok, commit_hash, fmt,  # noqa: E402
-                            judge, render_claims, results_head, verdict, verdicts_of)
+from figures.claims import (Choice, Claim, Judgement, add_seed_arguments, censor, claim, claims_of,  # noqa: E402
+                            clock_ok, commit_hash, default_seeds, fmt, judge, judge_acc, ratio_resolution,
+                            render_claims, results_head, seeds_args, verdict, verdicts_of)
 from figures.common import Job, first_time, on_version_clock, run_jobs, save, test_size, trace_of  # noqa: E402
 
 #: the evaluation clock (virtual s): no coarser than 5% of the smallest time to target compared (Fed-RAA's
@@ -320,6 +321,17 @@ def _times(runs: pd.DataFrame, method: str, budget: float) -> tuple[np.ndarray, 
     return np.asarray(t), never
 
 
+#: chance accuracy on the 10 classes (%): accuracy rows are judged only clearly above it
+CHANCE = 10.0
+
+
+def _sides(later: Sequence[Any], earlier: Sequence[Any]) -> list[Any]:
+    """Censoring side of each seed's (later − earlier) time: "low" when only the later one never reached the
+    target (the difference is at least the shown one), "high" when only the earlier one, "both"."""
+    return [("both" if a and b else "low" if a else "high" if b else False)
+            for a, b in zip(np.asarray(later, dtype=bool), np.asarray(earlier, dtype=bool))]
+
+
 def claims(main: pd.DataFrame, runs: pd.DataFrame, sweep: pd.DataFrame, *, budget: float, sweep_budget: float,
            test_n: int, eval_s: float = EVAL_S, raa: str = "Fed-RAA", sync: str = "Sync") -> list[Claim]:
     """The paper's claims against this recipe's per-run numbers (``main`` / ``runs``: the main comparison's
@@ -342,18 +354,19 @@ def claims(main: pd.DataFrame, runs: pd.DataFrame, sweep: pd.DataFrame, *, budge
         if not clock_ok(eval_s, list(tb) + list(ta)):
             return Claim(text, f"{paper:g}×", f"evaluation clock {eval_s:g} s is coarser than 5% of the smallest time "
                          f"({min(list(tb) + list(ta)):.2f} s)", "n/a")
-        j = judge(ratio, paper, ratio=True, digits=2, resolution=eval_s / max(1e-9, float(np.min(ta))),
-                  censored=[a or b for a, b in zip(na, nb)])
+        # the slower method never reaching the target makes the ratio a lower bound (in the claim's favour)
+        sides = [("both" if a and b else "high" if a else "low" if b else False) for a, b in zip(na, nb)]
+        j = judge(ratio, paper, ratio=True, digits=2, resolution=ratio_resolution(ta, tb, eval_s),
+                  res_name=f"both clocks, tick {eval_s:g} s", censored=sides)
         return claim(text, f"{paper:g}×", Judgement(j.verdict, j.cell + f"; Fed-RAA {' / '.join(f'{x:.2f}' for x in ta)} s"))
 
     for base, paper, name in (("FedAvg", 4.46, "FedAvg"), ("FedProx", 9.5, "FedProx"),
                               ("PruneFL-lite", 8.5, "PruneFL (lite)"), ("SplitFed", 9.2, "SplitFed"),
                               ("RAM-Fed-lite", 8.9, "RAM-Fed (lite)"), ("FedAsync", 2.66, 'full-model FedAsync ("FedSync")')):
         out.append(speedup(f"Fed-RAA reaches {TARGET:.2f} faster than {name} (MNIST)", base, paper))
-    res = 100.0 / test_n
     out.append(claim("final accuracy below the full-model FedAvg", "−2.5 points",
-                     judge(100 * (_per_seed(both, "FedAvg", "final_accuracy") - _per_seed(both, raa, "final_accuracy")),
-                           2.5, resolution=res, unit=" pts", digits=2)))
+                     judge_acc(100 * _per_seed(both, "FedAvg", "final_accuracy"), 100 * _per_seed(both, raa, "final_accuracy"),
+                               2.5, n_test=test_n, chance=CHANCE, digits=2)))
     gre = _times(both, "Gre-RAA" if raa == "Fed-RAA" else raa, budget)
     out.append(speedup("Sync Fed-RAA slower than async (Table 3)", sync, 2.34, gre))
     for other, paper in (("Random", 1.13), ("MP-RAA", 1.16)):
@@ -374,20 +387,21 @@ def claims(main: pd.DataFrame, runs: pd.DataFrame, sweep: pd.DataFrame, *, budge
     by = sw.groupby(["seed", "beta"]).agg(**agg).reset_index()
     lo, hi = by["beta"].min(), by["beta"].max()
     at = lambda df, col, key, v: df[df[key] == v].sort_values("seed")[col].to_numpy(float)  # noqa: E731
+    tick = f"one tick of the {eval_s:g} s evaluation clock"
     out.append(claim(f"larger β ({lo:g} → {hi:g}, mean over M): longer time to {TARGET:.2f} (Fig. 5)", "↑",
-                     judge(at(by, "t", "beta", hi) - at(by, "t", "beta", lo), resolution=eval_s, unit=" s", digits=2,
-                           censored=list(at(by, "never", "beta", hi).astype(bool) | at(by, "never", "beta", lo).astype(bool)))))
+                     judge(at(by, "t", "beta", hi) - at(by, "t", "beta", lo), resolution=eval_s, res_name=tick,
+                           unit=" s", digits=2, censored=_sides(at(by, "never", "beta", hi), at(by, "never", "beta", lo)))))
     out.append(claim(f"larger β ({lo:g} → {hi:g}, mean over M): lower final accuracy (Fig. 5)", "↓",
-                     judge(100 * (at(by, "final_accuracy", "beta", lo) - at(by, "final_accuracy", "beta", hi)),
-                           resolution=res, unit=" pts", digits=2)))
+                     judge_acc(100 * at(by, "final_accuracy", "beta", lo), 100 * at(by, "final_accuracy", "beta", hi),
+                               n_test=test_n, chance=CHANCE, digits=2)))
     bm = sw.groupby(["seed", "M"]).agg(**agg).reset_index()
     m0, m1 = int(bm["M"].min()), int(bm["M"].max())
     out.append(claim(f"larger M ({m0} → {m1}, mean over β): longer time to {TARGET:.2f} (Fig. 6)", "↑",
-                     judge(at(bm, "t", "M", m1) - at(bm, "t", "M", m0), resolution=eval_s, unit=" s", digits=2,
-                           censored=list(at(bm, "never", "M", m1).astype(bool) | at(bm, "never", "M", m0).astype(bool)))))
+                     judge(at(bm, "t", "M", m1) - at(bm, "t", "M", m0), resolution=eval_s, res_name=tick, unit=" s",
+                           digits=2, censored=_sides(at(bm, "never", "M", m1), at(bm, "never", "M", m0)))))
     out.append(claim(f"larger M ({m0} → {m1}, mean over β): no accuracy gain, read as lower or equal (Fig. 6)",
-                     "no gain", judge(100 * (at(bm, "final_accuracy", "M", m0) - at(bm, "final_accuracy", "M", m1)),
-                                      resolution=res, unit=" pts", digits=2)))
+                     "no gain", judge_acc(100 * at(bm, "final_accuracy", "M", m0), 100 * at(bm, "final_accuracy", "M", m1),
+                                          n_test=test_n, chance=CHANCE, digits=2)))
     rhos = []
     for s, g in sweep.groupby("seed"):
         ok = g[["K_hat", "grad_norm_sq_final"]].dropna()
@@ -416,14 +430,18 @@ def choices(main: pd.DataFrame, runs: pd.DataFrame, sweep: pd.DataFrame, used: l
     alt_runs = pd.concat([runs, _per_run_rows(results, [("choice", v, s) for v in CHOICES for s in seeds], 1)])
     sync_avg = claims(main, alt_runs, sweep, raa="Fed-RAA", sync="Sync (plain average)", **kw)
     glob = claims(main, alt_runs, sweep, raa="Fed-RAA (global staleness clock)", **kw)
-    coarse = []
+    coarse, ticks = [], []
     for key in [k for k in results if k[0] in ("main", "ablation", "choice")]:
         m = on_version_clock(results[key]["metrics"], 10)
         coarse.append({"method": key[1], "seed": key[-1], "time_to_target_s": first_time(m, TARGET)})
+        ticks.append(float(np.diff(m["t"].to_numpy(float)).max()) if len(m) > 1 else math.inf)
     cs = pd.DataFrame(coarse)
     cmain = main.drop(columns="time_to_target_s").merge(cs, on=["method", "seed"])
     cruns = runs.drop(columns="time_to_target_s").merge(cs, on=["method", "seed"])
-    ver = claims(cmain, cruns, sweep, eval_s=0.0, **kw)
+    # the version clock's resolution is its longest interval between two evaluations over these runs, and the
+    # 5% clock check applies to it as to the fine clock
+    coarse_tick = max(ticks) if ticks else math.inf
+    ver = claims(cmain, cruns, sweep, eval_s=coarse_tick, **kw)
     return [Choice("Sync Fed-RAA's aggregation", "α-mixed as async (α_t = α·s(τ) with the async α = 0.6)",
                    "Table 3 contrasts the two as differing only in waiting; the paper does not give Sync's rule",
                    {"α-mixed": verdicts_of(used, ("Sync Fed-RAA",)),
@@ -435,7 +453,8 @@ def choices(main: pd.DataFrame, runs: pd.DataFrame, sweep: pd.DataFrame, used: l
             Choice("evaluation clock", f"every {EVAL_S:g} s of virtual time, the same for every method",
                    "no coarser than 5% of the smallest time compared (checked per row)",
                    {f"every {EVAL_S:g} s": verdicts_of(used, timed),
-                    "every 10 server versions (emulated from the fine clock)": verdicts_of(ver, timed)})]
+                    f"every 10 server versions (emulated from the fine clock; tick up to {coarse_tick:.2f} s)":
+                        verdicts_of(ver, timed)})]
 
 
 def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str) -> str:
@@ -461,13 +480,19 @@ def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str)
 
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, time_s: float | None = None, resume: bool = False) -> dict[str, pd.DataFrame]:
+             progress: bool = True, time_s: float | None = None, resume: bool = False,
+             stability_seeds: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures, tables, their CSVs, ``claims.md`` and ``RESULTS.md`` into
     ``out`` (``time_s``: the virtual time of the main runs, default 20 s; the sweep's is 0.6 of it; ``resume``: reuse
-    finished runs of the identical scenario, even ones made by older code)."""
+    finished runs of the identical scenario, even ones made by older code; ``stability_seeds``: the recipe again
+    on them under ``out/stability``, every claims row checked against it)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
+    seeds, stability_seeds = default_seeds(quick, seeds, stability_seeds)
+    stab = None
+    if stability_seeds:
+        stab = claims_of(make_all(out / "stability", quick=quick, seeds=stability_seeds, progress=progress,
+                                  time_s=time_s, resume=resume, stability_seeds=[])["claims"])
     # sized for about a quarter of an hour on two shared cores: every method reaches 0.92 by ≈ 16 s here, so
     # 20 s covers them (a time never reached counts as the budget, a lower bound); the sweep keeps its ends
     time_s = time_s if time_s is not None else 20.0
@@ -483,13 +508,14 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         "beta_m": beta_m(results, seeds, betas, ms, out),
         "assignments": assignments(results, seeds[0], out),
     }
-    command = "python -m figures.fedraa" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    command = "python -m figures.fedraa" + (" --quick" if quick else "") + seeds_args(seeds, stability_seeds)
     commit = commit_hash()
     main_runs, runs = pd.read_csv(out / "main_comparison_runs.csv"), pd.read_csv(out / "ablation_runs.csv")
     kw = {"budget": time_s, "sweep_budget": sweep_s, "test_n": test_size(BASE)}
     rows = claims(main_runs, runs, tables["beta_m"], **kw)
     chosen = choices(main_runs, runs, tables["beta_m"], rows, results, seeds, **kw)
-    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit, choices=chosen)
+    (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit, choices=chosen,
+                                                 stability=stab, stability_seeds=stability_seeds)
                                    + "\nfedsim's own checks (not claims of the paper): " + checks(runs),
                                    encoding="utf-8")
     (out / "RESULTS.md").write_text(results_markdown(out, seeds, commit, command), encoding="utf-8")
@@ -500,11 +526,11 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.fedraa", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, short runs (under three minutes)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--quick", action="store_true", help="two seeds, short runs")
+    add_seed_arguments(p)
     p.add_argument("--resume", action="store_true", help="reuse finished runs of the identical scenario")
     args = p.parse_args(argv)
-    make_all(args.out, quick=args.quick, seeds=args.seeds, resume=args.resume)
+    make_all(args.out, quick=args.quick, seeds=args.seeds, resume=args.resume, stability_seeds=args.stability_seeds)
     print(f"Fed-RAA figures and tables written to {args.out} (claims.md, RESULTS.md)")
     return 0
 

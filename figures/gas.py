@@ -1,6 +1,6 @@
 """GAS (Yang & Liu): Figures 2, 3, 4 and Tables 1, 2 at a scale that runs on two CPU cores.
 
-    python -m figures.gas --out DIR [--quick] [--seeds 0 1 2] [--cifar-root DIR] [--resume]
+    python -m figures.gas --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9] [--cifar-root DIR] [--resume]
 
 Every figure is written as a PNG next to the CSV of exactly what it plots; tables are written as CSV and
 Markdown.  The runs themselves (trace, metrics, summary) are kept under ``DIR/runs``.
@@ -48,8 +48,9 @@ import pandas as pd  # noqa: E402
 
 from analysis.estimators import gas_lemma1_rho  # noqa: E402
 from fedsim.scenario import load_raw  # noqa: E402
-from figures.claims import (Choice, Claim, Judgement, censor, claim, clock_ok, commit_hash, fmt,  # noqa: E402
-                            judge, judge_value, render_claims, results_head, verdicts_of)
+from figures.claims import (Choice, Claim, Judgement, add_seed_arguments, censor, claim, claims_of,  # noqa: E402
+                            clock_ok, commit_hash, default_seeds, fmt, judge, judge_acc, judge_value,
+                            ratio_resolution, render_claims, results_head, seeds_args, verdicts_of)
 from figures.common import Job, on_version_clock, run_jobs, save, test_size, trace_of  # noqa: E402
 
 BASE: dict[str, Any] = {
@@ -374,7 +375,8 @@ def _faster(text: str, paper: str, curves: pd.DataFrame, target: float, fast: st
     ts = times_to(slow_curves, target) if slow_curves is not None else tt
     tf, nf = censor([tt[fast, s] for s in seeds], budget)
     tl, nl = censor([ts[slow, s] for s in seeds], budget)
-    cen = [a or b for a, b in zip(nf, nl)]
+    # the slow method never reaching the target bounds the effect from below (in the claim's favour)
+    cen = [("both" if a and b else "high" if a else "low" if b else False) for a, b in zip(nf, nl)]
     if all(nf) and all(nl):
         return Claim(text, paper, f"neither reaches {target:.0%} within {budget:g} s", "n/a")
     if not clock_ok(eval_s, tf + tl):
@@ -382,16 +384,23 @@ def _faster(text: str, paper: str, curves: pd.DataFrame, target: float, fast: st
                      f"({min(tf + tl):.2f} s)", "n/a")
     if ratio is not None:
         j = judge([b / a for a, b in zip(tf, tl)], ratio, ratio=True, digits=2,
-                  resolution=eval_s / max(1e-9, min(tf)), censored=cen)
+                  resolution=ratio_resolution(tf, tl, eval_s), res_name=f"both clocks, tick {eval_s:g} s", censored=cen)
     else:
-        j = judge([b - a for a, b in zip(tf, tl)], resolution=eval_s, unit=" s", digits=2, censored=cen)
+        j = judge([b - a for a, b in zip(tf, tl)], resolution=eval_s, res_name=f"one tick of the {eval_s:g} s clock",
+                  unit=" s", digits=2, censored=cen)
     return claim(text, paper, Judgement(j.verdict, j.cell + f"; {fast} " + " / ".join(
         (">" if c else "") + f"{x:.2f}" for x, c in zip(tf, nf)) + " s"))
 
 
-def _above(text: str, paper: str, a: Sequence[float], b: Sequence[float], res: float) -> Claim:
-    """A above B per seed (accuracies as fractions), judged in points against one test sample."""
-    return claim(text, paper, judge([100 * (x - y) for x, y in zip(a, b)], resolution=res, unit=" pts"))
+#: chance accuracy (%) on every dataset here (10 classes): accuracy rows are judged only clearly above it
+CHANCE = 10.0
+#: CIFAR-10's test set (its size is not read when the optional column runs)
+CIFAR_TEST_N = 10000
+
+
+def _above(text: str, paper: str, a: Sequence[float], b: Sequence[float], n_test: int) -> Claim:
+    """A above B per seed (accuracies as fractions), judged in points with the test-set resolution."""
+    return claim(text, paper, judge_acc([100 * x for x in a], [100 * y for y in b], n_test=n_test, chance=CHANCE))
 
 
 def claims(t: dict[str, Any], seeds: Sequence[int], *, target3: float = TARGET3) -> list[Claim]:
@@ -400,7 +409,7 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, target3: float = TARGET3)
     part."""
     out: list[Claim] = []
     seeds = list(seeds)
-    res = {ds: 100.0 / n for ds, n in t["test_n"].items()}
+    res = {**{"cifar10": CIFAR_TEST_N}, **{ds: int(n) for ds, n in t["test_n"].items()}}  # test samples
     lm = t["lemma1"].sort_values("seed")
     out.append(claim("Lemma 1 / Fig. 2a: generated activations shrink the server-gradient dissimilarity (paired: same "
                      "weights, same buffer); effect 1 − factor", "factor < 1", judge(1.0 - lm["factor"], digits=3)))
@@ -416,15 +425,15 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, target3: float = TARGET3)
     t1 = t["table1"]
     for col in dict.fromkeys(t1["column"]):
         g = t1[t1["column"] == col].set_index("method")
-        r = res[col.split()[0]] if col.split()[0] in res else res["digits"]
+        r = res.get(col.split()[0], res["digits"])
         others = [m for m in g.index if m != "GAS"]
         n = len(_per_seed(g.loc["GAS"]))
         best = [max(_per_seed(g.loc[m])[i] for m in others) for i in range(n)]
         out.append(claim(f"Table 1 ({col}): GAS above the best of FedAvg / FedBuff / CA2FL per seed", "GAS first",
-                         judge([a - b for a, b in zip(_per_seed(g.loc["GAS"]), best)], resolution=r, unit=" pts")))
+                         judge_acc(_per_seed(g.loc["GAS"]), best, n_test=r, chance=CHANCE)))
         base = [max(_per_seed(g.loc[m])[i] for m in ("FedAvg", "FedBuff")) for i in range(n)]
         out.append(claim(f"Table 1 ({col}): CA2FL above FedAvg and FedBuff", "CA2FL above both",
-                         judge([a - b for a, b in zip(_per_seed(g.loc["CA2FL"]), base)], resolution=r, unit=" pts")))
+                         judge_acc(_per_seed(g.loc["CA2FL"]), base, n_test=r, chance=CHANCE)))
     t2 = t["table2"]
     es = sorted(t2["E"].unique())
     for part in ("shard2", "dir0.1"):
@@ -435,17 +444,17 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, target3: float = TARGET3)
             ge = g[g["E"] == e].set_index("method")
             best = [max(_per_seed(ge.loc[m])[i] for m in ("FedBuff", "CA2FL")) for i in range(len(gas_e[e]))]
             out.append(claim(f"Table 2 ({short}, E = {e:g}): GAS above FedBuff and CA2FL", "GAS above at E = 10–35",
-                             judge([a - b for a, b in zip(gas_e[e], best)], resolution=res["digits"], unit=" pts")))
+                             judge_acc(gas_e[e], best, n_test=res["digits"], chance=CHANCE)))
         if len(es) > 2:
-            peak = [max(gas_e[e][i] for e in es[1:-1]) - max(gas_e[es[0]][i], gas_e[es[-1]][i])
-                    for i in range(len(gas_e[es[0]]))]
+            k = range(len(gas_e[es[0]]))
+            inner = [max(gas_e[e][i] for e in es[1:-1]) for i in k]
+            ends = [max(gas_e[es[0]][i], gas_e[es[-1]][i]) for i in k]
             out.append(claim(f"Table 2 ({short}): GAS peaks at an intermediate E (best inner E − best end E, per seed)",
-                             "peak at E = 20", judge(peak, resolution=res["digits"], unit=" pts")))
+                             "peak at E = 20", judge_acc(inner, ends, n_test=res["digits"], chance=CHANCE)))
         for m in ("FedBuff", "CA2FL"):
             ys = {e: _per_seed(g[(g["E"] == e) & (g["method"] == m)].iloc[0]) for e in (es[0], es[-1])}
             out.append(claim(f"Table 2 ({short}): {m} improves from E = {es[0]:g} to {es[-1]:g}", "net rise (E = 10 → 50)",
-                             judge([b - a for a, b in zip(ys[es[0]], ys[es[-1]])], resolution=res["digits"],
-                                   unit=" pts")))
+                             judge_acc(ys[es[-1]], ys[es[0]], n_test=res["digits"], chance=CHANCE)))
     f3, e3, b3 = t["fig3"], t["eval_s3"], t["budget3"]
     sync = [LABELS["minibatch-sfl"], LABELS["s2fl"]]
     fin = _finals(f3)
@@ -503,13 +512,21 @@ def _on_version_clock(curves: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def _longest_tick(curves: pd.DataFrame) -> float:
+    """The longest virtual-time interval between two successive evaluations of any run in ``curves``."""
+    gaps = [float(np.diff(g["time_s"].sort_values().to_numpy(float)).max())
+            for _, g in curves.groupby(["method", "seed"] + (["E"] if "E" in curves else [])) if len(g) > 1]
+    return max(gaps) if gaps else math.inf
+
+
 def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[Choice]:
     """The Fig. 3 target (85/90/93/95%) and the evaluation clock, with the verdicts of the rows they move."""
     timed = ("GAS reaches", "needs longer")
     by_target = {f"{x:.0%}" + (" (used)" if x == TARGET3 else ""):
                  verdicts_of(claims(t, seeds, target3=x), ("Fig. 3: GAS reaches",)) for x in TARGETS3}
-    coarse = {**t, "fig3": _on_version_clock(t["fig3"]), "fig4": _on_version_clock(t["fig4"]), "eval_s3": 0.0,
-              "eval_s4": 0.0}
+    f3, f4 = _on_version_clock(t["fig3"]), _on_version_clock(t["fig4"])
+    # the version clock's resolution: its longest interval between two evaluations (and the 5% check on it)
+    coarse = {**t, "fig3": f3, "fig4": f4, "eval_s3": _longest_tick(f3), "eval_s4": _longest_tick(f4)}
     return [Choice("accuracy target of Fig. 3's time-to-target", f"{TARGET3:.0%}",
                    "the paper's Fig. 3 names no target; fixed before the run", by_target),
             Choice("evaluation clock", f"every {t['eval_s3']:g} s of virtual time (1/800 of the budget), every method",
@@ -551,13 +568,20 @@ def results_markdown(out: Path, seeds: Sequence[int], commit: str, command: str)
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
              cifar_root: str | None = None, progress: bool = True, iterations: int | None = None,
-             time_s: float | None = None, resume: bool = False) -> dict[str, pd.DataFrame]:
+             time_s: float | None = None, resume: bool = False,
+             stability_seeds: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures, tables, their CSVs, ``claims.md`` and ``RESULTS.md`` into
     ``out`` (``iterations`` / ``time_s``: every run's global iterations / simulated seconds, to shorten it;
-    ``resume``: reuse finished runs of the identical scenario, even ones made by older code)."""
+    ``resume``: reuse finished runs of the identical scenario, even ones made by older code;
+    ``stability_seeds``: the recipe again on them under ``out/stability``, every claims row checked against it)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
+    seeds, stability_seeds = default_seeds(quick, seeds, stability_seeds)
+    stab = None
+    if stability_seeds:
+        stab = claims_of(make_all(out / "stability", quick=quick, seeds=stability_seeds, cifar_root=cifar_root,
+                                  progress=progress, iterations=iterations, time_s=time_s, resume=resume,
+                                  stability_seeds=[])["claims"])
     if quick:
         v2, t3, t4, es4, v1, v2t, es2, vc = 20, 3.0, 3.0, (2, 8), 20, 20, (2, 8), 100
         settings = [("digits", "shard2")]
@@ -582,14 +606,15 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
         "cell": cell_timing(results, vc, out),
         "lemma1": lemma1(results, seeds, out),
     }
-    command = "python -m figures.gas" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    command = "python -m figures.gas" + (" --quick" if quick else "") + seeds_args(seeds, stability_seeds)
     commit = commit_hash()
     tables.update(eval_s3=t3 * EVAL_FRACTION, eval_s4=t4 * EVAL_FRACTION, budget3=t3, budget4=t4,
                   test_n={ds: test_size(job(("n",), algorithm("fedavg"), seeds[0], dataset=ds, part=p).mapping)
                           for ds, p in settings if ds != "cifar10"})
     rows = claims(tables, seeds)
     (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit,
-                                                 choices=choices(tables, seeds, rows))
+                                                 choices=choices(tables, seeds, rows), stability=stab,
+                                                 stability_seeds=stability_seeds)
                                    + render_code_checks(code_checks(tables)), encoding="utf-8")
     (out / "RESULTS.md").write_text(results_markdown(out, seeds, commit, command), encoding="utf-8")
     tables["claims"] = pd.DataFrame([c.__dict__ for c in rows])
@@ -599,12 +624,13 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.gas", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, short runs (about 45 s of CPU time)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--quick", action="store_true", help="two seeds, short runs")
+    add_seed_arguments(p)
     p.add_argument("--cifar-root", default=None, help="folder holding cifar-10-batches-py (adds a CIFAR-10 column)")
     p.add_argument("--resume", action="store_true", help="reuse finished runs of the identical scenario")
     args = p.parse_args(argv)
-    make_all(args.out, quick=args.quick, seeds=args.seeds, cifar_root=args.cifar_root, resume=args.resume)
+    make_all(args.out, quick=args.quick, seeds=args.seeds, cifar_root=args.cifar_root, resume=args.resume,
+             stability_seeds=args.stability_seeds)
     print(f"GAS figures and tables written to {args.out} (claims.md, RESULTS.md)")
     return 0
 

@@ -1,7 +1,7 @@
 """SemiSFL (Xu et al.): accuracy against time and traffic, the Dirichlet sweep, adaptive K_s, R_h, the
 projection-head ablation and the communication crossover, at a scale that runs on two CPU cores.
 
-    python -m figures.semisfl --out DIR [--quick] [--seeds 0 1 2]
+    python -m figures.semisfl --out DIR [--quick] [--seeds 0 1 2 3 4] [--stability-seeds 5 6 7 8 9]
 
 Every figure is written as a PNG next to the CSV of exactly what it plots; tables are CSV and Markdown.
 The runs (trace, metrics, summary) are kept under ``DIR/runs``.
@@ -39,6 +39,7 @@ channel preset (0.8–8 Mbps up, 10–20 Mbps down, redrawn per transmission); t
 from __future__ import annotations
 
 import argparse
+import math
 import copy
 from pathlib import Path
 from typing import Any, Sequence
@@ -53,8 +54,9 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from fedsim.sim.trace import load_trace  # noqa: E402
-from figures.claims import (Choice, Claim, Judgement, censor, claim, clock_ok, commit_hash, judge,  # noqa: E402
-                            render_claims, verdicts_of)
+from figures.claims import (Choice, Claim, Judgement, acc_resolution, add_seed_arguments, censor,  # noqa: E402
+                            chance_gate, claim, claims_of, clock_ok, commit_hash, default_seeds, judge, judge_acc,
+                            ratio_resolution, render_claims, seeds_args, verdicts_of)
 from figures.common import Job, on_version_clock, run_jobs, save, test_size  # noqa: E402
 
 BASE: dict[str, Any] = {
@@ -401,6 +403,20 @@ def _values(df: pd.DataFrame, **where: Any) -> np.ndarray:
     return np.array([float(x) for x in str(sel["values"].iloc[0]).split()])
 
 
+#: chance accuracy on digits' 10 classes (%): accuracy rows are judged only clearly above it
+CHANCE = 10.0
+
+
+def _diff_of_gaps(effect: Sequence[float], accs: tuple, n: int, paper: float | None = None) -> Judgement:
+    """A difference of two accuracy gaps (a1 − b1) − (a2 − b2) per seed: its test-set resolution is the four
+    accuracies' binomial errors together, and every one of them must be clearly above chance."""
+    a1, b1, a2, b2 = ([float(x) for x in v] for v in accs)
+    res = [math.hypot(r1, r2) for r1, r2 in zip(acc_resolution(a1, b1, n), acc_resolution(a2, b2, n))]
+    gate = chance_gate([float(np.mean(v)) for v in (a1, b1, a2, b2) if len(v)], CHANCE, n)
+    return judge(list(effect), paper, resolution=res, res_name=f"test-set sampling of four accuracies, n = {n}",
+                 unit=" pts", na=gate)
+
+
 def claims(t: dict[str, Any], seeds: Sequence[int], *, fss: str = LABELS["fedswitch-sl"],
            controller: str = "adaptive (paper)", eval_s: float | None = None) -> list[Claim]:
     """The paper's claims against this recipe's tables (``make_all``'s dict, with ``test_n``, ``eval_s`` and
@@ -408,7 +424,8 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, fss: str = LABELS["fedswi
     FedSwitch-SL run of the Dir(0.1) comparisons, ``controller``: the adaptive K_s variant (the choices table
     swaps in the alternative readings)."""
     out = []
-    res = 100.0 / float(t["test_n"])
+    n = int(t["test_n"])
+    acc = lambda a, b, paper=None: judge_acc(a, b, paper, n_test=n, chance=CHANCE)  # noqa: E731
     eval_s = t["eval_s"] if eval_s is None else eval_s
     cx = t["crossover"]
     at = cx[cx["k_u"] == 50].set_index("model")["sfl_over_fl"]
@@ -425,17 +442,17 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, fss: str = LABELS["fedswi
                                                            for s in seeds], unit=" MB")))
     ks = t["adaptive_ks"]
     dr = t["dirichlet"]
-    g50 = _finals_by(ks, "variant", controller) - _finals_by(ks, "variant", "Supervised-only")
-    g100 = _values(dr, partition="dir0.1", method=LABELS["semisfl"]) - _values(dr, method=LABELS["supervised-only"])
+    a50, s50 = _finals_by(ks, "variant", controller), _finals_by(ks, "variant", "Supervised-only")
+    a100, s100 = _values(dr, partition="dir0.1", method=LABELS["semisfl"]), _values(dr, method=LABELS["supervised-only"])
+    g50, g100 = a50 - s50, a100 - s100
     out.append(claim("Semi-supervised SemiSFL beats Supervised-only, 50 labels", "CIFAR-10: 88.6 vs 75.1 (+13.5)",
-                     judge(g50, 13.5, resolution=res, unit=" pts")))
+                     acc(a50, s50, 13.5)))
     out.append(claim("Semi-supervised SemiSFL beats Supervised-only, 100 labels", "CIFAR-10: 88.6 vs 75.1 (+13.5)",
-                     judge(g100, 13.5, resolution=res, unit=" pts")))
+                     acc(a100, s100, 13.5)))
     out.append(claim("... by more with fewer labels (gain at 50 − gain at 100)", "more with fewer labels",
-                     judge(g50 - g100, resolution=res, unit=" pts")))
+                     _diff_of_gaps(g50 - g100, (a50, s50, a100, s100), n)))
     out.append(claim("Adaptive K_s beats fixed K_s = 20 with few labels (50)", "+10.8 points, 250 labels (Fig. 11)",
-                     judge(_finals_by(ks, "variant", controller) - _finals_by(ks, "variant", "fixed K_s = 20"), 10.8,
-                           resolution=res, unit=" pts")))
+                     acc(a50, _finals_by(ks, "variant", "fixed K_s = 20"), 10.8)))
     a = ks[ks["variant"] == controller].sort_values("round")
     drop = (a.groupby("seed")["k_s"].first() - a.groupby("seed")["k_s"].last()).sort_index()
     out.append(claim("K_s decays with few labels (first − last K_s per seed)", "mostly below 30 from 100 (Fig. 11b)",
@@ -451,27 +468,27 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, fss: str = LABELS["fedswi
         out.append(Claim("R_h rises sooner with a larger K_s", "Fig. 3b", "no full span of indicators within the run", "n/a"))
     parts = [p for p in ("iid", "dir1.0", "dir0.1", "dir0.05") if ((dr["partition"] == p) & (dr["method"] == LABELS["semisfl"])).any()]
     paper_gap = {"dir1.0": 1.5, "dir0.05": 5.1}
-    gaps = {}
+    gaps, pairs = {}, {}
     for p in parts:
         other = fss if p == "dir0.1" else LABELS["fedswitch-sl"]
-        gaps[p] = _values(dr, partition=p, method=LABELS["semisfl"]) - _values(dr, partition=p, method=other)
+        pairs[p] = (_values(dr, partition=p, method=LABELS["semisfl"]), _values(dr, partition=p, method=other))
+        gaps[p] = pairs[p][0] - pairs[p][1]
         out.append(claim(f"SemiSFL above FedSwitch-SL, {p}", f"+{paper_gap[p]:g} points (Table IV)" if p in paper_gap
-                         else "above (Table IV)", judge(gaps[p], paper_gap.get(p), resolution=res, unit=" pts")))
+                         else "above (Table IV)", acc(*pairs[p], paper_gap.get(p))))
     if "dir1.0" in gaps and "dir0.05" in gaps:
         # the paper's claim is that SemiSFL's *advantage* grows: a seed points its way only when the gap grew and
         # SemiSFL is ahead at Dir 0.05 (a deficit that shrinks is not an advantage that grows)
         growth = np.minimum(gaps["dir0.05"] - gaps["dir1.0"], gaps["dir0.05"])
         out.append(claim("... more as skew rises (gap at Dir 0.05 − gap at Dir 1.0, counted only where SemiSFL is "
                          "ahead at Dir 0.05)", "+3.6 points",
-                         judge(growth, 3.6, resolution=res, unit=" pts")))
+                         _diff_of_gaps(growth, (*pairs["dir0.05"], *pairs["dir1.0"]), n, 3.6)))
         out.append(claim("SemiSFL's accuracy falls as skew rises (Dir 1.0 − Dir 0.05)", "87.9 → 82.3 (5.6 points)",
-                         judge(_values(dr, partition="dir1.0", method=LABELS["semisfl"])
-                               - _values(dr, partition="dir0.05", method=LABELS["semisfl"]), 5.6, resolution=res,
-                               unit=" pts")))
+                         acc(_values(dr, partition="dir1.0", method=LABELS["semisfl"]),
+                             _values(dr, partition="dir0.05", method=LABELS["semisfl"]), 5.6)))
     me = _finals_by(tt, "method", LABELS["semisfl"])
     for m, paper in (("semifl", 83.8 - 78.9), ("fedswitch", 83.8 - 79.4), ("fedmatch", 83.8 - 79.7)):
         out.append(claim(f"SemiSFL above {LABELS[m]} (Dir 0.1)", f"83.8 vs {83.8 - paper:.1f} (+{paper:.1f})",
-                         judge(me - _finals_by(tt, "method", LABELS[m]), paper, resolution=res, unit=" pts")))
+                         acc(me, _finals_by(tt, "method", LABELS[m]), paper)))
     target = float(t["target"])
     budget = float(t["budget"])
 
@@ -492,18 +509,21 @@ def claims(t: dict[str, Any], seeds: Sequence[int], *, fss: str = LABELS["fedswi
             out.append(Claim(text, ptext, f"evaluation clock {eval_s:g} s coarser than 5% of the smallest time "
                              f"({min(mine + other):.2f} s)", "n/a"))
         else:
-            cen = [x or y for x, y in zip(n_me, n_o)]
+            # the other method never reaching the target bounds the effect from below (in the claim's favour)
+            cen = [("both" if x and y else "high" if x else "low" if y else False) for x, y in zip(n_me, n_o)]
             j = (judge([b / a for a, b in zip(mine, other)], paper, ratio=True, digits=2,
-                       resolution=eval_s / max(1e-9, min(mine)), censored=cen) if paper
-                 else judge([b - a for a, b in zip(mine, other)], resolution=eval_s, unit=" s", censored=cen))
+                       resolution=ratio_resolution(mine, other, eval_s), res_name=f"both clocks, tick {eval_s:g} s",
+                       censored=cen) if paper
+                 else judge([b - a for a, b in zip(mine, other)], resolution=eval_s,
+                            res_name=f"one tick of the {eval_s:g} s clock", unit=" s", censored=cen))
             out.append(claim(text, ptext, Judgement(j.verdict, j.cell + "; SemiSFL " + " / ".join(
                 (">" if c else "") + f"{x:.1f}" for x, c in zip(mine, n_me)) + " s")))
     hd = t["head"]
     hv = {h: _values(hd, head=h) for h in HEADS}
     out.append(claim("Projection head: linear above none (Dir 0.1)", "82.9 vs 82.8 (+0.1, Table V)",
-                     judge(hv["linear"] - hv["none"], 0.1, resolution=res, unit=" pts")))
+                     acc(hv["linear"], hv["none"], 0.1)))
     out.append(claim("Projection head: MLP above linear (Dir 0.1)", "83.8 vs 82.9 (+0.9, Table V)",
-                     judge(hv["mlp"] - hv["linear"], 0.9, resolution=res, unit=" pts")))
+                     acc(hv["mlp"], hv["linear"], 0.9)))
     return out
 
 
@@ -515,7 +535,11 @@ def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[
     coarse_tt = pd.concat([on_version_clock(g.rename(columns={"time_s": "t", "round": "updates"}), t["version_clock"])
                            .rename(columns={"t": "time_s", "updates": "round"})
                            for _, g in t["time_traffic"].groupby(["method", "seed"], sort=False)], ignore_index=True)
-    coarse = claims({**t, "time_traffic": coarse_tt}, seeds, eval_s=0.0)
+    # the round clock's resolution is its longest interval between two evaluations (and the 5% check on it)
+    gaps = [float(np.diff(g["time_s"].sort_values().to_numpy(float)).max())
+            for _, g in coarse_tt.groupby(["method", "seed"]) if len(g) > 1]
+    coarse_tick = max(gaps) if gaps else math.inf
+    coarse = claims({**t, "time_traffic": coarse_tt}, seeds, eval_s=coarse_tick)
     vs_fss = ("SemiSFL above FedSwitch-SL, dir0.1", "before FedSwitch-SL")
     ks_rows = ("Adaptive K_s", "K_s decays", "Semi-supervised SemiSFL beats Supervised-only, 50", "... by more")
     return [Choice("FedSwitch-SL's server view of the labeled data", "weak",
@@ -526,17 +550,23 @@ def choices(t: dict[str, Any], seeds: Sequence[int], used: list[Claim]) -> list[
             Choice("evaluation clock", f"every {t['eval_s']:g} s of virtual time, every method",
                    "no coarser than 5% of the smallest time compared (checked per row)",
                    {"virtual-time clock": verdicts_of(used, ("SemiSFL reaches",)),
-                    f"every {t['version_clock']} rounds (emulated from the fine clock)":
+                    f"every {t['version_clock']} rounds (emulated from the fine clock; tick up to {coarse_tick:.1f} s)":
                         verdicts_of(coarse, ("SemiSFL reaches",))})]
 
 
 def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | None = None,
-             progress: bool = True, rounds: int | None = None) -> dict[str, pd.DataFrame]:
+             progress: bool = True, rounds: int | None = None,
+             stability_seeds: Sequence[int] | None = None) -> dict[str, pd.DataFrame]:
     """Run every recipe and write the figures, tables, their CSVs and ``claims.md`` into ``out``
-    (``rounds``: rounds per run, default 12 quick, 24 full)."""
+    (``rounds``: rounds per run, default 12 quick, 24 full; ``stability_seeds``: the recipe again on them
+    under ``out/stability``, every claims row checked against it)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    seeds = list(seeds) if seeds is not None else ([0] if quick else [0, 1, 2])
+    seeds, stability_seeds = default_seeds(quick, seeds, stability_seeds)
+    stab = None
+    if stability_seeds:
+        stab = claims_of(make_all(out / "stability", quick=quick, seeds=stability_seeds, progress=progress,
+                                  rounds=rounds, stability_seeds=[])["claims"])
     rounds = rounds if rounds is not None else (12 if quick else 24)
     head_parts = ("dir0.1",)
     dir_parts = ("iid", "dir0.1") if quick else ("dir1.0", "dir0.1", "dir0.05")
@@ -551,12 +581,13 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
               "dirichlet": dirichlet(results, seeds, dir_parts, out),
               "adaptive_ks": adaptive(results, seeds, out), "r_h": r_h(results, seeds, out),
               "head": head(results, seeds, head_parts, out), "crossover": crossover(out)}
-    command = "python -m figures.semisfl" + (" --quick" if quick else "") + f" --seeds {' '.join(map(str, seeds))}"
+    command = "python -m figures.semisfl" + (" --quick" if quick else "") + seeds_args(seeds, stability_seeds)
     tables.update(test_n=test_size(job(("n",), algorithm("semisfl"), seeds[0]).mapping), eval_s=EVAL_S, target=0.8,
                   budget=float(tables["time_traffic"]["time_s"].max()), version_clock=max(1, rounds // 12))
     rows = claims(tables, seeds)
     (out / "claims.md").write_text(render_claims(rows, command=command, seeds=seeds, commit=commit_hash(),
-                                                 choices=choices(tables, seeds, rows)), encoding="utf-8")
+                                                 choices=choices(tables, seeds, rows), stability=stab,
+                                                 stability_seeds=stability_seeds), encoding="utf-8")
     tables["claims"] = pd.DataFrame([c.__dict__ for c in rows])
     return tables
 
@@ -564,10 +595,10 @@ def make_all(out: str | Path, *, quick: bool = False, seeds: Sequence[int] | Non
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m figures.semisfl", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--quick", action="store_true", help="one seed, 12 rounds, fewer settings (under three minutes)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default 0 1 2; --quick: 0)")
+    p.add_argument("--quick", action="store_true", help="two seeds, 12 rounds, fewer settings")
+    add_seed_arguments(p)
     args = p.parse_args(argv)
-    make_all(args.out, quick=args.quick, seeds=args.seeds)
+    make_all(args.out, quick=args.quick, seeds=args.seeds, stability_seeds=args.stability_seeds)
     print(f"SemiSFL figures and tables written to {args.out}")
     return 0
 

@@ -48,8 +48,11 @@ def test_claim_helpers_by_hand():
 
     assert monotone([3.0, 1.0, 0.0, 0.0], -1) and not monotone([3.0, 1.0, 1.5], -1)
     assert not monotone([1.0, 1.0], 1) and monotone([1.0, 2.0], 1) and not monotone([1.0], 1)
-    # paper 1.4×, one seed: yes from 1.2× (half the gain), partly above 1, no at or below 1
-    assert [judge([x], 1.4, ratio=True).verdict for x in (1.25, 1.2, 1.1, 1.0, 0.8)] == ["yes", "yes", "partly", "no", "no"]
+    # paper 1.4×, one seed: no verdict; three tight seeds: yes from 1.2× (half the gain), partly from 1.1× (the
+    # 25% floor), no below it or at 1
+    assert judge([1.25], 1.4, ratio=True).verdict == "n/a"
+    assert [judge([x, x + 0.002, x - 0.002], 1.4, ratio=True, resolution=0.001).verdict
+            for x in (1.25, 1.2, 1.12, 1.05, 1.0, 0.8)] == ["yes", "yes", "partly", "no", "no", "no"]
     assert judge([float("nan")], 1.4, ratio=True).verdict == "n/a"
     assert (verdict(True), verdict(False), verdict(None)) == ("yes", "no", "n/a")
 
@@ -62,3 +65,23 @@ def test_version_clock_keeps_the_first_evaluation_after_each_tick():
     coarse = on_version_clock(m, 10)
     assert list(coarse["t"]) == [0.3, 0.5]
     assert first_time(m, 0.9) == 0.2 and first_time(coarse, 0.9) == 0.3 and math.isnan(first_time(m, 0.99))
+
+def test_regenerate_counts_verdicts_and_replaces_only_the_marked_block(tmp_path):
+    from figures import regenerate
+    from figures.claims import Claim, render_claims
+
+    text = render_claims([Claim("a", "p", "f", "yes"), Claim("b", "p", "f", "no"), Claim("c", "p", "f", "n/a")],
+                         command="x", seeds=[0, 1], commit="abc",
+                         stability=[Claim("a", "p", "g", "yes"), Claim("b", "p", "g", "partly"),
+                                    Claim("c", "p", "g", "n/a")], stability_seeds=[2, 3])
+    c = regenerate.counts(text)
+    # b flips (no on 0, 1; partly on 2, 3): unstable, the weaker verdict
+    assert (c["yes"], c["partly"], c["no"], c["n/a"], c["stable"], c["rows"]) == (1, 0, 1, 1, 2, 3)
+    page = f"intro\n{regenerate.BEGIN}\nold table\n{regenerate.END}\nrest\n"
+    assert regenerate.replace_block(page, "new") == f"intro\n{regenerate.BEGIN}\nnew\n{regenerate.END}\nrest\n"
+    assert regenerate.replace_block("no markers", "new") is None
+    (tmp_path / "gas").mkdir()
+    (tmp_path / "gas" / "claims.md").write_text(text, encoding="utf-8")
+    block = regenerate.collect(tmp_path, ["gas"], "abc")
+    assert "| GAS | 1 | 0 | 1 | 1 | 2 of 3 |" in block and "Commit `abc`" in block
+    assert regenerate.estimate_minutes(["gas"]) == regenerate.MINUTES_PER_SEED["gas"] * 10

@@ -40,18 +40,20 @@ def test_claims_table_is_generated_from_the_recipe_numbers(tmp_path):
     assert f"commit `{commit_hash()}`" in text and "seeds 0;" in text and RULES in text
     assert "*strong*" in text and "*authors' code*" in text
     name = "SemiSFL above FedSwitch-SL, dir0.1"
-    for gap, expected in ((5.0, "partly"), (-5.0, "no"), (0.1, "no")):  # one seed: a direction is at most partly
+    for gap in (5.0, -5.0, 0.1):  # one seed is never a verdict
         moved = copy.deepcopy(tables)
         d = moved["dirichlet"]
         other = float(d.loc[(d["partition"] == "dir0.1") & (d["method"] == "FedSwitch-SL"), "values"].item())
         d.loc[(d["partition"] == "dir0.1") & (d["method"] == "SemiSFL"), "values"] = f"{other + gap:.2f}"
         row = next(c for c in semisfl.claims(moved, [0]) if c.claim == name)
-        assert row.verdict == expected and f"per seed {gap:.1f} pts" in row.fedsim
-    # the head: MLP above linear by 0.9 points (the paper's number) on the one seed is yes; by 0.2 inside 1/n
-    for gap, expected in ((0.9, "yes"), (0.2, "no")):
+        assert row.verdict in ("n/a",) and f"per seed {gap:.1f} pts" in row.fedsim
+    # the head over three seeds: MLP above linear by 5 points is yes (paper +0.9); by 0.9 it is inside the
+    # test-set resolution (about 3 points at 80% on the digits test set); near chance it is n/a
+    for lin, gap, expected in ((80, 5.0, "yes"), (80, 0.9, "no"), (15, 5.0, "n/a")):
         moved = copy.deepcopy(tables)
         h = moved["head"]
-        h.loc[h["head"] == "linear", "values"] = "80.00"
-        h.loc[h["head"] == "mlp", "values"] = f"{80 + gap:.2f}"
+        h.loc[h["head"] == "linear", "values"] = f"{lin} {lin} {lin}"
+        h.loc[h["head"] == "mlp", "values"] = " ".join(f"{lin + gap + d:.2f}" for d in (0.0, 0.1, -0.1))
         row = next(c for c in semisfl.claims(moved, [0]) if c.claim.startswith("Projection head: MLP"))
-        assert row.verdict == expected
+        assert row.verdict == expected, row
+        assert "test-set sampling" in row.fedsim or "near chance" in row.fedsim
