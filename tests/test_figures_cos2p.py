@@ -92,6 +92,10 @@ def test_claims_table_is_generated_from_the_recipe_numbers(recipe):
     # the balanced reading is computed for every row
     bal = next(c for c in cos2p.choices(results, rows) if c.choice.startswith("R_n"))
     assert all(r.claim in bal.verdicts["balanced"] for r in rows)
+    # the evaluation clock's effect is computed from a re-run with a coarser clock, not asserted
+    clock = next(c for c in cos2p.choices(results, rows) if c.choice == "evaluation clock")
+    assert clock.verdicts["another clock"].startswith("no verdict moves (computed: seed 0 re-run")
+    assert (out / "runs" / "evalclock-0.0625-0").is_dir()
     name = "RU, Co-S²P vs FedAvg (full)"
     assert next(c for c in rows if c.claim == name).verdict == "n/a"      # one seed is never a verdict
     ms = results["methods_seeds"]
