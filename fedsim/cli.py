@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from fedsim.errors import FedsimError, Terminated, one_line
+from fedsim.errors import FedsimError, Terminated, UserDecisionError, one_line
 from fedsim.inputfiles import shown_path
 
 EXIT_BAD_INPUT = 2
@@ -444,6 +444,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"fedsim: interrupted; {_what_is_kept(args.command)}", file=sys.stderr)
         return _end_now(130, argv)
+    except UserDecisionError as exc:  # a decision the user's method returned that a shape cannot act on
+        if debug:
+            traceback.print_exc()
+        print(f"fedsim: error in your code: {one_line(exc)}", file=sys.stderr)
+        return UserDecisionError.exit_code
     except Exception as exc:  # the last line of defence: one line, exit 3, the run folder keeps what it has
         if debug:
             traceback.print_exc()

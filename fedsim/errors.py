@@ -66,3 +66,12 @@ class UserCodeError(Exception):
         self.where, self.location, self.cause = where, location, cause
         text = one_line(" ".join(str(cause).split())) or "(no message)"
         super().__init__(f"{where} ({location}): {type(cause).__name__}: {text[:300]}")
+
+
+class UserDecisionError(Exception):
+    """A decision the user's algorithm returned to a loop shape that cannot be acted on (a selection naming a
+    client twice, a weight per update missing, a quorum above the number of clients): the message names the
+    method and the bad value.  Reported as an error in the user's code (one line, exit :attr:`exit_code`, 4),
+    not as bad input or an internal error; ``fedsim.algorithms.decisions`` raises it."""
+
+    exit_code = 4

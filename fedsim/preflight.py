@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import simpy
 import torch
 
+from fedsim.algorithms.algorithm import build_algorithm
 from fedsim.build import Prepared, build_global_model, prepare_data
 from fedsim.errors import ConfigError
 from fedsim.learn.accelerator import data_on, deterministic_workspace, memory_available, run_device
@@ -219,7 +220,7 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
         trial = _Trace(None)
         w = World.from_scenario(env, streams, trial, len(prepared.parts), variant)
         ctx = Context(variant, env, streams, trial, w, prepared.data, prepared.parts, build_global_model(scenario, prepared.data))
-        spec.cls(ctx, spec.params)
+        build_algorithm(spec.cls, ctx, spec.params)
     return prepared
 
 

@@ -47,6 +47,7 @@ import pandas as pd
 import simpy
 import torch
 
+from fedsim.algorithms.algorithm import build_algorithm
 from fedsim.build import Prepared, build_global_model
 from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
 from fedsim.files import BUILDING, start_folder, write_csv, write_json, write_text, writing
@@ -163,7 +164,7 @@ def run_variant(
                                                   "fedsim with its analysis package, or pass version_hooks)")
         ctx.versions.evaluate(round_=0)
         ctx.versions.snapshot()
-        algo = spec.cls(ctx, spec.params)
+        algo = build_algorithm(spec.cls, ctx, spec.params)
         env.process(algo.run())
         env.process(ctx.versions.stop_clock())
         env.process(ctx.versions.eval_clock())

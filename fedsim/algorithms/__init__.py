@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 #: public name → module that defines it (imported on first access: the configs and messages without torch, the
 #: loops (``fedsim.algorithms.loops``) and the algorithms with it)
 _BUILTINS: dict[str, str] = {
-    "Algorithm": "algorithm", "TaskCounter": "algorithm", "client_task": "pipeline", "ClientWork": "training",
+    "Algorithm": "algorithm", "TaskCounter": "algorithm", "build_algorithm": "algorithm", "client_task": "pipeline", "ClientWork": "training",
     "SyncRounds": "loops.sync_rounds", "AsyncSlots": "loops.async_slots", "SemiAsyncRounds": "loops.semi_async",
     "quorum": "loops.semi_async", "SlotScheduler": "loops.slots", "staleness_weight": "staleness",
     "LoopConfig": "configs", "SlotsConfig": "configs", "SemiAsyncConfig": "configs", "SemiConfig": "configs",
@@ -153,4 +153,9 @@ def resolve(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path |
                           "fedsim.algorithms.Algorithm")
     if not (isinstance(getattr(obj, "Config", None), type)):
         raise ConfigError(field, f"{name!r} has no Config dataclass")
+    from fedsim.algorithms.algorithm import uncalled_hooks
+
+    refused = uncalled_hooks(obj)  # a hook its shape never calls would be silently ignored
+    if refused is not None:
+        raise ConfigError(field, refused)
     return obj

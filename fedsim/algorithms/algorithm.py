@@ -4,11 +4,12 @@ client sampling, the per-client task counter).  The loops themselves live in :mo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generator, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generator, Literal
 
 import numpy as np
 import simpy
 
+from fedsim.algorithms.decisions import check_assignment
 from fedsim.algorithms.pipeline import client_task
 from fedsim.algorithms.server_opt import ServerStep
 from fedsim.learn.state import State
@@ -18,12 +19,17 @@ from fedsim.system.availability import AlwaysOn
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.context import Context
 
-__all__ = ["Algorithm", "CLASS_HOOKS", "TaskCounter", "guarded"]
+__all__ = ["Algorithm", "CLASS_HOOKS", "TaskCounter", "build_algorithm", "guarded", "uncalled_hooks"]
 
 
 #: the hooks the framework calls on the class, with the validated ``Config``, before the algorithm exists (the
 #: run's up-front estimate and its checks): an override must stay a ``@classmethod``
 CLASS_HOOKS = ("work", "fits_devices", "buffer_size_of")
+
+#: the hooks every shape calls (``setup`` once through :func:`build_algorithm`, the class hooks for the estimate)
+COMMON_HOOKS = frozenset({"setup", "work", "fits_devices"})
+#: the hooks the shapes that exchange model updates add (the split shapes run sessions instead)
+UPDATE_HOOKS = frozenset({"assign", "client_job", "before_apply", "task_done"})
 
 
 class Algorithm:
@@ -48,6 +54,9 @@ class Algorithm:
     #: docs/extending.md).  The runner writes it into ``summary.json`` so the check reads it from the run
     #: folder; a name never decides.  Empty: no theorem, only the trace and measured-quantity rows.
     theorems: tuple[str, ...] = ()
+    #: the documented hooks this loop shape calls (each shape lists its own): a user class that defines a hook
+    #: of another shape which its own never calls is refused when it is loaded (:func:`uncalled_hooks`)
+    hooks: ClassVar[frozenset[str]] = COMMON_HOOKS | {"eligible"}
 
     @dataclass
     class Config:
@@ -84,6 +93,12 @@ class Algorithm:
         #: the ``Config`` declares ``server_opt``; :class:`fedsim.algorithms.server_opt.ServerStep`)
         self.server_step_of: ServerStep | None = ServerStep.of(config)
 
+    def setup(self) -> None:
+        """Once, after the algorithm is built and before the simulation starts, on every shape
+        (:func:`build_algorithm` calls it): the place to derive state from ``self.cfg`` and ``self.ctx`` and
+        to refuse a setting that cannot work with a ``ConfigError`` (reported before any virtual time passes).
+        An override calls ``super().setup()`` first.  Default: nothing."""
+
     def server_update(self, base: State, aggregate: State) -> State:
         """The model installed after a server rule returned ``aggregate`` from ``base`` (the model its updates
         started from): the configured server step applied to it, or the aggregate itself.  The loop shapes
@@ -109,7 +124,7 @@ class Algorithm:
         ``assignment`` defaults to :meth:`assign`; ``kind`` sets its update kind.  The process's value is
         the ``Update``, or None if the task was dropped."""
         ctx = self.ctx
-        a = assignment if assignment is not None else self.assign(client, round_)
+        a = assignment if assignment is not None else check_assignment(self, "assign", self.assign(client, round_))
         a.kind = kind if assignment is None else a.kind
         if a.round is None:
             a.round = round_
@@ -179,6 +194,52 @@ class Algorithm:
         rng = ctx.streams.numpy(*stream)
         k = min(k, len(pool))
         return sorted(int(c) for c in rng.choice(pool, size=k, replace=False))
+
+
+def build_algorithm(cls: "type[Algorithm]", ctx: "Context", config: Any) -> "Algorithm":
+    """The algorithm of a run: ``cls(ctx, config)``, then its :meth:`Algorithm.setup`, once, whatever its shape.
+
+    The one place an algorithm and its loop shape are put together (the run and its pre-flight both build
+    through here), so no shape can skip a documented hook."""
+    algo = cls(ctx, config)
+    algo.setup()
+    return algo
+
+
+def _shapes() -> "list[type[Algorithm]]":
+    from fedsim.algorithms.loops import AsyncSlots, SemiAsyncRounds, SplitRounds, SplitSlots, SyncRounds
+
+    return [SyncRounds, AsyncSlots, SemiAsyncRounds, SplitRounds, SplitSlots]
+
+
+def _is_fedsim(klass: type) -> bool:
+    return klass.__module__ == "fedsim" or klass.__module__.startswith("fedsim.")
+
+
+def uncalled_hooks(cls: "type[Algorithm]") -> str | None:
+    """Why ``cls`` cannot run as written, or None: a documented hook it defines that its loop shape never calls
+    (``quorum`` on ``SyncRounds``, ``client_forward`` on ``AsyncSlots``, ``eligible`` on ``SemiAsyncRounds``).
+
+    Such a method would be silently ignored, so a user class is refused when it is loaded, naming the hook,
+    the shapes that call it and the one it runs on.  A class that writes its own ``run`` calls what it likes;
+    a hook that a built-in algorithm between the shape and the class defines is that built-in's to call."""
+    shapes = _shapes()
+    shape = next((c for c in cls.__mro__ if c in shapes), None)
+    if shape is None or "run" in {n for k in cls.__mro__ if not _is_fedsim(k) for n in vars(k)}:
+        return None
+    known = set().union(*(s.hooks for s in shapes))
+    builtin_between = [k for k in cls.__mro__ if _is_fedsim(k) and k is not shape and issubclass(k, shape)]
+    for klass in cls.__mro__:
+        if _is_fedsim(klass):
+            continue
+        for name in sorted(vars(klass)):
+            if name not in known or name in shape.hooks or any(name in vars(k) for k in builtin_between):
+                continue
+            callers = ", ".join(s.__name__ for s in shapes if name in s.hooks)
+            return (f"{cls.__module__}:{cls.__qualname__} defines {name}(), which only {callers} call(s); it runs "
+                    f"on {shape.__name__}, which never calls it (subclass a shape that does, or remove or rename "
+                    f"{name})")
+    return None
 
 
 def _nth_not_excluded(i: int, skip: list[int]) -> int:

@@ -9,7 +9,8 @@ from typing import Any, Generator, Literal
 import simpy
 
 from fedsim.algorithms.configs import SlotsConfig
-from fedsim.algorithms.algorithm import TaskCounter
+from fedsim.algorithms.decisions import check_rule, check_staleness_limit
+from fedsim.algorithms.algorithm import COMMON_HOOKS, UPDATE_HOOKS, TaskCounter
 from fedsim.algorithms.loops.slots import SlotScheduler, SlotsState
 from fedsim.learn.state import State
 from fedsim.messages import Update, Work
@@ -51,6 +52,7 @@ class AsyncSlots(SlotScheduler):
     serve_each = False
     #: one slot per client, which the client keeps (``concurrency`` is then the number of clients)
     client_slots = False
+    hooks = COMMON_HOOKS | UPDATE_HOOKS | {"eligible", "buffer_size_of", "max_staleness", "server_rule"}
     #: the running loop's state (set when the loop starts; read it from a hook, never change it)
     loop: "AsyncSlotsState"
 
@@ -131,7 +133,7 @@ class AsyncSlots(SlotScheduler):
         ctx = self.ctx
         if self.serve_each:
             yield from ctx.serve(c, ctx.aggregation_service_time(1), what="apply")
-        limit = self.max_staleness()
+        limit = check_staleness_limit(self, "max_staleness", self.max_staleness())
         tau = ctx.versions.staleness(update)
         if limit is not None and tau > limit:
             ctx.versions.record_drop(c, f"staleness {tau} > {limit}", None)
@@ -149,7 +151,7 @@ class AsyncSlots(SlotScheduler):
             if ctx.done.triggered:
                 return
         base = ctx.global_state
-        new, weights = self.server_rule(batch, base, bases)
+        new, weights = check_rule(self, "server_rule", self.server_rule(batch, base, bases), len(batch))
         new = self.server_update(base, new)
         self.before_apply(batch, weights, ctx.version + 1)
         ctx.versions.apply(new, batch, weights, round_=ctx.version + 1)

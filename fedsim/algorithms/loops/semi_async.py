@@ -8,8 +8,9 @@ from typing import Any, Generator
 
 import simpy
 
-from fedsim.algorithms.algorithm import Algorithm, TaskCounter
+from fedsim.algorithms.algorithm import COMMON_HOOKS, UPDATE_HOOKS, Algorithm, TaskCounter
 from fedsim.algorithms.configs import SemiAsyncConfig
+from fedsim.algorithms.decisions import check_clock, check_quorum, check_rule
 from fedsim.learn.state import State
 from fedsim.messages import Update, Work
 
@@ -43,6 +44,8 @@ class SemiAsyncRounds(Algorithm):
 
     Config = SemiAsyncConfig
     cfg: SemiAsyncConfig  # the validated Config: ``retry_s``
+    #: every client is always in flight, so no selection: ``eligible`` is not among them
+    hooks = COMMON_HOOKS | UPDATE_HOOKS | {"quorum", "clock", "server_rule"}
     #: the running loop's state (set when the loop starts; read it from a hook, never change it)
     loop: "SemiAsyncState"
 
@@ -71,7 +74,7 @@ class SemiAsyncRounds(Algorithm):
         ctx, env = self.ctx, self.ctx.env
         n = ctx.num_clients
         self.loop = loop = SemiAsyncState(TaskCounter(n), simpy.Store(env), {ctx.version: ctx.global_state})
-        need, clock = self.quorum(), self.clock()
+        need, clock = check_quorum(self, "quorum", self.quorum()), check_clock(self, "clock", self.clock())
         ctx.world.schedule(n)
         for c in range(n):
             self._send(loop, c)
@@ -90,7 +93,8 @@ class SemiAsyncRounds(Algorithm):
             yield from ctx.serve(None, ctx.aggregation_service_time(len(batch)), what="aggregate")
             if ctx.done.triggered:
                 return
-            new, weights = self.server_rule(batch, ctx.global_state, [loop.history[u.base_version] for u in batch])
+            new, weights = check_rule(self, "server_rule", self.server_rule(
+                batch, ctx.global_state, [loop.history[u.base_version] for u in batch]), len(batch))
             new = self.server_update(ctx.global_state, new)
             self.before_apply(batch, weights, rnd)
             for u in batch:

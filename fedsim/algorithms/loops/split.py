@@ -57,9 +57,11 @@ class SplitAlgorithm(Algorithm):
         # the split shapes install the averaged client part, not a rule's aggregate: no server step to apply
         require(self.server_step_of is None, "algorithm.server_opt", "split learning has no server rule for a server "
                 "optimiser to step on (the server part trains by SGD itself); remove server_opt")
-        self.setup()  # here, not in run(): a bad cut is reported before the simulation starts
 
     def setup(self) -> None:
+        """The halves, their costs and timing, per-client sizes and label counts (``build_algorithm`` calls it
+        before the simulation starts, so a bad cut is reported first)."""
+        super().setup()
         ctx, cfg = self.ctx, self.cfg
         self.training = not ctx.scenario.train.systems_only
         task = getattr(ctx.data.train, "task", "classification")

@@ -7,8 +7,9 @@ from typing import Any, Generator
 
 import simpy
 
-from fedsim.algorithms.algorithm import TaskCounter
+from fedsim.algorithms.algorithm import COMMON_HOOKS, TaskCounter
 from fedsim.algorithms.configs import SplitRoundsConfig
+from fedsim.algorithms.decisions import check_batch_sizes, check_clients
 from fedsim.algorithms.loops.split import SplitAlgorithm, SplitSession
 from fedsim.messages import Contribution, Work
 
@@ -48,6 +49,9 @@ class SplitRounds(SplitAlgorithm):
     idle_s = 1.0
     #: local iterations per round, common to the round's clients (a subclass sets it in ``setup``)
     steps: int = 0
+    hooks = COMMON_HOOKS | {"eligible", "select", "batch_sizes", "begin", "begin_round", "open_session",
+                            "client_forward", "client_backward", "step_flops", "server_step", "end_client_phase",
+                            "server_phase", "end_round"}
     #: names the client-selection stream: algorithms sharing it draw the same clients (paired comparisons)
     family = ""
     #: the running loop's state (set when the loop starts; read it from a hook, never change it)
@@ -121,7 +125,7 @@ class SplitRounds(SplitAlgorithm):
         ctx, env = self.ctx, self.ctx.env
         start = env.now
         worked = yield from self.server_phase(rnd)
-        clients = self.select(rnd)
+        clients = check_clients(self, "select", self.select(rnd), int(self.cfg.clients_per_round))
         sessions = (yield from self._exchange(loop, clients, rnd)) if clients else []
         if ctx.done.triggered:
             return
@@ -139,7 +143,7 @@ class SplitRounds(SplitAlgorithm):
     def _exchange(self, loop: "SplitRoundsState", clients: list[int], rnd: int) -> Generator[simpy.events.Event, Any, list[SplitSession]]:
         ctx, env, timing = self.ctx, self.ctx.env, self.timing
         base_version = ctx.version
-        sizes = self.batch_sizes(clients)
+        sizes = check_batch_sizes(self, "batch_sizes", self.batch_sizes(clients), len(clients))
         self.begin_round(clients, rnd)
         ctx.world.schedule(len(clients))
         sessions = []

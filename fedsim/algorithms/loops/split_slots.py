@@ -8,7 +8,7 @@ from typing import Any, Generator
 import simpy
 import torch
 
-from fedsim.algorithms.algorithm import TaskCounter, guarded
+from fedsim.algorithms.algorithm import COMMON_HOOKS, TaskCounter, guarded
 from fedsim.algorithms.configs import SplitSlotsConfig
 from fedsim.algorithms.loops.slots import SlotScheduler, SlotsState
 from fedsim.algorithms.loops.split import SplitAlgorithm, SplitSession
@@ -50,6 +50,8 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
 
     Config = SplitSlotsConfig
     watch_participation = True  # going offline cuts the whole participation short
+    hooks = COMMON_HOOKS | {"eligible", "begin", "open_session", "client_forward", "server_gradient", "client_backward",
+                            "plan_server_step", "server_step"}
     #: the running loop's state (set when the loop starts; read it from a hook, never change it)
     loop: "SplitSlotsState"
 

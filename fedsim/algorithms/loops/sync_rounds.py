@@ -6,8 +6,9 @@ from typing import Any, Generator, Literal
 
 import simpy
 
-from fedsim.algorithms.algorithm import Algorithm, TaskCounter
+from fedsim.algorithms.algorithm import COMMON_HOOKS, UPDATE_HOOKS, Algorithm, TaskCounter
 from fedsim.algorithms.configs import RoundsConfig
+from fedsim.algorithms.decisions import check_clients, check_rule
 from fedsim.learn.state import State
 from fedsim.messages import Update, Work
 
@@ -35,6 +36,7 @@ class SyncRounds(Algorithm):
     cfg: RoundsConfig  # the validated Config (a subclass's extends RoundsConfig)
     #: what clients send back: full weights or deltas from the model they downloaded
     update_kind: Literal["weights", "delta"] = "weights"
+    hooks = COMMON_HOOKS | UPDATE_HOOKS | {"eligible", "select", "server_phase", "client_model", "server_rule"}
 
     @classmethod
     def work(cls, config: RoundsConfig) -> Work:
@@ -75,7 +77,7 @@ class SyncRounds(Algorithm):
             start = env.now
             yield from self.server_phase(rnd)
             base = self.client_model()
-            clients = self.select(work.slots, rnd)
+            clients = check_clients(self, "select", self.select(work.slots, rnd), work.slots)
             if not clients:  # nobody reachable: try again a little later
                 ctx.versions.record_round(rnd, start=start, clients=[], dropped=[])
                 yield env.timeout(work.retry_s)
@@ -99,7 +101,7 @@ class SyncRounds(Algorithm):
             updates = [p.value for c, p in procs.items() if c not in dropped and p.value is not None]
             if updates:
                 yield from ctx.serve(None, ctx.aggregation_service_time(len(updates)), what="aggregate")
-                new, weights = self.server_rule(updates, base)
+                new, weights = check_rule(self, "server_rule", self.server_rule(updates, base), len(updates))
                 new = self.server_update(base, new)
                 self.before_apply(updates, weights, rnd)
                 record = {"start": start, "end": env.now, "clients": clients, "dropped": dropped}

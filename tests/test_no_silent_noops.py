@@ -1,0 +1,355 @@
+"""No silent no-ops in the extension contract: every documented hook is called on every shape or refused when
+the class is loaded, and every decision a user's method returns is checked before a shape acts on it.
+
+Each test fails on the code before the fix: ``setup()`` was never called on the update-exchanging shapes (a
+later AttributeError), a hook of another shape was silently ignored, and ``select()`` returning ``[0, 0, 1]``
+dispatched client 0 twice and applied its update twice.
+"""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import fedsim
+from fedsim.algorithms import FedAsync, FedAvg, MiniBatchSFL, SemiAsyncConfig, SemiAsyncRounds, SyncRounds
+from fedsim.algorithms import resolve
+from fedsim.algorithms.decisions import (check_assignment, check_batch_sizes, check_clients, check_clock,
+                                         check_quorum, check_rule, check_staleness_limit)
+from fedsim.algorithms.fedavg import fedavg_rule
+from fedsim.errors import ConfigError, UserDecisionError
+from fedsim.runner import run_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tiny(algorithm: dict, versions: int = 2, **over) -> dict:
+    base = {"data": {"name": "digits", "num_clients": 4}, "model": {"name": "mlp", "hidden": 8},
+            "train": {"lr": 0.05, "batch_size": 8, "local_steps": 1}, "algorithm": algorithm,
+            "stop": {"max_versions": versions}, "eval": {"every_versions": versions}, "output": {"figures": False}}
+    base.update(over)
+    return base
+
+
+def _run(mapping: dict, out: Path) -> dict:
+    summary = run_scenario(fedsim.scenario_from_mapping(mapping), out, progress=False)
+    return summary[0] if isinstance(summary, list) else summary
+
+
+# ------------------------------------------------------------------------------ setup() on every shape
+
+class _SetupOnce:
+    """Mixin: ``setup`` counts its calls on this object; every decision below asserts it ran exactly once."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.setup_calls = getattr(self, "setup_calls", 0) + 1
+
+    def ready(self) -> None:
+        assert self.setup_calls == 1, self.setup_calls  # AttributeError if setup() was never called
+
+
+class SetupFedAvg(_SetupOnce, FedAvg):
+    name = "setup-fedavg"
+
+    def server_rule(self, updates, base):
+        self.ready()
+        return fedavg_rule(updates, base)
+
+
+class SetupFedAsync(_SetupOnce, FedAsync):
+    name = "setup-fedasync"
+
+    def server_rule(self, batch, base, bases):
+        self.ready()
+        return super().server_rule(batch, base, bases)
+
+
+class SetupSemi(_SetupOnce, SemiAsyncRounds):
+    name = "setup-semi"
+
+    def quorum(self) -> int:
+        self.ready()
+        return 2
+
+    def server_rule(self, updates, base, bases):
+        return fedavg_rule(updates, base)
+
+
+class SetupSFL(_SetupOnce, MiniBatchSFL):
+    name = "setup-sfl"
+    family = "minibatch-sfl"
+
+    def begin(self) -> None:
+        self.ready()
+        super().begin()
+
+
+@pytest.mark.parametrize("cls, extra", [(SetupFedAvg, {"clients_per_round": 2}),
+                                        (SetupFedAsync, {"concurrency": 2}),
+                                        (SetupSemi, {}),
+                                        (SetupSFL, {"clients_per_round": 2, "local_iterations": 1})])
+def test_setup_is_called_once_on_every_shape(tmp_path, cls, extra):
+    summary = _run(_tiny({"name": cls, **extra}), tmp_path)
+    assert summary["status"] == "ok", summary.get("message")
+    assert summary["versions"] == 2
+
+
+class Refusing(FedAvg):
+    name = "refusing"
+
+    def setup(self) -> None:
+        raise ConfigError("algorithm.name", "refusing on purpose")
+
+
+def test_a_config_error_in_setup_on_sync_rounds_is_reported_before_the_run(tmp_path):
+    with pytest.raises(ConfigError, match="refusing on purpose"):
+        _run(_tiny({"name": Refusing}), tmp_path)
+    assert not (tmp_path / "trace.jsonl").exists()  # the pre-flight refused it: no run started
+
+
+# ------------------------------------------------------------------------------ hooks the shape never calls
+
+def test_a_hook_of_another_shape_is_refused_naming_the_shapes_that_call_it():
+    class QuorumOnRounds(FedAvg):
+        name = "quorum-on-rounds"
+
+        def quorum(self) -> int:
+            return 3
+
+    with pytest.raises(ConfigError) as err:
+        resolve(QuorumOnRounds)
+    line = str(err.value)
+    assert "\n" not in line and "quorum()" in line and "only SemiAsyncRounds call" in line
+    assert "runs on SyncRounds" in line
+
+    class EligibleOnSemi(SemiAsyncRounds):  # every client is in flight: nothing ever asks eligible()
+        name = "eligible-on-semi"
+
+        def eligible(self, client: int) -> bool:
+            return client > 0
+
+    with pytest.raises(ConfigError, match=r"eligible\(\), which only SyncRounds, AsyncSlots, SplitRounds, "
+                                          r"SplitSlots call.*runs on SemiAsyncRounds"):
+        resolve(EligibleOnSemi)
+
+    class ForwardOnSlots(FedAsync):
+        name = "forward-on-slots"
+
+        def client_forward(self, s, e):
+            return 0, 0
+
+    with pytest.raises(ConfigError, match=r"client_forward\(\), which only SplitRounds, SplitSlots call"):
+        resolve(ForwardOnSlots)
+
+    class AssignOnSplit(MiniBatchSFL):  # the split shapes run sessions, never an Assignment
+        name = "assign-on-split"
+
+        def assign(self, client, round_=None):
+            raise AssertionError
+
+    with pytest.raises(ConfigError, match=r"assign\(\).*runs on SplitRounds"):
+        resolve(AssignOnSplit)
+
+
+def test_hooks_the_shape_calls_helpers_and_own_loops_are_accepted():
+    class Fine(FedAvg):
+        name = "fine"
+
+        def select(self, k, round_):  # SyncRounds calls it
+            return [0]
+
+        def helper(self) -> int:  # not a hook of any shape: the user's own
+            return 1
+
+    assert resolve(Fine) is Fine
+
+    class OwnLoop(SyncRounds):  # writes its own run(): it calls what it likes
+        name = "own-loop"
+
+        def quorum(self) -> int:
+            return 1
+
+        def run(self):
+            yield self.ctx.env.timeout(1)
+
+    assert resolve(OwnLoop) is OwnLoop
+
+
+# ------------------------------------------------------------------------------ decisions are checked
+
+class _Sub(FedAvg):
+    name = "checked"
+
+    def select(self, k, round_):
+        return []
+
+    def server_rule(self, updates, base):
+        return fedavg_rule(updates, base)
+
+    def assign(self, client, round_=None):
+        return None
+
+    def quorum(self):  # only for the check's owner lookup; never resolved
+        return 0
+
+
+def _algo(cls: type = _Sub, n: int = 4, state=None) -> object:
+    algo = object.__new__(cls)
+    algo.ctx = SimpleNamespace(num_clients=n, global_state=state if state is not None else {"w": 0, "b": 0})
+    return algo
+
+
+@pytest.mark.parametrize("value, why", [
+    ([0, 0, 1], "client 0 appears more than once"),
+    ([0, 4], "client 4 is out of range (the run has 4 clients: 0..3)"),
+    ([-1], "client -1 is out of range"),
+    (["a"], "'a' is str, not a client id"),
+    ([1.0], "1.0 is float, not a client id"),
+    ([True], "True is bool, not a client id"),
+    (3, "expected a list of client ids in 0..3"),
+    ([0, 1, 2], "3 clients, more than the 2 a round takes"),
+])
+def test_a_bad_selection_is_one_line_naming_the_method_and_value(value, why):
+    with pytest.raises(UserDecisionError) as err:
+        check_clients(_algo(), "select", value, 2)
+    line = str(err.value)
+    assert line.startswith(f"{__name__}:_Sub.select returned {value!r}: ") and why in line and "\n" not in line
+
+
+def test_good_decisions_pass_unchanged():
+    import numpy as np
+
+    assert check_clients(_algo(), "select", np.array([3, 0]), 2) == [3, 0]  # numpy ints, order kept
+    state, w = check_rule(_algo(), "server_rule", ({"w": 1, "b": 2}, [0.5, 0]), 2)
+    assert w == [0.5, 0.0]
+    assert check_quorum(_algo(), "quorum", 4) == 4 and check_clock(_algo(), "clock", None) is None
+    assert check_staleness_limit(_algo(), "max_staleness", 0) == 0
+    assert check_batch_sizes(_algo(), "batch_sizes", [8, 1], 2) == [8, 1]
+
+
+@pytest.mark.parametrize("value, why", [
+    (({"w": 1, "b": 2}, [1.0, -0.5]), "weight -0.5 is not a finite number >= 0"),
+    (({"w": 1, "b": 2}, [1.0, math.nan]), "weight nan is not a finite number >= 0"),
+    (({"w": 1, "b": 2}, [1.0, math.inf]), "weight inf is not a finite number >= 0"),
+    (({"w": 1, "b": 2}, [1.0]), "1 weights for 2 updates"),
+    (({"w": 1, "b": 2}, [1.0, "x"]), "weight 'x' is not a number"),
+    (({"w": 1}, [1.0, 1.0]), "missing ['b']"),
+    (([1, 2], [1.0, 1.0]), "not a mapping of tensors"),
+    ({"w": 1, "b": 2}, "expected a pair (new_state, weights)"),
+])
+def test_a_bad_rule_result_is_refused(value, why):
+    with pytest.raises(UserDecisionError, match=r"_Sub\.server_rule returned") as err:
+        check_rule(_algo(), "server_rule", value, 2)
+    assert why in str(err.value)
+
+
+def test_bad_assignment_quorum_clock_and_limits_are_refused():
+    with pytest.raises(UserDecisionError, match=r"_Sub\.assign returned None: NoneType, not a fedsim"):
+        check_assignment(_algo(), "assign", None)
+    for q in (0, 5, 2.0, None):
+        with pytest.raises(UserDecisionError, match=r"_Sub\.quorum returned .*expected an int in 1\.\.4"):
+            check_quorum(_algo(), "quorum", q)
+    for c in (-1.0, math.nan, math.inf, "1"):
+        with pytest.raises(UserDecisionError, match=r"expected None or finite seconds >= 0"):
+            check_clock(_algo(), "clock", c)
+    for s in (-1, 1.5):
+        with pytest.raises(UserDecisionError, match=r"expected None or an int >= 0"):
+            check_staleness_limit(_algo(), "max_staleness", s)
+    for b in ([8], [8, 0], [8, 2.5]):
+        with pytest.raises(UserDecisionError, match=r"expected 2 batch sizes"):
+            check_batch_sizes(_algo(), "batch_sizes", b, 2)
+
+
+def test_a_bad_value_from_a_builtin_method_is_an_internal_error_not_the_users():
+    class Plain(FedAvg):  # select is fedsim's own here
+        name = "plain"
+
+    with pytest.raises(RuntimeError, match=r"fedsim\.algorithms\.loops\.sync_rounds:SyncRounds\.select returned") as err:
+        check_clients(_algo(Plain), "select", [1, 1], 2)
+    assert not isinstance(err.value, UserDecisionError)
+
+
+class Duplicates(FedAvg):
+    name = "duplicates"
+
+    def select(self, k, round_):
+        return [0, 0, 1]
+
+
+class Lopsided(FedAvg):
+    name = "lopsided"
+
+    def server_rule(self, updates, base):
+        new, weights = fedavg_rule(updates, base)
+        return new, weights[:-1]
+
+
+@dataclass
+class _SemiCfg(SemiAsyncConfig):
+    q: int = 9
+
+
+class BigQuorum(SemiAsyncRounds):
+    name = "big-quorum"
+    Config = _SemiCfg
+
+    def quorum(self) -> int:
+        return self.cfg.q
+
+    def server_rule(self, updates, base, bases):
+        return fedavg_rule(updates, base)
+
+
+@pytest.mark.parametrize("alg, match", [
+    ({"name": Duplicates, "clients_per_round": 3}, r"Duplicates\.select returned \[0, 0, 1\]: client 0 appears"),
+    ({"name": Lopsided, "clients_per_round": 2}, r"Lopsided\.server_rule returned \[.*\]: 1 weights for 2 updates"),
+    ({"name": BigQuorum}, r"BigQuorum\.quorum returned 9: expected an int in 1\.\.4"),
+])
+def test_a_run_stops_at_the_first_bad_decision(tmp_path, alg, match):
+    with pytest.raises(UserDecisionError, match=match):
+        _run(_tiny(alg), tmp_path)
+
+
+SELECTS = '''
+from fedsim.algorithms import FedAvg
+
+class Twice(FedAvg):
+    name = "twice"
+
+    def select(self, k, round_):
+        return [0, 0, 1]
+
+class Outside(FedAvg):
+    name = "outside"
+
+    def select(self, k, round_):
+        return [0, 99]
+'''
+
+
+@pytest.mark.parametrize("cls, tail", [("Twice", "returned [0, 0, 1]: client 0 appears more than once"),
+                                       ("Outside", "returned [0, 99]: client 99 is out of range")])
+def test_the_cli_reports_a_bad_selection_in_one_line_with_exit_4(tmp_path, cls, tail):
+    (tmp_path / "my_algos.py").write_text(SELECTS)
+    (tmp_path / "s.yaml").write_text(textwrap.dedent(f'''
+        data: {{name: digits, num_clients: 4}}
+        model: {{name: mlp, hidden: 8}}
+        train: {{local_steps: 1}}
+        algorithm: {{name: "my_algos:{cls}", clients_per_round: 3}}
+        stop: {{max_versions: 2}}
+        output: {{figures: false}}
+    '''))
+    out = subprocess.run([sys.executable, "-m", "fedsim", "run", "s.yaml", "--out", "o", "--quiet"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = [x for x in out.stderr.strip().splitlines() if x.startswith("fedsim:")]
+    assert out.returncode == 4, out.stderr
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert lines[0] == f"fedsim: error in your code: my_algos:{cls}.select {tail} (a selection names distinct " \
+                       "clients)" or lines[0].startswith(f"fedsim: error in your code: my_algos:{cls}.select {tail}")
