@@ -15,6 +15,7 @@ bad reference is one :class:`ConfigError` line naming the field and what was not
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import re
 import sys
@@ -178,3 +179,70 @@ def user_code_error(exc: BaseException) -> UserCodeError | None:
         return None
     _, where, filename, line = last
     return UserCodeError(where, f"{filename}:{line}", exc)
+
+
+def _file_of(module: str) -> Path | None:
+    mod = sys.modules.get(module)
+    file = getattr(mod, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def module_records(names: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """Where each user module behind the ``module:attribute`` references ``names`` was found, and its
+    content's sha256: saved with a run (the scenario's ``modules`` section), so the run folder repeats from
+    any working directory and says when the file has changed since.  fedsim's own modules and modules with
+    no file (a notebook's ``__main__``) are left out."""
+    out: dict[str, dict[str, str]] = {}
+    for name in names:
+        if not is_reference(name):
+            continue
+        module = name.partition(":")[0]
+        path = _file_of(module)
+        if path is None or path.is_relative_to(_FEDSIM_DIR) or not path.is_file():
+            continue
+        out[module] = {"path": str(path), "sha256": _sha256(path)}
+    return out
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def recorded_dirs(modules: Any, field: str = "modules") -> list[Path]:
+    """The folders to import the recorded user modules from (a saved scenario's ``modules`` section: module
+    name → ``{path, sha256}``), searched before the scenario's folder and the working directory.  A file that
+    has changed since it was recorded is said once on stderr (``fedsim: warning: ...``) and run as it is now;
+    a file no longer there is said too, and the module is then looked up as usual."""
+    if not isinstance(modules, dict):
+        raise ConfigError(field, f"must map module names to {{path, sha256}}, got {type(modules).__name__}")
+    dirs: list[Path] = []
+    for module, rec in modules.items():
+        where = f"{field}.{module}"
+        if not (isinstance(module, str) and _DOTTED.match(module)):
+            raise ConfigError(field, f"{module!r} is not a module name")
+        if not (isinstance(rec, dict) and isinstance(rec.get("path"), str) and isinstance(rec.get("sha256"), str)):
+            raise ConfigError(where, f"must be {{path: <file>, sha256: <hex>}}, got {rec!r}")
+        path = Path(rec["path"])
+        if not path.is_file():
+            _warn_once(path, "missing", f"{where}: {path} recorded with this run is no longer there; "
+                       "looking the module up beside the scenario and in the working directory")
+            continue
+        now = _sha256(path)
+        if now != rec["sha256"]:
+            _warn_once(path, now, f"{where}: {path} has changed since this run was saved (sha256 "
+                       f"{rec['sha256'][:12]}… then, {now[:12]}… now); running the file as it is now")
+        root = path.parent if path.name != "__init__.py" else path.parent.parent
+        for _ in range(module.count(".")):
+            root = root.parent
+        if root not in dirs:
+            dirs.append(root)
+    return dirs
+
+
+def _warn_once(path: Path, key: str, line: str) -> None:
+    if (str(path), key) not in _WARNED:
+        _WARNED.add((str(path), key))
+        print(f"fedsim: warning: {line}", file=sys.stderr)

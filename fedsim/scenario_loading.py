@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from fedsim.components import find, reference_of
+from fedsim.components import find, module_records, recorded_dirs, reference_of
 from fedsim.config import check_domain, coerce, shown, from_mapping, positive
 from fedsim.errors import ConfigError
 from fedsim.inputfiles import LIMIT_SCENARIO, LIMIT_TABLE, check_given_path, read_input, shown_path
@@ -147,6 +147,7 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
     if isinstance(data.get("channel"), Mapping):
         _check_channel_effect(data["channel"])
         data = {**data, "channel": _with_preset(data["channel"])}
+    search = (*recorded_dirs(data["modules"]), source_dir) if data.get("modules") is not None else (source_dir,)
     for key in data:
         if key not in TOP_LEVEL:
             raise ConfigError(str(key), f"unknown scenario key (allowed: {', '.join(TOP_LEVEL)})")
@@ -166,9 +167,9 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
     if isinstance(raw_alg, list):
         if not raw_alg:
             raise ConfigError("algorithm", "an empty list runs nothing; give at least one algorithm")
-        specs = [_algorithm_spec(a, f"algorithm[{i}]", algorithms, (source_dir,)) for i, a in enumerate(raw_alg)]
+        specs = [_algorithm_spec(a, f"algorithm[{i}]", algorithms, search) for i, a in enumerate(raw_alg)]
     else:
-        specs = [_algorithm_spec(raw_alg, "algorithm", algorithms, (source_dir,))]
+        specs = [_algorithm_spec(raw_alg, "algorithm", algorithms, search)]
     labels = [s.label for s in specs]
     if len(set(labels)) != len(labels):
         raise ConfigError("algorithm", f"variants need distinct labels, got {labels} (add label: ...)")
@@ -180,7 +181,9 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
         profile_at(group.profile, f"devices.mix[{i}].profile", source_dir)
     profile_at(scenario.server.profile, "server.profile", source_dir)
     for kind, section in (("model", scenario.model), ("dataset", scenario.data)):  # a bad reference fails here
-        find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", (source_dir,))
+        find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", search)
+    # where each user module was found, saved with the run: it repeats from any folder
+    scenario.modules = module_records([*(s.name for s in specs), scenario.model.name, scenario.data.name])
     if source_dir is not None:
         _paths_beside(scenario, source_dir)
     # a device, FIFO or oversized file named as an input is refused here, before any work (a missing one

@@ -43,7 +43,10 @@ def field_reference(algorithms: Mapping[str, type]) -> str:
              "Top level: `name` (a string), `seed` (an integer >= 0), `algorithm` (a name, a mapping with `name`,",
              "optional `label` and the algorithm's fields below, or a list of them; `algorithm=a,b` on the command",
              "line), and the sections below. `stop` must name at least one of `max_versions`, `max_time_s`,",
-             "`max_updates`.", ""]
+             "`max_updates`. `modules` (written by a run into its `scenario.yaml`, rarely by hand): each user module a",
+             "`module:attribute` reference imported, `{path, sha256}`; it is imported from that file's folder first,",
+             "so the run folder repeats from any working directory, and a file changed since is said in one warning.",
+             ""]
     for key, cls in SECTIONS.items():
         lines += [f"## `{key}`", ""]
         doc = (cls.__doc__ or "").strip()

@@ -573,7 +573,7 @@ SECTIONS: dict[str, type] = {
     "eval": EvalConfig,
     "output": OutputConfig,
 }
-TOP_LEVEL = ("name", "seed", "algorithm", *SECTIONS)
+TOP_LEVEL = ("name", "seed", "algorithm", *SECTIONS, "modules")
 
 
 #: ``resolve(name, field, base_dirs) -> Algorithm class``: how a scenario finds the class an algorithm name
@@ -627,6 +627,9 @@ class Scenario:
     #: the folder of the scenario file (None: a built-in or a mapping): ``module:attribute`` references and
     #: relative profile paths are looked up there first
     source_dir: Path | None = field(default=None, compare=False, repr=False)
+    #: each user module a ``module:attribute`` reference imported: ``{path, sha256}`` where it was found (written
+    #: to a run's scenario.yaml, so the run repeats from any folder and says when the file has changed since)
+    modules: dict[str, dict[str, str]] = field(default_factory=dict, compare=False, repr=False)
 
     def as_mapping(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "seed": self.seed}
@@ -634,6 +637,8 @@ class Scenario:
         out["algorithm"] = algs[0] if len(algs) == 1 else algs
         for key in SECTIONS:
             out[key] = to_mapping(getattr(self, key))
+        if self.modules:
+            out["modules"] = {k: dict(v) for k, v in self.modules.items()}
         return out
 
     def variant(self, spec: AlgorithmSpec) -> "Scenario":

@@ -353,3 +353,63 @@ def test_the_cli_reports_a_bad_selection_in_one_line_with_exit_4(tmp_path, cls, 
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
     assert lines[0] == f"fedsim: error in your code: my_algos:{cls}.select {tail} (a selection names distinct " \
                        "clients)" or lines[0].startswith(f"fedsim: error in your code: my_algos:{cls}.select {tail}")
+
+
+# ------------------------------------------------------------------------------ a run folder repeats from anywhere
+
+MINE = '''
+from fedsim.algorithms import FedAvg
+
+class Mine(FedAvg):
+    name = "mine"
+'''
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedsim", *args, "--quiet"], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_a_run_folder_with_a_user_module_reruns_from_another_folder_and_says_when_it_changed(tmp_path):
+    import hashlib
+
+    import yaml
+
+    study, elsewhere = tmp_path / "study", tmp_path / "elsewhere"
+    study.mkdir()
+    elsewhere.mkdir()
+    module = study / "my_algos.py"
+    module.write_text(MINE)
+    (study / "s.yaml").write_text(textwrap.dedent('''
+        data: {name: digits, num_clients: 4}
+        model: {name: mlp, hidden: 8}
+        train: {local_steps: 1}
+        algorithm: {name: "my_algos:Mine", clients_per_round: 2}
+        stop: {max_versions: 2}
+        output: {figures: false}
+    '''))
+    first = _cli("run", "s.yaml", "--out", "runs/x", cwd=study)
+    assert first.returncode == 0, first.stderr
+    saved = study / "runs" / "x" / "scenario.yaml"
+    recorded = yaml.safe_load(saved.read_text())["modules"]
+    assert recorded == {"my_algos": {"path": str(module.resolve()),
+                                     "sha256": hashlib.sha256(MINE.encode()).hexdigest()}}
+
+    again = _cli("run", str(saved), "--out", "again", cwd=elsewhere)  # another working directory
+    assert again.returncode == 0, again.stderr
+    assert "warning" not in again.stderr
+    assert (elsewhere / "again" / "final_model.pt").read_bytes() == (study / "runs" / "x" / "final_model.pt").read_bytes()
+
+    # the broken case: without the record, the saved scenario names the module relatively and is not found
+    bare = yaml.safe_load(saved.read_text())
+    del bare["modules"]
+    (elsewhere / "bare.yaml").write_text(yaml.safe_dump(bare))
+    lost = _cli("run", "bare.yaml", "--out", "lost", cwd=elsewhere)
+    assert lost.returncode == 2 and "module 'my_algos' of 'my_algos:Mine' not found" in lost.stderr, lost.stderr
+
+    module.write_text(MINE + "\n# edited since\n")
+    changed = _cli("run", str(saved), "--out", "changed", cwd=elsewhere)
+    assert changed.returncode == 0, changed.stderr
+    warnings = [x for x in changed.stderr.splitlines() if x.startswith("fedsim: warning: modules.my_algos")]
+    assert len(warnings) == 1 and "has changed since this run was saved" in warnings[0], changed.stderr
+    assert hashlib.sha256(module.read_bytes()).hexdigest()[:12] in warnings[0]
