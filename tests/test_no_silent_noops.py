@@ -413,3 +413,62 @@ def test_a_run_folder_with_a_user_module_reruns_from_another_folder_and_says_whe
     warnings = [x for x in changed.stderr.splitlines() if x.startswith("fedsim: warning: modules.my_algos")]
     assert len(warnings) == 1 and "has changed since this run was saved" in warnings[0], changed.stderr
     assert hashlib.sha256(module.read_bytes()).hexdigest()[:12] in warnings[0]
+
+
+# ------------------------------------------------------------------------------ a Config of one's own
+
+def test_the_docs_hinge_fedasync_lists_only_its_own_settings(tmp_path):
+    """`fedsim show` of the docs' hinge variant lists its own fields and none of FedAsync's staleness*."""
+    import yaml
+
+    (tmp_path / "h.yaml").write_text(textwrap.dedent(f'''
+        data: {{name: digits, num_clients: 4}}
+        model: {{name: mlp, hidden: 8}}
+        algorithm: {{name: "fedasync_hinge:HingeFedAsync", concurrency: 2}}
+        stop: {{max_versions: 2}}
+    '''))
+    out = subprocess.run([sys.executable, "-m", "fedsim", "show", "h.yaml"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env={**__import__("os").environ,
+                                                      "PYTHONPATH": str(ROOT / "docs" / "extending")})
+    assert out.returncode == 0, out.stderr
+    shown = yaml.safe_load(out.stdout[out.stdout.index("algorithm:"):].split("\ndata:")[0])["algorithm"]
+    assert list(shown) == ["name", "label", "retry_s", "concurrency", "alpha", "max_staleness", "hinge_a", "hinge_b"]
+    assert not any(k.startswith("staleness") for k in shown)
+    # the built-in it extends does list them: the difference is the subclass's own Config
+    from fedsim.algorithms import FedAsync
+    assert {"staleness", "staleness_a", "staleness_b"} <= set(FedAsync.Config.__dataclass_fields__)
+
+
+def test_a_config_that_leaves_out_a_field_an_inherited_method_reads_is_refused_at_load():
+    from fedsim.algorithms import SlotsConfig
+    from fedsim.config import num
+
+    class NoLimit(FedAsync):  # keeps FedAsync.max_staleness and FedAsync.server_rule, which read these fields
+        name = "no-limit"
+
+        @dataclass
+        class Config(SlotsConfig):
+            alpha: float = num(0.6, gt=0, le=1)
+
+    with pytest.raises(ConfigError) as err:
+        resolve(NoLimit)
+    assert "NoLimit.Config has no field 'max_staleness', which FedAsync.max_staleness reads" in str(err.value)
+
+    class Limited(NoLimit):
+        name = "limited"
+
+        @dataclass
+        class Config(SlotsConfig):
+            alpha: float = num(0.6, gt=0, le=1)
+            max_staleness: int | None = None
+
+    with pytest.raises(ConfigError, match=r"has no field 'staleness', which FedAsync.server_rule reads"):
+        resolve(Limited)
+
+    class OwnRule(Limited):  # overriding the rule that read them: accepted
+        name = "own-rule"
+
+        def server_rule(self, batch, base, bases):
+            return base, [self.cfg.alpha]
+
+    assert resolve(OwnRule) is OwnRule

@@ -153,9 +153,11 @@ def resolve(name: Any, field: str = "algorithm.name", base_dirs: Iterable[Path |
                           "fedsim.algorithms.Algorithm")
     if not (isinstance(getattr(obj, "Config", None), type)):
         raise ConfigError(field, f"{name!r} has no Config dataclass")
-    from fedsim.algorithms.algorithm import uncalled_hooks
+    from fedsim.algorithms.algorithm import uncalled_hooks, unread_config_fields
 
-    refused = uncalled_hooks(obj)  # a hook its shape never calls would be silently ignored
+    # a hook its shape never calls would be silently ignored; a field an inherited method reads and the Config
+    # left out would fail mid-run
+    refused = uncalled_hooks(obj) or unread_config_fields(obj)
     if refused is not None:
         raise ConfigError(field, refused)
     return obj

@@ -4,6 +4,7 @@ client sampling, the per-client task counter).  The loops themselves live in :mo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, ClassVar, Generator, Literal
 
 import numpy as np
@@ -19,7 +20,8 @@ from fedsim.system.availability import AlwaysOn
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.context import Context
 
-__all__ = ["Algorithm", "CLASS_HOOKS", "TaskCounter", "build_algorithm", "guarded", "uncalled_hooks"]
+__all__ = ["Algorithm", "CLASS_HOOKS", "TaskCounter", "build_algorithm", "guarded", "uncalled_hooks",
+           "unread_config_fields"]
 
 
 #: the hooks the framework calls on the class, with the validated ``Config``, before the algorithm exists (the
@@ -239,6 +241,71 @@ def uncalled_hooks(cls: "type[Algorithm]") -> str | None:
             return (f"{cls.__module__}:{cls.__qualname__} defines {name}(), which only {callers} call(s); it runs "
                     f"on {shape.__name__}, which never calls it (subclass a shape that does, or remove or rename "
                     f"{name})")
+    return None
+
+
+def _config_reads(func: Any) -> frozenset[str]:
+    """The config fields a method reads: ``self.cfg.X``, ``cfg.X`` after ``cfg = self.cfg``, and ``config.X`` in
+    a class hook (its second parameter)."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return frozenset()
+    return _reads_of_code(code, func)
+
+
+@lru_cache(maxsize=None)
+def _reads_of_code(code: Any, func: Any) -> frozenset[str]:
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except (OSError, TypeError, SyntaxError):  # no source (a compiled or generated method): nothing to say
+        return frozenset()
+    fn = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if fn is None:
+        return frozenset()
+    names = {"cfg"} if "self.cfg" in ast.unparse(fn) else set()
+    params = [a.arg for a in fn.args.args]
+    if fn.name in CLASS_HOOKS and len(params) > 1:
+        names.add(params[1])
+    out = set()
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        v = node.value
+        if isinstance(v, ast.Attribute) and v.attr == "cfg" and isinstance(v.value, ast.Name) and v.value.id == "self":
+            out.add(node.attr)
+        elif isinstance(v, ast.Name) and v.id in names:
+            out.add(node.attr)
+    return frozenset(out)
+
+
+def unread_config_fields(cls: "type[Algorithm]") -> str | None:
+    """Why ``cls`` cannot run as written, or None: a method it keeps (its own or inherited) reads a config field
+    its ``Config`` does not declare.
+
+    A subclass may replace an inherited ``Config`` with its own (so ``fedsim show`` and the reference list only
+    the settings its code reads); this says at load, in one line, which inherited method still reads a field
+    it left out, instead of an AttributeError in the middle of a run."""
+    import dataclasses
+
+    config = cls.Config
+    have = {f.name for f in dataclasses.fields(config)} if dataclasses.is_dataclass(config) else set()
+    for name in sorted(dir(cls)):
+        owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+        if owner is None or owner is object:
+            continue
+        raw = vars(owner)[name]
+        func = raw.__func__ if isinstance(raw, (classmethod, staticmethod)) else raw
+        if not callable(func) or isinstance(func, type):
+            continue
+        for field_name in sorted(_config_reads(func)):
+            if field_name in have or hasattr(config, field_name):
+                continue
+            return (f"{cls.__module__}:{cls.__qualname__}.Config has no field {field_name!r}, which "
+                    f"{owner.__qualname__}.{name} reads (declare it in your Config, or override {name})")
     return None
 
 
