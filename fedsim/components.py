@@ -1,10 +1,10 @@
 """Naming the parts a scenario runs: built-in names, ``module:attribute`` references, objects, entry points.
 
-Every user-supplied algorithm, model and dataset is named the same way:
+Every user-supplied algorithm, model, dataset and channel (path-loss) model is named the same way:
 
 - a built-in name (``fedavg``, ``mlp``, ``digits``);
-- a name a package registers under the entry-point group ``fedsim.algorithms``, ``fedsim.models`` or
-  ``fedsim.datasets``;
+- a name a package registers under the entry-point group ``fedsim.algorithms``, ``fedsim.models``,
+  ``fedsim.datasets`` or ``fedsim.channel_models``;
 - ``module:attribute``, where ``module`` is imported from the scenario file's folder first, then the
   working directory, then ``sys.path`` (``attribute`` may be dotted: ``pkg.mod:Outer.Inner``);
 - in the Python API, the class or function object itself (remembered under its ``module:qualname``).
@@ -27,7 +27,8 @@ from typing import Any, Iterable
 from fedsim.errors import ConfigError, UserCodeError
 
 #: kind → entry-point group a package registers its names under
-GROUPS: dict[str, str] = {"algorithm": "fedsim.algorithms", "model": "fedsim.models", "dataset": "fedsim.datasets"}
+GROUPS: dict[str, str] = {"algorithm": "fedsim.algorithms", "model": "fedsim.models", "dataset": "fedsim.datasets",
+                          "channel": "fedsim.channel_models"}
 
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 import yaml
 
 from fedsim.components import find, module_records, recorded_dirs, reference_of
+from fedsim.system.channel import PATHLOSS_MODELS, channel_model
 from fedsim.config import check_domain, coerce, shown, from_mapping, positive
 from fedsim.errors import ConfigError
 from fedsim.inputfiles import LIMIT_SCENARIO, LIMIT_TABLE, check_given_path, read_input, shown_path
@@ -182,8 +183,13 @@ def scenario_from_mapping(data: Mapping[str, Any], *, algorithms: AlgorithmResol
     profile_at(scenario.server.profile, "server.profile", source_dir)
     for kind, section in (("model", scenario.model), ("dataset", scenario.data)):  # a bad reference fails here
         find(kind, section.name, f"{'data' if kind == 'dataset' else kind}.name", search)
+    links = [(d, getattr(scenario.channel, d, None)) for d in ("uplink", "downlink")]
+    links = [(d, link.model) for d, link in links if link is not None and link.model not in PATHLOSS_MODELS]
+    for direction, name in links:  # a path-loss model of the user's: a bad reference fails here
+        channel_model(name, f"channel.{direction}.model", search)
     # where each user module was found, saved with the run: it repeats from any folder
-    scenario.modules = module_records([*(s.name for s in specs), scenario.model.name, scenario.data.name])
+    scenario.modules = module_records([*(s.name for s in specs), scenario.model.name, scenario.data.name,
+                                       *(name for _, name in links)])
     if source_dir is not None:
         _paths_beside(scenario, source_dir)
     # a device, FIFO or oversized file named as an input is refused here, before any work (a missing one

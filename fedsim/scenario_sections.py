@@ -12,7 +12,8 @@ from typing import Any, Callable, Literal, Mapping
 
 from fedsim.config import shown, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
-from fedsim.system.channel import DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, PHYSICAL_FIELDS, LinkPhysics
+from fedsim.system.channel import (CHANNEL_MODELS, DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, PATHLOSS_MODELS,
+                                   PHYSICAL_FIELDS, RATE_ONLY_MODELS, USER_MODEL, LinkPhysics, is_channel_model)
 
 
 
@@ -246,9 +247,10 @@ class LinkConfig(LinkPhysics):
         metadata={"doc": "uniform_rate: draw a new rate per transmission or once per client"})
 
     def validate(self, prefix: str) -> None:
-        from fedsim.system.channel import FADING_MODELS, PATHLOSS_MODELS
+        from fedsim.system.channel import FADING_MODELS
 
-        require(self.model in PATHLOSS_MODELS, f"{prefix}.model", f"got {self.model!r} (allowed: {', '.join(PATHLOSS_MODELS)})")
+        require(is_channel_model(self.model), f"{prefix}.model",
+                f"got {self.model!r} (allowed: {', '.join(PATHLOSS_MODELS)}; or module:attribute for your own)")
         require(self.fading in FADING_MODELS, f"{prefix}.fading", f"got {self.fading!r} (allowed: {', '.join(FADING_MODELS)})")
         if self.model in ("fixed", "uniform_rate"):
             values = self.mbps if isinstance(self.mbps, list) else [self.mbps]
@@ -267,14 +269,14 @@ class LinkConfig(LinkPhysics):
         return link_fields_in_effect(self.model, self.fading)
 
 
-PATHLOSS_MODELS_ALL = ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma", "fixed", "uniform_rate", "ideal")
-#: Link fields each kind of link model uses; a field given under a model that ignores it is an error.
-RATE_ONLY_MODELS = ("fixed", "uniform_rate", "ideal")
+PATHLOSS_MODELS_ALL = PATHLOSS_MODELS
+#: Link fields each kind of link model uses; a field given under a model that ignores it is an error.  A user's
+#: path-loss model (``module:attribute``, :data:`USER_MODEL` here) reads the generic physical fields.
 FIELD_MODELS: dict[str, tuple[str, ...]] = {
     "mbps": ("fixed", "uniform_rate"),
     "redraw": ("uniform_rate",),
-    **{f: tuple(m for m in ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma")) for f in PHYSICAL_FIELDS},
-    "tx_power_w": tuple(PATHLOSS_MODELS_ALL),  # SNR under path loss; transmit energy under every model
+    **{f: (*CHANNEL_MODELS, USER_MODEL) for f in PHYSICAL_FIELDS},
+    "tx_power_w": (*PATHLOSS_MODELS_ALL, USER_MODEL),  # SNR under path loss; transmit energy under every model
     "exponent": ("log_distance",), "pl0_db": ("log_distance",), "d0_m": ("log_distance",),
     "h_bs": ("tr38901_umi", "tr38901_uma"), "h_ut": ("tr38901_umi", "tr38901_uma"), "los": ("tr38901_umi", "tr38901_uma"),
 }
@@ -283,6 +285,7 @@ FIELD_MODELS: dict[str, tuple[str, ...]] = {
 def link_fields_in_effect(model: str, fading: str = "none") -> list[str]:
     """The LinkConfig fields that ``model`` reads (``model`` and ``fading`` always shown for path-loss models)."""
     out = ["model"]
+    model = model if model in PATHLOSS_MODELS else USER_MODEL
     for f in (fl.name for fl in dataclasses.fields(LinkConfig)):
         if f == "model":
             continue
@@ -298,6 +301,7 @@ def check_link_effect(raw_link: Any, model: str, field: str) -> None:
     if not isinstance(raw_link, Mapping):
         return
     fading = raw_link.get("fading", "none")
+    model = model if not isinstance(model, str) or model in PATHLOSS_MODELS else USER_MODEL
     for key in raw_link:
         if key == "model" or key not in FIELD_MODELS:
             continue

@@ -472,3 +472,73 @@ def test_a_config_that_leaves_out_a_field_an_inherited_method_reads_is_refused_a
             return base, [self.cfg.alpha]
 
     assert resolve(OwnRule) is OwnRule
+
+
+# ------------------------------------------------------------------------------ a channel model of one's own
+
+def test_a_user_path_loss_model_gives_the_hand_computed_loss_snr_and_rate():
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "docs" / "extending"))
+    try:
+        two_slope = importlib.import_module("two_slope")
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "extending"))
+    from fedsim.system.channel import CHANNEL_MODELS, ChannelConfig, channel_model, shannon_rate
+
+    cfg = ChannelConfig(model="two_slope:two_slope", frequency_hz=2e9, bandwidth_hz=1e6, tx_power_w=0.1)
+    assert channel_model("two_slope:two_slope") is two_slope.two_slope and "free_space" in CHANNEL_MODELS
+    fs100 = 20 * math.log10(100) + 20 * math.log10(2e9) + 20 * math.log10(4 * math.pi / 299_792_458)
+    assert cfg.path_loss_db(100.0) == pytest.approx(fs100, abs=1e-9)  # 78.47 dB: free space up to the breakpoint
+    assert cfg.path_loss_db(200.0) == pytest.approx(fs100 + 40 * math.log10(2), abs=1e-9)  # + 12.04 dB beyond
+    snr = 0.1 * 10 ** (-(fs100 + 40 * math.log10(2)) / 10) / (3.981e-21 * 1e6)
+    assert cfg.mean_snr(200.0) == pytest.approx(snr, rel=1e-12)
+    assert shannon_rate(1e6, cfg.mean_snr(200.0)) == pytest.approx(1e6 * math.log2(1 + snr), rel=1e-12)
+
+
+def _channel_run(tmp_path: Path, uplink: str, r_max: float) -> list[tuple]:
+    import json
+
+    mapping = _tiny({"name": "fedavg", "clients_per_round": 2}, channel={
+        "uplink": {"model": uplink, "bandwidth_hz": 1.0e6, "tx_power_w": 0.1}, "downlink": {"model": "free_space"},
+        "positions": {"kind": "auto", "r_min_m": 10.0, "r_max_m": r_max}})
+    run_scenario(fedsim.scenario_from_mapping(mapping, source_dir=ROOT / "docs" / "extending"), tmp_path,
+                 progress=False)
+    trace = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    return [(r["t"], r["client"], r["airtime"], r["rate_bps"]) for r in trace if r["kind"] == "upload"]
+
+
+def test_a_user_channel_model_from_its_own_file_runs_by_module_attribute(tmp_path):
+    """Inside the breakpoint the two-slope model is free space: the same uploads to the last bit; with clients
+    beyond it (up to 500 m) the steeper slope makes them slower."""
+    near_user = _channel_run(tmp_path / "a", "two_slope:two_slope", 90.0)
+    near_fs = _channel_run(tmp_path / "b", "free_space", 90.0)
+    assert near_user == near_fs and len(near_user) == 4
+    far_user = _channel_run(tmp_path / "c", "two_slope:two_slope", 500.0)
+    far_fs = _channel_run(tmp_path / "d", "free_space", 500.0)
+    assert sum(r[2] for r in far_user) > sum(r[2] for r in far_fs)
+    first_user, first_fs = ({r[1]: r[3] for r in reversed(run)} for run in (far_user, far_fs))
+    assert all(first_user[c] <= first_fs[c] for c in first_user)  # each client's rate: never faster
+    assert any(first_user[c] < first_fs[c] for c in first_user)  # and slower beyond the breakpoint
+
+
+def test_a_bad_channel_reference_or_value_is_one_line():
+    from fedsim.system.channel import ChannelConfig
+
+    with pytest.raises(ConfigError, match=r"channel.uplink.model: module 'no_such_channel' of 'no_such_channel:f' "
+                                          r"not found"):
+        fedsim.scenario_from_mapping(_tiny({"name": "fedavg"}, channel={"uplink": {"model": "no_such_channel:f"}}))
+    with pytest.raises(ConfigError, match=r"channel.uplink.model: got 'nonsense' \(allowed: free_space, log_distance, tr36814, "
+                                          r"tr38901_umi, tr38901_uma, fixed, uniform_rate, ideal; or module:attribute"):
+        fedsim.scenario_from_mapping(_tiny({"name": "fedavg"}, channel={"uplink": {"model": "nonsense"}}))
+    cfg = ChannelConfig(model=f"{__name__}:_nan_loss")
+    with pytest.raises(UserDecisionError, match=r"_nan_loss returned nan for distance 50.0: expected a finite"):
+        cfg.path_loss_db(50.0)
+    with pytest.raises(ConfigError, match=r"channel.uplink.exponent: has no effect under link model"):
+        fedsim.scenario_from_mapping(_tiny({"name": "fedavg"}, channel={"uplink": {"model": "two_slope:two_slope",
+                                                                                   "exponent": 3.0}}),
+                                     source_dir=ROOT / "docs" / "extending")
+
+
+def _nan_loss(d_m, config, los):
+    return float("nan")

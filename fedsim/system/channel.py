@@ -38,8 +38,12 @@ DEFAULT_UPLINK_MBPS = [2.0, 20.0]
 DEFAULT_DOWNLINK_MBPS = [10.0, 50.0]
 N0_W_PER_HZ = 3.981e-21  #: thermal noise PSD, -174 dBm/Hz at 290 K
 
-PATHLOSS_MODELS = ("free_space", "log_distance", "tr36814", "tr38901_umi", "tr38901_uma", "fixed", "uniform_rate", "ideal")
 FADING_MODELS = ("none", "rayleigh", "rician")
+#: the link models that state a rate, with no distance, path loss or SNR
+RATE_ONLY_MODELS = ("fixed", "uniform_rate", "ideal")
+#: what a link's ``model`` stands for, besides these names: ``module:attribute`` or a name a package registers
+#: under the entry point ``fedsim.channel_models``, a path-loss model of one's own (:data:`USER_MODEL`)
+USER_MODEL = "module:attribute"
 
 
 def db_to_linear(db):
@@ -149,6 +153,48 @@ def los_probability_uma(d_2d_m, h_ut: float = 1.5):
 
 # ------------------------------------------------------------------------------------------ randomness
 
+#: the path-loss models by name, each ``f(d_m, config, los) -> path loss in dB`` at 2-D distance ``d_m`` metres
+#: (``config`` is the link's :class:`ChannelConfig`: frequency, heights, ...); the one list every other list of
+#: model names is made from.  A user's model has the same signature and is named ``module:attribute``.
+CHANNEL_MODELS: dict[str, Callable] = {
+    "free_space": lambda d, c, los: free_space_db(d, c.frequency_hz),
+    "log_distance": lambda d, c, los: log_distance_db(d, c.pl0_db, c.d0_m, c.exponent),
+    "tr36814": lambda d, c, los: tr36814_macro_db(d),
+    "tr38901_umi": lambda d, c, los: tr38901_umi_db(d, c.frequency_hz, c.base_station_height(), c.h_ut, los),
+    "tr38901_uma": lambda d, c, los: tr38901_uma_db(d, c.frequency_hz, c.base_station_height(), c.h_ut, los),
+}
+#: every built-in link model: the path-loss ones, then the rate-only ones
+PATHLOSS_MODELS = (*CHANNEL_MODELS, *RATE_ONLY_MODELS)
+
+
+def is_channel_model(name: object) -> bool:
+    """Whether ``name`` may name a link model: a built-in, a ``module:attribute`` reference, or a name a package
+    registers (checked further when the scenario is loaded, :func:`channel_model`)."""
+    from fedsim import components
+
+    return isinstance(name, str) and (name in PATHLOSS_MODELS or components.is_reference(name)
+                                      or name in components.installed("channel"))
+
+
+def channel_model(name: str, field: str = "channel.model", base_dirs: tuple = ()) -> Callable:
+    """The path-loss function a link's ``model`` names: a built-in of :data:`CHANNEL_MODELS`, a name a package
+    registers under ``fedsim.channel_models``, or ``module:attribute`` (imported from the scenario's folder, the
+    working directory, then ``sys.path``, like an algorithm).  One ConfigError line for anything else."""
+    fn = CHANNEL_MODELS.get(name)
+    if fn is not None:
+        return fn
+    from fedsim import components
+
+    obj = components.find("channel", name, field, base_dirs) if name not in RATE_ONLY_MODELS else None
+    if obj is None:
+        raise ConfigError(field, f"unknown model {name!r} (allowed: {', '.join(PATHLOSS_MODELS)}; or module:attribute "
+                          "for a path-loss model of your own)")
+    if not callable(obj) or isinstance(obj, type):
+        raise ConfigError(field, f"{name!r} is {type(obj).__name__}, not a function f(d_m, config, los) -> path "
+                          "loss in dB")
+    return obj
+
+
 def shadowing_db(rng: np.random.Generator, sigma_db: float, size=None):
     """Log-normal shadowing: a zero-mean Gaussian in dB with standard deviation sigma_db."""
     if sigma_db < 0:
@@ -249,8 +295,9 @@ class ChannelConfig(LinkPhysics):
     redraw: str = "per_transmission"
 
     def __post_init__(self) -> None:
-        if self.model not in PATHLOSS_MODELS:
-            raise ConfigError("channel.model", f"unknown model {self.model!r} (allowed: {', '.join(PATHLOSS_MODELS)})")
+        if not is_channel_model(self.model):
+            raise ConfigError("channel.model", f"unknown model {self.model!r} (allowed: {', '.join(PATHLOSS_MODELS)}; "
+                              "or module:attribute)")
         if self.fading not in FADING_MODELS:
             raise ConfigError("channel.fading", f"unknown fading {self.fading!r} (allowed: {', '.join(FADING_MODELS)})")
         if self.los not in ("auto", "los", "nlos"):
@@ -271,7 +318,7 @@ class ChannelConfig(LinkPhysics):
 
     @property
     def is_rate_only(self) -> bool:
-        return self.model in ("fixed", "uniform_rate", "ideal")
+        return self.model in RATE_ONLY_MODELS
 
     def base_station_height(self) -> float:
         if self.h_bs is not None:
@@ -288,19 +335,24 @@ class ChannelConfig(LinkPhysics):
         }.get(self.model, 0.0)
 
     def path_loss_db(self, d_m, los: bool = True):
-        """Deterministic path loss (no shadowing) at 2-D distance ``d_m`` metres."""
-        m = self.model
-        if m == "free_space":
-            return free_space_db(d_m, self.frequency_hz)
-        if m == "log_distance":
-            return log_distance_db(d_m, self.pl0_db, self.d0_m, self.exponent)
-        if m == "tr36814":
-            return tr36814_macro_db(d_m)
-        if m == "tr38901_umi":
-            return tr38901_umi_db(d_m, self.frequency_hz, self.base_station_height(), self.h_ut, los)
-        if m == "tr38901_uma":
-            return tr38901_uma_db(d_m, self.frequency_hz, self.base_station_height(), self.h_ut, los)
-        raise ConfigError("channel.model", f"model {m!r} has no path loss (it is rate-only)")
+        """Deterministic path loss (no shadowing) at 2-D distance ``d_m`` metres, from the model's function
+        (:func:`channel_model`); a user's model that returns a value that is not a finite number of dB is one
+        line naming it (an error in the user's code)."""
+        if self.is_rate_only:
+            raise ConfigError("channel.model", f"model {self.model!r} has no path loss (it is rate-only)")
+        fn = channel_model(self.model)
+        value = fn(d_m, self, los)
+        if self.model not in CHANNEL_MODELS:
+            try:
+                ok = bool(np.all(np.isfinite(np.asarray(value, dtype=float))))
+            except (TypeError, ValueError):
+                ok = False
+            if not ok or np.shape(value) != np.shape(d_m):
+                from fedsim.errors import UserDecisionError
+
+                raise UserDecisionError(f"{self.model} returned {value!r} for distance {d_m!r}: expected a finite "
+                                        "path loss in dB of the distance's shape")
+        return value
 
     def los_probability(self, d_m) -> float:
         if self.los != "auto" or self.model not in ("tr38901_umi", "tr38901_uma"):
