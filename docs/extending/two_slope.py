@@ -11,12 +11,17 @@ fields (frequency, bandwidth, power, noise, shadowing, fading) are read from ``c
 """
 from __future__ import annotations
 
-import numpy as np
+import math
 
-from fedsim.system.channel import free_space_db
+import numpy as np
 
 BREAKPOINT_M = 100.0
 EXPONENT_BEYOND = 4.0
+
+
+def free_space_db(d_m, f_hz):
+    """Friis free-space loss, written as fedsim's ``free_space`` model writes it (so the two agree to the bit)."""
+    return 20 * np.log10(d_m) + 20 * np.log10(f_hz) + 20 * np.log10(4 * math.pi / 299_792_458.0)
 
 
 def two_slope(d_m, config, los):
