@@ -26,7 +26,7 @@ _BUILTINS: dict[str, str] = {
     "quorum": "loops.semi_async", "SlotScheduler": "loops.slots", "staleness_weight": "staleness",
     "LoopConfig": "configs", "SlotsConfig": "configs", "SemiAsyncConfig": "configs", "SemiConfig": "configs",
     "Assignment": "messages", "Contribution": "messages", "LocalTrainer": "messages", "TrainOutcome": "messages",
-    "Update": "messages", "Work": "messages",
+    "Update": "messages", "Work": "messages", "Exchange": "messages", "ExchangeError": "messages",
     "FedAvg": "fedavg", "RoundsConfig": "configs", "FedAsync": "fedasync", "FedBuff": "fedbuff", "CA2FL": "ca2fl",
     "FedProx": "fedprox", "Cos2P": "cos2p", "AsyncSFL": "gas", "GAS": "gas", "MiniBatchSFL": "minibatch_sfl",
     "S2FL": "minibatch_sfl", "SemiSFL": "semisfl", "FedSwitchSL": "semisfl", "SupervisedOnly": "semisfl",
