@@ -233,7 +233,7 @@ class TwoCosts(MiniBatchSFL):
 
 class GASEveryOther(__import__("fedsim.algorithms", fromlist=["GAS"]).GAS):
     def exchange(self):
-        return Exchange(upload_every=2, gradient=False)
+        return Exchange(upload_every=2)
 
 
 class SaysKUploadsAlways(MiniBatchSFL):
