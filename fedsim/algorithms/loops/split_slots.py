@@ -34,7 +34,10 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
     download, then per local iteration the forward pass, the upload of the activations, the server's queue
     and service for this minibatch's gradient (:meth:`server_gradient`), the activations into the activation
     buffer, the gradient's download and the backward pass; then the client model's upload into the model
-    buffer, and the slot is refilled once the buffer has taken it.  A client going offline mid-way is a
+    buffer, and the slot is refilled once the buffer has taken it.  Under a declared :meth:`exchange` without a
+    gradient (``fedsim.messages.Exchange``), an iteration runs the forward pass, the upload only where declared
+    (into the activation buffer, with no per-minibatch service), the client's own loss (``aux_flops``) and
+    :meth:`client_backward`; nothing comes back and the client never waits.  A client going offline mid-way is a
     ``drop`` (minibatches it already uploaded stay in the buffer; its client model is lost).  A server-step
     process takes ``activation_buffer`` minibatches at a time, queues for :meth:`plan_server_step`'s samples
     and takes :meth:`server_step`; the aggregator averages every ``model_buffer`` client models (eq. 10)
