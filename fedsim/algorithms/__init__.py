@@ -32,14 +32,16 @@ _BUILTINS: dict[str, str] = {
     "S2FL": "minibatch_sfl", "SemiSFL": "semisfl", "FedSwitchSL": "semisfl", "SupervisedOnly": "semisfl",
     "SemiFL": "semifl", "FedSwitch": "semifl", "FedMatch": "semifl", "HeteroFL": "width", "FjORD": "width",
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
-    "EmbracingFL": "embracingfl", "LocalLossSFL": "local_loss_sfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "configs",
+    "EmbracingFL": "embracingfl", "LocalLossSFL": "local_loss_sfl", "ServerOptimizer": "server_opt",
+    "ServerOptConfig": "configs",
     "SplitRounds": "loops.split_rounds", "SplitSlots": "loops.split_slots", "SplitConfig": "configs",
     "SplitSession": "loops.split",
     "SplitRoundsConfig": "configs", "SplitSlotsConfig": "configs", "ServerStep": "server_opt",
 }
 _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncSFL", "GAS", "MiniBatchSFL", "S2FL",
                       "SemiSFL", "FedSwitchSL", "SupervisedOnly", "SemiFL", "FedSwitch", "FedMatch", "HeteroFL",
-                      "FjORD", "FedRolex", "FedProx", "FedRAA", "RAMFedLite", "PruneFLLite", "EmbracingFL", "LocalLossSFL")
+                      "FjORD", "FedRolex", "FedProx", "FedRAA", "RAMFedLite", "PruneFLLite", "EmbracingFL",
+                      "LocalLossSFL")
 
 __all__ = ["Algorithm", "AsyncSlots", "Assignment", "Contribution", "LocalTrainer", "SemiAsyncConfig", "SemiAsyncRounds",
            "SlotScheduler", "SlotsConfig", "SyncRounds", "TaskCounter", "TrainOutcome", "Update", "Work", "quorum",

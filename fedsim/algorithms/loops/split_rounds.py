@@ -1,5 +1,6 @@
-"""The synchronous split-learning loop (MiniBatch-SFL, S2FL, SemiSFL and its baselines): the declared exchange
-(by default one barrier per local iteration), then client-model averaging.  Its config base is :class:`fedsim.algorithms.configs.SplitRoundsConfig`."""
+"""The synchronous split-learning loop (MiniBatch-SFL, S2FL, local-loss SFL, SemiSFL and its baselines): the
+declared exchange (by default one barrier per local iteration), then client-model averaging.  Its config base
+is :class:`fedsim.algorithms.configs.SplitRoundsConfig`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -33,8 +34,8 @@ class SplitRounds(SplitAlgorithm):
     A round with no client and no server phase records an empty round and waits ``idle_s``.
 
     A subclass decides only: :meth:`client_forward` and :meth:`client_backward` (the client's computation),
-    :meth:`server_step` (the server's, setting each session's ``grad``), and if it differs :meth:`exchange`, :meth:`select`,
-    :meth:`batch_sizes`, :meth:`begin`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
+    :meth:`server_step` (the server's, setting each session's ``grad``), and if it differs :meth:`exchange`,
+    :meth:`select`, :meth:`batch_sizes`, :meth:`begin`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
     :meth:`server_phase` and :meth:`end_round`.  ``steps`` (set in ``setup``) is the common number of local
     iterations; its ``Config`` has ``clients_per_round``.
     """
