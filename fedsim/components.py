@@ -166,6 +166,8 @@ def user_code_error(exc: BaseException) -> UserCodeError | None:
     the user's hook wrongly)."""
     while exc.__cause__ is not None:  # SimPy re-raises a process's exception as a copy caused by the original
         exc = exc.__cause__
+    if isinstance(exc, UserCodeError):  # fedsim already named the user's method (a declaration it refused)
+        return exc
     tb = exc.__traceback__
     last: tuple[str, str, str, int] | None = None
     while tb is not None:

@@ -62,7 +62,11 @@ class UserCodeError(Exception):
 
     exit_code = 4
 
-    def __init__(self, where: str, location: str, cause: BaseException) -> None:
+    def __init__(self, where: str, location: str | None = None, cause: BaseException | None = None) -> None:
+        if location is None and cause is None:  # re-created from its own text (SimPy re-raising a process's error)
+            self.where, self.location, self.cause = "", "", None
+            super().__init__(where)
+            return
         self.where, self.location, self.cause = where, location, cause
         text = one_line(" ".join(str(cause).split())) or "(no message)"
         super().__init__(f"{where} ({location}): {type(cause).__name__}: {text[:300]}")

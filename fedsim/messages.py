@@ -1,6 +1,7 @@
 """The messages between the framework and an algorithm: what a client is asked to do (``Assignment``), what
 it sends back (``Update``, or a ``Contribution`` when the server trained on what it sent), what a custom local
-trainer reports (``TrainOutcome``), and what an algorithm asks of a run (``Work``).
+trainer reports (``TrainOutcome``), what an algorithm asks of a run (``Work``) and what one local iteration of
+split learning moves and computes (``Exchange``).
 
 Plain data at the bottom of the import graph: this module imports nothing from fedsim at run time (the
 ``fedsim.learn`` names below are type hints only, from modules that never import the framework), so the
@@ -12,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
 
+import math
+
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedsim.learn.submodel import SubModel
     from fedsim.learn.sgd import LocalObjective, SampleOrder, TrainStats
 
-__all__ = ["Assignment", "Contribution", "LocalTrainer", "TrainOutcome", "Update", "Work"]
+__all__ = ["Assignment", "Contribution", "Exchange", "ExchangeError", "LocalTrainer", "TrainOutcome", "Update", "Work"]
 
 
 @dataclass
@@ -152,3 +155,71 @@ class Contribution:
     download_time: float
     mask: None = None
     info: dict[str, Any] = field(default_factory=dict)
+
+
+class ExchangeError(ValueError):
+    """A split exchange that cannot run as declared.  Raised where the declaration is made; the split shapes
+    report it as an error in the method that declared it (``exchange``, ``client_forward``)."""
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """What each local iteration of split learning moves and computes, declared by the algorithm
+    (``SplitAlgorithm.exchange``) so that the split shapes time and cost exactly that, and nothing else.
+
+    ``upload_every`` (k ≥ 1): the client uploads its activations on local iterations 0, k, 2k, … (⌈E/k⌉ uploads
+    in E iterations); on the others nothing goes up, no gradient comes down and the server takes no step.
+    ``gradient``: the server answers each upload with the gradient of those activations, which the client's
+    backward pass uses; without it the client trains on a loss of its own (an auxiliary head) on every
+    iteration, and the server trains on what arrives.  ``wait``: the client waits for the server before its
+    next iteration (``SplitRounds``: the barrier after an upload; a gradient is always waited for); None: wait
+    exactly when a gradient comes back.  ``aux_flops``: FLOPs per sample of the client's own loss (the
+    auxiliary head's forward and backward), charged on the client on every iteration without a gradient.
+    ``server_flops``: FLOPs per sample of a server step (None: the cut model's server part, forward and
+    backward).  The default is classic split learning: every iteration uploads, waits and gets a gradient.
+    """
+
+    upload_every: int = 1
+    gradient: bool = True
+    wait: bool | None = None
+    aux_flops: float = 0.0
+    server_flops: float | None = None
+
+    def __post_init__(self) -> None:
+        k = self.upload_every
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ExchangeError(f"Exchange.upload_every must be a whole number >= 1 (upload on every k-th local "
+                                f"iteration), got {k!r}")
+        for name in ("gradient", "wait"):
+            v = getattr(self, name)
+            if not isinstance(v, bool) and not (name == "wait" and v is None):
+                raise ExchangeError(f"Exchange.{name} must be true or false, got {v!r}")
+        for name in ("aux_flops", "server_flops"):
+            v = getattr(self, name)
+            if v is None and name == "server_flops":
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(v) or v < 0:
+                raise ExchangeError(f"Exchange.{name} must be a finite number of FLOPs per sample >= 0, got {v!r}")
+        object.__setattr__(self, "upload_every", int(k))
+        if self.wait is None:
+            object.__setattr__(self, "wait", self.gradient)
+        if self.gradient and not self.wait:
+            raise ExchangeError("Exchange(gradient=True, wait=False): a gradient the client does not wait for would "
+                                "reach a client that has moved on, which is not modelled; declare wait=True, or "
+                                "gradient=False for a client that trains on its own loss")
+        if self.gradient and self.upload_every == 1 and self.aux_flops > 0:
+            raise ExchangeError(f"Exchange(aux_flops={self.aux_flops!r}) with a gradient on every iteration: the "
+                                "auxiliary head would never run; declare gradient=False or upload_every > 1, or "
+                                "aux_flops=0")
+
+    def uploads(self, e: int) -> bool:
+        """Whether local iteration ``e`` (from 0) uploads activations."""
+        return e % self.upload_every == 0
+
+    def answered(self, e: int) -> bool:
+        """Whether local iteration ``e`` gets a gradient back (else the client trains on its own loss)."""
+        return self.gradient and e % self.upload_every == 0
+
+    def uploads_in(self, steps: int) -> int:
+        """How many of ``steps`` local iterations upload: ⌈steps / k⌉."""
+        return -(-int(steps) // self.upload_every)

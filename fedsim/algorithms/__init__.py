@@ -26,20 +26,22 @@ _BUILTINS: dict[str, str] = {
     "quorum": "loops.semi_async", "SlotScheduler": "loops.slots", "staleness_weight": "staleness",
     "LoopConfig": "configs", "SlotsConfig": "configs", "SemiAsyncConfig": "configs", "SemiConfig": "configs",
     "Assignment": "messages", "Contribution": "messages", "LocalTrainer": "messages", "TrainOutcome": "messages",
-    "Update": "messages", "Work": "messages",
+    "Update": "messages", "Work": "messages", "Exchange": "messages", "ExchangeError": "messages",
     "FedAvg": "fedavg", "RoundsConfig": "configs", "FedAsync": "fedasync", "FedBuff": "fedbuff", "CA2FL": "ca2fl",
     "FedProx": "fedprox", "Cos2P": "cos2p", "AsyncSFL": "gas", "GAS": "gas", "MiniBatchSFL": "minibatch_sfl",
     "S2FL": "minibatch_sfl", "SemiSFL": "semisfl", "FedSwitchSL": "semisfl", "SupervisedOnly": "semisfl",
     "SemiFL": "semifl", "FedSwitch": "semifl", "FedMatch": "semifl", "HeteroFL": "width", "FjORD": "width",
     "FedRolex": "width", "FedRAA": "fedraa", "RAMFedLite": "fedraa_baselines", "PruneFLLite": "fedraa_baselines",
-    "EmbracingFL": "embracingfl", "ServerOptimizer": "server_opt", "ServerOptConfig": "configs",
+    "EmbracingFL": "embracingfl", "LocalLossSFL": "local_loss_sfl", "ServerOptimizer": "server_opt",
+    "ServerOptConfig": "configs",
     "SplitRounds": "loops.split_rounds", "SplitSlots": "loops.split_slots", "SplitConfig": "configs",
     "SplitSession": "loops.split",
     "SplitRoundsConfig": "configs", "SplitSlotsConfig": "configs", "ServerStep": "server_opt",
 }
 _ALGORITHM_CLASSES = ("FedAvg", "FedAsync", "FedBuff", "CA2FL", "Cos2P", "AsyncSFL", "GAS", "MiniBatchSFL", "S2FL",
                       "SemiSFL", "FedSwitchSL", "SupervisedOnly", "SemiFL", "FedSwitch", "FedMatch", "HeteroFL",
-                      "FjORD", "FedRolex", "FedProx", "FedRAA", "RAMFedLite", "PruneFLLite", "EmbracingFL")
+                      "FjORD", "FedRolex", "FedProx", "FedRAA", "RAMFedLite", "PruneFLLite", "EmbracingFL",
+                      "LocalLossSFL")
 
 __all__ = ["Algorithm", "AsyncSlots", "Assignment", "Contribution", "LocalTrainer", "SemiAsyncConfig", "SemiAsyncRounds",
            "SlotScheduler", "SlotsConfig", "SyncRounds", "TaskCounter", "TrainOutcome", "Update", "Work", "quorum",
@@ -58,6 +60,7 @@ CATALOG: dict[str, tuple[str, str, str]] = {
     "fedrolex": ("width", "FedRolex", "WidthConfig"), "fedswitch": ("semifl", "FedSwitch", "SemiFLConfig"),
     "fedswitch-sl": ("semisfl", "FedSwitchSL", "FedSwitchSLConfig"), "fjord": ("width", "FjORD", "WidthConfig"),
     "gas": ("gas", "GAS", "GASConfig"), "heterofl": ("width", "HeteroFL", "WidthConfig"),
+    "local-loss-sfl": ("local_loss_sfl", "LocalLossSFL", "LocalLossSFLConfig"),
     "minibatch-sfl": ("minibatch_sfl", "MiniBatchSFL", "MiniBatchSFLConfig"),
     "prunefl-lite": ("fedraa_baselines", "PruneFLLite", "PruneFLLiteConfig"),
     "ramfed-lite": ("fedraa_baselines", "RAMFedLite", "RAMFedLiteConfig"), "s2fl": ("minibatch_sfl", "S2FL", "S2FLConfig"),

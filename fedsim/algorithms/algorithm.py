@@ -101,6 +101,10 @@ class Algorithm:
         to refuse a setting that cannot work with a ``ConfigError`` (reported before any virtual time passes).
         An override calls ``super().setup()`` first.  Default: nothing."""
 
+    def _prepared(self) -> None:
+        """The shape's own checks once every ``setup`` override has run (:func:`build_algorithm` calls it):
+        what a shape derives from a user's declarations is fixed here, before the simulation starts."""
+
     def server_update(self, base: State, aggregate: State) -> State:
         """The model installed after a server rule returned ``aggregate`` from ``base`` (the model its updates
         started from): the configured server step applied to it, or the aggregate itself.  The loop shapes
@@ -205,6 +209,7 @@ def build_algorithm(cls: "type[Algorithm]", ctx: "Context", config: Any) -> "Alg
     through here), so no shape can skip a documented hook."""
     algo = cls(ctx, config)
     algo.setup()
+    algo._prepared()
     return algo
 
 

@@ -735,3 +735,14 @@ class MiniBatchSFLConfig(SplitConfig):
 class S2FLConfig(MiniBatchSFLConfig):
     groups: int = field(default=2,
                         metadata={"doc": "label-balanced activation groups per server step (S2FL's grouping)"})
+
+
+# LocalLossSFL (fedsim/algorithms/local_loss_sfl.py)
+@dataclass
+class LocalLossSFLConfig(SplitRoundsConfig):
+    upload_every: int = num(2, ge=1, le=10**6, unit="iterations",
+                            doc="k: the client uploads activations on every k-th local iteration (0, k, 2k, ...)")
+
+    def validate(self, prefix: str) -> None:
+        SplitRoundsConfig.validate(self, prefix)
+        positive(self.upload_every, f"{prefix}.upload_every")

@@ -83,6 +83,18 @@ class SplitTiming:
             return self.world.compute(client, flops, what=what, steps=1, samples=samples)
         return self.world.compute_pinned(client, flops, self.speeds[client], what=what)
 
+    def client_aux(self, client: int, flops_per_sample: float, batch: int) -> Generator[Any, Any, float]:
+        """The client's own loss over a minibatch (an auxiliary head's forward and backward, ``flops_per_sample``
+        each sample), by the convention's rule for a client pass: FLOPs × batch (real), or half the per-sample
+        FLOPs once (gas-code's "parallel" multiply-accumulates).  Recorded as ``compute`` with ``what: sfl-aux``."""
+        if self.gas_code:
+            flops, samples = flops_per_sample / 2.0, 1
+        else:
+            flops, samples = flops_per_sample * batch, batch
+        if self.speeds is None:
+            return self.world.compute(client, flops, what="sfl-aux", steps=1, samples=samples)
+        return self.world.compute_pinned(client, flops, self.speeds[client], what="sfl-aux")
+
     def upload(self, client: int, nbytes: int, what: str) -> Generator[Any, Any, float]:
         return self.world.upload(client, nbytes, what=what)
 

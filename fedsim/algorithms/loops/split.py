@@ -26,12 +26,13 @@ import torch
 from fedsim.algorithms.algorithm import Algorithm
 from fedsim.algorithms.configs import SplitConfig
 from fedsim.config import require
+from fedsim.errors import UserCodeError
 from fedsim.learn.losses import label_log_prior
 from fedsim.learn.models import build_model
 from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_cut, merge_state, split_costs, split_state
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.sgd import batch_schedule, num_steps
-from fedsim.messages import Contribution, Update, Work
+from fedsim.messages import Contribution, Exchange, ExchangeError, Update, Work
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.context import Context
@@ -57,6 +58,49 @@ class SplitAlgorithm(Algorithm):
         # the split shapes install the averaged client part, not a rule's aggregate: no server step to apply
         require(self.server_step_of is None, "algorithm.server_opt", "split learning has no server rule for a server "
                 "optimiser to step on (the server part trains by SGD itself); remove server_opt")
+
+    def _prepared(self) -> None:
+        """After every ``setup`` (``build_algorithm`` calls it): the declared exchange (:meth:`exchange`),
+        checked before the simulation starts; the shapes run it."""
+        super()._prepared()
+        #: the declared exchange, fixed for the run
+        self.exchange_plan: Exchange = self._declared_exchange()
+
+    # ---------------------------------------------------------------------------------- the exchange
+    def exchange(self) -> Exchange:
+        """What each local iteration moves and computes (``fedsim.messages.Exchange``), asked once after
+        :meth:`setup` (so it may read ``self.costs`` and ``self.cfg``).  The default is classic split learning:
+        every iteration uploads its activations, waits and gets their gradient back."""
+        return Exchange()
+
+    def uploads(self, e: int) -> bool:
+        """Whether local iteration ``e`` uploads activations under the declared exchange (a ``client_forward``
+        returns its upload only on those)."""
+        return self.exchange_plan.uploads(e)
+
+    def check_exchange(self, plan: Exchange) -> None:
+        """What this shape cannot run of a declared exchange: raise ``ExchangeError`` saying why (the shapes
+        override it; a subclass that adds a restriction calls ``super()``)."""
+
+    def _declared_exchange(self) -> Exchange:
+        """:meth:`exchange`'s declaration, or one line naming that method and what is wrong (exit 4): a bad
+        declaration is refused before anything runs, never run as something else."""
+        try:
+            plan = self.exchange()
+            if not isinstance(plan, Exchange):
+                raise ExchangeError(f"exchange() returned {type(plan).__name__}, not a fedsim.messages.Exchange")
+            self.check_exchange(plan)
+        except ExchangeError as exc:
+            raise self.refusal("exchange", exc) from None
+        return plan
+
+    def refusal(self, method: str, cause: BaseException) -> UserCodeError:
+        """The one-line error (exit 4) for a declaration or a return value of this class's ``method`` that the
+        split shapes cannot run as it stands, naming where that method is written."""
+        fn = getattr(type(self), method)
+        code = getattr(fn, "__code__", None)
+        where = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', method)}"
+        return UserCodeError(where, f"{code.co_filename}:{code.co_firstlineno}" if code else "?", cause)
 
     def setup(self) -> None:
         """The halves, their costs and timing, per-client sizes and label counts (``build_algorithm`` calls it

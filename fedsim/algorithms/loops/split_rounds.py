@@ -1,5 +1,6 @@
-"""The synchronous split-learning loop (MiniBatch-SFL, S2FL, SemiSFL and its baselines): one barrier per local
-iteration, then client-model averaging.  Its config base is :class:`fedsim.algorithms.configs.SplitRoundsConfig`."""
+"""The synchronous split-learning loop (MiniBatch-SFL, S2FL, local-loss SFL, SemiSFL and its baselines): the
+declared exchange (by default one barrier per local iteration), then client-model averaging.  Its config base
+is :class:`fedsim.algorithms.configs.SplitRoundsConfig`."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -11,7 +12,7 @@ from fedsim.algorithms.algorithm import COMMON_HOOKS, TaskCounter
 from fedsim.algorithms.configs import SplitRoundsConfig
 from fedsim.algorithms.decisions import check_batch_sizes, check_clients
 from fedsim.algorithms.loops.split import SplitAlgorithm, SplitSession
-from fedsim.messages import Contribution, Work
+from fedsim.messages import Contribution, Exchange, ExchangeError, Work
 
 __all__ = ["SplitRounds", "SplitRoundsState"]
 
@@ -21,17 +22,21 @@ class SplitRounds(SplitAlgorithm):
 
     The framework owns the loop.  Each round: the server's own phase (:meth:`server_phase`, nothing by
     default); ``clients_per_round`` clients drawn by :meth:`select`; for each a task, a session and the
-    ``dispatch`` record; then the exchange, one barrier per local iteration: each client downloads the
-    client model (then, from the second iteration on, the gradient of its last activations, and runs its
+    ``dispatch`` record; then the exchange, by default one barrier per local iteration: each client downloads
+    the client model (then, from the second iteration on, the gradient of its last activations, and runs its
     backward pass), runs its forward pass and uploads; once the last upload has arrived the server queues
-    for a worker for :meth:`step_flops` and takes its step.  After ``self.steps`` iterations the clients
+    for a worker for :meth:`step_flops` and takes its step.  The algorithm's :meth:`exchange` may declare
+    otherwise (``fedsim.messages.Exchange``): uploads every k-th iteration only (no server step, no
+    download on the others), no gradient back (the client's step on its own loss, its ``aux_flops``
+    charged on the client), and no barrier (the server steps on each uploading iteration once every
+    client's activations arrived, while the clients go on).  After ``self.steps`` iterations the clients
     upload their client models, the server queues for the aggregation, averages them (eq. 10) and installs
     the new version through the one ``apply`` with the round's ``Contribution`` s and its ``round`` record.
     A round with no client and no server phase records an empty round and waits ``idle_s``.
 
     A subclass decides only: :meth:`client_forward` and :meth:`client_backward` (the client's computation),
-    :meth:`server_step` (the server's, setting each session's ``grad``), and if it differs :meth:`select`,
-    :meth:`batch_sizes`, :meth:`begin`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
+    :meth:`server_step` (the server's, setting each session's ``grad``), and if it differs :meth:`exchange`,
+    :meth:`select`, :meth:`batch_sizes`, :meth:`begin`, :meth:`begin_round`, :meth:`open_session`, :meth:`end_client_phase`,
     :meth:`server_phase` and :meth:`end_round`.  ``steps`` (set in ``setup``) is the common number of local
     iterations; its ``Config`` has ``clients_per_round``.
     """
@@ -85,16 +90,20 @@ class SplitRounds(SplitAlgorithm):
         """A new participation (its batches and optimizer are set): per-client extras (nothing by default)."""
 
     def client_forward(self, s: SplitSession, e: int) -> tuple[int, int]:  # pragma: no cover - abstract
-        """Iteration ``e``'s forward pass on the client (set ``s.act``): (samples of the pass, bytes uploaded)."""
+        """Iteration ``e``'s forward pass on the client (set ``s.act``): (samples of the pass, bytes uploaded);
+        the bytes are 0 exactly on the iterations the declared exchange does not upload (``self.uploads(e)``)."""
         raise NotImplementedError
 
     def client_backward(self, s: SplitSession, e: int) -> None:  # pragma: no cover - abstract
-        """The client's step for iteration ``e`` with the gradient the server returned (``s.grad``)."""
+        """The client's step for iteration ``e`` with the gradient the server returned (``s.grad``), or, on an
+        iteration the exchange gives no gradient (``s.grad`` None), with a loss of its own."""
         raise NotImplementedError
 
     def step_flops(self, samples: int) -> float:
-        """FLOPs of one server step on ``samples`` activations."""
-        return self.costs.server_total * samples
+        """FLOPs of one server step on ``samples`` activations: the exchange's ``server_flops`` per sample, else
+        the server part's forward and backward."""
+        per = self.exchange_plan.server_flops
+        return (self.costs.server_total if per is None else per) * samples
 
     def server_step(self, sessions: list[SplitSession], e: int) -> None:  # pragma: no cover - abstract
         """Iteration ``e``'s server step on every session's activations; sets each session's ``grad``."""
@@ -142,6 +151,7 @@ class SplitRounds(SplitAlgorithm):
 
     def _exchange(self, loop: "SplitRoundsState", clients: list[int], rnd: int) -> Generator[simpy.events.Event, Any, list[SplitSession]]:
         ctx, env, timing = self.ctx, self.ctx.env, self.timing
+        plan = self.exchange_plan
         base_version = ctx.version
         sizes = check_batch_sizes(self, "batch_sizes", self.batch_sizes(clients), len(clients))
         self.begin_round(clients, rnd)
@@ -154,13 +164,18 @@ class SplitRounds(SplitAlgorithm):
             self.open_session(s, rnd)
             sessions.append(s)
             ctx.versions.record_dispatch(c, base_version, rnd)
-        for e in range(self.steps + 1):
-            yield env.all_of([env.process(self._iteration(s, e)) for s in sessions])
-            if e == self.steps:
-                break
-            yield from ctx.serve(None, timing.server_seconds(self.step_flops(sum(len(s.batches[e]) for s in sessions))),
-                                 what=self.step_what)
-            self.server_step(sessions, e)
+        if plan.wait:  # a barrier after every uploading iteration: the server steps, then the clients go on
+            first = 0
+            for stop in [e for e in range(self.steps) if plan.uploads(e)] + [self.steps]:
+                yield env.all_of([env.process(self._iterations(s, first, stop)) for s in sessions])
+                if stop == self.steps:
+                    break
+                yield from self._server_turn(sessions, stop)
+                first = stop + 1
+        else:  # nobody waits: the server steps on each uploading iteration once every client's activations arrived
+            sent = [{e: env.event() for e in range(self.steps) if plan.uploads(e)} for _ in sessions]
+            yield env.all_of([env.process(self._iterations(s, 0, self.steps, arrivals))
+                              for s, arrivals in zip(sessions, sent)] + [env.process(self._server_follows(sent))])
         yield from ctx.serve(None, timing.aggregation_seconds(len(clients), self.costs.client_model_bytes), what="aggregate")
         if ctx.done.triggered:
             return sessions
@@ -169,14 +184,38 @@ class SplitRounds(SplitAlgorithm):
         self.end_client_phase(sessions)
         return sessions
 
-    def _iteration(self, s: SplitSession, e: int) -> Generator[simpy.events.Event, Any, None]:
-        """One client's part of iteration ``e``: the last gradient down and the backward pass (or, first, the
-        model download), then the forward pass and the upload (or, last, the client model's upload)."""
-        timing, c = self.timing, s.client
+    def _server_turn(self, sessions: list[SplitSession], e: int) -> Generator[simpy.events.Event, Any, None]:
+        """The server's step on iteration ``e``'s activations: its queue and service, then :meth:`server_step`."""
+        yield from self.ctx.serve(None, self.timing.server_seconds(self.step_flops(sum(len(s.batches[e]) for s in sessions))),
+                                  what=self.step_what)
+        self.server_step(sessions, e)
+
+    def _server_follows(self, sent: list[dict[int, simpy.Event]]) -> Generator[simpy.events.Event, Any, None]:
+        """The server when the clients do not wait: each uploading iteration's step once all its activations
+        arrived, on the sessions as they were when those activations left (the clients have moved on)."""
+        env = self.ctx.env
+        for e in sorted(sent[0]) if sent else []:
+            arrived = yield env.all_of([events[e] for events in sent])
+            yield from self._server_turn([arrived[events[e]] for events in sent], e)
+
+    def _iterations(self, s: SplitSession, first: int, last: int,
+                    arrivals: dict[int, simpy.Event] | None = None) -> Generator[simpy.events.Event, Any, None]:
+        """One client's iterations ``first`` to ``last`` (the last one the client model's upload), without a wait."""
+        for e in range(first, last + 1):
+            yield from self._iteration(s, e, arrivals)
+
+    def _iteration(self, s: SplitSession, e: int,
+                   arrivals: dict[int, simpy.Event] | None = None) -> Generator[simpy.events.Event, Any, None]:
+        """One client's part of iteration ``e``, as the exchange declares it: the last iteration's gradient down
+        and the backward pass (or, first, the model download); then the forward pass and, on an uploading
+        iteration, the upload; on an iteration with no gradient back, the client's own loss (``aux_flops``) and
+        backward pass; last, the client model's upload.  ``arrivals``: when the clients do not wait, the
+        events that hand each upload (the session as it left) to the server."""
+        timing, c, plan = self.timing, s.client, self.exchange_plan
         if e == 0:
             yield from timing.download(c, self.download_models * self.costs.client_model_bytes,
                                        version=s.base_version)
-        else:
+        elif plan.answered(e - 1):
             b = len(s.batches[e - 1])
             yield from timing.download(c, timing.gradient_bytes(b))
             self.client_backward(s, e - 1)
@@ -185,10 +224,36 @@ class SplitRounds(SplitAlgorithm):
             yield from timing.upload(c, self.costs.client_model_bytes, "model")
             return
         samples, nbytes = self.client_forward(s, e)
+        if (nbytes > 0) != plan.uploads(e):
+            raise self.refusal("client_forward", ExchangeError(_upload_mismatch(nbytes, e, plan.upload_every)))
         yield from timing.client_pass(c, "forward", samples)
-        yield from timing.upload(c, nbytes, self.upload_what)
+        if plan.uploads(e):
+            yield from timing.upload(c, nbytes, self.upload_what)
+            if arrivals is not None:
+                arrivals[e].succeed(replace(s))
+        if not plan.answered(e):
+            s.grad = None  # no gradient for this iteration: the client's step is on its own loss
+            b = len(s.batches[e])
+            if plan.aux_flops > 0:
+                yield from timing.client_aux(c, plan.aux_flops, b)
+            self.client_backward(s, e)
+            yield from timing.client_pass(c, "backward", b)
+
+    def check_exchange(self, plan: Exchange) -> None:
+        super().check_exchange(plan)
+        if plan.server_flops is not None and type(self).step_flops is not SplitRounds.step_flops:
+            raise ExchangeError(f"Exchange(server_flops={plan.server_flops!r}) and an overridden step_flops(): "
+                                "one of the two would be ignored; declare the server step's cost in one place")
 
 
+def _upload_mismatch(nbytes: int, e: int, k: int) -> str:
+    """Why a ``client_forward``'s upload size contradicts the declared exchange."""
+    if nbytes > 0:
+        return (f"client_forward returned {nbytes} bytes to upload on local iteration {e}, which the declared "
+                f"exchange does not upload (upload_every={k}: iterations 0, {k}, {2 * k}, ...); return 0 bytes there "
+                f"(self.uploads(e) says which iterations upload)")
+    return (f"client_forward returned {nbytes} bytes on local iteration {e}, which the declared exchange uploads "
+            f"(upload_every={k}); an upload carries the activations' bytes (self.timing.activation_upload_bytes)")
 
 
 @dataclass

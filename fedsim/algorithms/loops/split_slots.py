@@ -12,7 +12,7 @@ from fedsim.algorithms.algorithm import COMMON_HOOKS, TaskCounter, guarded
 from fedsim.algorithms.configs import SplitSlotsConfig
 from fedsim.algorithms.loops.slots import SlotScheduler, SlotsState
 from fedsim.algorithms.loops.split import SplitAlgorithm, SplitSession
-from fedsim.messages import Contribution, Work
+from fedsim.messages import Contribution, Exchange, ExchangeError, Work
 
 __all__ = ["SplitSlots", "SplitSlotsState"]
 
@@ -34,7 +34,10 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
     download, then per local iteration the forward pass, the upload of the activations, the server's queue
     and service for this minibatch's gradient (:meth:`server_gradient`), the activations into the activation
     buffer, the gradient's download and the backward pass; then the client model's upload into the model
-    buffer, and the slot is refilled once the buffer has taken it.  A client going offline mid-way is a
+    buffer, and the slot is refilled once the buffer has taken it.  Under a declared :meth:`exchange` without a
+    gradient (``fedsim.messages.Exchange``), an iteration runs the forward pass, the upload only where declared
+    (into the activation buffer, with no per-minibatch service), the client's own loss (``aux_flops``) and
+    :meth:`client_backward`; nothing comes back and the client never waits.  A client going offline mid-way is a
     ``drop`` (minibatches it already uploaded stay in the buffer; its client model is lost).  A server-step
     process takes ``activation_buffer`` minibatches at a time, queues for :meth:`plan_server_step`'s samples
     and takes :meth:`server_step`; the aggregator averages every ``model_buffer`` client models (eq. 10)
@@ -120,25 +123,55 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
         s = SplitSession(c, task, base_version, t0, batches, self.client_optimizer(wc) if self.training else None)
         self.open_session(s)
         instant = timing.instant_downloads
-        server_flops = self.costs.server_total
+        plan = self.exchange_plan
+        server_flops = self._server_flops()
         for e, idx in enumerate(s.batches):
             b = len(idx)
             msg = self.client_forward(s, e)
+            if (msg is not None) != plan.uploads(e):
+                raise self.refusal("client_forward", ExchangeError(
+                    f"client_forward returned {'a message' if msg is not None else 'None'} on local iteration {e}, "
+                    f"which the declared exchange {'does not upload' if msg is not None else 'uploads'} "
+                    f"(upload_every={plan.upload_every}: iterations 0, {plan.upload_every}, ...); return the "
+                    "message the server receives exactly there, else None (self.uploads(e) says which)"))
             yield from timing.client_pass(c, "forward", b)
-            yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
-            yield from ctx.serve(c, timing.server_seconds(server_flops * b), what="sfl-gradient")
-            s.grad = self.server_gradient(s, msg, e)
-            yield loop.activations.put(msg)
-            if instant:
-                timing.instant_download(c, timing.gradient_bytes(b))
-            else:
-                yield from timing.download(c, timing.gradient_bytes(b))
+            if plan.answered(e):
+                yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
+                yield from ctx.serve(c, timing.server_seconds(server_flops * b), what="sfl-gradient")
+                s.grad = self.server_gradient(s, msg, e)
+                yield loop.activations.put(msg)
+                if instant:
+                    timing.instant_download(c, timing.gradient_bytes(b))
+                else:
+                    yield from timing.download(c, timing.gradient_bytes(b))
+                self.client_backward(s, e)
+                yield from timing.client_pass(c, "backward", b)
+                continue
+            if plan.uploads(e):  # nothing comes back: the activations join the buffer and the client goes on
+                yield from timing.upload(c, timing.activation_upload_bytes(b), "activations")
+                yield loop.activations.put(msg)
+            s.grad = None  # the client's step is on its own loss
+            if plan.aux_flops > 0:
+                yield from timing.client_aux(c, plan.aux_flops, b)
             self.client_backward(s, e)
             yield from timing.client_pass(c, "backward", b)
         yield from timing.upload(c, self.costs.client_model_bytes, "model")
         ack = env.event()
         yield loop.models.put(_ClientModel(s, s.opt.state() if s.opt is not None else None, ack))
         yield ack
+
+    def _server_flops(self) -> float:
+        """FLOPs per sample of the server's work on activations (a gradient's service, a buffer step): the
+        exchange's ``server_flops``, else the server part's forward and backward."""
+        per = self.exchange_plan.server_flops
+        return self.costs.server_total if per is None else float(per)
+
+    def check_exchange(self, plan: Exchange) -> None:
+        super().check_exchange(plan)
+        if plan.wait and not plan.gradient:
+            raise ExchangeError("Exchange(gradient=False, wait=True) on SplitSlots: asynchronous split learning has "
+                                "no barrier, so a client with no gradient coming has nothing to wait for; declare "
+                                "wait=False (or leave it None)")
 
     def _server_steps(self, loop: "SplitSlotsState") -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
@@ -147,7 +180,7 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
             for _ in range(loop.q_s):
                 msgs.append((yield loop.activations.get()))
             samples, plan = self.plan_server_step(msgs)
-            yield from ctx.serve(None, self.timing.server_seconds(self.costs.server_total * samples), what="sfl-step")
+            yield from ctx.serve(None, self.timing.server_seconds(self._server_flops() * samples), what="sfl-step")
             if ctx.done.triggered:
                 return
             self.server_step(msgs, plan)
