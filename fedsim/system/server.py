@@ -117,6 +117,7 @@ class Server:
             end = env.now
         finally:
             self._advance()  # at `end` (or where an interrupt left the request), before the worker is freed
+            req.cancel()  # a request interrupted while queued leaves the queue (else it would later hold a worker)
             resource.release(req)
         self._waits.append(start - arrival)
         self._services.append(end - start)
