@@ -25,7 +25,9 @@ SHORT = ["stop.max_time_s=2", "stop.max_versions=2", "output.figures=false", "ev
 #: scenarios whose algorithm trains for real (no systems-only mode), and the heavy one made smaller
 TRAINS = {"semisfl": []}
 SMALLER = {"cos2p": ["stop.max_time_s=0.5", "stop.max_versions=1", "algorithm.mask_rounds=1", "model.depth=4",
-                     "output.checkpoints=null"]}
+                     "output.checkpoints=null", "data.num_clients=2", "data.partition={method: iid}",
+                     "devices.mix=[{profile: jetson-agx-orin-64gb}]"],
+           "gas-cell-timing": ["data.options.num_samples=2000"]}
 
 
 def _runs(out):
