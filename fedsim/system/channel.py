@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -308,10 +308,14 @@ class ChannelConfig(LinkPhysics):
         fn = los_probability_umi if self.model == "tr38901_umi" else los_probability_uma
         return fn(d_m, self.h_ut)
 
-    def mean_snr(self, d_m: float, *, los: bool = True, shadow_db: float = 0.0, bandwidth_share: float = 1.0) -> float:
-        """SNR before fading: P 10^{-(PL + X)/10} / (N0 B F), on a fraction ``bandwidth_share`` of the band."""
+    def mean_snr(self, d_m: float, *, los: bool = True, shadow_db: float = 0.0, bandwidth_share: float = 1.0,
+                 tx_power_w: float | None = None) -> float:
+        """SNR before fading: P 10^{-(PL + X)/10} / (N0 B F), on a fraction ``bandwidth_share`` of the band;
+        P is ``tx_power_w`` when given (the client's resolved power, ``devices.resolve_tx_power``), else this
+        direction's ``tx_power_w``."""
         pl = self.path_loss_db(d_m, los) + shadow_db
-        return snr(self.tx_power_w, 10.0 ** (-pl / 10.0), self.bandwidth_hz * bandwidth_share,
+        power = self.tx_power_w if tx_power_w is None else tx_power_w
+        return snr(power, 10.0 ** (-pl / 10.0), self.bandwidth_hz * bandwidth_share,
                    self.noise_psd_w_hz, self.noise_figure_db)
 
 
@@ -402,6 +406,9 @@ class LinkModel:
     config: ChannelConfig
     streams: Streams
     direction: str = "up"
+    #: each client's transmit power (W), when it is not the config's: the uplink's resolved per device class
+    #: (``fedsim.system.devices.resolve_tx_power``), so the SNR uses the power the energy is charged at
+    tx_power_of: Callable[[Any], float] | None = None
     _z: dict = field(default_factory=dict, repr=False)
     _u: dict = field(default_factory=dict, repr=False)
     _fading: dict = field(default_factory=dict, repr=False)
@@ -440,7 +447,8 @@ class LinkModel:
         cfg = self.config
         los = self.is_los(client, distance_m)
         value = cfg.mean_snr(distance_m, los=los, shadow_db=cfg.sigma_db(los) * self._shadow_z(client),
-                             bandwidth_share=bandwidth_share)
+                             bandwidth_share=bandwidth_share,
+                             tx_power_w=None if self.tx_power_of is None else self.tx_power_of(client))
         if bandwidth_share == 1.0:
             self._snr[client] = (distance_m, value)
         return value

@@ -35,7 +35,8 @@ from fedsim.system.availability import AlwaysOn, make_availability
 from fedsim.system.chains import ChainRound
 from fedsim.system.channel import (CHANNEL_PRESETS, DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, GAS_DISTANCE_RANGE_M,
                                    PHYSICAL_FIELDS, ChannelConfig, LinkModel)
-from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
+from fedsim.system.devices import (DEFAULT_TX_POWER_W, DeviceProfile, capability_levels, compute_time, load_profile,
+                                   resolve_tx_power)
 from fedsim.system.energy import EnergyMeter
 from fedsim.system.medium import Medium, Progress, make_medium
 from fedsim.system.server import Server, ServiceRecord
@@ -64,13 +65,35 @@ def _channel_config(link: "LinkConfig") -> ChannelConfig:
     )
 
 
+def uplink_tx_power_w(channel: "ChannelSection") -> float:
+    """The uplink's ``tx_power_w`` as the world reads it: the scenario's ``channel.uplink``, else the preset's,
+    else the default."""
+    if channel.uplink is not None:
+        return float(channel.uplink.tx_power_w)
+    if channel.preset:
+        return float(CHANNEL_PRESETS[channel.preset].uplink.tx_power_w)
+    return DEFAULT_TX_POWER_W
+
+
+def tx_power_by_class(scenario: "Scenario") -> list[tuple[str, float, str]]:
+    """``(device class, transmit power in W, where it came from)`` per group of ``devices.mix``, resolved as the
+    world resolves it (:func:`fedsim.system.devices.resolve_tx_power`): what ``fedsim show`` prints."""
+    channel_w = uplink_tx_power_w(scenario.channel)
+    out = []
+    for group in scenario.devices.mix:
+        prof = load_profile(group.profile, scenario.source_dir)
+        w, src = resolve_tx_power(prof, channel_w)
+        out.append((str(group.profile), w, src))
+    return out
+
+
 class _Direction:
     """The rate of one direction for every client: a LinkModel, plus per-client fixed-rate draws."""
 
     def __init__(self, name: str, cfg: ChannelConfig, fixed_range_bps: tuple[float, float] | None,
-                 streams: Streams, num_clients: int) -> None:
+                 streams: Streams, num_clients: int, tx_power_of: Callable[[int], float] | None = None) -> None:
         self.name, self.cfg = name, cfg
-        self.model = LinkModel(cfg, streams, direction=name)
+        self.model = LinkModel(cfg, streams, direction=name, tx_power_of=tx_power_of)
         self.per_client: np.ndarray | None = None
         if fixed_range_bps is not None and fixed_range_bps[1] > fixed_range_bps[0]:
             lo, hi = math.log(fixed_range_bps[0]), math.log(fixed_range_bps[1])
@@ -251,7 +274,10 @@ class World:
             else:
                 cfg = ChannelConfig(model="fixed", rate_bps=default_mbps[0] * 1e6)
                 fixed_range = (default_mbps[0] * 1e6, default_mbps[1] * 1e6)
-            dirs[name] = _Direction(name, cfg, fixed_range, self.streams, self.num_clients)
+            if name == "up":  # the clients transmit: one resolved power per device class, for SNR and energy
+                self._resolve_tx_power(cfg)
+            dirs[name] = _Direction(name, cfg, fixed_range, self.streams, self.num_clients,
+                                    self._client_tx_power if name == "up" else None)
         self.links = dirs
         self.positions: np.ndarray | None = None
         self.mobility: pos.RandomWaypoint | None = None
@@ -414,11 +440,22 @@ class World:
         access = self._access[direction]
         return access, (1.0 / self._scheduled if access == "fdma" else 1.0)
 
-    @functools.cached_property
-    def _tx_power_w(self) -> np.ndarray:
-        """Transmit power (W) per device group: the device's own, else the uplink's."""
-        return np.array([self.profiles[k].tx_power_w or self.links["up"].cfg.tx_power_w for k in self._group_keys],
-                        dtype=np.float64)
+    def _resolve_tx_power(self, uplink: ChannelConfig) -> None:
+        """Each device group's transmit power by :func:`fedsim.system.devices.resolve_tx_power` (the one rule
+        for SNR and energy); a channel power that was set (not the default) but that a device profile
+        overrides is said once, before the run."""
+        resolved = [resolve_tx_power(self.profiles[k], uplink.tx_power_w) for k in self._group_keys]
+        self._tx_power_w = np.array([w for w, _ in resolved], dtype=np.float64)
+        overridden = sorted({f"{self.profiles[k].name} ({w:g} W)" for k, (w, src) in zip(self._group_keys, resolved)
+                             if src.startswith("device") and w != uplink.tx_power_w})
+        if overridden and uplink.tx_power_w != DEFAULT_TX_POWER_W:
+            self.input_warnings.append(
+                f"channel.uplink.tx_power_w: {uplink.tx_power_w:g} W is overridden by the device profile's "
+                f"radio.tx_power for {', '.join(overridden)} (SNR and energy both use the profile's)")
+
+    def _client_tx_power(self, client: int) -> float:
+        """The client's transmit power (W): its device group's resolved power."""
+        return float(self._tx_power_w[self._client_group[client]])
 
     def tx_power_many(self, clients: np.ndarray) -> np.ndarray:
         """Each client's transmit power (W)."""
