@@ -213,7 +213,8 @@ class LinkPhysics:
     frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
     bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
     tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W",
-                            doc="transmit power: SNR under path loss, transmit energy always")
+                            doc="transmit power: SNR under path loss, and the uplink's transmit energy; a device "
+                                "profile's radio.tx_power beats it for both")
     noise_psd_w_hz: float = num(N0_W_PER_HZ, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
     noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
     shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
