@@ -243,8 +243,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         source = None
     scenario = load_scenario(source, overrides)
     print(dump_scenario(scenario), end="")
+    print(_tx_power_lines(scenario), end="")
     warn_implausible([scenario])
     return 0
+
+
+def _tx_power_lines(scenario: Any) -> str:
+    """The transmit power each device class uses for its uplink SNR and energy, resolved (a device profile's
+    ``radio.tx_power`` beats ``channel.uplink.tx_power_w``), as YAML comments after the scenario."""
+    from fedsim.system.world import tx_power_by_class
+
+    lines = [f"#   {name}: {w:g} W ({src})" for name, w, src in tx_power_by_class(scenario)]
+    return ("# transmit power per device class (uplink SNR and transmit energy; a device profile's radio.tx_power "
+            "beats channel.uplink.tx_power_w):\n" + "\n".join(lines) + "\n")
 
 
 def cmd_reference(args: argparse.Namespace) -> int:

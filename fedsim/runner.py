@@ -175,6 +175,7 @@ def run_variant(
             if "until" not in str(exc) and "No scheduled events" not in str(exc):
                 raise
             ctx.versions.stop_reason = "no more events (no client can participate)"
+        world.cut_open_work("run_end")  # work under way when the run stopped: in the trace as in the totals
         last = ctx.versions.metrics[-1] if ctx.versions.metrics else None
         if last is None or last["version"] != ctx.version or last["t"] != env.now:
             ctx.versions.evaluate()

@@ -103,7 +103,8 @@ def test_server_queue_wait_recorded_apart_from_service(tiny, tmp_path):
     srv = load_trace(tmp_path).query("kind == 'server'")
     assert (srv["wait"] > 0).any()
     np.testing.assert_allclose(srv["end"] - srv["start"], srv["service"], rtol=1e-9)
-    assert srv["service"].min() >= 5.0
+    done = srv[srv["ended"].isna()] if "ended" in srv else srv  # requests the run's end cut served less
+    assert done["service"].min() >= 5.0 and len(done) >= 8
     # one worker: services never overlap
     s = srv.sort_values("start")
     assert (s["start"].to_numpy()[1:] >= s["end"].to_numpy()[:-1] - 1e-9).all()

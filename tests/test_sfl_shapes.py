@@ -99,7 +99,9 @@ def _check_consistent(records: list[dict]) -> dict[str, int]:
             pending_applies.append(r)
         elif kind == "drop":
             assert open_.get(r["client"]), f"drop without an open dispatch: {r}"
-            open_[r["client"]].pop(0)
+            # the participation under way is the latest: an earlier open one can only be a model already
+            # uploaded and waiting in the server's buffer, which going offline does not lose
+            open_[r["client"]].pop()
         elif kind == "aggregate":
             version += 1
             assert r["version"] == version

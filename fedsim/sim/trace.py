@@ -46,7 +46,9 @@ import pandas as pd
 #: kept fraction of the model and per block, block states); when a round has partial updates, ``apply``
 #: carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
 #: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  A split-learning
-#: download that carries gradients, not a model version, has ``what`` (``"gradients"``).
+#: download that carries gradients, not a model version, has ``what`` (``"gradients"``).  Work cut before it
+#: ended (deadline, going offline, the run's end) keeps its kind and adds ``ended`` (why) and ``planned_bytes``
+#: (transfers) or ``planned_flops`` (compute); its other fields are what was actually done (the world writes it).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch": ("client", "version", "round"),
     "download": ("client", "start", "end", "bytes", "wait", "version"),

@@ -90,6 +90,12 @@ class ChainRound:
         e_up = np.where(airtime_u > 0, airtime_u * tx_w, 0.0)
         self._world, self._c, self._n, self._nbytes = world, c, n, nbytes
         self._dt, self._power, self._airtime_u, self._tx_w = dt, power, airtime_u, tx_w
+        self._t0, self._version, self._flops = t0, version, flops
+        self._r_down, self._r_up, self._a1, self._a3, self._t1, self._t2 = r_down, r_up, a1, a3, t1, t2
+        #: which records (download, compute, upload laid end to end) have been written
+        self.written = np.zeros(3 * n, dtype=bool)
+        #: the world's key for this round while some of its work is under way
+        self.open_key: int | None = None
         self._parts = [
             ("download", t1, {"client": c, "start": t0, "end": t1, "bytes": nbytes,
                               # start - request, as the medium writes it: zero, but of the clock's type
@@ -105,26 +111,78 @@ class ChainRound:
                                           up_access == "fdma"), c)
         #: every record's time, in the order :meth:`write` writes them
         self.times: np.ndarray = np.concatenate([t1, t2, t3])[self._order]
-        world.bytes_down += nbytes * n  # every download starts now
 
     def __len__(self) -> int:
         return len(self._order)
 
     def write(self, lo: int, hi: int) -> None:
         """Write records ``[lo, hi)`` (in :attr:`times` order) and charge what they did, as the event engine
-        charges it when they happen: a compute record ends the device's busy time and starts the upload
-        (bytes); an upload record ends the radio's airtime."""
+        charges it when they happen: a download record counts its bytes; a compute record ends the device's busy
+        time; an upload record counts its bytes and ends the radio's airtime."""
         if hi <= lo:
             return
         world, c, n = self._world, self._c, self._n
         written = self._order[lo:hi]
         world.trace.write_columns(self._parts, written)
+        self.written[written] = True
+        if self.open_key is not None and bool(self.written.all()):
+            world._open.pop(self.open_key, None)
+            self.open_key = None
+        world.bytes_down += self._nbytes * int((written < n).sum())
         comp = written[(written >= n) & (written < 2 * n)] - n
         if len(comp):
             world.busy_s[c[comp]] += self._dt[comp]
             world.energy.compute_many(c[comp], self._dt[comp], self._power[comp])
-            world.bytes_up += self._nbytes * len(comp)
         up = written[written >= 2 * n] - 2 * n
+        world.bytes_up += self._nbytes * len(up)
         up = up[self._airtime_u[up] > 0]
         if len(up):
             world.energy.transmit_many(c[up], self._airtime_u[up], self._tx_w[up])
+
+    def cut(self, reason: str) -> None:
+        """Write a cut record for every chain whose current step is under way now (the run ended mid-round),
+        with the values and in the order the event engine's processes would write them: a step is opened by
+        the record before it (a download by the round's start), so the open steps are ordered by that."""
+        from fedsim.system.medium import Progress
+        from fedsim.system.world import cut_transfer_values
+
+        world, c, n = self._world, self._c, self._n
+        self.open_key = None
+        now = world.env.now
+        w = self.written
+        down_open, comp_open, up_open = ~w[:n], w[:n] & ~w[n:2 * n], w[n:2 * n] & ~w[2 * n:]
+        pos = np.empty(3 * n, dtype=np.int64)
+        pos[self._order] = np.arange(3 * n)
+        key = np.where(down_open, -1, np.where(comp_open, pos[:n], pos[n:2 * n]))
+        idx = np.nonzero(down_open | comp_open | up_open)[0]
+        idx = idx[np.lexsort((idx, key[idx]))]
+        nbytes = self._nbytes
+        for i in idx.tolist():
+            client = int(c[i])
+            if comp_open[i]:
+                start, dt = float(self._t1[i]), float(self._dt[i])
+                spent = min(now - start, dt)
+                flops = float(self._flops[i])
+                done = flops * (spent / dt) if dt > 0 else flops
+                world.busy_s[client] += spent
+                joules = world.energy.compute(client, spent, float(self._power[i]))
+                world.trace.put(world._h_compute_cut, (now, client, start, now, start - start, done, None, "train",
+                                                       joules, reason, flops))
+                continue
+            up = bool(up_open[i])
+            prog = Progress()
+            t0 = float(self._t2[i]) if up else self._t0
+            prog.start, prog.rate = t0, float((self._r_up if up else self._r_down)[i])
+            prog.done = bool(now >= (self._a3 if up else self._a1)[i])
+            sent, wait, airtime = cut_transfer_values(now, nbytes, t0, prog)
+            joules = 0.0
+            if up:
+                world.bytes_up += sent
+                if airtime > 0:
+                    joules = world.energy.transmit(client, airtime, float(self._tx_w[i]))
+            else:
+                world.bytes_down += sent
+            handle = world._h_cut[world._h_upload if up else world._h_download]
+            extra = () if up else (self._version,)
+            world.trace.put(handle, (now, client, t0, now, sent, wait, airtime,
+                                     (8.0 * sent / airtime) if airtime > 0 else None, joules, *extra, reason, nbytes))

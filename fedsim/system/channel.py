@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -259,7 +259,8 @@ class LinkPhysics:
     frequency_hz: float = num(2.0e9, gt=0, le=1e12, unit="Hz", doc="carrier frequency (path-loss models)")
     bandwidth_hz: float = num(10e6, gt=0, le=1e12, unit="Hz", doc="band of one client's link (Shannon rate)")
     tx_power_w: float = num(0.2, gt=0, le=1e6, unit="W",
-                            doc="transmit power: SNR under path loss, transmit energy always")
+                            doc="transmit power: SNR under path loss, and the uplink's transmit energy; a device "
+                                "profile's radio.tx_power beats it for both")
     noise_psd_w_hz: float = num(N0_W_PER_HZ, gt=0, le=1, unit="W/Hz", doc="thermal noise power spectral density")
     noise_figure_db: float = num(0.0, ge=0, le=100, unit="dB", doc="receiver noise figure")
     shadowing_db: float | None = num(0.0, ge=0, le=100, unit="dB", doc="log-normal shadowing spread (0: none)")
@@ -360,10 +361,14 @@ class ChannelConfig(LinkPhysics):
         fn = los_probability_umi if self.model == "tr38901_umi" else los_probability_uma
         return fn(d_m, self.h_ut)
 
-    def mean_snr(self, d_m: float, *, los: bool = True, shadow_db: float = 0.0, bandwidth_share: float = 1.0) -> float:
-        """SNR before fading: P 10^{-(PL + X)/10} / (N0 B F), on a fraction ``bandwidth_share`` of the band."""
+    def mean_snr(self, d_m: float, *, los: bool = True, shadow_db: float = 0.0, bandwidth_share: float = 1.0,
+                 tx_power_w: float | None = None) -> float:
+        """SNR before fading: P 10^{-(PL + X)/10} / (N0 B F), on a fraction ``bandwidth_share`` of the band;
+        P is ``tx_power_w`` when given (the client's resolved power, ``devices.resolve_tx_power``), else this
+        direction's ``tx_power_w``."""
         pl = self.path_loss_db(d_m, los) + shadow_db
-        return snr(self.tx_power_w, 10.0 ** (-pl / 10.0), self.bandwidth_hz * bandwidth_share,
+        power = self.tx_power_w if tx_power_w is None else tx_power_w
+        return snr(power, 10.0 ** (-pl / 10.0), self.bandwidth_hz * bandwidth_share,
                    self.noise_psd_w_hz, self.noise_figure_db)
 
 
@@ -454,6 +459,9 @@ class LinkModel:
     config: ChannelConfig
     streams: Streams
     direction: str = "up"
+    #: each client's transmit power (W), when it is not the config's: the uplink's resolved per device class
+    #: (``fedsim.system.devices.resolve_tx_power``), so the SNR uses the power the energy is charged at
+    tx_power_of: Callable[[Any], float] | None = None
     _z: dict = field(default_factory=dict, repr=False)
     _u: dict = field(default_factory=dict, repr=False)
     _fading: dict = field(default_factory=dict, repr=False)
@@ -492,7 +500,8 @@ class LinkModel:
         cfg = self.config
         los = self.is_los(client, distance_m)
         value = cfg.mean_snr(distance_m, los=los, shadow_db=cfg.sigma_db(los) * self._shadow_z(client),
-                             bandwidth_share=bandwidth_share)
+                             bandwidth_share=bandwidth_share,
+                             tx_power_w=None if self.tx_power_of is None else self.tx_power_of(client))
         if bandwidth_share == 1.0:
             self._snr[client] = (distance_m, value)
         return value

@@ -96,6 +96,25 @@ class DeviceProfile:
         return self.power_modes[m]
 
 
+#: The uplink's transmit power when neither the device profile nor the scenario states one (W).
+DEFAULT_TX_POWER_W = 0.2
+
+
+def resolve_tx_power(profile: DeviceProfile, channel_tx_power_w: float | None) -> tuple[float, str]:
+    """The transmit power (W) of a client of device class ``profile``, and where it came from: the one rule
+    for its uplink SNR (path-loss models) and its transmit energy alike.
+
+    Precedence: the profile's ``radio.tx_power`` (a measured property of that radio), else the scenario's
+    ``channel.uplink.tx_power_w`` (a preset's, or 0.2 W by default).  Why one function: the SNR and the
+    energy must never use two different powers for the same transmission."""
+    if profile.tx_power_w:
+        return float(profile.tx_power_w), "device profile radio.tx_power"
+    if channel_tx_power_w is None:
+        return DEFAULT_TX_POWER_W, "default"
+    return float(channel_tx_power_w), "channel.uplink.tx_power_w"
+
+
+
 # ----------------------------------------------------------------------------------------------- loading
 
 def _profile_dir() -> Path:

@@ -18,6 +18,11 @@ concentrates the transmit power).  Each record separates ``wait`` from ``airtime
 
 For K equal uploads of S bits at rate R started together the closed forms are: FDMA, all finish at
 K S / R; TDMA, the k-th finishes at k S / R; processor sharing, all finish at K S / R.
+
+A transfer may be cut before it ends (a round's deadline, the client going offline, the run's end).  The
+caller then needs what it actually did, so ``transfer`` fills an optional :class:`Progress` as it goes (when
+the radio came on and at what rate) and reads back the bits sent so far; an interrupted transfer frees its
+sub-band, queue place or share of the band at once.
 """
 from __future__ import annotations
 
@@ -68,6 +73,44 @@ def _check_bits(bits: float) -> None:
         raise ConfigError("medium.bits", f"must be a finite non-negative number, got {bits!r}")
 
 
+class Progress:
+    """How far one transfer has got: filled by the medium, read by the world when the transfer is cut (why:
+    a cut transfer's record carries the bits actually sent and the radio time actually spent, not the plan).
+
+    ``start`` is when the radio came on (None while still queued), ``rate`` its rate while on (bit/s), and
+    ``done`` whether every bit has gone.  Processor sharing, whose rate changes with every arrival, gives
+    ``sent_fn`` (the bits sent up to now) instead."""
+
+    __slots__ = ("start", "rate", "done", "sent_fn")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.rate = 0.0
+        self.done = False
+        self.sent_fn: Callable[[], float] | None = None
+
+    def bits_sent(self, now: float, bits: float) -> float:
+        """Bits sent by ``now`` of a transfer of ``bits``."""
+        if self.done:
+            return bits
+        if self.sent_fn is not None:
+            return min(bits, max(0.0, self.sent_fn()))
+        if self.start is None:
+            return 0.0
+        if math.isinf(self.rate):
+            return bits
+        return min(bits, max(0.0, (now - self.start) * self.rate))
+
+    def airtime(self, now: float, bits: float) -> float:
+        """Seconds the radio was on by ``now`` (the bits sent at the radio's rate)."""
+        sent = self.bits_sent(now, bits)
+        if sent <= 0 or not self.rate > 0 or math.isinf(self.rate):
+            return 0.0
+        if self.sent_fn is None and self.start is not None and not self.done:
+            return min(now - self.start, bits / self.rate)
+        return sent / self.rate
+
+
 class Medium:
     """Interface: ``transfer(client, bits, rate)`` is a SimPy process generator returning a TransferRecord."""
 
@@ -79,7 +122,8 @@ class Medium:
         #: has every transfer)
         self.records: deque[TransferRecord] = deque(maxlen=10_000)
 
-    def transfer(self, client: Any, bits: float, rate: Rate) -> Generator[simpy.Event, Any, TransferRecord]:
+    def transfer(self, client: Any, bits: float, rate: Rate,
+                 progress: Progress | None = None) -> Generator[simpy.Event, Any, TransferRecord]:
         raise NotImplementedError
 
     def _done(self, rec: TransferRecord) -> TransferRecord:
@@ -92,11 +136,13 @@ class Dedicated(Medium):
 
     name = "dedicated"
 
-    def transfer(self, client, bits, rate):
+    def transfer(self, client, bits, rate, progress=None):
         _check_bits(bits)
         t0 = self.env.now
         r = _rate_at(rate, 1.0)
         air = bits / r if math.isfinite(r) else 0.0
+        if progress is not None:
+            progress.start, progress.rate = t0, r
         yield self.env.timeout(air)
         return self._done(TransferRecord(client, bits, t0, t0, self.env.now, air, 0.0, self.name))
 
@@ -109,14 +155,16 @@ class _Slotted(Medium):
         self.resource = simpy.Resource(env, capacity=slots)
         self.share = share
 
-    def transfer(self, client, bits, rate):
+    def transfer(self, client, bits, rate, progress=None):
         _check_bits(bits)
         t0 = self.env.now
-        with self.resource.request() as req:
+        with self.resource.request() as req:  # an interrupt leaves the queue or frees the sub-band
             yield req
             start = self.env.now
             r = _rate_at(rate, self.share)  # block fading: the rate is that of the moment service starts
             air = bits / r if math.isfinite(r) else 0.0
+            if progress is not None:
+                progress.start, progress.rate = start, r
             yield self.env.timeout(air)
         end = self.env.now
         return self._done(TransferRecord(client, bits, t0, start, end, end - start, start - t0, self.name))
@@ -198,7 +246,13 @@ class ProcessorSharing(Medium):
                 self._active.pop(key)[2].succeed(self.env.now)
         self._schedule()
 
-    def transfer(self, client, bits, rate):
+    def _sent(self, key: int, bits: float) -> float:
+        """Bits of transfer ``key`` sent by now (all of them once it has left)."""
+        self._advance()
+        item = self._active.get(key)
+        return bits if item is None else bits - item[0]
+
+    def transfer(self, client, bits, rate, progress=None):
         _check_bits(bits)
         env = self.env
         t0 = env.now
@@ -207,9 +261,21 @@ class ProcessorSharing(Medium):
             return self._done(TransferRecord(client, bits, t0, t0, t0, 0.0, 0.0, self.name))
         self._advance()
         ev = env.event()
-        self._active[next(self._ids)] = [float(bits), r, ev]
+        key = next(self._ids)
+        self._active[key] = [float(bits), r, ev]
+        if progress is not None:
+            progress.start, progress.rate = t0, r
+            progress.sent_fn = lambda: self._sent(key, float(bits))
         self._schedule()
-        yield ev
+        try:
+            yield ev
+        except simpy.Interrupt:  # cut: what it sent stays sent, and the others share the band without it
+            sent = self._sent(key, float(bits))
+            if progress is not None:
+                progress.sent_fn = lambda: sent
+            self._active.pop(key, None)
+            self._schedule()
+            raise
         end = env.now
         air = bits / r
         return self._done(TransferRecord(client, bits, t0, t0, end, air, max(0.0, end - t0 - air), self.name))

@@ -88,8 +88,11 @@ class Server:
     def busy(self) -> int:
         return self.resource.count
 
-    def serve(self, service_time, *, what: str = "", client: Any = None) -> Generator[simpy.Event, Any, ServiceRecord]:
-        """Queue, then hold a worker for ``service_time`` seconds; returns the ServiceRecord."""
+    def serve(self, service_time, *, what: str = "", client: Any = None,
+              progress: list | None = None) -> Generator[simpy.Event, Any, ServiceRecord]:
+        """Queue, then hold a worker for ``service_time`` seconds; returns the ServiceRecord.  ``progress``, when
+        given, gets ``[arrival, queue on arrival]`` and then the service start appended as they happen (why: a
+        request cut by an interrupt or the run's end is still recorded with the time it held a worker)."""
         env = self.env
         resource = self.resource
         self._advance()
@@ -98,10 +101,14 @@ class Server:
         req = resource.request()
         if len(resource.queue) > self._max_queue:
             self._max_queue = len(resource.queue)
+        if progress is not None:
+            progress[:] = [arrival, q0]
         try:
             yield req
             self._advance()
             start = env.now
+            if progress is not None:
+                progress.append(start)
             dur = service_time(start) if callable(service_time) else service_time
             if dur < 0:
                 raise ConfigError("server.service_time", f"must be >= 0, got {dur!r}")
@@ -110,6 +117,7 @@ class Server:
             end = env.now
         finally:
             self._advance()  # at `end` (or where an interrupt left the request), before the worker is freed
+            req.cancel()  # a request interrupted while queued leaves the queue (else it would later hold a worker)
             resource.release(req)
         self._waits.append(start - arrival)
         self._services.append(end - start)

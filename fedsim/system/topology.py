@@ -128,13 +128,19 @@ class Topology:
         access_rate=None,
         media: Mapping[tuple[Any, Any], Any] | None = None,
         direction: str = "up",
+        progress: Any = None,
     ) -> Generator[simpy.Event, Any, list[HopRecord]]:
         """SimPy process: cross the hops one by one.  A hop whose (src, dst) or (dst, src) is in ``media``
         goes through that Medium (so a shared backhaul or air interface queues); others are dedicated.
         ``access_rate`` (number or ``share -> rate`` callable) is used for links without a fixed rate.
+        ``progress`` (a :class:`fedsim.system.medium.Progress`) follows the client's own hop, the first going
+        up and the last coming down: what the client's radio sent or received if the transfer is cut.
         """
         out = []
-        for hop in self.path(client, direction):
+        path = self.path(client, direction)
+        own = 0 if direction == "up" else len(path) - 1
+        for i, hop in enumerate(path):
+            prog = progress if i == own else None
             rate = hop.rate_bps if hop.rate_bps is not None else access_rate
             if rate is None:
                 raise ConfigError("network.rate", f"link {hop.src}->{hop.dst} has no rate; pass access_rate")
@@ -143,13 +149,17 @@ class Topology:
                 medium = media.get((hop.src, hop.dst)) or media.get((hop.dst, hop.src))
             t0 = env.now
             if medium is not None:
-                rec = yield from medium.transfer(client, bits, rate)
+                rec = yield from medium.transfer(client, bits, rate, prog)
                 start, wait, tx = rec.start, rec.wait, rec.airtime
             else:
                 r = rate(1.0) if callable(rate) else rate
                 tx = bits / r if math.isfinite(r) else 0.0
                 start, wait = t0, 0.0
+                if prog is not None:
+                    prog.start, prog.rate = t0, r
                 yield env.timeout(tx)
+            if prog is not None:
+                prog.done = True
             yield env.timeout(hop.latency_s)
             out.append(HopRecord(hop, t0, start, env.now, wait, tx, hop.latency_s))
         return out

@@ -1,7 +1,11 @@
 """The physical world as the algorithms see it: compute, download, upload and server service.
 
 Each call is a SimPy process that takes virtual time and writes one trace record, with waiting (for a
-busy device, the shared medium, a backhaul link or the server) recorded apart from service.  The
+busy device, the shared medium, a backhaul link or the server) recorded apart from service.  Work that is
+cut before it ends (a round's deadline or the client going offline interrupts its process; the run ends
+while it is under way) still writes its record, of the same kind, with the time, bytes and energy actually
+spent, ``ended`` (why it stopped: the interrupt's cause, or ``run_end``) and the amount planned
+(``planned_bytes``, ``planned_flops``): the trace accounts for every second, byte and joule the world charged.  The
 pieces come from the other ``fedsim.system`` modules: device profiles and compute time (``devices``),
 path loss, fading and Shannon rates (``channel``), placements and mobility (``positions``), medium
 access (``medium``), the network tree (``topology``), the server queue (``server``), availability
@@ -14,6 +18,7 @@ the counter-based family ``("jitter",)``, so adding clients never changes the on
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from pathlib import Path
 from dataclasses import replace
@@ -30,9 +35,10 @@ from fedsim.system.availability import AlwaysOn, make_availability
 from fedsim.system.chains import ChainRound
 from fedsim.system.channel import (CHANNEL_PRESETS, DEFAULT_DOWNLINK_MBPS, DEFAULT_UPLINK_MBPS, GAS_DISTANCE_RANGE_M,
                                    PHYSICAL_FIELDS, ChannelConfig, LinkModel)
-from fedsim.system.devices import DeviceProfile, capability_levels, compute_time, load_profile
+from fedsim.system.devices import (DEFAULT_TX_POWER_W, DeviceProfile, capability_levels, compute_time, load_profile,
+                                   resolve_tx_power)
 from fedsim.system.energy import EnergyMeter
-from fedsim.system.medium import Medium, make_medium
+from fedsim.system.medium import Medium, Progress, make_medium
 from fedsim.system.server import Server, ServiceRecord
 from fedsim.system.topology import Topology
 
@@ -59,13 +65,35 @@ def _channel_config(link: "LinkConfig") -> ChannelConfig:
     )
 
 
+def uplink_tx_power_w(channel: "ChannelSection") -> float:
+    """The uplink's ``tx_power_w`` as the world reads it: the scenario's ``channel.uplink``, else the preset's,
+    else the default."""
+    if channel.uplink is not None:
+        return float(channel.uplink.tx_power_w)
+    if channel.preset:
+        return float(CHANNEL_PRESETS[channel.preset].uplink.tx_power_w)
+    return DEFAULT_TX_POWER_W
+
+
+def tx_power_by_class(scenario: "Scenario") -> list[tuple[str, float, str]]:
+    """``(device class, transmit power in W, where it came from)`` per group of ``devices.mix``, resolved as the
+    world resolves it (:func:`fedsim.system.devices.resolve_tx_power`): what ``fedsim show`` prints."""
+    channel_w = uplink_tx_power_w(scenario.channel)
+    out = []
+    for group in scenario.devices.mix:
+        prof = load_profile(group.profile, scenario.source_dir)
+        w, src = resolve_tx_power(prof, channel_w)
+        out.append((str(group.profile), w, src))
+    return out
+
+
 class _Direction:
     """The rate of one direction for every client: a LinkModel, plus per-client fixed-rate draws."""
 
     def __init__(self, name: str, cfg: ChannelConfig, fixed_range_bps: tuple[float, float] | None,
-                 streams: Streams, num_clients: int) -> None:
+                 streams: Streams, num_clients: int, tx_power_of: Callable[[int], float] | None = None) -> None:
         self.name, self.cfg = name, cfg
-        self.model = LinkModel(cfg, streams, direction=name)
+        self.model = LinkModel(cfg, streams, direction=name, tx_power_of=tx_power_of)
         self.per_client: np.ndarray | None = None
         if fixed_range_bps is not None and fixed_range_bps[1] > fixed_range_bps[0]:
             lo, hi = math.log(fixed_range_bps[0]), math.log(fixed_range_bps[1])
@@ -83,6 +111,21 @@ class _Direction:
         if self._per_client_list is not None:
             return self._per_client_list[client]
         return self.model.rate_fn(client, distance_m)
+
+
+def cut_transfer_values(now: float, nbytes: int, t0: float, prog: Progress) -> tuple[int, float, float]:
+    """Bytes sent, wait and airtime of a transfer of ``nbytes`` requested at ``t0`` and cut at ``now``: the one
+    rule for both engines (the vector engine's :class:`fedsim.system.chains.ChainRound` cuts its chains by it)."""
+    bits = 8.0 * nbytes
+    sent = nbytes if prog.done else int(prog.bits_sent(now, bits) // 8)
+    airtime = prog.airtime(now, bits)
+    if prog.start is None:
+        wait = now - t0
+    elif prog.sent_fn is not None:  # shared in time: the rest of the sojourn is the slowdown
+        wait = max(0.0, (now - t0) - airtime)
+    else:
+        wait = prog.start - t0
+    return sent, wait, airtime
 
 
 class World:
@@ -141,6 +184,18 @@ class World:
         self._h_download_what = tr.kind("download", (*transfer, "version", "what"))
         self._h_download_instant_what = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version",
                                                              "what"))
+        # cut work: the same schemas, with why it ended and what was planned
+        cut = ("ended", "planned_bytes")
+        self._h_cut = {h: tr.kind(kind, (*fields, *cut)) for h, kind, fields in (
+            (self._h_download, "download", (*transfer, "version")), (self._h_upload, "upload", transfer),
+            (self._h_upload_what, "upload", (*transfer, "what")),
+            (self._h_download_what, "download", (*transfer, "version", "what")))}
+        self._h_compute_cut = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what", "energy",
+                                                  "ended", "planned_flops"))
+        self._h_server_cut = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue", "ended"))
+        #: work under way, by key: (the function that writes its cut record, its arguments before the reason)
+        self._open: dict[int, tuple[Callable[..., None], tuple[Any, ...]]] = {}
+        self._open_ids = itertools.count()
 
     @classmethod
     def from_scenario(cls, env: simpy.Environment, streams: Streams, trace: Trace, num_clients: int,
@@ -219,7 +274,10 @@ class World:
             else:
                 cfg = ChannelConfig(model="fixed", rate_bps=default_mbps[0] * 1e6)
                 fixed_range = (default_mbps[0] * 1e6, default_mbps[1] * 1e6)
-            dirs[name] = _Direction(name, cfg, fixed_range, self.streams, self.num_clients)
+            if name == "up":  # the clients transmit: one resolved power per device class, for SNR and energy
+                self._resolve_tx_power(cfg)
+            dirs[name] = _Direction(name, cfg, fixed_range, self.streams, self.num_clients,
+                                    self._client_tx_power if name == "up" else None)
         self.links = dirs
         self.positions: np.ndarray | None = None
         self.mobility: pos.RandomWaypoint | None = None
@@ -382,11 +440,22 @@ class World:
         access = self._access[direction]
         return access, (1.0 / self._scheduled if access == "fdma" else 1.0)
 
-    @functools.cached_property
-    def _tx_power_w(self) -> np.ndarray:
-        """Transmit power (W) per device group: the device's own, else the uplink's."""
-        return np.array([self.profiles[k].tx_power_w or self.links["up"].cfg.tx_power_w for k in self._group_keys],
-                        dtype=np.float64)
+    def _resolve_tx_power(self, uplink: ChannelConfig) -> None:
+        """Each device group's transmit power by :func:`fedsim.system.devices.resolve_tx_power` (the one rule
+        for SNR and energy); a channel power that was set (not the default) but that a device profile
+        overrides is said once, before the run."""
+        resolved = [resolve_tx_power(self.profiles[k], uplink.tx_power_w) for k in self._group_keys]
+        self._tx_power_w = np.array([w for w, _ in resolved], dtype=np.float64)
+        overridden = sorted({f"{self.profiles[k].name} ({w:g} W)" for k, (w, src) in zip(self._group_keys, resolved)
+                             if src.startswith("device") and w != uplink.tx_power_w})
+        if overridden and uplink.tx_power_w != DEFAULT_TX_POWER_W:
+            self.input_warnings.append(
+                f"channel.uplink.tx_power_w: {uplink.tx_power_w:g} W is overridden by the device profile's "
+                f"radio.tx_power for {', '.join(overridden)} (SNR and energy both use the profile's)")
+
+    def _client_tx_power(self, client: int) -> float:
+        """The client's transmit power (W): its device group's resolved power."""
+        return float(self._tx_power_w[self._client_group[client]])
 
     def tx_power_many(self, clients: np.ndarray) -> np.ndarray:
         """Each client's transmit power (W)."""
@@ -424,11 +493,20 @@ class World:
         """Occupy the client's device for the time ``flops`` take; returns the service time."""
         env = self.env
         arrival = env.now
-        with self._device(client).request() as req:
-            yield req
-            start = env.now
-            dt = self.compute_seconds(client, flops, samples=samples)
-            yield env.timeout(dt)
+        state: list[Any] = [arrival, None, 0.0]  # arrival, service start, planned seconds
+        key = next(self._open_ids)
+        self._open[key] = (self._cut_compute, (client, state, float(flops), what, True))
+        try:
+            with self._device(client).request() as req:
+                yield req
+                start = env.now
+                dt = self.compute_seconds(client, flops, samples=samples)
+                state[1], state[2] = start, dt
+                yield env.timeout(dt)
+        except simpy.Interrupt as intr:
+            self._cut(key, intr.cause)
+            raise
+        del self._open[key]
         self.busy_s[client] += dt
         joules = self.energy.compute(client, dt, self._power_w[self._client_group[client]])
         now = env.now
@@ -443,7 +521,14 @@ class World:
         env = self.env
         start = env.now
         dt = flops / flops_per_s
-        yield env.timeout(dt)
+        key = next(self._open_ids)
+        self._open[key] = (self._cut_compute, (client, [start, start, dt], float(flops), what, False))
+        try:
+            yield env.timeout(dt)
+        except simpy.Interrupt as intr:
+            self._cut(key, intr.cause)
+            raise
+        del self._open[key]
         self.busy_s[client] += dt
         now = env.now
         self.trace.put(self._h_compute_pinned, (now, client, start, now, 0.0, float(flops), 1, what))
@@ -468,8 +553,12 @@ class World:
         engine; only for dedicated or FDMA access, where clients never wait for each other).  The returned
         :class:`fedsim.system.chains.ChainRound` writes the round's records and charges them, in SimPy's order,
         as far as the caller lets the clock run."""
-        return ChainRound(self, clients, self.env.now, int(nbytes), flops, samples, steps, version,
-                          float(self.network_cfg.latency_s))
+        chains = ChainRound(self, clients, self.env.now, int(nbytes), flops, samples, steps, version,
+                            float(self.network_cfg.latency_s))
+        key = next(self._open_ids)
+        self._open[key] = (chains.cut, ())
+        chains.open_key = key
+        return chains
 
     # ------------------------------------------------------------------------------ transfers
     def schedule(self, n: int) -> None:
@@ -489,32 +578,40 @@ class World:
 
     def _transfer(self, up: bool, client: int, nbytes: int, handle: int, extra: tuple[Any, ...]
                   ) -> Generator[Any, Any, float]:
-        """One transfer up or down (counted in ``bytes_up``/``bytes_down`` when it starts); writes its
-        record through ``handle`` with the ``extra`` fields last."""
+        """One transfer up or down (counted in ``bytes_up``/``bytes_down`` when it ends, or what was sent when
+        it is cut); writes its record through ``handle`` with the ``extra`` fields last."""
         env = self.env
-        if up:
-            self.bytes_up += int(nbytes)
-            direction = "up"
-        else:
-            self.bytes_down += int(nbytes)
-            direction = "down"
+        direction = "up" if up else "down"
         t0 = env.now
         bits = 8.0 * nbytes
         link = self.links[direction]
         rate = link.rate(client, self.distance(client) if link.needs_distance else None)
         medium = self._media[direction] or self._medium(direction)
-        if self.topology is None:
-            rec = yield from medium.transfer(client, bits, rate)
-            wait, airtime = rec.wait, rec.airtime
-            if self.network_cfg.latency_s > 0:
-                yield env.timeout(self.network_cfg.latency_s)
+        prog = Progress()
+        key = next(self._open_ids)
+        self._open[key] = (self._cut_transfer, (up, client, int(nbytes), t0, prog, handle, extra))
+        try:
+            if self.topology is None:
+                rec = yield from medium.transfer(client, bits, rate, prog)
+                prog.done = True
+                wait, airtime = rec.wait, rec.airtime
+                if self.network_cfg.latency_s > 0:
+                    yield env.timeout(self.network_cfg.latency_s)
+            else:
+                hops = yield from self.topology.traverse(env, client, bits, access_rate=rate,
+                                                         media={**self._backhaul, **{(client, h.dst): medium for h in self.topology.path(client)[:1]}},
+                                                         direction=direction, progress=prog)
+                wait = sum(h.wait for h in hops)
+                access = hops[0] if up else hops[-1]
+                airtime = access.transmit_s
+        except simpy.Interrupt as intr:
+            self._cut(key, intr.cause)
+            raise
+        del self._open[key]
+        if up:
+            self.bytes_up += int(nbytes)
         else:
-            hops = yield from self.topology.traverse(env, client, bits, access_rate=rate,
-                                                     media={**self._backhaul, **{(client, h.dst): medium for h in self.topology.path(client)[:1]}},
-                                                     direction=direction)
-            wait = sum(h.wait for h in hops)
-            access = hops[0] if up else hops[-1]
-            airtime = access.transmit_s
+            self.bytes_down += int(nbytes)
         joules = 0.0
         if up and airtime > 0:
             joules = self.energy.transmit(client, airtime, self._client_tx_power_w[client])
@@ -545,11 +642,70 @@ class World:
     # ------------------------------------------------------------------------------ server
     def serve(self, client: int | None, service_s: float, *, what: str) -> Generator[Any, Any, ServiceRecord]:
         """Queue at the server, then hold a worker for ``service_s``; waiting is recorded apart."""
-        rec = yield from self.server.serve(service_s, what=what, client=client)
+        prog: list[Any] = []
+        key = next(self._open_ids)
+        self._open[key] = (self._cut_serve, (client, what, prog))
+        try:
+            rec = yield from self.server.serve(service_s, what=what, client=client, progress=prog)
+        except simpy.Interrupt as intr:
+            self._cut(key, intr.cause)
+            raise
+        del self._open[key]
         start, end = rec.start, rec.end
         self.trace.put(self._h_server, (self.env.now, client, start, end, start - rec.arrival, end - start, what,
                                         rec.queue_on_arrival))
         return rec
+
+    # ------------------------------------------------------------------------------ cut work
+    def _cut(self, key: int, reason: Any) -> None:
+        """Write the record of open work ``key``, cut now for ``reason``, and charge what it did."""
+        write, args = self._open.pop(key)
+        write(*args, "run_end" if reason is None else str(reason))
+
+    def cut_open_work(self, reason: str = "run_end") -> int:
+        """Record every piece of work still under way as cut now (call once when the run stops, before the
+        trace is closed: its time, bytes and energy are then in the trace as they are in the totals);
+        returns how many were cut."""
+        keys = list(self._open)
+        for key in keys:
+            self._cut(key, reason)
+        return len(keys)
+
+    def _cut_compute(self, client: int, state: list[Any], flops: float, what: str, charged: bool,
+                     reason: str) -> None:
+        now = self.env.now
+        arrival, start, dt = state
+        if start is None:  # still waiting for the device
+            start, spent = now, 0.0
+        else:
+            spent = min(now - start, dt)
+        done = flops * (spent / dt) if dt > 0 else (flops if now >= start else 0.0)
+        self.busy_s[client] += spent
+        joules = self.energy.compute(client, spent, self._power_w[self._client_group[client]]) if charged else None
+        self.trace.put(self._h_compute_cut, (now, client, start, now, start - arrival, done, None, what, joules,
+                                             reason, flops))
+
+    def _cut_transfer(self, up: bool, client: int, nbytes: int, t0: float, prog: Progress, handle: int,
+                      extra: tuple[Any, ...], reason: str) -> None:
+        now = self.env.now
+        sent, wait, airtime = cut_transfer_values(now, nbytes, t0, prog)
+        joules = 0.0
+        if up:
+            self.bytes_up += sent
+            if airtime > 0:
+                joules = self.energy.transmit(client, airtime, self._client_tx_power_w[client])
+        else:
+            self.bytes_down += sent
+        self.trace.put(self._h_cut[handle], (now, client, t0, now, sent, wait, airtime,
+                                             (8.0 * sent / airtime) if airtime > 0 else None, joules, *extra,
+                                             reason, nbytes))
+
+    def _cut_serve(self, client: int | None, what: str, prog: list[Any], reason: str) -> None:
+        now = self.env.now
+        arrival, queue = (prog[0], prog[1]) if prog else (now, 0)
+        start = prog[2] if len(prog) > 2 else now
+        self.trace.put(self._h_server_cut, (now, client, start, now, start - arrival, now - start, what, queue,
+                                            reason))
 
     # ------------------------------------------------------------------------------ availability
     def watch(self, client: int, process: simpy.Process) -> None:

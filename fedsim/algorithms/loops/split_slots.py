@@ -158,7 +158,12 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
         yield from timing.upload(c, self.costs.client_model_bytes, "model")
         ack = env.event()
         yield loop.models.put(_ClientModel(s, s.opt.state() if s.opt is not None else None, ack))
-        yield ack
+        while True:  # the model has arrived: going offline while it waits to be aggregated loses nothing
+            try:
+                yield ack
+                break
+            except simpy.Interrupt:
+                continue
 
     def _server_flops(self) -> float:
         """FLOPs per sample of the server's work on activations (a gradient's service, a buffer step): the
