@@ -321,7 +321,35 @@ def _setting(scenario: Mapping[str, Any], trace: pd.DataFrame, status: Mapping[s
     return {"train": dict(scenario.get("train") or {}), "params": dict(scenario.get("algorithm") or {})
             if isinstance(scenario.get("algorithm"), Mapping) else {},
             "num_clients": data.get("num_clients"), "round_clients": _round_clients(trace),
-            "dropped": status.get("dropped")}
+            "dropped": status.get("dropped"), "clipping": clipping_record(trace),
+            "aggregation_samples": _aggregation_samples(trace)}
+
+
+def _aggregation_samples(trace: pd.DataFrame) -> list[list[float]]:
+    """Each aggregation's weights as the server rule reported them (the ``apply`` records of one new
+    version; FedAvg's are the clients' samples processed, normalised), for the theorems' equal weights 1/M."""
+    if "kind" not in trace or "weight" not in trace or "version" not in trace:
+        return []
+    a = trace[trace["kind"] == "apply"]
+    if not len(a):
+        return []
+    return [g["weight"].astype(float).tolist() for _, g in a.groupby("version", sort=True)]
+
+
+def clipping_record(trace: pd.DataFrame) -> dict[str, float] | None:
+    """Whether gradient clipping bound, from the ``apply`` records' ``clipped_steps`` / ``steps`` /
+    ``max_grad_norm`` (written by the trainer when ``train.clip_norm`` is set): steps clipped, local steps
+    and applied tasks over the run, and the largest pre-clip gradient norm.  None when no record has them
+    (no clipping, or a trainer that does not report it: the check then takes a set clip_norm to bind)."""
+    if "kind" not in trace or "clipped_steps" not in trace:
+        return None
+    a = trace[(trace["kind"] == "apply") & trace["clipped_steps"].notna()]
+    if not len(a):
+        return None
+    steps = a["steps"].astype(float) if "steps" in a else pd.Series(np.nan, index=a.index)
+    return {"clipped_steps": float(a["clipped_steps"].astype(float).sum()), "steps": float(steps.sum()),
+            "tasks": float(len(a)), "max_grad_norm": float(a["max_grad_norm"].astype(float).max())
+            if "max_grad_norm" in a else float("nan")}
 
 
 def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mapping[str, Any], trace: pd.DataFrame,

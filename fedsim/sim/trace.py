@@ -45,7 +45,9 @@ import pandas as pd
 #: Optional fields: ``dispatch`` and ``apply`` of a sub-model task carry ``submodel`` (``SubModel.summary``:
 #: kept fraction of the model and per block, block states); when a round has partial updates, ``apply``
 #: carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
-#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  A split-learning
+#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  With
+#: ``train.clip_norm`` set, ``apply`` carries ``clipped_steps``, ``steps`` and ``max_grad_norm`` (whether
+#: clipping bound in that task: steps it scaled down, local steps, largest gradient norm before clipping).  A split-learning
 #: download that carries gradients, not a model version, has ``what`` (``"gradients"``).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch": ("client", "version", "round"),
