@@ -24,7 +24,7 @@ local steps, FedProx's μ > 0, dropped updates), plus equal aggregation weights.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from analysis.theory import partial
 from analysis.theory.base import Check, bound_row, condition, condition_by_bounds, missing
@@ -36,7 +36,8 @@ ONE_SAMPLE = "one run is one sample of the expectation the theorem bounds"
 
 def applies(setting: Mapping[str, Any]) -> list[Check]:
     """The settings the bounds cover (:func:`analysis.theory.local_sgd.setting_conditions`), the server
-    step, nothing dropped, and fedsim's sampling scheme said as a row."""
+    step, nothing dropped, equal aggregation weights (``aggregation_samples``: each aggregation's weights,
+    :func:`weights_condition`), and fedsim's sampling scheme said as a row."""
     params = setting.get("params") or {}
     out = setting_conditions(setting)
     opt = params.get("server_opt")
@@ -46,9 +47,33 @@ def applies(setting: Mapping[str, Any]) -> list[Check]:
     if dropped is not None:
         out.append(condition("no update dropped (deadline)", float(dropped), 0.0, dropped == 0,
                              "the theorems average every sampled client's update"))
+    weights = setting.get("aggregation_samples")
+    if weights is not None:
+        out.append(weights_condition(weights))
     out.append(Check("client sampling: uniform without replacement, a fresh draw each round", None, None, None,
                      "fedsim's Algorithm.sample_clients; Theorem B's strategy 2, Theorem A's scheme", "note"))
     return out
+
+
+WEIGHTS_ROW = "aggregation weights equal (1/M), as the theorems' update and 1/N objective"
+
+
+def weights_condition(aggregations: Sequence[Sequence[float]]) -> Check:
+    """Theorems A and B average the sampled clients' models with weight 1/M; fedsim's FedAvg weights each
+    by the samples it processed (``apply`` records' ``weight``).  The row is
+    :func:`analysis.theory.partial.equal_weights_condition` on the aggregation whose weights differ most:
+    met only when every aggregation's weights are equal (a closed-form fact of the run, so certified)."""
+    aggs = [list(map(float, w)) for w in aggregations if len(w)]
+    if not aggs:
+        return condition(WEIGHTS_ROW, None, 0.0, None, "not evaluated: the run recorded no aggregation")
+    spread = [partial.equal_weights_condition(w).measured for w in aggs]
+    i = max(range(len(aggs)), key=spread.__getitem__)
+    cd = partial.equal_weights_condition(aggs[i])
+    unequal = sum(s > 0 for s in spread)
+    note = (f"(max - min)/max of the weights in each of {len(aggs)} aggregation(s): all equal" if cd.holds else
+            f"{unequal} of {len(aggs)} aggregation(s) weight clients unequally (by samples processed; worst "
+            f"weights {min(aggs[i]):.4g} to {max(aggs[i]):.4g}): the update is not the theorems' 1/M average")
+    return condition(WEIGHTS_ROW, cd.measured, cd.required, cd.holds, note, "certified")
 
 
 def _min_below_T(measured: Mapping[str, Any]) -> float | None:
