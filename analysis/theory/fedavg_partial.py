@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from analysis.theory import partial
-from analysis.theory.base import Check, bound_row, condition, condition_by_bounds, missing
+from analysis.theory.base import Check, assumption_rows, bound_row, condition, condition_by_bounds, missing
 from analysis.theory.local_sgd import _constant, evidence, gap, setting_conditions
 
 REFERENCE = "verified partial-participation bounds (Jiang & Zhu UAI 2024 Thm 2; FedVARP UAI 2022 Thm 1)"
@@ -85,9 +85,15 @@ def _min_below_T(measured: Mapping[str, Any]) -> float | None:
     return min(vals) if vals else None
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "each f_i L-smooth (L = max over clients)"),
+               ("variance", "sigma2", "E||g_i - grad f_i||^2 <= sigma^2"),
+               ("dissimilarity", "zeta2", "||grad f_i - grad f||^2 <= sigma_g^2"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
     """Theorem B (and Theorem A where n < m) at the run's constants, each with its provenance."""
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     L, L_cert = _constant(measured, "L")
     sigma2, s_cert = _constant(measured, "sigma2")
     zeta2, z_cert = _constant(measured, "zeta2")
@@ -97,7 +103,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     miss = [k for k, v in (*need.items(), ("num_clients", n_clients), ("L", L), ("sigma2", sigma2),
                            ("zeta2", zeta2), ("F0_minus_Fstar", g)) if v is None]
     if miss:
-        return [missing("Theorem B: min_t E||grad f(x_t)||^2", miss, role="bound")]
+        return checks + [missing("Theorem B: min_t E||grad f(x_t)||^2", miss, role="bound")]
     eta_l, K, T = float(need["eta_l"]), int(round(float(need["K"]))), int(float(need["T"]))
     n, m = int(round(float(need["m"]))), int(n_clients)
     eta_g = float(params.get("eta_g", 1.0) or 1.0)
@@ -105,10 +111,10 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     L_est = None if L_est is None else float(L_est)
     exact = bool(((measured.get("certified") or {}).get("L") or {}).get("exact")) if L_cert else False
     if T < 1 or K < 1 or n < 1 or m < n:
-        return [missing("Theorem B: min_t E||grad f(x_t)||^2", ["T, K, n <= m"], role="bound")]
+        return checks + [missing("Theorem B: min_t E||grad f(x_t)||^2", ["T, K, n <= m"], role="bound")]
 
     if not (L > 0 and eta_l > 0 and eta_g > 0 and float(sigma2) >= 0 and float(zeta2) >= 0 and float(g) >= 0):
-        return [Check("Theorem B: min_t E||grad f(x_t)||^2", None, None, None,
+        return checks + [Check("Theorem B: min_t E||grad f(x_t)||^2", None, None, None,
                       f"not evaluated: the theorems need L, the step sizes > 0 and sigma^2, zeta^2, the gap >= 0 (got L "
                       f"{L:.4g}, lr {eta_l:.4g}, server_lr {eta_g:.4g}, sigma^2 {float(sigma2):.4g}, zeta^2 "
                       f"{float(zeta2):.4g}, gap {float(g):.4g})", "bound")]

@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from analysis.theory.base import (MIN_PROBED_VERSIONS, ROUNDING_RTOL, Check, bound_row, condition,
-                                  condition_by_bounds, lookup, missing)
+from analysis.theory.base import (MIN_PROBED_VERSIONS, ROUNDING_RTOL, Check, assumption_rows, bound_row,
+                                  condition, condition_by_bounds, lookup, missing)
 
 REFERENCE = "Yang, Fang & Liu, ICLR 2021, Theorem 1 (full participation)"
 
@@ -52,6 +52,11 @@ def bound(*, eta_l: float, K: float, m: float, T: float, L: float, sigma2: float
     phi = (2.5 * eta_l**2 * K * L**2 * (sigma2 + 6.0 * K * zeta2) + eta * eta_l * L * sigma2 / (2.0 * m)) / c
     return float(first + phi)
 
+
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "each F_i L-smooth (L = max over clients)"),
+               ("variance", "sigma2", "E||g_i - grad F_i||^2 <= sigma_L^2"),
+               ("dissimilarity", "zeta2", "||grad F_i - grad f||^2 <= sigma_G^2"))
 
 UNVERIFIED = ("unverified: no readable source verifies this theorem's constants (the paper's text was not "
               "available to check them), so it is never the only basis of a holds or refuted")
@@ -109,23 +114,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     zeta2, z_cert = _constant(measured, "zeta2")
     vals, miss = lookup(measured, params, "eta_l", "K")
     eta = float(measured.get("eta", params.get("eta", 1.0)))
-    prov = "certified" if L_cert else "estimated"
-    checks.append(condition("assumption: each F_i L-smooth (L = max over clients)", L, "a uniform bound",
-                            None if L is None else True,
-                            "certified from the data" if L_cert else "estimated: the probes' largest curvature "
-                            "along the run, a lower estimate of max_i sup_w ||Hess F_i||", prov)
-                  if L_cert or L is None else
-                  Check("assumption: each F_i L-smooth (L = max over clients)", L, "a uniform bound", None,
-                        "unverified: estimated from the probes' curvature of F along the run, a lower estimate of "
-                        "max_i sup_w ||Hess F_i||", "condition", "unverified", "estimated"))
-    for key, value, cert, text in (("sigma2", sigma2, s_cert, "assumption: E||g_i - grad F_i||^2 <= sigma_L^2"),
-                                   ("zeta2", zeta2, z_cert, "assumption: ||grad F_i - grad f||^2 <= sigma_G^2")):
-        if value is None:
-            continue
-        checks.append(Check(text, value, "a uniform bound", True if cert else None,
-                            "certified from the data" if cert else "unverified: max over clients and probed iterates "
-                            "only, a lower estimate of the uniform bound",
-                            "condition", "" if cert else "unverified", "certified" if cert else "estimated"))
+    checks += assumption_rows(measured, params, ASSUMPTIONS)
     L_est = measured.get("L")  # the probes' estimate from below (None without probes)
     L_est = None if L_est is None else float(L_est)
     exact = bool(((measured.get("certified") or {}).get("L") or {}).get("exact")) if L_cert else False
