@@ -322,18 +322,44 @@ def _setting(scenario: Mapping[str, Any], trace: pd.DataFrame, status: Mapping[s
             if isinstance(scenario.get("algorithm"), Mapping) else {},
             "num_clients": data.get("num_clients"), "round_clients": _round_clients(trace),
             "dropped": status.get("dropped"), "clipping": clipping_record(trace),
-            "aggregation_samples": _aggregation_samples(trace)}
+            "aggregation_samples": _aggregation_samples(trace, scenario, status.get("partition"))}
 
 
-def _aggregation_samples(trace: pd.DataFrame) -> list[list[float]]:
-    """Each aggregation's weights as the server rule reported them (the ``apply`` records of one new
-    version; FedAvg's are the clients' samples processed, normalised), for the theorems' equal weights 1/M."""
-    if "kind" not in trace or "weight" not in trace or "version" not in trace:
-        return []
+def _aggregation_samples(trace: pd.DataFrame, scenario: Mapping[str, Any],
+                         sizes: Mapping[int, int] | None) -> list[list[float]] | None:
+    """Each aggregation's weights as fedsim's FedAvg sets them, whatever the rule reported: the samples each
+    applied client processed (``fedsim.learn.sgd.samples_processed`` of its ``partition.csv`` size under the
+    run's ``train`` settings), grouped by the version the ``apply`` records installed.  Why not the rule's
+    own shares: a broken rule (one client's model) reports the weights it used, and the theorems' bound,
+    not this condition, is what must catch it.  None when the run has no partition sizes."""
+    from fedsim.learn.sgd import SGDConfig, num_steps, samples_processed
+
+    if not sizes or "kind" not in trace or "client" not in trace or "version" not in trace:
+        return None
+    train = scenario.get("train") if isinstance(scenario.get("train"), Mapping) else {}
+    try:
+        cfg = SGDConfig(batch_size=int(train.get("batch_size", 32)), local_steps=train.get("local_steps"),
+                        local_epochs=train.get("local_epochs", 1.0))
+        per = {int(c): float(samples_processed(int(n), num_steps(int(n), cfg), cfg.batch_size)) for c, n in sizes.items()}
+    except (TypeError, ValueError, ConfigError):
+        return None
     a = trace[trace["kind"] == "apply"]
     if not len(a):
         return []
-    return [g["weight"].astype(float).tolist() for _, g in a.groupby("version", sort=True)]
+    return [[per.get(int(c), float("nan")) for c in g["client"]] for _, g in a.groupby("version", sort=True)
+            if g["client"].notna().all()]
+
+
+def partition_sizes(run_dir: str | Path) -> dict[int, int] | None:
+    """Samples per client from the run's ``partition.csv`` (None without one)."""
+    path = Path(run_dir) / "partition.csv"
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_csv(path)
+        return {int(c): int(n) for c, n in zip(df["client"], df["samples"])}
+    except (KeyError, ValueError, pd.errors.ParserError):
+        return None
 
 
 def clipping_record(trace: pd.DataFrame) -> dict[str, float] | None:
@@ -420,6 +446,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     from analysis.probes import ensure_probes, probe_figures, probe_row_note
 
     status = run_status(run)
+    status["partition"] = partition_sizes(run)  # samples per client: FedAvg's aggregation weights
     finished = status["status"] == OK
     declared: list[str] = list(status["theorems"] or [])
     probe_error = ""

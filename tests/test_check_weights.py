@@ -15,8 +15,8 @@ from test_check_clipping import CERTIFIED
 
 
 def test_the_row_on_hand_made_aggregations():
-    assert weights_condition([[0.25] * 4, [0.5, 0.5]]).holds is True
-    bad = weights_condition([[0.25] * 4, [0.2, 0.3, 0.5]])  # worst: (0.5 - 0.2)/0.5 = 0.6
+    assert weights_condition([[16.0] * 4, [8.0, 8.0]]).holds is True
+    bad = weights_condition([[16.0] * 4, [4.0, 6.0, 10.0]])  # worst: (10 - 4)/10 = 0.6
     assert bad.holds is False and bad.measured == pytest.approx(0.6) and "1 of 2" in bad.note
     assert weights_condition([]).holds is None
 

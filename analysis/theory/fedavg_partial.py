@@ -24,6 +24,7 @@ local steps, FedProx's μ > 0, dropped updates), plus equal aggregation weights.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 from analysis.theory import partial
@@ -60,11 +61,11 @@ WEIGHTS_ROW = "aggregation weights equal (1/M), as the theorems' update and 1/N 
 
 def weights_condition(aggregations: Sequence[Sequence[float]]) -> Check:
     """Theorems A and B average the sampled clients' models with weight 1/M; fedsim's FedAvg weights each
-    by the samples it processed (``apply`` records' ``weight``).  The row is
+    by the samples it processed (``aggregations``: per aggregation, each applied client's samples).  The row is
     :func:`analysis.theory.partial.equal_weights_condition` on the aggregation whose weights differ most:
     met only when every aggregation's weights are equal (a closed-form fact of the run, so certified)."""
     aggs = [list(map(float, w)) for w in aggregations if len(w)]
-    if not aggs:
+    if not aggs or not all(math.isfinite(x) for w in aggs for x in w):
         return condition(WEIGHTS_ROW, None, 0.0, None, "not evaluated: the run recorded no aggregation")
     spread = [partial.equal_weights_condition(w).measured for w in aggs]
     i = max(range(len(aggs)), key=spread.__getitem__)
@@ -72,7 +73,7 @@ def weights_condition(aggregations: Sequence[Sequence[float]]) -> Check:
     unequal = sum(s > 0 for s in spread)
     note = (f"(max - min)/max of the weights in each of {len(aggs)} aggregation(s): all equal" if cd.holds else
             f"{unequal} of {len(aggs)} aggregation(s) weight clients unequally (by samples processed; worst "
-            f"weights {min(aggs[i]):.4g} to {max(aggs[i]):.4g}): the update is not the theorems' 1/M average")
+            f"{min(aggs[i]):.4g} to {max(aggs[i]):.4g} samples): the update is not the theorems' 1/M average")
     return condition(WEIGHTS_ROW, cd.measured, cd.required, cd.holds, note, "certified")
 
 
