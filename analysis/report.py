@@ -340,7 +340,8 @@ def _aggregation_samples(trace: pd.DataFrame, scenario: Mapping[str, Any],
     try:
         cfg = SGDConfig(batch_size=int(train.get("batch_size", 32)), local_steps=train.get("local_steps"),
                         local_epochs=train.get("local_epochs", 1.0))
-        per = {int(c): float(samples_processed(int(n), num_steps(int(n), cfg), cfg.batch_size)) for c, n in sizes.items()}
+        per = {int(c): float(samples_processed(int(n), num_steps(int(n), cfg), cfg.batch_size))
+               for c, n in sizes.items()}
     except (TypeError, ValueError, ConfigError):
         return None
     a = trace[trace["kind"] == "apply"]
