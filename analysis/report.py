@@ -344,11 +344,18 @@ def _aggregation_samples(trace: pd.DataFrame, scenario: Mapping[str, Any],
                for c, n in sizes.items()}
     except (TypeError, ValueError, ConfigError):
         return None
-    a = trace[trace["kind"] == "apply"]
-    if not len(a):
+    is_apply = (trace["kind"] == "apply").to_numpy()
+    if not is_apply.any():
         return []
-    return [[per.get(int(c), float("nan")) for c in g["client"]] for _, g in a.groupby("version", sort=True)
-            if g["client"].notna().all()]
+    clients = pd.to_numeric(trace["client"][is_apply], errors="coerce").to_numpy(dtype=float)
+    versions = pd.to_numeric(trace["version"][is_apply], errors="coerce").to_numpy(dtype=float)
+    ok = np.isfinite(clients) & np.isfinite(versions)
+    clients, versions = clients[ok].astype(np.int64), versions[ok]
+    order = np.argsort(versions, kind="stable")
+    clients, versions = clients[order], versions[order]
+    cuts = np.flatnonzero(np.diff(versions)) + 1
+    table = {c: per.get(int(c), float("nan")) for c in np.unique(clients).tolist()}
+    return [[table[c] for c in grp.tolist()] for grp in np.split(clients, cuts)]
 
 
 def partition_sizes(run_dir: str | Path) -> dict[int, int] | None:
