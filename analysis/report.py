@@ -321,7 +321,69 @@ def _setting(scenario: Mapping[str, Any], trace: pd.DataFrame, status: Mapping[s
     return {"train": dict(scenario.get("train") or {}), "params": dict(scenario.get("algorithm") or {})
             if isinstance(scenario.get("algorithm"), Mapping) else {},
             "num_clients": data.get("num_clients"), "round_clients": _round_clients(trace),
-            "dropped": status.get("dropped")}
+            "dropped": status.get("dropped"), "clipping": clipping_record(trace),
+            "aggregation_samples": _aggregation_samples(trace, scenario, status.get("partition"))}
+
+
+def _aggregation_samples(trace: pd.DataFrame, scenario: Mapping[str, Any],
+                         sizes: Mapping[int, int] | None) -> list[list[float]] | None:
+    """Each aggregation's weights as fedsim's FedAvg sets them, whatever the rule reported: the samples each
+    applied client processed (``fedsim.learn.sgd.samples_processed`` of its ``partition.csv`` size under the
+    run's ``train`` settings), grouped by the version the ``apply`` records installed.  Why not the rule's
+    own shares: a broken rule (one client's model) reports the weights it used, and the theorems' bound,
+    not this condition, is what must catch it.  None when the run has no partition sizes."""
+    from fedsim.learn.sgd import SGDConfig, num_steps, samples_processed
+
+    if not sizes or "kind" not in trace or "client" not in trace or "version" not in trace:
+        return None
+    train = scenario.get("train") if isinstance(scenario.get("train"), Mapping) else {}
+    try:
+        cfg = SGDConfig(batch_size=int(train.get("batch_size", 32)), local_steps=train.get("local_steps"),
+                        local_epochs=train.get("local_epochs", 1.0))
+        per = {int(c): float(samples_processed(int(n), num_steps(int(n), cfg), cfg.batch_size))
+               for c, n in sizes.items()}
+    except (TypeError, ValueError, ConfigError):
+        return None
+    is_apply = (trace["kind"] == "apply").to_numpy()
+    if not is_apply.any():
+        return []
+    clients = pd.to_numeric(trace["client"][is_apply], errors="coerce").to_numpy(dtype=float)
+    versions = pd.to_numeric(trace["version"][is_apply], errors="coerce").to_numpy(dtype=float)
+    ok = np.isfinite(clients) & np.isfinite(versions)
+    clients, versions = clients[ok].astype(np.int64), versions[ok]
+    order = np.argsort(versions, kind="stable")
+    clients, versions = clients[order], versions[order]
+    cuts = np.flatnonzero(np.diff(versions)) + 1
+    table = {c: per.get(int(c), float("nan")) for c in np.unique(clients).tolist()}
+    return [[table[c] for c in grp.tolist()] for grp in np.split(clients, cuts)]
+
+
+def partition_sizes(run_dir: str | Path) -> dict[int, int] | None:
+    """Samples per client from the run's ``partition.csv`` (None without one)."""
+    path = Path(run_dir) / "partition.csv"
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_csv(path)
+        return {int(c): int(n) for c, n in zip(df["client"], df["samples"])}
+    except (KeyError, ValueError, pd.errors.ParserError):
+        return None
+
+
+def clipping_record(trace: pd.DataFrame) -> dict[str, float] | None:
+    """Whether gradient clipping bound, from the ``apply`` records' ``clipped_steps`` / ``steps`` /
+    ``max_grad_norm`` (written by the trainer when ``train.clip_norm`` is set): steps clipped, local steps
+    and applied tasks over the run, and the largest pre-clip gradient norm.  None when no record has them
+    (no clipping, or a trainer that does not report it: the check then takes a set clip_norm to bind)."""
+    if "kind" not in trace or "clipped_steps" not in trace:
+        return None
+    a = trace[(trace["kind"] == "apply") & trace["clipped_steps"].notna()]
+    if not len(a):
+        return None
+    steps = a["steps"].astype(float) if "steps" in a else pd.Series(np.nan, index=a.index)
+    return {"clipped_steps": float(a["clipped_steps"].astype(float).sum()), "steps": float(steps.sum()),
+            "tasks": float(len(a)), "max_grad_norm": float(a["max_grad_norm"].astype(float).max())
+            if "max_grad_norm" in a else float("nan")}
 
 
 def theory_rows(declared: list[str], status: Mapping[str, Any], scenario: Mapping[str, Any], trace: pd.DataFrame,
@@ -392,6 +454,7 @@ def check_run(run_dir: str | Path, *, figures: bool = True, progress: bool = Tru
     from analysis.probes import ensure_probes, probe_figures, probe_row_note
 
     status = run_status(run)
+    status["partition"] = partition_sizes(run)  # samples per client: FedAvg's aggregation weights
     finished = status["status"] == OK
     declared: list[str] = list(status["theorems"] or [])
     probe_error = ""

@@ -97,7 +97,9 @@ class VersionKeeper:
         """Install the result of a server rule: the one place that records applied updates.
 
         Emits one ``apply`` event per update (its base version, staleness in versions and in seconds, its
-        weight in the aggregate as the rule reports it, and, for a partial update, its ``coverage``: the
+        weight in the aggregate as the rule reports it; with gradient clipping, whether it bound: the steps it
+        scaled down, ``clipped_steps`` of ``steps``, and the largest pre-clip norm ``max_grad_norm``; for a
+        partial update, its ``coverage``: the
         covered fraction of each tensor; for a sub-model update also its ``submodel`` summary, as on its
         dispatch: kept fraction per block and block states), then commits ``new_state`` as the next version.  When any update
         is partial, the ``aggregate`` event also carries N_q^i over the entries of ``base`` (default: the
@@ -110,6 +112,9 @@ class VersionKeeper:
             extra: dict[str, Any] = {}
             if partial:
                 extra["coverage"] = _coverage_fractions(u, self.global_state)
+            if u.info.get("clipped_steps") is not None:  # whether gradient clipping bound in this task
+                extra.update(clipped_steps=int(u.info["clipped_steps"]), steps=int(u.info.get("steps") or 0),
+                             max_grad_norm=float(u.info.get("max_grad_norm") or 0.0))
             sub = getattr(u.info.get("assignment"), "submodel", None)
             if sub is not None:  # what the update trained, as its dispatch said (compact)
                 extra["submodel"] = self.training.submodel_summary(sub)

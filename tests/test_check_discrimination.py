@@ -1,6 +1,7 @@
 """The discrimination suite (benchmarks/discrimination.py, table in docs/discrimination.md): cases with known
 truth.  A broken algorithm never gets "holds" or "consistent", a correct one is never "refuted", each case
-gets one of the verdicts it may get, and with certified constants broken server rules are refuted."""
+gets one of the verdicts it may get, and with certified constants broken server rules are refuted, on one run
+and on the mean over a seeds folder."""
 from __future__ import annotations
 
 import sys
@@ -23,6 +24,15 @@ def results(tmp_path_factory):
 def test_the_suite_has_fifteen_cases_of_every_kind():
     assert len(CASES) >= 15
     assert sum(c.broken for c in CASES) >= 5 and sum(not c.broken for c in CASES) >= 8
+    seeds = [c for c in CASES if c.seeds]  # seeds folders judged on the mean: one correct, one broken
+    assert {c.broken for c in seeds} == {True, False} and all(len(c.seeds) >= 3 for c in seeds)
+
+
+def test_seeds_folders_are_judged_on_the_mean_with_its_interval(results):
+    for case, verdict in results:
+        if case.seeds:
+            assert case.detail.startswith("mean ") and "95% limits" in case.detail, case.name
+            assert verdict == ("refuted" if case.broken else "holds"), (case.name, verdict, case.detail)
 
 
 def test_every_case_gets_a_verdict_it_may_get(results):

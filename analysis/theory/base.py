@@ -111,36 +111,6 @@ def condition_by_bounds(quantity: str, measured: Any, required: Any, *, ok_at_up
                  "condition", "unverified", EST)
 
 
-#: the provenance of a row's constants (:mod:`analysis.constants`)
-CERT, EST = "certified", "estimated"
-
-#: Probed versions below T a bound needs before it is judged at all (fewer: "insufficient evidence").
-MIN_PROBED_VERSIONS = 3
-
-
-def verdict_legend(width: int = 100) -> str:
-    """The verdict table as text no wider than ``width`` (what ``fedsim check`` prints under its table)."""
-    import textwrap
-
-    lines = []
-    for k, v in VERDICTS.items():
-        lines.extend(textwrap.wrap(f"{k}: {v}", width, initial_indent="  ", subsequent_indent="      "))
-    return "\n".join(lines)
-
-
-def checks_frame(checks: Sequence[Check]) -> pd.DataFrame:
-    """Checks as a DataFrame with columns quantity, measured, bound_or_expectation, holds, note, role."""
-    cols = ["quantity", "measured", "bound_or_expectation", "holds", "note", "role", "verdict", "provenance"]
-    return pd.DataFrame([asdict(c) for c in checks], columns=cols)
-
-
-def condition(quantity: str, measured: Any, required: Any, holds: bool | None, note: str = "",
-              provenance: str = "") -> Check:
-    """An assumption of a theorem, read off the run (a setting or a measured constant)."""
-    return Check(quantity, measured, required, None if holds is None else bool(holds), note, "condition",
-                 provenance=provenance)
-
-
 def condition_upper(quantity: str, measured: float, limit: float, *, certified: bool, note: str = "") -> Check:
     """``measured <= limit`` where ``limit`` falls as a constant estimated from below rises (a step-size
     limit 1/(cL)): with a certified constant it is met or not met; with an estimate, exceeding the estimated
@@ -181,6 +151,46 @@ def bound_row(quantity: str, lhs: float, rhs: float, *, certified: bool, start: 
         verdict = "holds" if certified else "consistent with estimated constants"
     return Check(quantity, float(lhs), float(rhs), bool(lhs <= rhs) if math.isfinite(rhs) else None,
                  "; ".join(s for s in (*notes, extra) if s), "bound", verdict, CERT if certified else EST)
+
+
+#: the kinds of assumption every theorem module states as rows (:func:`assumption_rows`)
+ASSUMPTION_KINDS = ("smoothness", "variance", "dissimilarity")
+
+
+def assumption_rows(measured: Mapping[str, Any], params: Mapping[str, Any],
+                    items: Sequence[tuple[str, str, str]]) -> list[Check]:
+    """The smoothness, variance and dissimilarity assumptions of a theorem as condition rows with their
+    provenance, one per ``(kind, key, statement)`` of ``items``.  Why rows: a theorem assumes uniform bounds
+    (max over clients, sup over the domain), and a reader must see which of them the run certifies and
+    which it only estimated along its iterates.  A value certified from the data
+    (``measured["certified"][key]``, :mod:`analysis.constants`) makes the row met; a measured value is an
+    estimate from below, so the row reads "unverified" (the bound is then at best "consistent"); a key the
+    run does not measure gives a note row that says so (the assumption is taken, not checked) and decides
+    nothing."""
+    out: list[Check] = []
+    cert = measured.get("certified") or {}
+    for kind, key, statement in items:
+        if kind not in ASSUMPTION_KINDS:
+            raise ValueError(f"assumption kind must be one of {ASSUMPTION_KINDS}, got {kind!r}")
+        q = f"assumption ({kind}): {statement}"
+        c = cert.get(key) if isinstance(cert, Mapping) else None
+        if isinstance(c, Mapping) and c.get("value") is not None:
+            out.append(condition(q, float(c["value"]), "a uniform bound", True,
+                                 f"{key} certified from the data" + (f": {c['note']}" if c.get("note") else ""), CERT))
+            continue
+        v = measured.get(key, params.get(key))
+        try:
+            v = None if v is None else float(v)
+        except (TypeError, ValueError):
+            v = None
+        if v is None or not math.isfinite(v):
+            out.append(Check(q, None, "a uniform bound", None, f"assumed, not measured: the run gives no {key}, so "
+                             "the theorem's bound is taken on trust here", "note", "", ""))
+        else:
+            out.append(Check(q, v, "a uniform bound", None, f"unverified: {key} is estimated along the run (max over "
+                             "clients and probed iterates), a lower estimate of the uniform bound", "condition",
+                             "unverified", EST))
+    return out
 
 
 def _cell(value: Any) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, condition, le, lookup, missing, slope, sweep, trend
+from analysis.theory.base import Check, assumption_rows, condition, le, lookup, missing, slope, sweep, trend
 
 REFERENCE = "Co-S2P Theorem 1"
 
@@ -42,8 +42,14 @@ def lemma4_rhs(*, eta: float, E: float, sigma2: float, delta2: float, G: float) 
     return float(4 * eta**2 * E * sigma2 + 16 * eta**2 * E**2 * delta2 + 16 * eta**2 * E**2 * G)
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "F_n L-smooth (L = max over clients)"),
+               ("variance", "sigma2", "E||grad F_n(w; xi) - grad F_n(w)||^2 <= sigma^2"),
+               ("dissimilarity", "delta2", "||grad F_n - grad F||^2 <= delta^2"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     v, miss = lookup(measured, params, "eta", "L", "E")
     if miss:
         checks.append(missing("step size eta <= 1/(4LE)", miss))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, condition, le, lookup, missing, sweep, trend
+from analysis.theory.base import Check, assumption_rows, condition, le, lookup, missing, sweep, trend
 
 REFERENCE = "EmbracingFL Theorem 1"
 
@@ -33,8 +33,17 @@ def theorem1_rhs(*, T: float, eta: float, tau: float, s: float, m: float, L_y: f
                  + (32 * L_z**2 * eta**2 * tau * (tau - 1) / 3) * sigma_bar_z2)
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L_y", "F L_y-smooth in the input-side layers y"),
+               ("smoothness", "L_z", "F L_z-smooth in the output-side layers z"),
+               ("variance", "sigma_y2", "E||g_y - grad_y F_i||^2 <= sigma_y^2"),
+               ("variance", "sigma_z2", "E||g_z - grad_z F_i||^2 <= sigma_z^2"),
+               ("dissimilarity", "sigma_bar_y2", "||grad_y F_i - grad_y F||^2 <= sigma_bar_y^2"),
+               ("dissimilarity", "sigma_bar_z2", "||grad_z F_i - grad_z F||^2 <= sigma_bar_z^2"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     v, miss = lookup(measured, params, "eta", "tau", "L_y", "L_z")
     if miss:
         checks.append(missing("step size eta <= 1/(tau L_max)", miss))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, condition, lookup, missing
+from analysis.theory.base import Check, assumption_rows, condition, lookup, missing
 from analysis.theory.local_sgd import setting_conditions
 
 REFERENCE = "Xie, Koyejo & Gupta 2019 (asynchronous federated optimization), Theorem 1"
@@ -46,8 +46,15 @@ def applies(setting: Mapping[str, Any]) -> list[Check]:
     return out
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "F L-smooth"),
+               ("variance", "V1", "E||grad f(x; z)||^2 <= V1 (a second-moment bound, which bounds the variance)"),
+               ("dissimilarity", "V2", "no separate assumption: ||grad g_x(y; z)||^2 <= V2 on every client's data "
+                                      "bounds each client's gradient, hence their dissimilarity"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     v, miss = lookup(measured, params, "gamma", "L")
     if miss:
         checks.append(missing("step size gamma < 1/L", miss, role="condition"))

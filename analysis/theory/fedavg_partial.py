@@ -24,10 +24,11 @@ local steps, FedProx's μ > 0, dropped updates), plus equal aggregation weights.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Sequence
 
 from analysis.theory import partial
-from analysis.theory.base import Check, bound_row, condition, condition_by_bounds, missing
+from analysis.theory.base import Check, assumption_rows, bound_row, condition, condition_by_bounds, missing
 from analysis.theory.local_sgd import _constant, evidence, gap, setting_conditions
 
 REFERENCE = "verified partial-participation bounds (Jiang & Zhu UAI 2024 Thm 2; FedVARP UAI 2022 Thm 1)"
@@ -36,7 +37,8 @@ ONE_SAMPLE = "one run is one sample of the expectation the theorem bounds"
 
 def applies(setting: Mapping[str, Any]) -> list[Check]:
     """The settings the bounds cover (:func:`analysis.theory.local_sgd.setting_conditions`), the server
-    step, nothing dropped, and fedsim's sampling scheme said as a row."""
+    step, nothing dropped, equal aggregation weights (``aggregation_samples``: each aggregation's weights,
+    :func:`weights_condition`), and fedsim's sampling scheme said as a row."""
     params = setting.get("params") or {}
     out = setting_conditions(setting)
     opt = params.get("server_opt")
@@ -46,9 +48,33 @@ def applies(setting: Mapping[str, Any]) -> list[Check]:
     if dropped is not None:
         out.append(condition("no update dropped (deadline)", float(dropped), 0.0, dropped == 0,
                              "the theorems average every sampled client's update"))
+    weights = setting.get("aggregation_samples")
+    if weights is not None:
+        out.append(weights_condition(weights))
     out.append(Check("client sampling: uniform without replacement, a fresh draw each round", None, None, None,
                      "fedsim's Algorithm.sample_clients; Theorem B's strategy 2, Theorem A's scheme", "note"))
     return out
+
+
+WEIGHTS_ROW = "aggregation weights equal (1/M), as the theorems' update and 1/N objective"
+
+
+def weights_condition(aggregations: Sequence[Sequence[float]]) -> Check:
+    """Theorems A and B average the sampled clients' models with weight 1/M; fedsim's FedAvg weights each
+    by the samples it processed (``aggregations``: per aggregation, each applied client's samples).  The row is
+    :func:`analysis.theory.partial.equal_weights_condition` on the aggregation whose weights differ most:
+    met only when every aggregation's weights are equal (a closed-form fact of the run, so certified)."""
+    aggs = [list(map(float, w)) for w in aggregations if len(w)]
+    if not aggs or not all(math.isfinite(x) for w in aggs for x in w):
+        return condition(WEIGHTS_ROW, None, 0.0, None, "not evaluated: the run recorded no aggregation")
+    spread = [partial.equal_weights_condition(w).measured for w in aggs]
+    i = max(range(len(aggs)), key=spread.__getitem__)
+    cd = partial.equal_weights_condition(aggs[i])
+    unequal = sum(s > 0 for s in spread)
+    note = (f"(max - min)/max of the weights in each of {len(aggs)} aggregation(s): all equal" if cd.holds else
+            f"{unequal} of {len(aggs)} aggregation(s) weight clients unequally (by samples processed; worst "
+            f"{min(aggs[i]):.4g} to {max(aggs[i]):.4g} samples): the update is not the theorems' 1/M average")
+    return condition(WEIGHTS_ROW, cd.measured, cd.required, cd.holds, note, "certified")
 
 
 def _min_below_T(measured: Mapping[str, Any]) -> float | None:
@@ -60,9 +86,15 @@ def _min_below_T(measured: Mapping[str, Any]) -> float | None:
     return min(vals) if vals else None
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "each f_i L-smooth (L = max over clients)"),
+               ("variance", "sigma2", "E||g_i - grad f_i||^2 <= sigma^2"),
+               ("dissimilarity", "zeta2", "||grad f_i - grad f||^2 <= sigma_g^2"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
     """Theorem B (and Theorem A where n < m) at the run's constants, each with its provenance."""
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     L, L_cert = _constant(measured, "L")
     sigma2, s_cert = _constant(measured, "sigma2")
     zeta2, z_cert = _constant(measured, "zeta2")
@@ -72,7 +104,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     miss = [k for k, v in (*need.items(), ("num_clients", n_clients), ("L", L), ("sigma2", sigma2),
                            ("zeta2", zeta2), ("F0_minus_Fstar", g)) if v is None]
     if miss:
-        return [missing("Theorem B: min_t E||grad f(x_t)||^2", miss, role="bound")]
+        return checks + [missing("Theorem B: min_t E||grad f(x_t)||^2", miss, role="bound")]
     eta_l, K, T = float(need["eta_l"]), int(round(float(need["K"]))), int(float(need["T"]))
     n, m = int(round(float(need["m"]))), int(n_clients)
     eta_g = float(params.get("eta_g", 1.0) or 1.0)
@@ -80,10 +112,10 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     L_est = None if L_est is None else float(L_est)
     exact = bool(((measured.get("certified") or {}).get("L") or {}).get("exact")) if L_cert else False
     if T < 1 or K < 1 or n < 1 or m < n:
-        return [missing("Theorem B: min_t E||grad f(x_t)||^2", ["T, K, n <= m"], role="bound")]
+        return checks + [missing("Theorem B: min_t E||grad f(x_t)||^2", ["T, K, n <= m"], role="bound")]
 
     if not (L > 0 and eta_l > 0 and eta_g > 0 and float(sigma2) >= 0 and float(zeta2) >= 0 and float(g) >= 0):
-        return [Check("Theorem B: min_t E||grad f(x_t)||^2", None, None, None,
+        return checks + [Check("Theorem B: min_t E||grad f(x_t)||^2", None, None, None,
                       f"not evaluated: the theorems need L, the step sizes > 0 and sigma^2, zeta^2, the gap >= 0 (got L "
                       f"{L:.4g}, lr {eta_l:.4g}, server_lr {eta_g:.4g}, sigma^2 {float(sigma2):.4g}, zeta^2 "
                       f"{float(zeta2):.4g}, gap {float(g):.4g})", "bound")]

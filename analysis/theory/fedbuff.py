@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from analysis.theory.base import Check, condition, lookup, missing
+from analysis.theory.base import Check, assumption_rows, condition, lookup, missing
 from analysis.theory.local_sgd import setting_conditions
 
 REFERENCE = "Nguyen et al., AISTATS 2022 (FedBuff), Theorem 1"
@@ -40,8 +40,14 @@ def applies(setting: Mapping[str, Any]) -> list[Check]:
     return out
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "each client objective L-smooth (L = max over clients)"),
+               ("variance", "sigma2", "E||g_i - grad F_i||^2 <= sigma_l^2"),
+               ("dissimilarity", "zeta2", "||grad F_i - grad f||^2 <= sigma_g^2"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     v, miss = lookup(measured, params, "eta_g", "eta_l", "Q", "L")
     if miss:
         checks.append(missing("step size eta_g * eta_l * Q <= 1/L", miss, role="condition"))

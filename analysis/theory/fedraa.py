@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.theory.base import Check, condition, lookup, missing, sweep, trend
+from analysis.theory.base import Check, assumption_rows, condition, lookup, missing, sweep, trend
 
 REFERENCE = "Fed-RAA Theorem 1 / Corollary 1"
 
@@ -27,8 +27,15 @@ def corollary1_shape(*, T: float, K: float, delta: float) -> float:
     return float((delta**3 + K * delta) / T**0.1 + K**2 * delta**2 / T**0.3)
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "F L-smooth"),
+               ("variance", "V1", "E||grad f(x; z)||^2 <= V1 (a second-moment bound, which bounds the variance)"),
+               ("dissimilarity", "V1", "no separate assumption: E||grad f(x; z)||^2 <= V1 over every client's data "
+                                      "bounds each client's gradient, hence their dissimilarity"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     v, miss = lookup(measured, params, "K_hat", "K")
     if miss:
         checks.append(missing("bounded delay t - tau <= K", miss))

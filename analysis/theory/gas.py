@@ -17,7 +17,7 @@ import math
 from typing import Any, Mapping
 
 from analysis.estimators import gas_lemma1_rho
-from analysis.theory.base import Check, condition, le, lookup, missing, sweep, trend
+from analysis.theory.base import Check, assumption_rows, condition, le, lookup, missing, sweep, trend
 
 REFERENCE = "GAS Theorem 1"
 
@@ -28,8 +28,16 @@ def server_bound_unit(*, F0_minus_Fstar: float, E: float, T: float, eta: float, 
     return float(F0_minus_Fstar / (E * T * eta) + eta * sigma2 / (B * Q_s + B_hat) + kappa1_sq)
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "gamma1", "server-side loss gamma_1-smooth"),
+               ("smoothness", "gamma2", "client-side loss gamma_2-smooth"),
+               ("variance", "sigma2", "per-sample gradient variance <= sigma^2"),
+               ("dissimilarity", "kappa1_sq", "server-side dissimilarity (straggler bias of the buffer) <= kappa_1^2"),
+               ("dissimilarity", "kappa2_sq", "client-side dissimilarity <= kappa_2^2"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     v, miss = lookup(measured, params, "eta", "gamma1")
     if miss:  # the row stays, unevaluated: the server-side smoothness is not probed
         checks.append(missing("server step eta <= 1/gamma1", miss, role="condition"))

@@ -28,10 +28,11 @@ Keys — params: ``eta_l``, ``K``, ``m``, ``T``, optional ``eta`` (default 1); m
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
-from analysis.theory.base import (MIN_PROBED_VERSIONS, ROUNDING_RTOL, Check, bound_row, condition,
-                                  condition_by_bounds, lookup, missing)
+from analysis.theory.base import (MIN_PROBED_VERSIONS, ROUNDING_RTOL, Check, assumption_rows, bound_row,
+                                  condition, condition_by_bounds, lookup, missing)
 
 REFERENCE = "Yang, Fang & Liu, ICLR 2021, Theorem 1 (full participation)"
 
@@ -51,6 +52,11 @@ def bound(*, eta_l: float, K: float, m: float, T: float, L: float, sigma2: float
     phi = (2.5 * eta_l**2 * K * L**2 * (sigma2 + 6.0 * K * zeta2) + eta * eta_l * L * sigma2 / (2.0 * m)) / c
     return float(first + phi)
 
+
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "each F_i L-smooth (L = max over clients)"),
+               ("variance", "sigma2", "E||g_i - grad F_i||^2 <= sigma_L^2"),
+               ("dissimilarity", "zeta2", "||grad F_i - grad f||^2 <= sigma_G^2"))
 
 UNVERIFIED = ("unverified: no readable source verifies this theorem's constants (the paper's text was not "
               "available to check them), so it is never the only basis of a holds or refuted")
@@ -108,23 +114,7 @@ def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Che
     zeta2, z_cert = _constant(measured, "zeta2")
     vals, miss = lookup(measured, params, "eta_l", "K")
     eta = float(measured.get("eta", params.get("eta", 1.0)))
-    prov = "certified" if L_cert else "estimated"
-    checks.append(condition("assumption: each F_i L-smooth (L = max over clients)", L, "a uniform bound",
-                            None if L is None else True,
-                            "certified from the data" if L_cert else "estimated: the probes' largest curvature "
-                            "along the run, a lower estimate of max_i sup_w ||Hess F_i||", prov)
-                  if L_cert or L is None else
-                  Check("assumption: each F_i L-smooth (L = max over clients)", L, "a uniform bound", None,
-                        "unverified: estimated from the probes' curvature of F along the run, a lower estimate of "
-                        "max_i sup_w ||Hess F_i||", "condition", "unverified", "estimated"))
-    for key, value, cert, text in (("sigma2", sigma2, s_cert, "assumption: E||g_i - grad F_i||^2 <= sigma_L^2"),
-                                   ("zeta2", zeta2, z_cert, "assumption: ||grad F_i - grad f||^2 <= sigma_G^2")):
-        if value is None:
-            continue
-        checks.append(Check(text, value, "a uniform bound", True if cert else None,
-                            "certified from the data" if cert else "unverified: max over clients and probed iterates "
-                            "only, a lower estimate of the uniform bound",
-                            "condition", "" if cert else "unverified", "certified" if cert else "estimated"))
+    checks += assumption_rows(measured, params, ASSUMPTIONS)
     L_est = measured.get("L")  # the probes' estimate from below (None without probes)
     L_est = None if L_est is None else float(L_est)
     exact = bool(((measured.get("certified") or {}).get("L") or {}).get("exact")) if L_cert else False
@@ -194,11 +184,7 @@ def setting_conditions(setting: Mapping[str, Any], *, objective_mu: bool = True)
     wd = float(train.get("weight_decay") or 0.0)
     out.append(condition("no weight decay (train.weight_decay = 0)", wd, 0.0, wd == 0.0,
                          "weight decay changes the objective the steps descend"))
-    clip = train.get("clip_norm")
-    out.append(condition("no gradient clipping (train.clip_norm unset)", "none" if clip is None else float(clip), "none",
-                         clip is None, "clipping changes the step the proof bounds; the run does not record whether "
-                         "it bound, so a set clip_norm is taken to bind" if clip is not None else
-                         "clipping would change the step the proof bounds"))
+    out.append(clipping_condition(train.get("clip_norm"), setting.get("clipping")))
     if objective_mu:
         mu = float(params.get("mu") or 0.0)
         out.append(condition("local objective F_i itself (proximal mu = 0)", mu, 0.0, mu == 0.0,
@@ -206,6 +192,32 @@ def setting_conditions(setting: Mapping[str, Any], *, objective_mu: bool = True)
     if train.get("systems_only"):
         out.append(condition("trains a model (not train.systems_only)", True, False, False))
     return out
+
+
+CLIP_ROW = "no gradient clipping binds"
+
+
+def clipping_condition(clip_norm: Any, record: Mapping[str, Any] | None) -> Check:
+    """Whether clipping changed the steps the proof bounds.  Clipping is part of the algorithm only where
+    it binds: with ``train.clip_norm`` unset, or set but never reached (``record``: the ``apply`` records'
+    clipped steps, :func:`analysis.report.clipping_record`), the steps are plain SGD's (met); a step it
+    scaled down is another method (not met, with the count).  A set clip_norm with no record is taken to
+    bind (not met): the trainer did not say."""
+    if clip_norm is None:
+        return condition(CLIP_ROW, "none", "none", True, "train.clip_norm unset; clipping would change the step "
+                         "the proof bounds")
+    clip = float(clip_norm)
+    if not record:
+        return condition(CLIP_ROW, clip, "none", False, f"train.clip_norm = {clip:g} and the run does not record "
+                         "whether it bound, so it is taken to bind; clipping changes the step the proof bounds")
+    n, steps = int(record.get("clipped_steps") or 0), int(record.get("steps") or 0)
+    g = record.get("max_grad_norm")
+    top = f"; largest gradient norm before clipping {float(g):.4g}" if g is not None and math.isfinite(float(g)) else ""
+    if n == 0:
+        return condition(CLIP_ROW, 0.0, 0.0, True, f"train.clip_norm = {clip:g} never bound: 0 of {steps} local "
+                         f"steps clipped{top}, so every step is plain SGD's")
+    return condition(CLIP_ROW, float(n), 0.0, False, f"train.clip_norm = {clip:g} bound in {n} of {steps} local "
+                     f"steps{top}: a clipped step is not the step the proof bounds")
 
 
 def applies(setting: Mapping[str, Any]) -> list[Check]:

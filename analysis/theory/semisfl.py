@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from analysis.theory.base import Check, le, lookup, missing
+from analysis.theory.base import Check, assumption_rows, le, lookup, missing
 
 REFERENCE = "SemiSFL Theorem 1"
 
@@ -34,8 +34,15 @@ def theorem1_rhs(*, F0_minus_Fstar: float, eta1: float, H: float, K_s: float, K_
     return float(2 * F0_minus_Fstar / (eta1 * H * K_s) + phi(K_s=K_s, K_u=K_u, eta1=eta1, L=L, Gs2=Gs2, Gu2=Gu2, power=power))
 
 
+#: the theorem's uniform assumptions as rows (:func:`analysis.theory.base.assumption_rows`)
+ASSUMPTIONS = (("smoothness", "L", "F L-smooth"),
+               ("variance", "Gs2", "per-sample ||grad f_s||^2 <= G_s^2 (bounds the supervised gradients' variance)"),
+               ("dissimilarity", "Gu2", "per-sample ||grad f_u||^2 <= G_u^2 (bounds the unsupervised clients' "
+                                        "gradients, hence their dissimilarity from the supervised objective)"))
+
+
 def evaluate(measured: Mapping[str, Any], params: Mapping[str, Any]) -> list[Check]:
-    checks: list[Check] = []
+    checks: list[Check] = assumption_rows(measured, params, ASSUMPTIONS)
     keys = ("eta1", "H", "K_s", "K_u", "L", "Gs2", "Gu2", "F0", "min_grad_norm_sq")
     v, miss = lookup(measured, params, *keys)
     if miss:

@@ -84,7 +84,15 @@ def client_task(
         num_samples=int(len(ctx.parts[client])),
         costs={"flops": result.flops, "bytes_up": run.upload_bytes, "bytes_down": work.download_bytes},
         info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a,
-              **result.info, "arrived": run.upload_end},
+              **_clip_info(result.stats), **result.info, "arrived": run.upload_end},
         extras=sent["extras"],
     )
 
+
+def _clip_info(stats: Any) -> dict[str, Any]:
+    """The trainer's record of whether gradient clipping bound (``TrainStats.clipped_steps``,
+    ``max_grad_norm``), for the ``apply`` record: empty when the trainer recorded none."""
+    n = getattr(stats, "clipped_steps", None)
+    if n is None:
+        return {}
+    return {"clipped_steps": int(n), "max_grad_norm": float(getattr(stats, "max_grad_norm", None) or 0.0)}

@@ -34,7 +34,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from fedsim.errors import DivergenceError
 
-from .sgd import SGDConfig, TrainStats, batch_schedule, clip_grads_, num_steps, sgd_update_
+from .sgd import SGDConfig, TrainStats, batch_schedule, clip_grads_, clip_record, num_steps, sgd_update_
 
 __all__ = ["can_batch", "batched_local_sgd"]
 
@@ -92,6 +92,7 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
 
     step_fn = vmap(grad_and_value(loss_one))
     losses: list[list[float]] = [[] for _ in range(n_clients)]
+    clip_norms: list[torch.Tensor] = []  # per step, each client's pre-clip norm (inactive ones masked below)
     was_training = model.training
     model.train()
     try:
@@ -107,17 +108,24 @@ def batched_local_sgd(model: nn.Module, base_state: dict[str, torch.Tensor], x: 
                     losses[c].append(vals[c])
             with torch.no_grad():  # the step of local_sgd, on every client's slice (sgd_update_, clip_grads_)
                 if cfg.clip_norm is not None:  # clip_grad_norm_ per client: its own total norm
-                    clip_grads_(list(grads.values()), cfg.clip_norm, per_client=True)
+                    norm = clip_grads_(list(grads.values()), cfg.clip_norm, per_client=True)
+                    if norm is not None:  # a client past its last step does not count (its step is masked)
+                        clip_norms.append(torch.where(active, norm, torch.zeros_like(norm)))
                 for n in names:
                     params[n], bufs[n] = sgd_update_(params[n], grads[n], bufs[n], lr=cfg.lr, momentum=cfg.momentum,
                                                      weight_decay=cfg.weight_decay, active=active)
     finally:
         model.train(was_training)
+    if cfg.clip_norm is not None and clip_norms:  # one synchronisation for the whole run
+        allnorms = torch.stack(clip_norms).double().cpu()  # steps x clients
+        clip = [clip_record([allnorms[s, c] for s in range(steps[c])], cfg.clip_norm) for c in range(n_clients)]
+    else:
+        clip = [clip_record([], cfg.clip_norm) for _ in range(n_clients)]
     out = []
     for c in range(n_clients):
         state = {k: (params[k][c].clone() if k in params else v.clone()) for k, v in base_state.items()}
         ls = losses[c]
         mean = float(sum(ls) / len(ls)) if ls else float("nan")
         out.append((state, TrainStats(steps=len(ls), samples=samples[c], mean_loss=mean,
-                                      last_loss=ls[-1] if ls else float("nan"))))
+                                      last_loss=ls[-1] if ls else float("nan"), **clip[c])))
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -205,15 +205,17 @@ def sgd_update_(param: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | Non
 
 
 @torch.no_grad()
-def clip_grads_(grads: Sequence[torch.Tensor], max_norm: float, *, per_client: bool = False) -> None:
+def clip_grads_(grads: Sequence[torch.Tensor], max_norm: float, *, per_client: bool = False) -> torch.Tensor | None:
     """Scale ``grads`` in place so that their joint 2-norm is at most ``max_norm``, exactly as
     ``torch.nn.utils.clip_grad_norm_`` does (coefficient ``max_norm / (norm + 1e-6)`` capped at 1).
 
     ``per_client``: every tensor stacks clients along dim 0 (batched training), and each client is
-    clipped by its own norm over all its tensors.
+    clipped by its own norm over all its tensors.  Returns the norm before clipping (one per client when
+    ``per_client``; None without gradients) as a tensor, so a caller can record whether clipping bound
+    without a device synchronisation per step: it bound where ``norm + 1e-6 > max_norm``.
     """
     if not grads:
-        return
+        return None
     if per_client:
         n = len(grads[0])
         total = torch.stack([g.reshape(n, -1).norm(dim=1) for g in grads], dim=1).norm(dim=1)
@@ -222,11 +224,19 @@ def clip_grads_(grads: Sequence[torch.Tensor], max_norm: float, *, per_client: b
     coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for g in grads:
         g.mul_(coef.view(-1, *([1] * (g.dim() - 1))) if per_client else coef)
+    return total
+
+
+def clip_bound(norm: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Whether clipping at ``max_norm`` changed a gradient of pre-clip ``norm`` (:func:`clip_grads_`'s
+    coefficient is below 1 exactly there)."""
+    return (norm + 1e-6) > max_norm
 
 
 def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None],
              buffers: list[torch.Tensor | None], cfg: SGDConfig, *, objective: "LocalObjective | None" = None,
-             names: Sequence[str] | None = None, masks: Sequence[torch.Tensor | None] | None = None) -> None:
+             names: Sequence[str] | None = None, masks: Sequence[torch.Tensor | None] | None = None
+             ) -> torch.Tensor | None:
     """One local SGD step from the loss gradients: every trainer's step (:func:`local_sgd`, FjORD's
     ordered dropout), so the order of its parts is decided here once.
 
@@ -237,8 +247,11 @@ def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None
 
     With masks, weight decay is added before the step and masked again, so a masked entry never decays.
     A None gradient is skipped (its parameter and buffer stay).  The gradient tensors may be changed.
+    Returns the gradients' joint norm before clipping when ``cfg.clip_norm`` is set (a 0-d tensor), else
+    None: the record of whether clipping bound (:class:`TrainStats`).
     """
     grads = list(grads)
+    norm: torch.Tensor | None = None
     if objective is not None:  # outside no_grad: an objective may differentiate its own term
         if names is None:
             raise ValueError("sgd_step: an objective needs the parameters' names")
@@ -250,7 +263,7 @@ def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None
             grads = [g if m is None or g is None else torch.where(m == 0, torch.zeros_like(g), g * m)
                      for g, m in zip(grads, masks)]
         if cfg.clip_norm is not None:
-            clip_grads_([g for g in grads if g is not None], cfg.clip_norm)
+            norm = clip_grads_([g for g in grads if g is not None], cfg.clip_norm)
         weight_decay = cfg.weight_decay
         if masks is not None and any(m is not None for m in masks) and weight_decay > 0:
             for p, g in zip(params, grads):
@@ -263,6 +276,7 @@ def sgd_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor | None
             if g is not None:
                 _, buffers[i] = sgd_update_(p, g, buffers[i], lr=cfg.lr, momentum=cfg.momentum,
                                             weight_decay=weight_decay)
+    return norm
 
 
 class PlainSGD:
@@ -290,12 +304,19 @@ class PlainSGD:
 
 @dataclass
 class TrainStats:
-    """What one call of :func:`local_sgd` did: steps, samples processed, mean and final batch loss."""
+    """What one call of :func:`local_sgd` did: steps, samples processed, mean and final batch loss, and,
+    when ``clip_norm`` is set, whether clipping bound: ``clipped_steps`` (steps whose gradient it scaled
+    down) and ``max_grad_norm`` (the largest gradient norm before clipping).  Why: clipping changes the
+    step a convergence theorem bounds only where it binds, and only the trainer sees whether it did
+    (``fedsim check`` reads both from the ``apply`` records).  None: not recorded (no clipping, or a
+    trainer that does not report it)."""
 
     steps: int
     samples: int
     mean_loss: float
     last_loss: float
+    clipped_steps: int | None = None
+    max_grad_norm: float | None = None
 
 
 class LocalObjective:
@@ -416,6 +437,7 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
         p.requires_grad_(False)
     losses: list[float] = []
     samples = 0
+    clip_norms: list[torch.Tensor] = []  # pre-clip norms, read once at the end (no sync per step)
     try:
         for step, pos in enumerate(schedule):
             b = idx[pos.to(idx.device)]  # positions are drawn on the CPU (the same batches on every device)
@@ -432,8 +454,10 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
                 raise DivergenceError(f"training loss became {value} at step {step} of {steps} (lr={cfg.lr}); "
                                       f"lower the learning rate or set clip_norm")
             loss.backward()
-            sgd_step(train_params, [p.grad for p in train_params], buffers, cfg, objective=objective, names=names,
-                     masks=masks)
+            norm = sgd_step(train_params, [p.grad for p in train_params], buffers, cfg, objective=objective,
+                            names=names, masks=masks)
+            if norm is not None:
+                clip_norms.append(norm.detach())
             losses.append(value)
             samples += len(b)
     finally:
@@ -443,7 +467,19 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor, indices: np.nd
             model.train(False)
     mean = float(np.mean(losses)) if losses else float("nan")
     last = losses[-1] if losses else float("nan")
-    return TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last)
+    return TrainStats(steps=len(losses), samples=samples, mean_loss=mean, last_loss=last,
+                      **clip_record(clip_norms, cfg.clip_norm))
+
+
+def clip_record(norms: Sequence[torch.Tensor], clip_norm: float | None) -> dict[str, Any]:
+    """:class:`TrainStats`' clipping fields from the pre-clip norms of every step (one synchronisation):
+    steps whose gradient clipping scaled down and the largest norm; empty when ``clip_norm`` is unset."""
+    if clip_norm is None:
+        return {}
+    if not norms:
+        return {"clipped_steps": 0, "max_grad_norm": 0.0}
+    a = torch.stack([n.reshape(()) for n in norms]).double().cpu()
+    return {"clipped_steps": int(clip_bound(a, clip_norm).sum()), "max_grad_norm": float(a.max())}
 
 
 @contextmanager

@@ -45,10 +45,13 @@ import pandas as pd
 #: Optional fields: ``dispatch`` and ``apply`` of a sub-model task carry ``submodel`` (``SubModel.summary``:
 #: kept fraction of the model and per block, block states); when a round has partial updates, ``apply``
 #: carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
-#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  A split-learning
-#: download that carries gradients, not a model version, has ``what`` (``"gradients"``).  Work cut before it
-#: ended (deadline, going offline, the run's end) keeps its kind and adds ``ended`` (why) and ``planned_bytes``
-#: (transfers) or ``planned_flops`` (compute); its other fields are what was actually done (the world writes it).
+#: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  With
+#: ``train.clip_norm`` set, ``apply`` carries ``clipped_steps``, ``steps`` and ``max_grad_norm`` (whether
+#: clipping bound in that task: steps it scaled down, local steps, largest gradient norm before clipping).  A
+#: split-learning download that carries gradients, not a model version, has ``what`` (``"gradients"``).  Work cut
+#: before it ended (deadline, going offline, the run's end) keeps its kind and adds ``ended`` (why) and
+#: ``planned_bytes`` (transfers) or ``planned_flops`` (compute); its other fields are what was actually done (the
+#: world writes it).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch": ("client", "version", "round"),
     "download": ("client", "start", "end", "bytes", "wait", "version"),
