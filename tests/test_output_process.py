@@ -235,16 +235,46 @@ def _status(pid: int) -> str:
         return ""
 
 
+def _signal_bits(pid: int, field: str) -> int:
+    """A process's signal mask from /proc (``SigIgn``: ignored, ``SigBlk``: blocked), as an integer."""
+    for line in _status(pid).splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def _drawing_ready(pid: int) -> bool:
+    """Whether the second process is ready beside the run: it ignores Ctrl-C (its own signal handling is in
+    place) and has loaded the plotting stack (matplotlib's font library is mapped: its warm-up has run)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return bool(_signal_bits(pid, "SigIgn") & (1 << (signal.SIGINT - 1))) and "ft2font" in maps
+
+
 def _started_long_run(tmp_path: Path, proc: subprocess.Popen) -> list[int]:
-    """Wait until the run simulates (its trace grows) with its second process beside it; that process's pid."""
+    """The handshake before a signal: wait until the phase to interrupt is really reached, never a fixed
+    sleep: the second process is ready (:func:`_drawing_ready`) and, after that, the run is still simulating
+    (its trace grows between two looks and it has no summary yet).  The second process's pid."""
     t0 = time.monotonic()
-    trace = tmp_path / "run" / "trace.jsonl"
-    while not (trace.exists() and trace.stat().st_size > 20000):
+    run = tmp_path / "run"
+    trace = run / "trace.jsonl"
+
+    def size() -> int:
+        return trace.stat().st_size if trace.exists() else 0
+
+    def waiting(what: str) -> None:
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() - t0 < 120, "the run did not start simulating"
+        assert time.monotonic() - t0 < 240, f"the run did not reach the phase to interrupt: {what}"
         time.sleep(0.05)
-    workers = _children(proc.pid)
-    assert workers, "no second process beside the run"
+
+    while not (workers := [p for p in _children(proc.pid) if _drawing_ready(p)]):
+        waiting("no ready second process beside it")
+    first = size()
+    while size() <= max(first, 20000):
+        waiting("its trace does not grow")
+    assert not (run / "summary.json").exists(), "the run ended before it could be interrupted"
     return workers
 
 
