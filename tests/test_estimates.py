@@ -96,3 +96,63 @@ def test_systems_only_runs_get_a_memory_estimate_and_a_cap_refuses_them(monkeypa
         preflight(scenario)
     monkeypatch.setattr(pf, "address_space_left", lambda: None)
     preflight(scenario)  # fits the host
+
+
+#: under a real address-space cap (the room left: ``argv[2]`` MiB over what the process maps after its
+#: imports), ``fedsim run`` of a systems-only FedAvg round over ``argv[1]`` clients; prints its exit code,
+#: whether the data was built and the seconds from the command's start to its end
+UNDER_A_CAP = """
+import json, resource, sys, time
+import fedsim.cli, fedsim.preflight as pf
+
+n, room = int(sys.argv[1]), int(sys.argv[2]) * 2**20
+size = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (size + room, resource.getrlimit(resource.RLIMIT_AS)[1]))
+built, real = [], pf.prepare_data
+def prepare_data(scenario):
+    built.append(True)
+    return real(scenario)
+pf.prepare_data = prepare_data
+t0 = time.perf_counter()
+if sys.argv[4] == "run":
+    code = fedsim.cli.main(["run", "quadratic", "train.systems_only=true", f"data.num_clients={n}",
+                            f"algorithm.clients_per_round={n}", "stop.max_versions=1", "--out", sys.argv[3], "--quiet"])
+else:  # the preflight alone
+    pf.preflight(fedsim.load_scenario("quadratic", ["train.systems_only=true", f"data.num_clients={n}",
+                                                    f"algorithm.clients_per_round={n}", "stop.max_versions=1"]))
+    code = 0
+print(json.dumps({"code": code, "built": bool(built), "seconds": time.perf_counter() - t0}))
+"""
+
+
+def test_a_huge_systems_only_run_is_refused_under_a_real_cap_before_its_data_is_built(tmp_path):
+    """The probe: a 10^5-client systems-only event round under a 1.5 GB ``ulimit -v`` died mid-run with
+    MemoryError.  Under a real RLIMIT_AS with 400 MiB of room, its estimate (about 684 MiB) is refused in
+    one line, exit 2, before the data is built, nothing written; 2,000 clients (14 MiB) pass the same
+    preflight under the same cap and build their data."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("reads VmSize from /proc")
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+    def capped(n: int, what: str) -> tuple[dict, str]:
+        done = subprocess.run([sys.executable, "-c", UNDER_A_CAP, str(n), "400", str(tmp_path / f"run{n}"), what],
+                              env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1]), done.stderr
+
+    huge, err = capped(100_000, "run")
+    assert huge["code"] == 2 and not huge["built"], (huge, err)
+    assert err.count("\n") == 1 and err.startswith("fedsim: error: data.num_clients: the simulation of 100,000 "
+                                                   "clients needs up to 684 MiB"), err
+    assert "left under this process's address-space limit (ulimit -v)" in err
+    assert huge["seconds"] < 5.0, huge  # the command's own time: no data built, nothing simulated
+    assert not (tmp_path / "run100000").exists()
+    small, err = capped(2_000, "preflight")
+    assert small == {**small, "code": 0, "built": True}, (small, err)
