@@ -294,11 +294,17 @@ def _long_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, list[int]]]:
 def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(tmp_path):
     with _long_run(tmp_path) as (proc, workers):
         stdout, stderr, took = signal_and_wait(proc, signal.SIGINT, group=True)
+    print(f"Ctrl-C to the end of the run: {took:.2f} s")  # shown with -s (the wall limit below)
     assert proc.returncode == 130, (stdout[-1000:], stderr[-2000:])
     assert stderr.strip().splitlines()[-1] == "fedsim: interrupted; outputs written so far are kept"
-    assert "Traceback" not in stderr and took < 10.0, (took, stderr[-2000:])
+    # The honest measure of "at once" is the run's own record: it stopped well short of its 3,000 versions
+    # (about 30 s of simulation).  What follows the Ctrl-C is drawing the interrupted run's outputs, whose
+    # wall time follows the machine's load (3-5 s on an idle machine, over 10 s on a loaded one), so the
+    # wall limit only catches a run that went on simulating or hung (the uninterrupted run takes 30-45 s).
+    assert "Traceback" not in stderr and took < 30.0, (took, stderr[-2000:])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "interrupted"
+    assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted by the user"
+    assert summary["versions"] < LONG["stop"]["max_versions"], summary["versions"]
     assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.png").exists()
     assert _gone(workers, 5.0), "the second process outlived the run"
 
