@@ -239,8 +239,8 @@ BATCHED_ROUND_ACTIVATIONS = 8
 def batched_round_bytes(scenario: Scenario, model: torch.nn.Module, prepared: Prepared, clients: int) -> dict[str, int]:
     """Bytes a batched round of ``clients`` clients needs (``per_client``; ``round``, all of them and the
     round's workspaces) beside the dataset (``data``, on the device for the whole run): an upper bound on
-    the measured peak: 1.16 and 1.06 times it at 20 and 60 clients of ResNet-20 on digits32, 1.36 and 1.17
-    times it for the default CNN on digits (``benchmarks/batched_memory.py``, CPU).
+    the measured peak, 1.35, 1.15 and 1.09 times it at 10, 20 and 60 clients of the default CNN on digits
+    (``benchmarks/batched_memory.py``, CPU; the table in docs/performance.md), loosest for small rounds.
     From :func:`~fedsim.learn.costs.memory_estimate` at ``train.batch_size`` and the factors above."""
     tr = scenario.train
     e = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size, momentum=tr.momentum > 0)
