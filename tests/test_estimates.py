@@ -40,6 +40,33 @@ def test_trace_records_never_exceed_the_event_estimate(tmp_path, name, extra):
         assert summary["trace_events"] <= bound <= 5 * summary["trace_events"], (name, summary["trace_events"], bound)
 
 
+@pytest.mark.parametrize("name, extra", [
+    # FedAvg rounds, enough tasks for the per-task records to outweigh the fixed ones
+    ("quadratic", ["data.num_clients=40", "algorithm.clients_per_round=20", "stop.max_versions=25"]),
+    ("s2fl", ["stop.max_versions=8"]),  # split learning: records per local step
+])
+def test_the_estimate_bounds_the_count_and_the_old_per_task_count_would_not(tmp_path, monkeypatch, name, extra):
+    """The count a run writes (its trace writers' records, ``trace_events``) is at most the estimate; the
+    deliberately broken case: the estimate the issue found (4 records per task or split step, nothing per
+    model version or run) falls below the same count, so this comparison catches an estimate that is not
+    a bound."""
+    import fedsim.preflight as pf
+
+    scenario = load_scenario(name, ["stop.max_time_s=null", "stop.max_updates=null", "output.figures=false", *extra])
+    prepared = preflight(scenario)
+    world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), Trace(None), len(prepared.parts), scenario)
+    model = build_global_model(scenario, prepared.data)
+    [spec] = scenario.algorithms
+    bound = estimate_work(scenario, spec, world, model, prepared).events
+    [summary] = run_scenario(scenario, tmp_path, progress=False)
+    count = summary["trace_events"]
+    assert count <= bound <= 2.5 * count, (count, bound)  # split learning: 9 records a step against 5 (S2FL)
+    for constant, old in (("RECORDS_PER_TASK", 4), ("RECORDS_PER_SPLIT_STEP", 4), ("RECORDS_PER_VERSION", 0),
+                          ("RECORDS_PER_RUN", 0)):
+        monkeypatch.setattr(pf, constant, old)
+    assert estimate_work(scenario, spec, world, model, prepared).events < count
+
+
 def test_the_probe_of_2499_versions_is_refused_with_counts_in_full(tmp_path, capsys):
     """The probe: ``stop.max_versions=2499`` with 1,000 clients per round passed the 10^7 limit on an
     estimate of 4 records per task and wrote 12,502,499 records (5 per task, 3 per round)."""
