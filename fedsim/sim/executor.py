@@ -240,10 +240,13 @@ def _group_signals() -> list[int]:
     return [signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
 
 
-def _worker_start(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+def _worker_start(work: bytes) -> None:
     """A local pool worker's first code: ignore the group's signals, then let them through (they were blocked
     from the worker's first instruction, inherited from :func:`spawn_pool`; one that came while the
-    interpreter imported is discarded, not raised), then watch the parent and run ``initializer``."""
+    interpreter imported is discarded, not raised), then watch the parent, and only then unpickle and run
+    the pool's initializer (``work``: it and its arguments, pickled in the parent), whose module may import
+    torch for seconds: a parent killed meanwhile still takes the worker with it."""
+    import pickle
     import signal
 
     group = _group_signals()
@@ -252,6 +255,7 @@ def _worker_start(initializer: Callable[..., None] | None, initargs: tuple[Any, 
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, group)
     _exit_with_parent()
+    initializer, initargs = pickle.loads(work)
     if initializer is not None:
         initializer(*initargs)
 
@@ -270,11 +274,12 @@ def spawn_pool(workers: int, initializer: Callable[..., None] | None = None, ini
     meanwhile, never ignores them: a Ctrl-C meant for it during the spawn stays pending and is raised once
     the spawn is done, not lost.  Each worker ends when the parent ends, even a killed parent."""
     import multiprocessing
+    import pickle
     import signal
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start, initargs=(initializer, initargs))
+                               initializer=_worker_start, initargs=(pickle.dumps((initializer, initargs)),))
     group = _group_signals()
     try:
         if hasattr(signal, "pthread_sigmask"):
