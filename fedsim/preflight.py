@@ -199,6 +199,8 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     if scenario.train.systems_only and scenario.stop.target_accuracy is not None:
         raise ConfigError("stop.target_accuracy", f"got {scenario.stop.target_accuracy!r}, but a systems-only run "
                           "(train.systems_only: true) measures no accuracy, so this stop rule can never fire")
+    for spec in scenario.algorithms:  # a simulation that cannot fit is refused before its data is built
+        _check_simulation_memory(scenario, spec, scenario.data.num_clients)
     prepared = prepare_data(scenario)
     world = World.from_scenario(simpy.Environment(), Streams(scenario.seed), _Trace(None), len(prepared.parts), scenario)
     prepared.warnings.extend(w for w in world.input_warnings if w not in prepared.warnings)
@@ -207,7 +209,8 @@ def preflight(scenario: Scenario, *, allow_large: bool = False) -> Prepared:
     for spec in scenario.algorithms:
         if not spec.cls.fits_devices(spec.params):  # else the algorithm fits clients itself
             check_memory_fits(world, model, scenario, tuple(prepared.data.train.input_shape))
-        note = _check_host_memory(scenario, spec, model, prepared, device) or _check_simulation_memory(scenario, spec, prepared)
+        note = (_check_host_memory(scenario, spec, model, prepared, device)
+                or _check_simulation_memory(scenario, spec, len(prepared.parts)))  # again: the data is held now
         if note and note not in prepared.notes:
             prepared.notes.append(note)
         estimate = estimate_work(scenario, spec, world, model, prepared)
@@ -237,8 +240,8 @@ BATCHED_ROUND_ACTIVATIONS = 8
 def batched_round_bytes(scenario: Scenario, model: torch.nn.Module, prepared: Prepared, clients: int) -> dict[str, int]:
     """Bytes a batched round of ``clients`` clients needs (``per_client``; ``round``, all of them and the
     round's workspaces) beside the dataset (``data``, on the device for the whole run): an upper bound on
-    the measured peak: 1.16 and 1.06 times it at 20 and 60 clients of ResNet-20 on digits32, 1.36 and 1.17
-    times it for the default CNN on digits (``benchmarks/batched_memory.py``, CPU).
+    the measured peak, 1.35, 1.15 and 1.09 times it at 10, 20 and 60 clients of the default CNN on digits
+    (``benchmarks/batched_memory.py``, CPU; the table in docs/performance.md), loosest for small rounds.
     From :func:`~fedsim.learn.costs.memory_estimate` at ``train.batch_size`` and the factors above."""
     tr = scenario.train
     e = memory_estimate(model, tuple(prepared.data.train.input_shape), tr.batch_size, momentum=tr.momentum > 0)
@@ -286,13 +289,16 @@ def simulation_bytes(scenario: Scenario, spec: AlgorithmSpec, clients: int) -> f
     return clients * SIM_BYTES_PER_CLIENT + active * (SIM_BYTES_PER_ACTIVE_VECTOR if vector else SIM_BYTES_PER_ACTIVE_EVENT)
 
 
-def _check_simulation_memory(scenario: Scenario, spec: AlgorithmSpec, prepared: Prepared) -> str:
-    """A systems-only run's memory estimate (:func:`simulation_bytes`) against what it may use: the host's
-    available memory, and the room left under an address-space limit.  Refused past it (one line), else
-    returned as a note ("" for a run that trains: its training memory is checked by its own estimate)."""
+def _check_simulation_memory(scenario: Scenario, spec: AlgorithmSpec, clients: int) -> str:
+    """A systems-only run's memory estimate (:func:`simulation_bytes` for ``clients`` clients) against what
+    it may use: the host's available memory, and the room left under an address-space limit.  Refused past
+    it (one line), else returned as a note ("" for a run that trains: its training memory is checked by its
+    own estimate).  The preflight asks twice: before the data is built (from ``data.num_clients``: a run
+    that cannot fit is refused in about a second, not after minutes of building its clients' data), and
+    after, with the data held and the partition's own client count."""
     if not scenario.train.systems_only:
         return ""
-    need = simulation_bytes(scenario, spec, len(prepared.parts))
+    need = simulation_bytes(scenario, spec, clients)
     free = memory_available(torch.device("cpu"))
     room = [(free[0], free[1])] if free is not None else []
     left = address_space_left()
@@ -302,7 +308,7 @@ def _check_simulation_memory(scenario: Scenario, spec: AlgorithmSpec, prepared: 
         return ""
     have, what = min(room)
     mib = 2.0 ** 20
-    line = (f"the simulation of {len(prepared.parts):,} clients needs up to {need / mib:,.0f} MiB besides the "
+    line = (f"the simulation of {clients:,} clients needs up to {need / mib:,.0f} MiB besides the "
             f"process itself; {have / mib:,.0f} MiB {what}")
     if need > have:
         alg = "algorithm" if len(scenario.algorithms) == 1 else f"algorithm.{spec.label}"

@@ -235,16 +235,46 @@ def _status(pid: int) -> str:
         return ""
 
 
+def _signal_bits(pid: int, field: str) -> int:
+    """A process's signal mask from /proc (``SigIgn``: ignored, ``SigBlk``: blocked), as an integer."""
+    for line in _status(pid).splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def _drawing_ready(pid: int) -> bool:
+    """Whether the second process is ready beside the run: it ignores Ctrl-C (its own signal handling is in
+    place) and has loaded the plotting stack (matplotlib's font library is mapped: its warm-up has run)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    return bool(_signal_bits(pid, "SigIgn") & (1 << (signal.SIGINT - 1))) and "ft2font" in maps
+
+
 def _started_long_run(tmp_path: Path, proc: subprocess.Popen) -> list[int]:
-    """Wait until the run simulates (its trace grows) with its second process beside it; that process's pid."""
+    """The handshake before a signal: wait until the phase to interrupt is really reached, never a fixed
+    sleep: the second process is ready (:func:`_drawing_ready`) and, after that, the run is still simulating
+    (its trace grows between two looks and it has no summary yet).  The second process's pid."""
     t0 = time.monotonic()
-    trace = tmp_path / "run" / "trace.jsonl"
-    while not (trace.exists() and trace.stat().st_size > 20000):
+    run = tmp_path / "run"
+    trace = run / "trace.jsonl"
+
+    def size() -> int:
+        return trace.stat().st_size if trace.exists() else 0
+
+    def waiting(what: str) -> None:
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() - t0 < 120, "the run did not start simulating"
+        assert time.monotonic() - t0 < 240, f"the run did not reach the phase to interrupt: {what}"
         time.sleep(0.05)
-    workers = _children(proc.pid)
-    assert workers, "no second process beside the run"
+
+    while not (workers := [p for p in _children(proc.pid) if _drawing_ready(p)]):
+        waiting("no ready second process beside it")
+    first = size()
+    while size() <= max(first, 20000):
+        waiting("its trace does not grow")
+    assert not (run / "summary.json").exists(), "the run ended before it could be interrupted"
     return workers
 
 
@@ -264,11 +294,18 @@ def _long_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, list[int]]]:
 def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(tmp_path):
     with _long_run(tmp_path) as (proc, workers):
         stdout, stderr, took = signal_and_wait(proc, signal.SIGINT, group=True)
+    print(f"Ctrl-C to the end of the run: {took:.2f} s")  # shown with -s (the wall limit below)
     assert proc.returncode == 130, (stdout[-1000:], stderr[-2000:])
     assert stderr.strip().splitlines()[-1] == "fedsim: interrupted; outputs written so far are kept"
-    assert "Traceback" not in stderr and took < 10.0, (took, stderr[-2000:])
+    # The honest measure of "at once" is the run's own record: it stopped well short of its 3,000 versions
+    # (about 30 s of simulation).  What follows the Ctrl-C is drawing the interrupted run's outputs, whose
+    # wall time follows the machine's load (2.3-4.6 s on two cores at a light load, 5-9 s at a load of 7-9,
+    # 10.5 s seen once), so the wall limit only catches a run that went on simulating or hung (the
+    # uninterrupted run takes 30-45 s).
+    assert "Traceback" not in stderr and took < 30.0, (took, stderr[-2000:])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "interrupted"
+    assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted by the user"
+    assert summary["versions"] < LONG["stop"]["max_versions"], summary["versions"]
     assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.png").exists()
     assert _gone(workers, 5.0), "the second process outlived the run"
 

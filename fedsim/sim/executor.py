@@ -231,8 +231,31 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="fedsim-parent-watch", daemon=True).start()
 
 
-def _worker_start(initializer: Callable[..., None] | None, initargs: tuple[Any, ...]) -> None:
+def _group_signals() -> list[int]:
+    """The signals a local pool worker never acts on: the terminal's Ctrl-C and a hang-up reach every
+    process of the group, and the parent decides what stops (a worker still importing torch would print a
+    traceback).  The same pattern as the standard library's resource tracker."""
+    import signal
+
+    return [signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+
+
+def _worker_start(work: bytes) -> None:
+    """A local pool worker's first code: ignore the group's signals, then let them through (they were blocked
+    from the worker's first instruction, inherited from :func:`spawn_pool`; one that came while the
+    interpreter imported is discarded, not raised), then watch the parent, and only then unpickle and run
+    the pool's initializer (``work``: it and its arguments, pickled in the parent), whose module may import
+    torch for seconds: a parent killed meanwhile still takes the worker with it."""
+    import pickle
+    import signal
+
+    group = _group_signals()
+    for signum in group:
+        signal.signal(signum, signal.SIG_IGN)  # before unblocking: a pending one is discarded
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, group)
     _exit_with_parent()
+    initializer, initargs = pickle.loads(work)
     if initializer is not None:
         initializer(*initargs)
 
@@ -243,25 +266,33 @@ def spawn_pool(workers: int, initializer: Callable[..., None] | None = None, ini
     ``fedsim check --jobs``, the second process of ``fedsim run``), started now; returns it and one future
     per worker, each done once a worker has started.
 
-    Spawned, not forked: no copy of the parent's torch state.  Each worker starts with Ctrl-C ignored from
-    its first instruction (Python keeps an inherited SIG_IGN), and SIGHUP too: the terminal's Ctrl-C and
-    hang-up reach every process of the group, and the parent decides what stops; a worker still importing torch would otherwise print
-    a traceback.  Each ends when the parent ends, even a killed parent."""
+    Spawned, not forked: no copy of the parent's torch state.  Ctrl-C and SIGHUP (the terminal's Ctrl-C
+    and a hang-up reach every process of the group; the parent decides what stops) never act in a worker:
+    they are blocked while it is spawned, so it starts with them blocked from its first instruction (a
+    process inherits its parent's signal mask through fork and exec) and imports with them blocked, and its
+    first code ignores them and lets them through (:func:`_worker_start`).  The parent only blocks them
+    meanwhile, never ignores them: a Ctrl-C meant for it during the spawn stays pending and is raised once
+    the spawn is done, not lost.  Each worker ends when the parent ends, even a killed parent."""
     import multiprocessing
+    import pickle
     import signal
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_start, initargs=(initializer, initargs))
-    # Ctrl-C and a hang-up (a closed terminal or ssh session reaches the whole group too) are ignored
-    ignored = [signal.SIGINT] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+                               initializer=_worker_start, initargs=(pickle.dumps((initializer, initargs)),))
+    group = _group_signals()
     try:
-        previous = [(signum, signal.signal(signum, signal.SIG_IGN)) for signum in ignored]
-    except ValueError:  # not the main thread: the workers inherit whatever this process has
-        previous = []
-    try:
-        started = [pool.submit(_started) for _ in range(workers)]  # each submit starts one process
-    finally:
-        for signum, handler in previous:
-            signal.signal(signum, handler)
+        if hasattr(signal, "pthread_sigmask"):
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, group)  # this thread's mask: any thread may spawn
+            try:
+                started = [pool.submit(_started) for _ in range(workers)]  # each submit starts one process
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a Ctrl-C that came meanwhile: raised now
+        else:  # no signal masks (Windows): the workers inherit nothing; they ignore Ctrl-C once they start
+            started = [pool.submit(_started) for _ in range(workers)]
+    except BaseException:  # interrupted while starting: no worker is left behind
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
     return pool, started
