@@ -166,3 +166,16 @@ def test_a_figure_that_raises_in_a_run_fails_alone(tmp_path, capsys, monkeypatch
     assert build_run_outputs(str(out), None, 30, None) == {}
     assert not (out / "figures_error.txt").exists() and (out / "link_rates.png").exists()
     assert "Figures not drawn" not in (out / "report.html").read_text()
+
+
+def test_the_homogeneous_rate_run_writes_its_report(tmp_path, capsys):
+    """The issue's run: every link at one fixed rate, logistic regression (shortened): exit 0, status ok, no
+    figure missing, and the link-rate figure drawn."""
+    out = tmp_path / "run"
+    code = main(["run", "fedasync", "channel.uplink.mbps=2", "channel.downlink.mbps=2", "model.name=logreg",
+                 "data.num_clients=8", "stop={max_versions: 20}", "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 0 and "warning" not in err, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and "figures_missing" not in summary
+    assert (out / "link_rates.png").is_file() and (out / "report.html").is_file()
