@@ -7,8 +7,9 @@ plotting stack while the run loads its data and simulates, then draws each finis
 while the next variant simulates; the run's own process never imports matplotlib.
 
 What stays the same: the files (the same functions draw them, byte for byte), and the run's status (a
-failure there is recorded as it is in the run's own process: ``outputs_failed``, the traceback in
-``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
+failure there is recorded as it is in the run's own process: a figure that fails alone in
+``figures_missing``, its traceback in ``figures_error.txt``, the run still ``ok``; a failure of the report
+as ``outputs_failed``, the traceback in ``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
 own process.
 
 When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the
