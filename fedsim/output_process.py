@@ -9,8 +9,8 @@ while the next variant simulates; the run's own process never imports matplotlib
 What stays the same: the files (the same functions draw them, byte for byte), and the run's status (a
 failure there is recorded as it is in the run's own process: a figure that fails alone in
 ``figures_missing``, its traceback in ``figures_error.txt``, the run still ``ok``; a failure of the report
-as ``outputs_failed``, the traceback in ``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
-own process.
+as ``outputs_failed``, the traceback in ``outputs_error.txt``).  A second process that dies or cannot
+start is replaced by building in the run's own process.
 
 When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the
 run's own process (``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as
@@ -205,7 +205,8 @@ class Job:
         self._future, self._fn, self._args = future, fn, args
 
     def result(self) -> Any:
-        """Wait for the build and return what it returned; its error is raised here.  If the second process died (or never started),
+        """Wait for the build and return what it returned; its error is raised here.  If the second
+        process died (or never started),
         the build runs again here, in this process (never forked: this process holds torch's threads)."""
         from concurrent.futures import CancelledError
         from concurrent.futures.process import BrokenProcessPool

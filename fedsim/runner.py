@@ -244,8 +244,8 @@ def _build_recorded(out: Path, summary: dict[str, Any] | list[dict[str, Any]], w
     only now that every output is written, :data:`OUTPUTS_FAILED` after a failure (figures of a failed build
     never hide it).  A build that returns failed figures (:func:`fedsim.output_process.build_run_outputs`:
     name → one line) leaves the status ``ok`` and records them as :data:`FIGURES_MISSING`: the rest of the
-    outputs and report.html were written, so one degenerate figure does not fail the run.  An interrupt while drawing (Ctrl-C, SIGTERM, SIGHUP) makes an ``ok`` run
-    ``interrupted``, says so in ``outputs_interrupted``, and is raised again."""
+    outputs and report.html were written, so one degenerate figure does not fail the run.  An interrupt
+    while drawing (Ctrl-C, SIGTERM, SIGHUP) makes an ``ok`` run ``interrupted``, says so in ``outputs_interrupted``, and is raised again."""
     listed = summary if isinstance(summary, list) else [summary]
     try:
         with building_outputs(out, listed, what):
