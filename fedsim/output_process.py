@@ -206,8 +206,8 @@ class Job:
 
     def result(self) -> Any:
         """Wait for the build and return what it returned; its error is raised here.  If the second
-        process died (or never started),
-        the build runs again here, in this process (never forked: this process holds torch's threads)."""
+        process died (or never started), the build runs again here, in this process (never forked: this
+        process holds torch's threads)."""
         from concurrent.futures import CancelledError
         from concurrent.futures.process import BrokenProcessPool
 
