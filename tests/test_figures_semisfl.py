@@ -25,7 +25,7 @@ def test_crossover_by_hand():
 
 
 def test_claims_table_is_generated_from_the_recipe_numbers(tmp_path):
-    """The quick recipe (shortened to 2 rounds) writes claims.md from its own tables with commit, seeds, the
+    """The quick recipe (shortened to 1 round) writes claims.md from its own tables with commit, seeds, the
     rules and the choices table; moving an input number moves the cell and the verdict."""
     import copy
 
