@@ -13,8 +13,10 @@
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
 the traceback)``, and exits 3; the run folder keeps its trace and a summary with ``status: error``.  A run
-whose figures or report fail to build exits 3 too, with one such line per run; its summary says
-``status: outputs_failed`` and everything written before the failure is kept.  An exception raised in the
+whose report fails to build exits 3 too, with one such line per run; its summary says
+``status: outputs_failed`` and everything written before the failure is kept.  A figure that fails to draw
+fails alone: the other outputs are written, ``fedsim: warning: ...: figures not drawn: ...`` is printed, the
+summary keeps ``status: ok`` and names it in ``figures_missing``, and the command exits 0.  An exception raised in the
 user's own code (an algorithm, model, dataset named in the scenario) prints
 ``fedsim: error in your code: module:qualname (file:line): <exception>`` and exits 4.
 SIGTERM and SIGHUP (a closed terminal, a dropped ssh session; not under ``nohup``, which ignores it) are
@@ -110,12 +112,17 @@ def _parse_seeds(text: str) -> list[int]:
 
 
 def _exit_code(statuses: Sequence[str], summaries: Sequence[dict[str, Any]] = ()) -> int:
-    """0 when every run says ``ok``; :data:`EXIT_INTERNAL` when a run's figures or report failed to build
+    """0 when every run says ``ok`` (a warning line for each run with figures not drawn,
+    ``figures_missing``); :data:`EXIT_INTERNAL` when a run's figures or report failed to build
     (status ``outputs_failed``: a failure in fedsim, said in one line per run, its outputs so far kept);
     else :data:`EXIT_FAILED` (diverged, interrupted, error)."""
     for s in summaries:
         if s.get("outputs_error"):
             print(f"fedsim: internal error: {s.get('label', 'run')}: {s['outputs_error']}", file=sys.stderr)
+        if s.get("figures_missing"):  # the rest of the outputs were written: a warning, not a failure
+            named = "; ".join(f"{k} ({v})" for k, v in s["figures_missing"].items())
+            print(f"fedsim: warning: {s.get('label', 'run')}: figures not drawn: {named} "
+                  "(report.html lists them; tracebacks in figures_error.txt)", file=sys.stderr)
     if any(st == "outputs_failed" for st in statuses):
         return EXIT_INTERNAL
     return EXIT_FAILED if any(st != "ok" for st in statuses) else 0

@@ -7,9 +7,10 @@ plotting stack while the run loads its data and simulates, then draws each finis
 while the next variant simulates; the run's own process never imports matplotlib.
 
 What stays the same: the files (the same functions draw them, byte for byte), and the run's status (a
-failure there is recorded as it is in the run's own process: ``outputs_failed``, the traceback in
-``outputs_error.txt``).  A second process that dies or cannot start is replaced by building in the run's
-own process.
+failure there is recorded as it is in the run's own process: a figure that fails alone in
+``figures_missing``, its traceback in ``figures_error.txt``, the run still ``ok``; a failure of the report
+as ``outputs_failed``, the traceback in ``outputs_error.txt``).  A second process that dies or cannot
+start is replaced by building in the run's own process.
 
 When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the
 run's own process (``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as
@@ -85,8 +86,12 @@ class _ChildTraceback(Exception):
 
 
 def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timeline_clients: int,
-                      topology: tuple[Any, Any] | None, fork: bool = False) -> None:
-    """One run's figures and report.html: the same files, whichever process builds them.
+                      topology: tuple[Any, Any] | None, fork: bool = False) -> dict[str, str]:
+    """One run's figures and report.html: the same files, whichever process builds them.  Returns the
+    figures that failed to draw (name → one line); each fails on its own: the others and report.html
+    are still written, the page lists it under "Figures not drawn", and its traceback goes to
+    :data:`fedsim.report.FIGURES_ERROR_FILE`.  A failure of report.html itself (or of reading the run's
+    files) is raised.
 
     ``topology``: ``(graph, root)`` of a hierarchical network (``topology.png``), taken from the run's
     world before it was dropped (:func:`fedsim.system.topology.rate_graph`), or None.  ``fork`` (the
@@ -95,41 +100,70 @@ def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timelin
     and report.html's body; report.html takes every figure once both are done."""
     import fedsim.report as report
 
+    run_dir = Path(out)
+    missing: dict[str, dict[str, str]] = {}
     if topology is not None:
-        report.topology_graph_figure(topology[0], topology[1], Path(out) / "topology.png")
+        report.draw_figure(run_dir, "topology", lambda: report.topology_graph_figure(
+            topology[0], topology[1], run_dir / "topology.png"), missing)
     figures = dict(timeline_window=timeline_window, timeline_clients=timeline_clients)
     if not (fork and hasattr(os, "fork") and os.path.exists("/proc/self")):
-        report.run_figures(out, **figures)
-        report.html_report(out)
-        return
+        report.run_figures(out, missing=missing, **figures)
+        return _finish(run_dir, missing, lambda lines: report.html_report(out, lines))
     report.prepare_run_digest(out, **figures)  # read once, before the fork: both halves draw from it
-    helper = _fork(lambda: report.run_figures(out, only=FORKED_FIGURES, **figures))
+
+    def forked() -> dict[str, dict[str, str]]:
+        theirs: dict[str, dict[str, str]] = {}
+        report.run_figures(out, only=FORKED_FIGURES, missing=theirs, **figures)
+        return theirs
+
+    helper = _fork(forked)
     try:
-        report.run_figures(out, only=[f for f in report.RUN_FIGURES if f not in FORKED_FIGURES], **figures)
+        report.run_figures(out, only=[f for f in report.RUN_FIGURES if f not in FORKED_FIGURES], missing=missing,
+                           **figures)
         body = report.html_report_body(out)
     finally:
-        _join(helper)
-    report.finish_html_report(body)
+        missing.update(_join(helper) or {})
+    return _finish(run_dir, missing, lambda lines: report.finish_html_report(body, lines))
+
+
+def _finish(run_dir: Path, missing: dict[str, dict[str, str]], write_report: Callable[[dict[str, str]], Any]
+            ) -> dict[str, str]:
+    """The failed figures' tracebacks written (or an earlier build's removed), then report.html; the
+    failed figures' one-line reasons returned."""
+    from fedsim.files import write_text
+    from fedsim.report import FIGURES_ERROR_FILE
+
+    lines = {name: m["error"] for name, m in sorted(missing.items())}
+    if missing:
+        write_text(run_dir / FIGURES_ERROR_FILE, "".join(f"--- {name}: {m['error']}\n{m['traceback']}\n"
+                                                         for name, m in sorted(missing.items())))
+    else:
+        (run_dir / FIGURES_ERROR_FILE).unlink(missing_ok=True)
+    write_report(lines)
+    return lines
 
 
 def _fork(work: Callable[[], Any]) -> tuple[int, int]:
-    """Run ``work`` in a forked child; its pid and the read end of the pipe its error comes back on."""
+    """Run ``work`` in a forked child; its pid and the read end of the pipe its result or error comes
+    back on."""
     import pickle
     import traceback
 
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: draw, report an error, and leave without running the parent's exit code
+    if pid == 0:  # the child: draw, send back its result or its error, and leave without the parent's exit code
         code = 0
         try:
             os.close(read)
-            work()
-        except BaseException as exc:  # noqa: BLE001  (everything goes back to the parent)
-            code = 1
             try:
-                payload = pickle.dumps((exc, traceback.format_exc()))
-            except Exception:  # an exception that does not pickle: its type and message
-                payload = pickle.dumps((RuntimeError(f"{type(exc).__name__}: {exc}"), traceback.format_exc()))
+                payload = pickle.dumps((None, None, work()))
+            except BaseException as exc:  # noqa: BLE001  (everything goes back to the parent)
+                code = 1
+                try:
+                    payload = pickle.dumps((exc, traceback.format_exc(), None))
+                except Exception:  # an exception that does not pickle: its type and message
+                    payload = pickle.dumps((RuntimeError(f"{type(exc).__name__}: {exc}"), traceback.format_exc(),
+                                            None))
             with os.fdopen(write, "wb") as f:
                 f.write(payload)
         finally:
@@ -138,8 +172,8 @@ def _fork(work: Callable[[], Any]) -> tuple[int, int]:
     return pid, read
 
 
-def _join(helper: tuple[int, int]) -> None:
-    """Wait for the forked child; raise its error here, its traceback as the cause."""
+def _join(helper: tuple[int, int]) -> Any:
+    """Wait for the forked child; return its result, or raise its error here, its traceback as the cause."""
     import pickle
 
     pid, read = helper
@@ -147,11 +181,13 @@ def _join(helper: tuple[int, int]) -> None:
         payload = f.read()
     _, status = os.waitpid(pid, 0)
     if payload:
-        exc, text = pickle.loads(payload)
-        raise exc from _ChildTraceback(text)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"the process drawing {', '.join(FORKED_FIGURES)} ended with status "
-                           f"{os.waitstatus_to_exitcode(status)}")
+        exc, text, result = pickle.loads(payload)
+        if exc is not None:
+            raise exc from _ChildTraceback(text)
+        if os.waitstatus_to_exitcode(status) == 0:
+            return result
+    raise RuntimeError(f"the process drawing {', '.join(FORKED_FIGURES)} ended with status "
+                       f"{os.waitstatus_to_exitcode(status)}")
 
 
 def build_comparison_outputs(out: str, labels: Sequence[str]) -> None:
@@ -165,22 +201,22 @@ def build_comparison_outputs(out: str, labels: Sequence[str]) -> None:
 class Job:
     """One build handed to the second process; :meth:`result` waits for it."""
 
-    def __init__(self, future: Any, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+    def __init__(self, future: Any, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self._future, self._fn, self._args = future, fn, args
 
-    def result(self) -> None:
-        """Wait for the build; its error is raised here.  If the second process died (or never started),
-        the build runs again here, in this process (never forked: this process holds torch's threads)."""
+    def result(self) -> Any:
+        """Wait for the build and return what it returned; its error is raised here.  If the second
+        process died (or never started), the build runs again here, in this process (never forked: this
+        process holds torch's threads)."""
         from concurrent.futures import CancelledError
         from concurrent.futures.process import BrokenProcessPool
 
         if self._future is not None:
             try:
-                self._future.result()
-                return
+                return self._future.result()
             except (BrokenProcessPool, CancelledError):
                 pass
-        self._fn(*self._args)
+        return self._fn(*self._args)
 
 
 class OutputProcess:
@@ -195,7 +231,7 @@ class OutputProcess:
         #: builds handed over and not yet waited for, with what the runner needs to record them
         self.pending: list[tuple[Job, Any]] = []
 
-    def submit(self, fn: Callable[..., None], *args: Any, **there: Any) -> Job:
+    def submit(self, fn: Callable[..., Any], *args: Any, **there: Any) -> Job:
         """Hand ``fn(*args, **there)`` (a module-level function of this module) to the second process;
         ``there``: the keywords that apply only there (``fork``), left out if it runs here instead."""
         try:

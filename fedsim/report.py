@@ -225,6 +225,8 @@ def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     bins: Any = 40
     if log:
         bins = np.geomspace(float(positive.min()), float(positive.max()) * (1 + 1e-9), 41)
+    elif len(positive):
+        bins = _linear_bins(positive, 40)
     for kind, colour in (("upload", PHASE_COLOURS["upload"]), ("download", PHASE_COLOURS["download"])):
         r = rates[kind]
         if log:
@@ -246,6 +248,17 @@ def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     ax.legend()
     save_figure(fig, path)
     return True
+
+
+def _linear_bins(values: np.ndarray, n: int) -> Any:
+    """``n`` bins for a linear histogram of ``values``, or, when they are one value up to rounding (every
+    link at one fixed rate: the rates recomputed from bytes and airtime differ in the last bits, and
+    ``np.histogram`` cannot cut so narrow a range into ``n`` bins), one bar 10% wide centred on it."""
+    lo, hi = float(values.min()), float(values.max())
+    if hi - lo > 1e-6 * max(abs(lo), abs(hi)):
+        return n
+    half = 0.05 * abs(hi) or 0.5
+    return np.array([lo - half, hi + half])
 
 
 def count_axis(ax: Any, values: Any) -> None:
@@ -458,51 +471,109 @@ def _report_digest(run_dir: Path, max_bars: int, max_clients: int) -> TraceDiges
 #: ``accuracy_vs_time.png``, or ``loss_vs_time.png`` for a regression task).
 RUN_FIGURES = ("accuracy", "timeline", "link_rates", "server_queue", "submodel_heatmap", "energy")
 
+#: The files each figure of :data:`RUN_FIGURES` (and the hierarchical network's ``topology``) may write: a
+#: figure that fails has its file removed, so report.html never shows one left from an earlier build.
+FIGURE_FILES: dict[str, tuple[str, ...]] = {
+    "accuracy": ("accuracy_vs_time.png", "loss_vs_time.png"), "timeline": ("timeline.png",),
+    "link_rates": ("link_rates.png",), "server_queue": ("server_queue.png",),
+    "submodel_heatmap": ("submodel_heatmap.png",), "energy": ("energy.png",), "topology": ("topology.png",)}
+
+#: The tracebacks of a run's figures that failed to draw (the run's summary names them, one line each).
+FIGURES_ERROR_FILE = "figures_error.txt"
+
+
+def figure_failure(exc: BaseException) -> str:
+    """The one line a failed figure is recorded with: the exception's type and message, cut at 300
+    characters (its traceback goes to :data:`FIGURES_ERROR_FILE`)."""
+    text = " ".join(str(exc).split())[:300] or "(no message)"
+    return f"{type(exc).__name__}: {text}"
+
+
+def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str, str]] | None) -> Any:
+    """``draw()`` for the figure ``name``; with ``missing`` (a dict), a failure is recorded there as
+    ``{"error": one line, "traceback": text}``, its files removed, and None returned, so that one
+    degenerate figure never costs the run its other figures and its report; without, it is raised.
+    An interrupt is never a figure's failure: it propagates."""
+    if missing is None:
+        return draw()
+    import traceback
+
+    try:
+        return draw()
+    except Exception as exc:
+        missing[name] = {"error": figure_failure(exc), "traceback": traceback.format_exc()}
+        for f in FIGURE_FILES.get(name, ()):
+            try:
+                (run_dir / f).unlink(missing_ok=True)
+            except OSError:  # not a file (what made it fail, perhaps): report.html passes it over
+                pass
+        return None
+
 
 def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
-                timeline_clients: int = 30, only: Sequence[str] | None = None) -> list[Path]:
+                timeline_clients: int = 30, only: Sequence[str] | None = None,
+                missing: dict[str, dict[str, str]] | None = None) -> list[Path]:
     """Write the standard figures of one run directory; returns their paths.
 
     ``timeline_window`` zooms the timeline on ``[start, end]`` seconds of virtual time (default: the whole
     run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
     ``output.timeline_clients`` of the scenario).  ``only``: these of :data:`RUN_FIGURES` (default: all),
-    so that two processes can share the drawing."""
+    so that two processes can share the drawing.  ``missing``: a dict that collects the figures that
+    failed (:func:`draw_figure`) while the others are still drawn; without it the first failure is
+    raised.  Reading the run's files (metrics, trace) is not a figure's failure: it is raised."""
     run_dir = Path(run_dir)
     want = set(RUN_FIGURES if only is None else only)
     _release_freed_memory(run_dir)
-    written = []
+    written: list[Path] = []
+
+    def figure(name: str, draw: Any) -> None:
+        got = draw_figure(run_dir, name, draw, missing)
+        if got:
+            written.append(got)
+
     metrics_path = run_dir / "metrics.csv"
     if metrics_path.exists() and "accuracy" in want:
         m = pd.read_csv(metrics_path)
-        if len(m) and m["accuracy"].notna().any():
-            p = run_dir / "accuracy_vs_time.png"
-            accuracy_figure({run_dir.name: m}, p)
-            written.append(p)
-        elif len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
-            p = run_dir / "loss_vs_time.png"
-            accuracy_figure({run_dir.name: m}, p, column="loss")
-            written.append(p)  # (systems-only runs have neither)
+
+        def accuracy() -> Path | None:
+            if len(m) and m["accuracy"].notna().any():
+                p = run_dir / "accuracy_vs_time.png"
+                accuracy_figure({run_dir.name: m}, p)
+                return p
+            if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
+                p = run_dir / "loss_vs_time.png"
+                accuracy_figure({run_dir.name: m}, p, column="loss")
+                return p
+            return None  # (systems-only runs have neither)
+
+        figure("accuracy", accuracy)
     trace_file = trace_path(run_dir)
     if trace_file.exists() and want & {"timeline", "link_rates", "server_queue", "submodel_heatmap"}:
         since, until = _window(timeline_window)
         # one streamed pass keeps what the figures and the report draw (never the whole trace)
         digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
         if digest.clients or digest.has_server:
-            p = run_dir / "timeline.png"
             if "timeline" in want:  # the whole run by default, the phase that dominates each pixel column
-                panels = _DIGEST.get("panels")
-                timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
-                                rounds=panels.round_table() if panels is not None else None)
-                written.append(p)
+                def timeline() -> Path:
+                    p = run_dir / "timeline.png"
+                    panels = _DIGEST.get("panels")
+                    timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
+                                    rounds=panels.round_table() if panels is not None else None)
+                    return p
+
+                figure("timeline", timeline)
             for name, fn in (("link_rates", link_rate_figure), ("server_queue", server_queue_figure)):
-                if name in want and fn(digest, run_dir / f"{name}.png"):
-                    written.append(run_dir / f"{name}.png")
-        if "submodel_heatmap" in want and submodel_figure(digest, run_dir / "submodel_heatmap.png",
-                                                          _device_classes(run_dir)):
-            written.append(run_dir / "submodel_heatmap.png")
+                if name in want:
+                    p = run_dir / f"{name}.png"
+                    figure(name, lambda fn=fn, p=p: p if fn(digest, p) else None)
+        if "submodel_heatmap" in want:
+            p = run_dir / "submodel_heatmap.png"
+            figure("submodel_heatmap", lambda: p if submodel_figure(digest, p, _device_classes(run_dir)) else None)
     energy_path = run_dir / "energy.csv"
-    if "energy" in want and energy_path.exists() and energy_figure(pd.read_csv(energy_path), run_dir / "energy.png"):
-        written.append(run_dir / "energy.png")
+    if "energy" in want and energy_path.exists():
+        energy = pd.read_csv(energy_path)
+        p = run_dir / "energy.png"
+        figure("energy", lambda: p if energy_figure(energy, p) else None)
     return written
 
 
@@ -723,13 +794,14 @@ def fmt_summary(key: str, value: Any) -> str:
     return _fmt(value)
 
 
-def html_report(run_dir: str | Path) -> Path:
+def html_report(run_dir: str | Path, missing: dict[str, str] | None = None) -> Path:
     """``report.html``: one self-contained page that opens in any browser without the run folder's other
     files and without a network: the summary with units, links to the reports of the runs it holds (per
     algorithm, per seed), an interactive timeline (zoom and pan over virtual time; hover a bar for client,
     phase, bytes, link rate and staleness) with the server queue and accuracy on the same time axis (plain
-    SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data."""
-    return finish_html_report(html_report_body(run_dir))
+    SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data.
+    ``missing``: the figures that failed to draw, by name, with their one-line reason (listed on the page)."""
+    return finish_html_report(html_report_body(run_dir), missing)
 
 
 class ReportBody:
@@ -825,21 +897,28 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     return ReportBody(run_dir, parts, link_up_later)
 
 
-def finish_html_report(body: ReportBody) -> Path:
-    """Write report.html: ``body`` and every figure of the run folder, as PNG data."""
+def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) -> Path:
+    """Write report.html: ``body`` and every figure of the run folder, as PNG data, then "Figures not
+    drawn" for each of ``missing`` (figure name → the one-line reason it failed), so that a reader sees
+    a figure is absent and why instead of wondering."""
     import base64
     import html
 
     from fedsim.report_panels import link_up
 
     run_dir, parts = body.run_dir, list(body.parts)
-    figures = sorted(run_dir.glob("*.png"))
+    figures = sorted(p for p in run_dir.glob("*.png") if p.is_file())
     if figures:
         parts.append("<h2>Figures</h2>")
     for fig in figures:
         data64 = base64.b64encode(fig.read_bytes()).decode("ascii")
         parts.append(f"<h3>{html.escape(fig.stem.replace('_', ' '))}</h3><img alt='{html.escape(fig.name)}' "
                      f"src='data:image/png;base64,{data64}'>")
+    if missing:
+        parts.append("<h2 id='figures-missing'>Figures not drawn</h2><p class='hint'>These figures failed to draw; "
+                     f"the rest of the run's outputs are complete (tracebacks in {FIGURES_ERROR_FILE}).</p><ul>" +
+                     "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(reason)}</li>"
+                             for name, reason in sorted(missing.items())) + "</ul>")
     parts.append("</body></html>")
     out = run_dir / "report.html"
     write_text(out, "\n".join(parts))

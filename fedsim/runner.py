@@ -24,9 +24,12 @@ once the last is written; a stop there makes it ``interrupted`` (``outputs_inter
 
 A run that fails midway (diverged training, interrupt, SIGTERM, SIGHUP, an unexpected error) still writes
 metrics, summary and figures for what it did, with ``status`` saying what happened (``ok``, ``diverged``,
-``interrupted``, ``error``).  A run whose figures or report fail to build keeps everything written before
-the failure and says ``outputs_failed`` (with ``outputs_error``, and the traceback in ``outputs_error.txt``);
-the command line then exits 3.
+``interrupted``, ``error``).  Each figure fails on its own: one that cannot be drawn is left out, the other
+figures and report.html are written (the page lists it under "Figures not drawn"), the status stays ``ok``
+and ``figures_missing`` names it with a one-line reason (tracebacks in ``figures_error.txt``); the command
+line warns and exits 0.  A run whose report (or the reading of its files for the outputs) fails keeps
+everything written before the failure and says ``outputs_failed`` (with ``outputs_error``, and the
+traceback in ``outputs_error.txt``); the command line then exits 3.
 
 Before anything is written, :func:`fedsim.preflight.preflight` runs every check that can fail (dataset, partition, model,
 device and server profiles, memory, ``train.device``, the work estimate), and :func:`fedsim.rundirs.prepare_run_dir`
@@ -238,15 +241,20 @@ def write_summary(out: Path, summary: dict[str, Any] | list[dict[str, Any]], *, 
 
 
 def _build_recorded(out: Path, summary: dict[str, Any] | list[dict[str, Any]], what: str,
-                    build: Callable[[], None]) -> None:
+                    build: Callable[[], Any]) -> None:
     """``build()`` inside :func:`building_outputs`, then summary.json written with its final status: ``ok``
     only now that every output is written, :data:`OUTPUTS_FAILED` after a failure (figures of a failed build
-    never hide it).  An interrupt while drawing (Ctrl-C, SIGTERM, SIGHUP) makes an ``ok`` run
-    ``interrupted``, says so in ``outputs_interrupted``, and is raised again."""
+    never hide it).  A build that returns failed figures (:func:`fedsim.output_process.build_run_outputs`:
+    name → one line) leaves the status ``ok`` and records them as :data:`FIGURES_MISSING`: the rest of the
+    outputs and report.html were written, so one degenerate figure does not fail the run.  An interrupt
+    while drawing (Ctrl-C, SIGTERM, SIGHUP) makes an ``ok`` run ``interrupted``, says so in ``outputs_interrupted``, and is raised again."""
     listed = summary if isinstance(summary, list) else [summary]
     try:
         with building_outputs(out, listed, what):
-            build()
+            missing = build()
+            if missing:
+                for s in listed:
+                    s[FIGURES_MISSING] = dict(missing)
     except KeyboardInterrupt as exc:
         for s in listed:
             if s.get("status") == "ok":  # a run already stopped in its simulation keeps what it says
@@ -292,7 +300,7 @@ def redraw_outputs(scenario: Scenario, out: str | Path) -> list[dict[str, Any]]:
 
     out = Path(out)
     summary = {k: v for k, v in read_summary(out / "summary.json").items()
-               if k not in ("outputs_error", "outputs_interrupted")}
+               if k not in ("outputs_error", "outputs_interrupted", FIGURES_MISSING)}
     summary["status"] = "ok"
     for stale in [out / OUTPUTS_ERROR_FILE, *out.glob(f".*{TMP_SUFFIX}")]:
         stale.unlink(missing_ok=True)  # the failed build's traceback, files cut short while written
@@ -315,6 +323,9 @@ def finish_outputs(outputs: OutputProcess) -> None:
 OUTPUTS_FAILED = "outputs_failed"
 #: The traceback of a failed output build, beside the outputs written before it failed.
 OUTPUTS_ERROR_FILE = "outputs_error.txt"
+#: summary.json's field for the figures that failed to draw while the rest of the outputs were written
+#: (status stays ``ok``): figure name → one line; their tracebacks are in ``figures_error.txt``.
+FIGURES_MISSING = "figures_missing"
 
 
 class _Built:

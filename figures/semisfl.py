@@ -39,6 +39,7 @@ channel preset (0.8–8 Mbps up, 10–20 Mbps down, redrawn per transmission); t
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import copy
 from pathlib import Path
@@ -344,7 +345,14 @@ def code_models() -> dict[str, tuple[nn.Module, nn.Module, tuple[int, ...]]]:
 
 
 def model_sizes() -> pd.DataFrame:
-    """Bottom/top parameter counts and the cut-layer width of each code model (fp32 bytes = 4 × params)."""
+    """Bottom/top parameter counts and the cut-layer width of each code model (fp32 bytes = 4 × params).
+    Counted once per process (building the code models, AlexNet's 33M parameters among them, is most of
+    the cost): a copy of the table each call."""
+    return _model_sizes().copy()
+
+
+@functools.lru_cache(maxsize=1)
+def _model_sizes() -> pd.DataFrame:
     rows = []
     for name, (b, t, shape) in code_models().items():
         with torch.no_grad():

@@ -8,6 +8,8 @@ from fedsim.errors import ConfigError
 from fedsim.learn.quadratic import QuadraticProblem, quadratic_loss
 from fedsim.sim.rng import Streams
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 torch.set_num_threads(1)
 
 

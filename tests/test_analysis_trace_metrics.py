@@ -9,6 +9,8 @@ from analysis import trace_metrics as tm
 from fedsim.errors import ConfigError
 from fedsim.sim.trace import Trace, load_trace
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _events():
     """Three clients A, B, C; segments s1, s2; three rounds (the third aggregates nothing)."""

@@ -6,6 +6,8 @@ import pytest
 from figures.claims import (FLOOR, RULES, Choice, Claim, acc_resolution, censor, chance_gate, clock_ok, judge,
                             judge_acc, judge_value, ratio_resolution, render_claims, stabilize, t95, weaker)
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def test_two_seeds_far_apart_are_not_yes_against_a_paper_number():
     j = judge([0.6, 5.0], 1.0)

@@ -11,6 +11,8 @@ import yaml
 
 from fedsim.cli import main
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _run_cli(capsys, *args: str) -> tuple[int, str]:
     code = main(list(args))

@@ -15,6 +15,8 @@ from fedsim.algorithms.fedraa_schedulers import (
 from fedsim.errors import ConfigError
 from fedsim.learn.models import FRAGMENT_RATIOS
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 TABLE4 = {1: (1.0,), **FRAGMENT_RATIOS}
 from fedsim.system.devices import capability_levels
 

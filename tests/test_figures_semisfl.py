@@ -25,14 +25,14 @@ def test_crossover_by_hand():
 
 
 def test_claims_table_is_generated_from_the_recipe_numbers(tmp_path):
-    """The quick recipe (shortened to 2 rounds) writes claims.md from its own tables with commit, seeds, the
+    """The quick recipe (shortened to 1 round) writes claims.md from its own tables with commit, seeds, the
     rules and the choices table; moving an input number moves the cell and the verdict."""
     import copy
 
     from figures import semisfl
     from figures.claims import RULES, commit_hash, render_claims
 
-    tables = semisfl.make_all(tmp_path, quick=True, seeds=[0], progress=False, rounds=2)
+    tables = semisfl.make_all(tmp_path, quick=True, seeds=[0], progress=False, rounds=1)
     text = (tmp_path / "claims.md").read_text(encoding="utf-8")
     rows = semisfl.claims(tables, [0])
     assert text == render_claims(rows, command="python -m figures.semisfl --quick --seeds 0", seeds=[0],

@@ -10,6 +10,8 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.learn.gaussian import LabelGaussians, weight_fn
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 torch.set_num_threads(1)
 
 

@@ -10,6 +10,8 @@ import torch
 from fedsim.errors import ConfigError
 from fedsim.learn.losses import label_log_prior, logit_adjusted_cross_entropy
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _np_adjusted_ce(logits: np.ndarray, y: np.ndarray, prior: np.ndarray, tau: float) -> np.ndarray:
     z = logits + tau * np.log(prior)

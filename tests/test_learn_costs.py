@@ -9,6 +9,8 @@ from fedsim.learn.costs import (FlopCost, activation_bytes, flops_per_sample, me
                                 tensor_bytes)
 from fedsim.learn.models import BlockModel, build_model, split_model
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 torch.set_num_threads(1)
 
 

@@ -8,6 +8,8 @@ from torch import nn
 from fedsim.errors import ConfigError
 from fedsim.learn.models import MODELS, BlockModel, build_model, split_model
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 torch.set_num_threads(1)
 
 

@@ -7,6 +7,8 @@ import pytest
 from fedsim.errors import ConfigError
 from fedsim.learn.partition import PARTITIONS, partition, partition_summary
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _labels(n=1000, classes=10, seed=0):
     return np.random.default_rng(seed).integers(0, classes, n)

@@ -114,20 +114,43 @@ def test_the_second_process_builds_the_same_files(tmp_path):
 
 @needs_two_cores
 @pytest.mark.parametrize("blocked", ["timeline.png", "energy.png"])  # drawn by the second process, by its fork
-def test_a_build_that_fails_there_is_recorded_as_here(tmp_path, blocked):
+def test_a_figure_that_fails_there_fails_alone(tmp_path, blocked):
+    """A figure that cannot be written fails on its own in the second process and in its fork: the run is
+    ``ok``, the other figures and report.html are written, and the summary and the page name it."""
     one = {**TINY, "output": {}}
     (tmp_path / "one.yaml").write_text(yaml.safe_dump(one), encoding="utf-8")
     done = _python(RUN_WITH_PROCESS, str(tmp_path / "one.yaml"), str(tmp_path / "run"), blocked)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "ok"]
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    name = blocked.removesuffix(".png")
+    assert summary["status"] == "ok" and "outputs_error" not in summary
+    assert list(summary["figures_missing"]) == [name]
+    assert summary["figures_missing"][name].startswith("IsADirectoryError") and f"{blocked}'" in summary["figures_missing"][name]
+    text = (run / "figures_error.txt").read_text()
+    assert "IsADirectoryError" in text and ("energy_figure" in text) == (blocked == "energy.png")  # where it failed
+    others = {"accuracy_vs_time.png", "timeline.png", "link_rates.png", "server_queue.png", "energy.png"} - {blocked}
+    assert all((run / f).is_file() for f in others)  # the rest were drawn
+    page = (run / "report.html").read_text()
+    assert "Figures not drawn" in page and f"<b>{name}</b>: IsADirectoryError" in page
+    assert not (run / "outputs_error.txt").exists()
+
+
+@needs_two_cores
+def test_a_report_that_fails_there_is_recorded_as_here(tmp_path):
+    one = {**TINY, "output": {}}
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(one), encoding="utf-8")
+    done = _python(RUN_WITH_PROCESS, str(tmp_path / "one.yaml"), str(tmp_path / "run"), "report.html")
+    assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "outputs_failed"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "outputs_failed"
+    assert summary["status"] == "outputs_failed" and "figures_missing" not in summary
     assert summary["outputs_error"].startswith("figures and report: IsADirectoryError")
-    assert f"{blocked}'" in summary["outputs_error"]
-    text = (tmp_path / "run" / "outputs_error.txt").read_text()
-    assert "IsADirectoryError" in text and ("energy_figure" in text) == (blocked == "energy.png")  # where it failed
+    assert "report.html'" in summary["outputs_error"]
+    assert "IsADirectoryError" in (tmp_path / "run" / "outputs_error.txt").read_text()
     assert (tmp_path / "run" / "accuracy_vs_time.png").exists()  # what was drawn before the failure is kept
-    assert not (tmp_path / "run" / "report.html").exists()
+    assert (tmp_path / "run" / "report.html").is_dir()
 
 
 def test_a_dead_second_process_is_replaced_by_this_one(tmp_path):

@@ -1,5 +1,6 @@
-"""A run whose figures or report fail to build says so: its summary's status is not ``ok``, the exit code
-is not 0, and what was written before the failure is kept."""
+"""A run whose report (or comparison) fails to build says so: its summary's status is not ``ok``, the exit
+code is not 0, and what was written before the failure is kept.  (A single figure fails alone, the run
+stays ``ok``: tests/test_degenerate_figures.py.)"""
 from __future__ import annotations
 
 import json
@@ -69,5 +70,6 @@ def test_outputs_that_build_leave_the_status_ok(tiny, tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", str(_write(tmp_path, tiny)), "--out", str(out), "--quiet"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and "outputs_error" not in summary
+    assert summary["status"] == "ok" and "outputs_error" not in summary and "figures_missing" not in summary
     assert (out / "report.html").exists() and not (out / OUTPUTS_ERROR_FILE).exists()
+    assert not (out / "figures_error.txt").exists() and "Figures not drawn" not in (out / "report.html").read_text()

@@ -13,6 +13,8 @@ import yaml
 from fedsim import load_scenario
 from fedsim.cli import main
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "extending"
 
 

@@ -104,6 +104,7 @@ def test_no_import_cycle_inside_fedsim():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+@pytest.mark.fast
 def test_cycle_finder_sees_type_checking_imports(tmp_path):
     """The check above can fail: a cycle made only of a type-checking import is found."""
     mod = tmp_path / "fedsim" / "a.py"
@@ -114,6 +115,7 @@ def test_cycle_finder_sees_type_checking_imports(tmp_path):
     assert _find_cycle({"fedsim.a": ["fedsim.b"], "fedsim.b": ["fedsim.a"]}) == ["fedsim.a", "fedsim.b", "fedsim.a"]
 
 
+@pytest.mark.fast
 def test_messages_sit_at_the_bottom_of_the_import_graph():
     """``fedsim.messages`` (Assignment, Update, Contribution, Work) imports no fedsim module at run time, so the
     workers and the loop shapes can all name its types; type hints name only ``fedsim.learn`` data modules."""
@@ -123,6 +125,7 @@ def test_messages_sit_at_the_bottom_of_the_import_graph():
     assert {m for m in found if m.startswith("fedsim") and not m.startswith("fedsim.learn")} == set()
 
 
+@pytest.mark.fast
 def test_scenario_module_never_imports_the_algorithms():
     """The scenario modules get the algorithm resolver passed in (scenario → algorithms → context → scenario
     would be a cycle at run time)."""
@@ -167,6 +170,7 @@ def _dispatch_writers() -> set[str]:
     return found
 
 
+@pytest.mark.fast
 def test_only_the_loop_shapes_dispatch():
     """Every built-in algorithm dispatches through a loop shape: only the shapes call ``record_dispatch`` (the
     vector engine writes its dispatch records as columns)."""
@@ -193,6 +197,7 @@ def _emitted_kinds(path: Path) -> set[str]:
     return kinds
 
 
+@pytest.mark.fast
 def test_context_is_split_into_a_training_executor_and_a_version_keeper():
     """The training executor computes and records nothing about versions; the version keeper writes the
     bookkeeping records and computes nothing (evaluation runs on the executor); the context only wires them."""

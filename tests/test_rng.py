@@ -12,6 +12,8 @@ from fedsim.sim.rng import Streams, counter_normals, splitmix64
 from fedsim.sim.trace import Trace
 from fedsim.system.world import World
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 # Published SplitMix64 outputs (Vigna's splitmix64.c; the Rosetta Code task "Pseudo-random numbers/Splitmix64")
 REFERENCE = {
     1234567: [6457827717110365317, 3203168211198807973, 9817491932198370423, 4593380528125082431,

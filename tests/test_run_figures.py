@@ -9,6 +9,8 @@ import pytest
 
 from fedsim import report
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _server(n: int, seed: int = 0) -> pd.DataFrame:
     """``n`` requests of a single FIFO server: Poisson arrivals, exponential service."""

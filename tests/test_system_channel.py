@@ -30,6 +30,8 @@ from fedsim.system.channel import (
     tr38901_umi_db,
 )
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 L = math.log10
 
 

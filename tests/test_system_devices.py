@@ -22,6 +22,8 @@ from fedsim.system.devices import (
     profile_table,
 )
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 REQUIRED = {
     "jetson-nano", "jetson-tx2", "jetson-xavier-nx-8gb", "jetson-xavier-nx-16gb", "jetson-agx-xavier",
     "jetson-orin-nano", "jetson-orin-nx", "jetson-agx-orin-32gb", "jetson-agx-orin-64gb", "raspberry-pi-4",

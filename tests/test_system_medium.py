@@ -11,6 +11,8 @@ from fedsim.sim.rng import Streams
 from fedsim.system.channel import ChannelConfig, LinkModel
 from fedsim.system.medium import FDMA, TDMA, Dedicated, ProcessorSharing, make_medium
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _run(medium_factory, jobs):
     """jobs: list of (client, start_time, bits, rate). Returns {client: record}."""

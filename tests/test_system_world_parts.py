@@ -21,6 +21,8 @@ from fedsim.system.energy import EnergyMeter, cpu_dynamic_energy
 from fedsim.system.medium import TDMA
 from fedsim.system.topology import Topology, draw_topology
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 # ---------------------------------------------------------------------------------------- availability
 

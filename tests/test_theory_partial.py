@@ -24,6 +24,8 @@ from analysis.theory.partial import (
     theorem_b,
 )
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 
 def _term(bound, name):
     return next(t.value for t in bound.terms if t.name == name)

@@ -12,6 +12,8 @@ import pytest
 
 from fedsim.sim.trace import Trace
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 _enc = json.JSONEncoder(separators=(",", ":")).encode
 
 

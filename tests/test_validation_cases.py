@@ -9,6 +9,8 @@ import pytest
 
 from fedsim.cli import main
 
+pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
+
 CASES = [
     (['default', 'data.partition.labels_per_client=1e300'], "fedsim: error: data.partition.labels_per_client: must be an integer, got '1e300'"),
     (['default', 'train.lr=1e308'], 'fedsim: error: train.lr: got 1e+308 (allowed: finite, in (0, 10^12])'),
