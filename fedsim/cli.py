@@ -258,7 +258,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def _tx_power_lines(scenario: Any) -> str:
     """The transmit power each device class uses for its uplink SNR and energy, resolved (a device profile's
     ``radio.tx_power`` beats ``channel.uplink.tx_power_w``), as YAML comments after the scenario."""
-    from fedsim.system.world import tx_power_by_class
+    from fedsim.system.devices import tx_power_by_class
 
     lines = [f"#   {name}: {w:g} W ({src})" for name, w, src in tx_power_by_class(scenario)]
     return ("# transmit power per device class (uplink SNR and transmit energy; a device profile's radio.tx_power "

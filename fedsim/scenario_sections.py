@@ -8,7 +8,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from fedsim.config import shown, num, positive, require, to_mapping
 from fedsim.errors import ConfigError
@@ -296,6 +296,12 @@ def link_fields_in_effect(model: str, fading: str = "none") -> list[str]:
     return out
 
 
+def _models_using(users: Sequence[str]) -> str:
+    """The models that read a field, for an error line: the built-in names, then a user model by its form."""
+    named = [u for u in users if u != USER_MODEL]
+    return ", ".join(named) + (" or a user model (module:attribute)" if USER_MODEL in users else "")
+
+
 def check_link_effect(raw_link: Any, model: str, field: str) -> None:
     """A link field the chosen model never reads is an error naming the models that would use it."""
     if not isinstance(raw_link, Mapping):
@@ -307,7 +313,7 @@ def check_link_effect(raw_link: Any, model: str, field: str) -> None:
             continue
         users = FIELD_MODELS[key]
         if model not in users:
-            raise ConfigError(f"{field}.{key}", f"has no effect under link model '{model}' (only {', '.join(users)} "
+            raise ConfigError(f"{field}.{key}", f"has no effect under link model '{model}' (only {_models_using(users)} "
                               f"use it); set {field}.model to one of them or drop {key}")
         if key == "rician_k_db" and fading != "rician":
             raise ConfigError(f"{field}.rician_k_db", f"has no effect with fading '{fading}' (only fading 'rician' uses it)")

@@ -110,7 +110,7 @@ def test_sigterm_is_handled_like_an_interrupt(tmp_path):
 def test_settings_without_effect_are_errors_naming_the_models_that_use_them(capsys, tmp_path):
     code, err = _cli(capsys, "run", "default", "channel.uplink.bandwidth_hz=1e3", "--out", str(tmp_path / "a"))
     assert code == 2 and err == ("fedsim: error: channel.uplink.bandwidth_hz: has no effect under link model 'fixed' "
-                                 "(only free_space, log_distance, tr36814, tr38901_umi, tr38901_uma use it); set "
+                                 "(only free_space, log_distance, tr36814, tr38901_umi, tr38901_uma or a user model (module:attribute) use it); set "
                                  "channel.uplink.model to one of them or drop bandwidth_hz")
     code, err = _cli(capsys, "run", "default", "channel.mobility.kind=random_waypoint", "--out", str(tmp_path / "b"))
     assert code == 2 and err.startswith("fedsim: error: channel.mobility.kind: got 'random_waypoint', but both links "

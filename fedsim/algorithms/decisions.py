@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedsim.errors import UserDecisionError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fedsim.algorithms.algorithm import Algorithm
+#: the algorithm whose decision is checked (a ``fedsim.algorithms.algorithm.Algorithm``; typed ``Any`` so this
+#: module stays below ``algorithm`` in the import graph, which imports it)
+AlgorithmLike = Any
 
 __all__ = ["check_assignment", "check_batch_sizes", "check_clients", "check_clock", "check_quorum", "check_rule",
            "check_staleness_limit"]
@@ -27,7 +28,7 @@ def _shown(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…"
 
 
-def _refuse(algo: "Algorithm", method: str, value: Any, why: str) -> Exception:
+def _refuse(algo: AlgorithmLike, method: str, value: Any, why: str) -> Exception:
     """The error for a bad ``value`` returned by ``algo.method``: the user's (exit 4) when the method is defined
     in the user's class, else an internal error (a built-in returned it)."""
     owner = next((k for k in type(algo).__mro__ if method in vars(k)), type(algo))
@@ -42,7 +43,7 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def check_clients(algo: "Algorithm", method: str, value: Any, k: int | None) -> list[int]:
+def check_clients(algo: AlgorithmLike, method: str, value: Any, k: int | None) -> list[int]:
     """A selection: a list of distinct client ids in ``0..num_clients-1``, at most ``k`` of them (the round size
     the algorithm declared; None: no limit).  Returns it as plain ints."""
     n = algo.ctx.num_clients
@@ -68,7 +69,7 @@ def check_clients(algo: "Algorithm", method: str, value: Any, k: int | None) -> 
     return [int(c) for c in ids]
 
 
-def check_rule(algo: "Algorithm", method: str, value: Any, updates: int) -> tuple[Any, list[float]]:
+def check_rule(algo: AlgorithmLike, method: str, value: Any, updates: int) -> tuple[Any, list[float]]:
     """A server rule's result: ``(state, weights)``, the state a mapping of tensors with the model's names and
     the weights one finite, non-negative number per update."""
     if not (isinstance(value, tuple) and len(value) == 2):
@@ -101,7 +102,7 @@ def check_rule(algo: "Algorithm", method: str, value: Any, updates: int) -> tupl
     return state, out
 
 
-def check_assignment(algo: "Algorithm", method: str, value: Any) -> Any:
+def check_assignment(algo: AlgorithmLike, method: str, value: Any) -> Any:
     """An assignment: a :class:`fedsim.messages.Assignment`."""
     from fedsim.messages import Assignment
 
@@ -110,7 +111,7 @@ def check_assignment(algo: "Algorithm", method: str, value: Any) -> Any:
     return value
 
 
-def check_quorum(algo: "Algorithm", method: str, value: Any) -> int:
+def check_quorum(algo: AlgorithmLike, method: str, value: Any) -> int:
     """A quorum: an int in ``1..num_clients`` (a round waits for that many arrivals)."""
     n = algo.ctx.num_clients
     if not _is_int(value) or not 1 <= int(value) <= n:
@@ -119,7 +120,7 @@ def check_quorum(algo: "Algorithm", method: str, value: Any) -> int:
     return int(value)
 
 
-def check_clock(algo: "Algorithm", method: str, value: Any) -> float | None:
+def check_clock(algo: AlgorithmLike, method: str, value: Any) -> float | None:
     """A clock: None (close at the quorum) or finite seconds >= 0."""
     if value is None:
         return None
@@ -128,7 +129,7 @@ def check_clock(algo: "Algorithm", method: str, value: Any) -> float | None:
     return float(value)
 
 
-def check_staleness_limit(algo: "Algorithm", method: str, value: Any) -> int | None:
+def check_staleness_limit(algo: AlgorithmLike, method: str, value: Any) -> int | None:
     """A staleness limit: None (none dropped) or an int >= 0 (versions)."""
     if value is None:
         return None
@@ -137,7 +138,7 @@ def check_staleness_limit(algo: "Algorithm", method: str, value: Any) -> int | N
     return int(value)
 
 
-def check_batch_sizes(algo: "Algorithm", method: str, value: Any, clients: int) -> list[int]:
+def check_batch_sizes(algo: AlgorithmLike, method: str, value: Any, clients: int) -> list[int]:
     """Each client's minibatch size: ``clients`` ints >= 1."""
     if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
         raise _refuse(algo, method, value, f"expected a list of {clients} batch sizes (ints >= 1)")

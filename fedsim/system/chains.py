@@ -144,7 +144,7 @@ class ChainRound:
         with the values and in the order the event engine's processes would write them: a step is opened by
         the record before it (a download by the round's start), so the open steps are ordered by that."""
         from fedsim.system.medium import Progress
-        from fedsim.system.world import cut_transfer_values
+        from fedsim.system.medium import cut_transfer_values
 
         world, c, n = self._world, self._c, self._n
         self.open_key = None

@@ -170,7 +170,7 @@ PATHLOSS_MODELS = (*CHANNEL_MODELS, *RATE_ONLY_MODELS)
 def is_channel_model(name: object) -> bool:
     """Whether ``name`` may name a link model: a built-in, a ``module:attribute`` reference, or a name a package
     registers (checked further when the scenario is loaded, :func:`channel_model`)."""
-    from fedsim import components
+    import fedsim.components as components
 
     return isinstance(name, str) and (name in PATHLOSS_MODELS or components.is_reference(name)
                                       or name in components.installed("channel"))
@@ -183,7 +183,7 @@ def channel_model(name: str, field: str = "channel.model", base_dirs: tuple = ()
     fn = CHANNEL_MODELS.get(name)
     if fn is not None:
         return fn
-    from fedsim import components
+    import fedsim.components as components
 
     obj = components.find("channel", name, field, base_dirs) if name not in RATE_ONLY_MODELS else None
     if obj is None:

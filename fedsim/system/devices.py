@@ -464,3 +464,27 @@ def capability_levels(n: int, beta: float, levels: Sequence[float], rng: np.rand
     caps = np.full(n, float(levels[1]))
     caps[rng.permutation(n)[:k]] = float(levels[0])
     return caps
+
+
+def uplink_tx_power_w(channel: Any) -> float:
+    """The uplink's ``tx_power_w`` as the world reads it: the scenario's ``channel.uplink``, else the preset's,
+    else the default."""
+    if channel.uplink is not None:
+        return float(channel.uplink.tx_power_w)
+    if channel.preset:
+        from fedsim.system.channel import CHANNEL_PRESETS  # channel.py sits beside this module; read on demand
+
+        return float(CHANNEL_PRESETS[channel.preset].uplink.tx_power_w)
+    return DEFAULT_TX_POWER_W
+
+
+def tx_power_by_class(scenario: Any) -> list[tuple[str, float, str]]:
+    """``(device class, transmit power in W, where it came from)`` per group of ``devices.mix``, resolved as the
+    world resolves it (:func:`fedsim.system.devices.resolve_tx_power`): what ``fedsim show`` prints."""
+    channel_w = uplink_tx_power_w(scenario.channel)
+    out = []
+    for group in scenario.devices.mix:
+        prof = load_profile(group.profile, scenario.source_dir)
+        w, src = resolve_tx_power(prof, channel_w)
+        out.append((str(group.profile), w, src))
+    return out

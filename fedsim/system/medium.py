@@ -297,3 +297,18 @@ def make_medium(kind: str, env: simpy.Environment, n_scheduled: int | None = Non
     if kind == "processor_sharing":
         return ProcessorSharing(env)
     raise ConfigError("medium.kind", f"unknown medium {kind!r} (allowed: {', '.join(MEDIA)})")
+
+
+def cut_transfer_values(now: float, nbytes: int, t0: float, prog: Progress) -> tuple[int, float, float]:
+    """Bytes sent, wait and airtime of a transfer of ``nbytes`` requested at ``t0`` and cut at ``now``: the one
+    rule for both engines (the vector engine's :class:`fedsim.system.chains.ChainRound` cuts its chains by it)."""
+    bits = 8.0 * nbytes
+    sent = nbytes if prog.done else int(prog.bits_sent(now, bits) // 8)
+    airtime = prog.airtime(now, bits)
+    if prog.start is None:
+        wait = now - t0
+    elif prog.sent_fn is not None:  # shared in time: the rest of the sojourn is the slowdown
+        wait = max(0.0, (now - t0) - airtime)
+    else:
+        wait = prog.start - t0
+    return sent, wait, airtime

@@ -38,7 +38,7 @@ from fedsim.system.channel import (CHANNEL_PRESETS, DEFAULT_DOWNLINK_MBPS, DEFAU
 from fedsim.system.devices import (DEFAULT_TX_POWER_W, DeviceProfile, capability_levels, compute_time, load_profile,
                                    resolve_tx_power)
 from fedsim.system.energy import EnergyMeter
-from fedsim.system.medium import Medium, Progress, make_medium
+from fedsim.system.medium import Medium, Progress, cut_transfer_values, make_medium
 from fedsim.system.server import Server, ServiceRecord
 from fedsim.system.topology import Topology
 
@@ -65,28 +65,6 @@ def _channel_config(link: "LinkConfig") -> ChannelConfig:
     )
 
 
-def uplink_tx_power_w(channel: "ChannelSection") -> float:
-    """The uplink's ``tx_power_w`` as the world reads it: the scenario's ``channel.uplink``, else the preset's,
-    else the default."""
-    if channel.uplink is not None:
-        return float(channel.uplink.tx_power_w)
-    if channel.preset:
-        return float(CHANNEL_PRESETS[channel.preset].uplink.tx_power_w)
-    return DEFAULT_TX_POWER_W
-
-
-def tx_power_by_class(scenario: "Scenario") -> list[tuple[str, float, str]]:
-    """``(device class, transmit power in W, where it came from)`` per group of ``devices.mix``, resolved as the
-    world resolves it (:func:`fedsim.system.devices.resolve_tx_power`): what ``fedsim show`` prints."""
-    channel_w = uplink_tx_power_w(scenario.channel)
-    out = []
-    for group in scenario.devices.mix:
-        prof = load_profile(group.profile, scenario.source_dir)
-        w, src = resolve_tx_power(prof, channel_w)
-        out.append((str(group.profile), w, src))
-    return out
-
-
 class _Direction:
     """The rate of one direction for every client: a LinkModel, plus per-client fixed-rate draws."""
 
@@ -111,21 +89,6 @@ class _Direction:
         if self._per_client_list is not None:
             return self._per_client_list[client]
         return self.model.rate_fn(client, distance_m)
-
-
-def cut_transfer_values(now: float, nbytes: int, t0: float, prog: Progress) -> tuple[int, float, float]:
-    """Bytes sent, wait and airtime of a transfer of ``nbytes`` requested at ``t0`` and cut at ``now``: the one
-    rule for both engines (the vector engine's :class:`fedsim.system.chains.ChainRound` cuts its chains by it)."""
-    bits = 8.0 * nbytes
-    sent = nbytes if prog.done else int(prog.bits_sent(now, bits) // 8)
-    airtime = prog.airtime(now, bits)
-    if prog.start is None:
-        wait = now - t0
-    elif prog.sent_fn is not None:  # shared in time: the rest of the sojourn is the slowdown
-        wait = max(0.0, (now - t0) - airtime)
-    else:
-        wait = prog.start - t0
-    return sent, wait, airtime
 
 
 class World:

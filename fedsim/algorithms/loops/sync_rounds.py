@@ -77,7 +77,8 @@ class SyncRounds(Algorithm):
             start = env.now
             yield from self.server_phase(rnd)
             base = self.client_model()
-            clients = check_clients(self, "select", self.select(work.slots, rnd), work.slots)
+            k = ctx.num_clients if work.all_clients else work.slots  # all_clients: every client is the round
+            clients = check_clients(self, "select", self.select(k, rnd), k)
             if not clients:  # nobody reachable: try again a little later
                 ctx.versions.record_round(rnd, start=start, clients=[], dropped=[])
                 yield env.timeout(work.retry_s)
