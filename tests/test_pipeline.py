@@ -153,7 +153,7 @@ def test_dispatch_and_round_records_are_written_by_the_framework_only():
 #: sessions themselves), and the vector engine's column writer
 _SHAPES = {"fedsim/algorithms/algorithm.py", "fedsim/algorithms/loops/split_rounds.py",
            "fedsim/algorithms/loops/split_slots.py"}
-_COLUMN_WRITER = "fedsim/algorithms/fedavg_vector.py"
+_COLUMN_WRITER = "fedsim/algorithms/loops/fedavg_vector.py"
 
 
 def _dispatch_writers() -> set[str]:
