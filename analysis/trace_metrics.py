@@ -1,7 +1,8 @@
 """System quantities from an event trace (pandas in, pandas out).
 
 The input is the DataFrame of :func:`fedsim.sim.trace.load_trace`: one row per event, columns ``t``,
-``kind`` and the fields of each kind (``fedsim.sim.trace.EVENT_FIELDS``).  The quantities:
+``kind`` and the fields of each kind (docs/trace-format.md; the records carry their field names, so an
+algorithm's own kinds, such as ``cos2p_round``, are read without importing the algorithm).  The quantities:
 
 * staleness of applied updates, in model versions and in seconds (``apply`` events);
 * participation per round and the coverage count N_q^i of every parameter segment i in round q, whose

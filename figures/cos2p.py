@@ -145,7 +145,7 @@ def _server_scores(d: Path) -> dict[str, float]:
     scenario; the test set does not depend on the algorithm, so it is built once)."""
     import torch
 
-    from fedsim.learn.cos2p import classification_scores
+    from fedsim.algorithms.cos2p_parts import classification_scores
     from fedsim.build import build_global_model, prepare_data
 
     sc = load_scenario(d / "scenario.yaml")

@@ -59,6 +59,9 @@ def test_field_reference_in_docs_is_current_and_complete():
 
 
 def test_trace_format_doc_lists_every_event_kind_with_its_fields():
+    """The doc's table is the framework's kinds and those the algorithm modules register at import."""
+    import fedsim.algorithms.cos2p  # noqa: F401  (registers cos2p_round, cos2p_eval)
+    import fedsim.algorithms.gas  # noqa: F401  (activation, dissimilarity; server_step through loops.split)
     from fedsim.sim.trace import EVENT_FIELDS
 
     doc = (ROOT / "docs" / "trace-format.md").read_text(encoding="utf-8")

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedsim.learn.cos2p import distill_loss, final_keep, kept_fraction, ste_sample, train_masks
+from fedsim.algorithms.cos2p_parts import distill_loss, final_keep, kept_fraction, ste_sample, train_masks
 
 
 def test_ste_passes_the_sigmoid_gradient():

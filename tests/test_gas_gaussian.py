@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsim.errors import ConfigError
-from fedsim.learn.gaussian import LabelGaussians, weight_fn
+from fedsim.algorithms.gas_parts import LabelGaussians, weight_fn
 
 pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
 

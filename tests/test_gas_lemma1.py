@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fedsim.errors import ConfigError
-from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor
+from fedsim.algorithms.gas_parts import LabelGaussians, lemma1_shrink_factor
 
 torch.set_num_threads(1)
 M, D = 4, 6

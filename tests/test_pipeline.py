@@ -6,6 +6,7 @@ state-operation checks are hand-worked.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ FEDSIM = ROOT / "fedsim"
 
 
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
+    """The dotted name of a module file of a ``fedsim`` package: this tree's, or a synthetic one elsewhere."""
+    parts = list(path.with_suffix("").parts)
+    parts = parts[len(parts) - 1 - parts[::-1].index("fedsim"):]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
@@ -153,7 +155,7 @@ def test_dispatch_and_round_records_are_written_by_the_framework_only():
 #: sessions themselves), and the vector engine's column writer
 _SHAPES = {"fedsim/algorithms/algorithm.py", "fedsim/algorithms/loops/split_rounds.py",
            "fedsim/algorithms/loops/split_slots.py"}
-_COLUMN_WRITER = "fedsim/algorithms/fedavg_vector.py"
+_COLUMN_WRITER = "fedsim/algorithms/loops/fedavg_vector.py"
 
 
 def _dispatch_writers() -> set[str]:
@@ -286,3 +288,187 @@ def test_the_catalog_names_each_builtin_and_its_config():
     for name, cls in classes.items():
         handle = builtin(name)
         assert handle is not None and handle.load() is cls and handle.Config is cls.Config, name
+
+
+# ------------------------------------------------------------------ layering: no paper in the generic layers
+#: the generic layers every run uses: no module there serves one paper only
+_GENERIC = ("learn", "sim")
+
+
+def _paper_stems() -> set[str]:
+    """The built-in algorithms' modules (``fedsim.algorithms.CATALOG``): a module named after one (``cos2p``,
+    ``cos2p_rules``, ``gas_parts``, ``fedraa_schedulers``) belongs to that algorithm."""
+    from fedsim.algorithms import CATALOG
+
+    return {module for module, _cls, _config in CATALOG.values()}
+
+
+def _paper_of(module: str, stems: set[str]) -> str | None:
+    """The algorithm a ``fedsim.algorithms`` module belongs to; None for the loops and the shared modules."""
+    parts = module.split(".")
+    if len(parts) != 3 or parts[:2] != ["fedsim", "algorithms"]:
+        return None
+    owners = [s for s in stems if parts[2] == s or parts[2].startswith(s + "_")]
+    return min(owners, key=len) if owners else None  # fedraa_baselines: Fed-RAA's
+
+
+def _package_graph(package: Path) -> dict[str, set[str]]:
+    """Each module of ``package`` (a ``fedsim`` folder) and the package's modules it imports, every import counted."""
+    modules = {}
+    for p in package.rglob("*.py"):
+        parts = list(p.relative_to(package.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return {name: {m for m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def paper_modules_in_generic_layers(package: Path, stems: set[str]) -> list[str]:
+    """Modules under ``package``/learn and ``package``/sim that one algorithm alone imports, or that are named
+    after one (one line each)."""
+    graph = _package_graph(package)
+    found = []
+    for name in sorted(graph):
+        parts = name.split(".")
+        if len(parts) < 3 or parts[1] not in _GENERIC:
+            continue
+        if any(parts[-1] == s or parts[-1].startswith(s + "_") for s in stems):
+            found.append(f"{name}: named after an algorithm")
+            continue
+        owners = {_paper_of(m, stems) for m, deps in graph.items() if name in deps}
+        if len(owners) == 1 and None not in owners:
+            found.append(f"{name}: imported only by {owners.pop()}'s modules")
+    return found
+
+
+def _registered_kinds(package: Path) -> set[str]:
+    """The record kinds registered with ``register_record_kind("kind", ...)`` anywhere under ``package``."""
+    kinds = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("register_record_kind") \
+                    and node.args and isinstance(node.args[0], ast.Constant):
+                kinds.add(node.args[0].value)
+    return kinds
+
+
+def paper_names_in_generic_layers(package: Path, stems: set[str], framework_kinds: set[str]) -> list[str]:
+    """Places under ``package``/learn and ``package``/sim that name an algorithm's records or modules: a schema
+    table (``EVENT_FIELDS``) with a kind the framework does not write, a string that is a kind an algorithm module
+    registers, or the dotted path of an algorithm's module (comments included)."""
+    registered = _registered_kinds(package)
+    found = []
+    for layer in _GENERIC:
+        for path in sorted((package / layer).rglob("*.py")):
+            rel = f"{package.name}/{path.relative_to(package)}"
+            text = path.read_text(encoding="utf-8")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Dict) \
+                        and "EVENT_FIELDS" in ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target):
+                    keys = {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+                    found += [f"{rel}:{node.lineno}: schema of {k!r}" for k in sorted(keys - framework_kinds)]
+                if isinstance(node, ast.Constant) and node.value in registered:
+                    found.append(f"{rel}:{node.lineno}: names the record kind {node.value!r}")
+            for stem in sorted(stems):
+                for spelled in (f"fedsim.algorithms.{stem}", f"fedsim/algorithms/{stem}"):
+                    for hit in re.finditer(re.escape(spelled) + r"(?![\w])|" + re.escape(spelled) + r"_\w+", text):
+                        found.append(f"{rel}:{text.count(chr(10), 0, hit.start()) + 1}: names {hit.group()}")
+    return found
+
+
+#: calls that make a module a loop shape: it dispatches, writes records as columns, or times whole client chains
+_LOOP_CALLS = {"record_dispatch", "record_dispatches", "write_columns", "client_chains"}
+
+
+def loop_code_outside_loops(package: Path) -> list[str]:
+    """Modules under ``package``/algorithms, outside loops/ (and the Algorithm base, whose ``dispatch`` the event
+    loops call), that do what a loop shape does."""
+    found = []
+    for path in sorted((package / "algorithms").rglob("*.py")):
+        rel = path.relative_to(package / "algorithms")
+        if rel.parts[0] == "loops" or rel.name == "algorithm.py":
+            continue
+        calls = {n.func.attr for n in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _LOOP_CALLS}
+        if calls:
+            found.append(f"algorithms/{rel}: {', '.join(sorted(calls))}")
+    return found
+
+
+def test_no_paper_code_in_the_generic_layers():
+    """fedsim/learn and fedsim/sim serve every run: no module there is named after or imported only by one
+    algorithm, and none names an algorithm's record kinds or modules (they register their schemas themselves)."""
+    from fedsim.context import FRAMEWORK_KINDS
+
+    stems = _paper_stems()
+    assert {"cos2p", "gas", "semisfl", "fedraa", "embracingfl"} <= stems
+    assert paper_modules_in_generic_layers(FEDSIM, stems) == []
+    assert paper_names_in_generic_layers(FEDSIM, stems, set(FRAMEWORK_KINDS)) == []
+    assert {"cos2p_round", "cos2p_eval", "activation", "dissimilarity", "server_step"} <= _registered_kinds(FEDSIM)
+
+
+def test_the_vector_engine_is_a_loop():
+    """The vector engine waits on the clock and writes the round's records: it lives under loops/ with the shapes,
+    and no module outside loops/ does what a loop does."""
+    assert (FEDSIM / "algorithms" / "loops" / "fedavg_vector.py").is_file()
+    assert not (FEDSIM / "algorithms" / "fedavg_vector.py").exists()
+    assert loop_code_outside_loops(FEDSIM) == []
+
+
+def _old_layout(root: Path) -> Path:
+    """A synthetic fedsim package laid out as before the move: paper code under learn/, paper schemas in the
+    trace, the vector engine among the algorithms."""
+    files = {
+        "learn/state.py": "def mix(a, b):\n    return a\n",
+        "learn/gaussian.py": '"""Per-label Gaussians."""\nimport math\n',
+        "learn/semi.py": "from fedsim.learn.state import mix\n",
+        "learn/cos2p.py": "import torch\n",
+        "sim/trace.py": ('EVENT_FIELDS: dict = {\n    "dispatch": ("client",),\n'
+                         '    # split learning (fedsim.algorithms.gas / minibatch_sfl)\n'
+                         '    "server_step": ("step",),\n    "cos2p_round": ("round",),\n}\n'),
+        "algorithms/gas.py": "from fedsim.learn.gaussian import LabelGaussians\nfrom fedsim.learn.state import mix\n",
+        "algorithms/gas_parts.py": "from fedsim.learn.gaussian import weight_fn\n",
+        "algorithms/semisfl.py": "from fedsim.learn.semi import FeatureQueue\n",
+        "algorithms/fedavg.py": "from fedsim.learn.state import mix\n",
+        "algorithms/cos2p.py": "def f():\n    from fedsim.learn.cos2p import final_keep\n",
+        "algorithms/fedavg_vector.py": ("def rounds(world, keeper, trace):\n    world.client_chains(1)\n"
+                                        "    keeper.record_dispatches(2)\n"),
+    }
+    for rel, text in files.items():
+        path = root / "fedsim" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root / "fedsim"
+
+
+@pytest.mark.fast
+def test_the_layering_checks_fail_on_the_old_layout(tmp_path):
+    """Each check above can fail: on a synthetic package laid out as before (learn/cos2p.py, learn/gaussian.py
+    and learn/semi.py, Co-S²P's and the split schemas in the trace, fedavg_vector.py among the algorithms), each
+    names what is wrong, and nothing else."""
+    package = _old_layout(tmp_path)
+    stems = {"cos2p", "gas", "semisfl", "fedavg", "minibatch_sfl"}
+    assert paper_modules_in_generic_layers(package, stems) == [
+        "fedsim.learn.cos2p: named after an algorithm",
+        "fedsim.learn.gaussian: imported only by gas's modules",
+        "fedsim.learn.semi: imported only by semisfl's modules",
+    ]  # learn/state.py is imported by gas and fedavg: shared, not flagged
+    assert paper_names_in_generic_layers(package, stems, {"dispatch"}) == [
+        "fedsim/sim/trace.py:1: schema of 'cos2p_round'",
+        "fedsim/sim/trace.py:1: schema of 'server_step'",
+        "fedsim/sim/trace.py:3: names fedsim.algorithms.gas",
+    ]
+    assert loop_code_outside_loops(package) == ["algorithms/fedavg_vector.py: client_chains, record_dispatches"]
+    # the moved layout passes: the paper modules beside their algorithm, the schemas registered there
+    for old, new in (("learn/gaussian.py", "algorithms/gas_labels.py"), ("learn/semi.py", "algorithms/semisfl_parts.py"),
+                     ("learn/cos2p.py", "algorithms/cos2p_parts.py"),
+                     ("algorithms/fedavg_vector.py", "algorithms/loops/fedavg_vector.py")):
+        (package / new).parent.mkdir(parents=True, exist_ok=True)
+        (package / old).rename(package / new)
+    (package / "sim/trace.py").write_text('EVENT_FIELDS: dict = {"dispatch": ("client",)}\n', encoding="utf-8")
+    (package / "algorithms/cos2p.py").write_text('register_record_kind("cos2p_round", ("round",))\n', encoding="utf-8")
+    assert paper_modules_in_generic_layers(package, stems) == []
+    assert paper_names_in_generic_layers(package, stems, {"dispatch"}) == []
+    assert loop_code_outside_loops(package) == []
+    # a generic module that names a registered kind is caught, wherever the kind is registered
+    (package / "learn/state.py").write_text('KIND = "cos2p_round"\n', encoding="utf-8")
+    assert paper_names_in_generic_layers(package, stems, {"dispatch"}) == [
+        "fedsim/learn/state.py:1: names the record kind 'cos2p_round'"]

@@ -15,7 +15,7 @@ from fedsim.algorithms.semisfl import SemiSFL
 from fedsim.cli import main
 from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.partition import partition
-from fedsim.learn.semi import FeatureQueue, KsController, contrastive_loss
+from fedsim.algorithms.semisfl_parts import FeatureQueue, KsController, contrastive_loss
 from fedsim.runner import run_scenario
 from fedsim import scenario_from_mapping
 

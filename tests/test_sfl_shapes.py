@@ -18,7 +18,7 @@ from fedsim.scenario import load_raw
 ROOT = Path(__file__).resolve().parents[1]
 #: the split-learning modules that supply decisions only
 DECISION_MODULES = ["fedsim/algorithms/minibatch_sfl.py", "fedsim/algorithms/local_loss_sfl.py", "fedsim/algorithms/gas.py", "fedsim/algorithms/semisfl.py",
-                    "fedsim/system/split_timing.py", "fedsim/learn/split.py", "fedsim/learn/semi.py"]
+                    "fedsim/system/split_timing.py", "fedsim/learn/split.py", "fedsim/algorithms/semisfl_parts.py"]
 #: the framework's records, and the calls and names that write them or run the loop
 RECORDS = {"dispatch", "apply", "drop", "round", "aggregate"}
 LOOP_CALLS = {"record_dispatch", "record_round", "apply", "commit", "install", "sample_clients", "launch",

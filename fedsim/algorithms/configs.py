@@ -254,7 +254,7 @@ class SplitSlotsConfig(SplitConfig, SlotsConfig):
 @dataclass
 class FedAvgConfig(RoundsConfig):
     #: ``vector``: each round's client chains computed in numpy, for systems-only studies of 10^5-10^6
-    #: devices (``fedsim.algorithms.fedavg_vector``: the same trace as ``event``, refused where it
+    #: devices (``fedsim.algorithms.loops.fedavg_vector``: the same trace as ``event``, refused where it
     #: does not apply)
     engine: Literal["event", "vector"] = field(default="event", metadata={
         "doc": "event: SimPy processes; vector: client chains in numpy (systems-only, huge populations)"})

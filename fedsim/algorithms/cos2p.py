@@ -26,7 +26,7 @@ Client (Algorithm 2): R_n per client from its device's compute and link speed an
 round's jobs take about equal time (``rate_rule: balanced``, :func:`balanced_rates`; the paper sets R_n
 "according to the available resources"), or from its device profile (``rate_rule: table7``: the
 ``rates`` table, Table 7 by default); R^w·R^d = R_n with R^w/R^d = ``width_depth_ratio``; see
-:mod:`fedsim.learn.cos2p` for the masks, exits and losses.
+:mod:`fedsim.algorithms.cos2p_parts` for the masks, exits and losses.
 
 What the server holds and aggregates (paper App. A: "each client maintain[s] the classifiers and only
 updates them through local submodel training, rather [than] updates from the server"; "the server
@@ -58,11 +58,23 @@ from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.state import State
 from fedsim.algorithms.configs import Cos2PConfig, KL_DIRECTIONS, PAPER_RATES, ROLLING_RULES
+from fedsim.sim.trace import register_record_kind
 from fedsim.training import ClientWork, PendingTraining, TrainResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.training import TrainingExecutor
 
+
+# Co-S²P's records (their schemas beside their writer, in the trace's table once this module is imported): one
+# aggregation round q: when it started, when the ⌈μN⌉-th update arrived, the aggregated clients with their
+# staleness τ_{q,n}, busy time (download → upload end) and memory estimate, and the coverage counts N_q^i over all
+# segments (strict min, min over trained segments, mean, number of segments)
+register_record_kind("cos2p_round", ("round", "start", "quorum_at", "end", "clients", "tau", "busy", "memory",
+                                     "n_star", "n_star_trained", "n_mean", "n_segments"))
+# at the end of a run: the global model on the server test set and the clients' personalised sub-models on their
+# local test splits (size-weighted), Top-1 / Top-5 / macro F1
+register_record_kind("cos2p_eval", ("version", "server_top1", "server_top5", "server_f1", "client_top1",
+                                    "client_top5", "client_f1", "clients"))
 
 #: Table 7: batch size per device class.
 PAPER_BATCH = {
@@ -157,7 +169,7 @@ class Cos2P(SemiAsyncRounds):
         configured local epochs at its batch size; time = download + compute + upload at the device's nominal
         speed and link rates (no jitter), averaged over the window's rolling positions.  The mask phase of
         the first Q̂ participations is not in the estimate."""
-        from fedsim.learn.cos2p import final_keep
+        from fedsim.algorithms.cos2p_parts import final_keep
         from fedsim.learn.submodel import SubModel, submodel_costs
         from fedsim.learn.sgd import num_steps, samples_processed
 
@@ -283,7 +295,7 @@ class Cos2P(SemiAsyncRounds):
         that never trained a pruned model is evaluated with the global model), size-weighted (App. D)."""
         if not final or ctx.scenario.train.systems_only:
             return
-        from fedsim.learn.cos2p import classification_scores
+        from fedsim.algorithms.cos2p_parts import classification_scores
 
         model = ctx.training.worker
         model.load_state_dict(ctx.global_state)
@@ -380,7 +392,7 @@ class Cos2P(SemiAsyncRounds):
 
     def _keep(self, client: int, states: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
         """Kept units of the maskable groups of the trainable blocks (frozen blocks stay whole)."""
-        from fedsim.learn.cos2p import final_keep
+        from fedsim.algorithms.cos2p_parts import final_keep
 
         model = self.ctx.training.worker
         rw = float(self.rw[client])
@@ -439,7 +451,7 @@ class Cos2P(SemiAsyncRounds):
         import dataclasses
 
         from fedsim.messages import TrainOutcome
-        from fedsim.learn.cos2p import ExitNet, distill_loss
+        from fedsim.algorithms.cos2p_parts import ExitNet, distill_loss
         from fedsim.learn.sgd import local_sgd
 
         cfg = self.cfg
@@ -492,7 +504,7 @@ class Cos2P(SemiAsyncRounds):
         download, which an assignment (fixed at dispatch) cannot express, so this is a client job with its own
         work (:class:`fedsim.training.ClientWork`): the pipeline times it (download of the full-width window,
         compute for the FLOPs of both phases, upload of the pruned sub-model) and builds its ``Update``."""
-        from fedsim.learn.cos2p import train_masks
+        from fedsim.algorithms.cos2p_parts import train_masks
         from fedsim.learn.submodel import SubModel, extract, insert, submodel_costs
         from fedsim.learn.sgd import samples_processed
 

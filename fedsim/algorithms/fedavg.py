@@ -11,8 +11,9 @@ of the run's memory check) are ever sampled; the others sit out.  The run is ref
 class fits.
 
 ``server_opt`` hands the aggregate to a server optimiser (the loop shape's server step, as for every rule) (``fedsim.algorithms.server_opt``: FedAvgM, FedAdam,
-FedYogi, FedAdagrad as settings, not algorithms).  ``engine: vector`` computes each systems-only round in numpy (``fedsim.algorithms.fedavg_vector``): the
-same trace as this module's SimPy rounds, for studies of 10^5-10^6 devices.
+FedYogi, FedAdagrad as settings, not algorithms).  ``engine: vector`` computes each systems-only round in numpy
+(the loop ``fedsim.algorithms.loops.fedavg_vector``): the same trace as this module's SimPy rounds, for studies of
+10^5-10^6 devices.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ class FedAvg(SyncRounds):
         if self.cfg.only_fitting:
             self._fits = self._fitting_clients()
         if self.vector():
-            from fedsim.algorithms.fedavg_vector import check_vector
+            from fedsim.algorithms.loops.fedavg_vector import check_vector
 
             check_vector(ctx.scenario, self.cfg.deadline_s)
             changed = [h for h in _VECTOR_SKIPS if getattr(type(self), h) is not getattr(FedAvg, h)]
@@ -103,7 +104,7 @@ class FedAvg(SyncRounds):
     def run(self) -> Generator[simpy.events.Event, Any, None]:
         """The loop the config asks for: the vector engine's rounds or the event loop of :class:`SyncRounds`."""
         if self.vector():
-            from fedsim.algorithms.fedavg_vector import vector_rounds
+            from fedsim.algorithms.loops.fedavg_vector import vector_rounds
 
             return (yield from vector_rounds(self))
         return (yield from super().run())

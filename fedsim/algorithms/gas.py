@@ -32,7 +32,8 @@ Choices where the paper is silent (the code's choice is named where it differs):
 * generation is drawn when the step is triggered; the step uses the server model at the end of its service;
 * the gradient a client receives is computed before any step its own minibatch triggers (as in the code).
 
-Measurements (trace events, see ``fedsim.sim.trace.EVENT_FIELDS``): ``activation`` per arriving minibatch,
+Measurements (trace events, their schemas registered below and in ``fedsim.algorithms.loops.split`` with
+``fedsim.sim.trace.register_record_kind``): ``activation`` per arriving minibatch,
 ``server_step`` per server step (the buffer's clients and labels, B̂, Lemma 1's factor ρ, the buffer's
 label distance from the population), and with ``measure_every`` a ``dissimilarity`` record: the server
 gradient on the buffer with and without the generated rows against the population gradient, at the same
@@ -50,9 +51,19 @@ from fedsim.algorithms.loops.split import SplitSession
 
 from fedsim.algorithms.loops.split_slots import SplitSlots
 from fedsim.config import positive
-from fedsim.learn.gaussian import LabelGaussians, lemma1_shrink_factor, weight_fn
+from fedsim.algorithms.gas_parts import LabelGaussians, lemma1_shrink_factor, weight_fn
 from fedsim.algorithms.configs import AsyncSFLConfig, GASConfig
+from fedsim.sim.trace import register_record_kind
 
+
+# The records of async SFL and GAS (their schemas beside their writer, in the trace's table once this module is
+# imported): a client's minibatch of activations was served, its gradient from server model ``server_step``;
+# ``progress`` is n = tE + e + 1, the argument of the time weight s(n) of GAS's Gaussians.
+register_record_kind("activation", ("client", "iteration", "samples", "server_step", "progress"))
+# GAS Fig. 2a / Lemma 1: ||g_buffer - g_population||^2 of the server gradient at the same weights, on the real
+# buffer and on the buffer plus generated rows (``used``: whether the step used them).
+register_record_kind("dissimilarity", ("step", "version", "without_generation", "with_generation", "n_real",
+                                       "n_generated", "shrink_factor", "used"))
 
 @dataclass
 class _Activation:

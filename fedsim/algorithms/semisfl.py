@@ -23,7 +23,7 @@ consistency CE H (FixMatch normalisation: mean over the whole batch) and the clu
 (eq. 5) on the projections, takes one SGD step of the top model and head on the mean loss, and returns
 each client the gradient of its own batch mean (the concatenated gradient × N_h, as the code does;
 B·d·4 bytes).  (iii) The clients upload their bottoms (|w_c|), which are averaged uniformly (BatchNorm
-buffers included, integer buffers rounded), and the K_s controller (``fedsim.learn.semi.KsController``)
+buffers included, integer buffers rounded), and the K_s controller (``fedsim.algorithms.semisfl_parts.KsController``)
 sees the round's mean f_s and f_u.
 
 Choices where the paper is silent or contradicts itself (documented in docs/architecture.md too): the teacher
@@ -60,7 +60,7 @@ from fedsim.config import num, positive, require
 from fedsim.errors import ConfigError
 from fedsim.learn.augment import strong_view, weak_view
 from fedsim.learn.costs import state_bytes
-from fedsim.learn.semi import FeatureQueue, KsController, ProjectionHead, contrastive_loss
+from fedsim.algorithms.semisfl_parts import FeatureQueue, KsController, ProjectionHead, contrastive_loss
 from fedsim.learn.split import SideOptimizer, merge_state, split_state
 from fedsim.learn.state import state_mix
 from fedsim.learn.sgd import batch_schedule

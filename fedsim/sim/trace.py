@@ -41,10 +41,12 @@ from typing import IO, Any, Iterable, Iterator, Literal, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-#: The fields each kind of event carries besides ``t`` and ``kind`` (documentation and test contract).
-#: Optional fields: ``dispatch`` and ``apply`` of a sub-model task carry ``submodel`` (``SubModel.summary``:
-#: kept fraction of the model and per block, block states); when a round has partial updates, ``apply``
-#: carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
+#: The fields each kind of event carries besides ``t`` and ``kind`` (documentation and test contract): the
+#: framework's kinds here, and an algorithm's own kinds once the module that writes them is imported (it adds them
+#: with :func:`register_record_kind`, so this layer names no algorithm).  Readers never need it: a record carries
+#: its own field names.  Optional fields: ``dispatch`` and ``apply`` of a sub-model task carry ``submodel``
+#: (``SubModel.summary``: kept fraction of the model and per block, block states); when a round has partial
+#: updates, ``apply`` carries ``coverage`` (covered fraction per tensor) and ``aggregate`` ``coverage_min`` / ``coverage_mean``
 #: (N_q^i over single entries: the fewest clients that updated an entry, and clients per entry).  With
 #: ``train.clip_norm`` set, ``apply`` carries ``clipped_steps``, ``steps`` and ``max_grad_norm`` (whether
 #: clipping bound in that task: steps it scaled down, local steps, largest gradient norm before clipping).  A
@@ -64,31 +66,26 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "drop": ("client", "reason", "round"),
     "eval": ("version", "round", "accuracy", "loss"),
     "offline": ("client", "start", "end"),
-    # split learning (fedsim.algorithms.gas / minibatch_sfl)
-    # a client's minibatch of activations was served: its gradient came from server model ``server_step``;
-    # ``progress`` is n = tE + e + 1, the argument of the time weight s(n) of GAS's Gaussians
-    "activation": ("client", "iteration", "samples", "server_step", "progress"),
-    # one server-side SGD step on a buffer: the client of each buffered minibatch (the per-client share of
-    # the buffer is read from here), the real rows' label counts, generated rows, Lemma 1's factor
-    # rho = (n_real^2 + n_generated^2) / (n_real + n_generated)^2, and the total-variation distance of the
-    # real (and real + generated) label mix from the population's
-    "server_step": ("step", "version", "n_real", "n_generated", "clients", "label_counts", "shrink_factor",
-                    "tv_real", "tv_union"),
-    # GAS Fig. 2a / Lemma 1: ||g_buffer - g_population||^2 of the server gradient at the same weights, on the
-    # real buffer and on the buffer plus generated rows (``used``: whether the step used them)
-    "dissimilarity": ("step", "version", "without_generation", "with_generation", "n_real", "n_generated",
-                      "shrink_factor", "used"),
-    # Co-S²P (fedsim.algorithms.cos2p): one aggregation round q: when it started, when the ⌈μN⌉-th update
-    # arrived, the aggregated clients with their staleness τ_{q,n}, busy time (download → upload end) and
-    # memory estimate, and the coverage counts N_q^i over all segments (strict min, min over trained
-    # segments, mean, number of segments)
-    "cos2p_round": ("round", "start", "quorum_at", "end", "clients", "tau", "busy", "memory", "n_star",
-                    "n_star_trained", "n_mean", "n_segments"),
-    # Co-S²P at the end of a run: the global model on the server test set and the clients' personalised
-    # sub-models on their local test splits (size-weighted), Top-1 / Top-5 / macro F1
-    "cos2p_eval": ("version", "server_top1", "server_top5", "server_f1", "client_top1", "client_top5", "client_f1",
-                   "clients"),
 }
+
+
+def register_record_kind(kind: str, fields: Sequence[str]) -> None:
+    """Add an algorithm's own record kind and its fields to :data:`EVENT_FIELDS`.
+
+    Called at import by the module that writes the records, so the schema lives beside its writer and this
+    generic layer names no paper.  Registering a kind again with the same fields does nothing (a module may be
+    imported twice); other fields raise ``ValueError``: two writers of one kind must agree on its schema."""
+    if not isinstance(kind, str) or not kind.isidentifier():
+        raise ValueError(f"a record kind is a name (letters, digits, _), got {kind!r}")
+    names = tuple(fields)
+    if not all(isinstance(f, str) and f.isidentifier() for f in names):
+        raise ValueError(f"record kind {kind!r}: field names must be names, got {names!r}")
+    if len(set(names)) != len(names) or {"t", "kind"} & set(names):
+        raise ValueError(f"record kind {kind!r}: fields must be distinct and not 't' or 'kind', got {names!r}")
+    known = EVENT_FIELDS.get(kind)
+    if known is not None and known != names:
+        raise ValueError(f"record kind {kind!r} is already registered with fields {known!r}, not {names!r}")
+    EVENT_FIELDS[kind] = names
 
 
 #: File name of each trace format inside a run directory.

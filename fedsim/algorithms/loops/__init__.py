@@ -11,7 +11,9 @@ loop               module                           config base (``fedsim.algori
 =================  ===============================  ========================================
 
 ``loops.slots`` holds the slot scheduling the two slot loops share, ``loops.split`` what every split algorithm
-shares (the cut model, its costs and timing, a participation's ``SplitSession``).  Each loop keeps one run's
+shares (the cut model, its costs and timing, a participation's ``SplitSession``), and ``loops.fedavg_vector``
+FedAvg's systems-only rounds in numpy (the vector engine: ``engine: vector``; imported by ``FedAvg`` when a run
+asks for it, not here).  Each loop keeps one run's
 bookkeeping (task counters, slots, buffers, the base-state history) in a state object of its own
 (``SlotsState``, ``AsyncSlotsState``, ``SemiAsyncState``, ``SplitRoundsState``, ``SplitSlotsState``), created
 when the loop starts and readable from a hook as ``self.loop``.  The public names are importable from

@@ -33,11 +33,20 @@ from fedsim.learn.split import SideOptimizer, SplitComputer, SplitCosts, check_c
 from fedsim.learn.state import masked_weighted_average
 from fedsim.learn.sgd import batch_schedule, num_steps
 from fedsim.messages import Contribution, Exchange, ExchangeError, Update, Work
+from fedsim.sim.trace import register_record_kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from fedsim.context import Context
 
 __all__ = ["SplitAlgorithm", "SplitSession"]
+
+# The record every split algorithm writes per server-side SGD step (MiniBatch-SFL, S2FL, SemiSFL, GAS): the
+# client of each buffered minibatch (the per-client share of the buffer is read from here), the real rows' label
+# counts, generated rows, Lemma 1's factor rho = (n_real^2 + n_generated^2) / (n_real + n_generated)^2 (GAS; 1.0
+# without generation), and the total-variation distance of the real (and real + generated) label mix from the
+# population's (null where not measured).
+register_record_kind("server_step", ("step", "version", "n_real", "n_generated", "clients", "label_counts",
+                                     "shrink_factor", "tv_real", "tv_union"))
 
 
 class SplitAlgorithm(Algorithm):
