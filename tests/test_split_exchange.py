@@ -222,6 +222,14 @@ class SlotsWait(__import__("fedsim.algorithms", fromlist=["GAS"]).GAS):
     def exchange(self):
         return Exchange(gradient=False, wait=True)
 
+    def client_backward(self, s, e):  # written for no gradient: only the wait is wrong here
+        return None
+
+
+class InheritsBackward(MiniBatchSFL):
+    def exchange(self):
+        return Exchange(gradient=False)  # but MiniBatchSFL's client_backward applies the server's gradient
+
 
 class TwoCosts(MiniBatchSFL):
     def exchange(self):
@@ -247,6 +255,8 @@ class SaysKUploadsAlways(MiniBatchSFL):
     ("NotAnExchange", "minibatch-sfl", "NotAnExchange.exchange .*returned dict, not a fedsim.messages.Exchange"),
     ("SlotsWait", "gas", "SlotsWait.exchange .*asynchronous split learning has no barrier"),
     ("TwoCosts", "minibatch-sfl", "TwoCosts.exchange .*one of the two would be ignored"),
+    ("InheritsBackward", "minibatch-sfl", "InheritsBackward.exchange .*Exchange\\(gradient=False\\), but "
+     "client_backward\\(\\) is MiniBatchSFL's, which applies the server's gradient"),
     ("SaysKUploadsAlways", "minibatch-sfl",
      "MiniBatchSFL.client_forward .*returned \\d+ bytes to upload on local iteration 1, which the declared exchange "
      "does not upload"),

@@ -89,7 +89,22 @@ class SplitAlgorithm(Algorithm):
 
     def check_exchange(self, plan: Exchange) -> None:
         """What this shape cannot run of a declared exchange: raise ``ExchangeError`` saying why (the shapes
-        override it; a subclass that adds a restriction calls ``super()``)."""
+        override it; a subclass that adds a restriction calls ``super()``).
+
+        Here: with ``gradient=False``, the ``client_backward`` that runs must be written for it: the class that
+        defines it must itself declare an exchange without a gradient.  One inherited from a class whose own
+        exchange has the gradient (a built-in's, which applies the server's gradient) would run on a gradient
+        that never comes."""
+        if not plan.gradient:
+            owner = next(k for k in type(self).__mro__ if "client_backward" in vars(k))
+            try:
+                owners_plan = owner.exchange(self)  # the exchange the class that wrote client_backward declares
+            except Exception:  # noqa: BLE001 - that class's declaration cannot be read here: judge nothing
+                owners_plan = None
+            if isinstance(owners_plan, Exchange) and owners_plan.gradient:
+                raise ExchangeError(f"Exchange(gradient=False), but client_backward() is {owner.__qualname__}'s, "
+                                    "which applies the server's gradient; write a client_backward that trains "
+                                    "without one (e.g. on a local loss, see docs/extending/local_loss.py)")
 
     def _declared_exchange(self) -> Exchange:
         """:meth:`exchange`'s declaration, or one line naming that method and what is wrong (exit 4): a bad
