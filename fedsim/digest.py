@@ -6,7 +6,7 @@ A trace of millions of events is never held in memory: :func:`digest_trace` read
 * the timeline's coverage: for each shown client and phase (and the server), the time the phase covers
   in each of :data:`COVER_BINS` equal bins of the window (:class:`CoverGrid`; the bins widen by doubling
   while the run grows past them), from which both timelines draw, per pixel column, the phase that
-  fills most of it;
+  fills most of a client's row and the server's busy share;
 * the achieved link rates (one float per transfer) and the server's request times (start, wait);
 * the interactive timeline's exact bars: the run is cut into :data:`EXACT_TILES` time tiles, and a tile
   keeps every bar that starts in it or none, the densest tiles dropped first, so the bars kept are spread

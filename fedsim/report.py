@@ -72,17 +72,22 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
 
 
 def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
-                    until: float | None = None, since: float = 0.0, rounds: dict[str, Any] | None = None) -> None:
+                    until: float | None = None, since: float = 0.0, rounds: dict[str, Any] | None = None,
+                    workers: float = 1.0) -> None:
     """Per-client timeline of download / compute / upload, queue wait at the server and the server's
     service: the server on the top row, then one row per client.
 
     ``trace``: a trace DataFrame, or the :class:`~fedsim.digest.TraceDigest` of one read with the same
     window and client count (what :func:`run_figures` passes, so a long trace is never held in memory).
-    The window is ``[since, until]`` (default: the whole run).  Each pixel column of a row is painted with
-    the phase that covers most of its time, or left empty where the row is mostly idle
+    The window is ``[since, until]`` (default: the whole run).  Each pixel column of a client's row is
+    painted with the phase that covers most of its time, or left empty where the row is mostly idle
     (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
     so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
-    takes a like share of the pixels.  The rows are one collection of rectangles, drawn in one call.  The legend gives each
+    takes a like share of the pixels.  The server's row is drawn by its busy share instead
+    (:func:`busy_share`): each column a bar as tall as the share of its time the server's ``workers`` were
+    busy, because a server serves many short requests, and one busy 35% of the time, spread evenly, would
+    win no column by the dominant rule and look idle.  The rows are one collection of rectangles, drawn in
+    one call.  The legend gives each
     phase's mean duration.  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
     see :func:`_draw_rounds`."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
@@ -115,8 +120,8 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         marks = _draw_rounds(ax, rounds, clients, since, end) if rounds else []
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
-        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
-                f"each pixel column shows the phase that fills most of it")
+        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; each pixel column of a client shows the "
+                f"phase that fills most of it,\nthe server's bar height its busy share (utilisation)")
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
     names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
              "server": "server", "offline": "offline"}
@@ -131,8 +136,14 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
     if rows:
-        columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
-        _draw_runs(ax, _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns), since, end)
+        box = ax.get_window_extent()
+        columns = max(int(round(box.width)), 1)  # one column per pixel
+        codes = _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns)
+        codes[0] = len(PHASE_COLOURS)  # the server's row: its busy share, below
+        _draw_runs(ax, codes, since, end)
+        share = busy_share(digest.png.columns(("server", SERVER), since, end, columns), (end - since) / columns,
+                           workers)
+        _draw_share(ax, share, since, end, 0.8 * box.height / len(rows))
     save_figure(fig, path, tight=False)  # laid out above, before the pixel columns were counted
 
 
@@ -181,6 +192,49 @@ def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], r
         if order:
             out[i] = np.array([kinds.index(k[0]) for k in order] + [len(kinds)])[best]  # (-1, idle: the last)
     return out
+
+
+def busy_share(covered: np.ndarray, span: float, workers: float = 1.0) -> np.ndarray:
+    """The server's busy share of each column: busy worker-seconds over the column's time x ``workers``,
+    in [0, 1].  Its mean over the whole run is the server's utilisation (summary.json's), which is what
+    both timelines' server row is drawn to show."""
+    return np.clip(np.asarray(covered, dtype=float) / (max(span, 1e-300) * max(float(workers), 1.0)), 0.0, 1.0)
+
+
+def diffuse(heights: np.ndarray) -> np.ndarray:
+    """Whole-pixel heights whose running sum stays within half a pixel of the exact heights' (each column's
+    rounding error carried to the next), so the drawn area is the true area whatever the row's pixel
+    height: plain rounding of a 0.4-pixel sliver to 0 in every column would draw nothing."""
+    out = np.empty(len(heights))
+    carry = 0.0
+    for i, h in enumerate(np.asarray(heights, dtype=float).tolist()):
+        out[i] = np.floor(h + carry + 0.5)
+        carry += h - out[i]
+    return out
+
+
+def _draw_share(ax: Any, share: np.ndarray, t0: float, t1: float, row_px: float, row: int = 0) -> None:
+    """Row ``row`` as bars rising from its bottom edge, as tall as ``share`` of the row (0.8 units high,
+    ``row_px`` pixels) in each column; equal neighbouring columns are one rectangle."""
+    from matplotlib.collections import PolyCollection
+
+    if not len(share) or row_px <= 0:
+        return
+    px = diffuse(share * row_px)
+    h = px / row_px * 0.8
+    columns = len(h)
+    edges = np.linspace(t0, t1, columns + 1)
+    starts = np.flatnonzero(np.concatenate([[True], h[1:] != h[:-1]]))
+    stops = np.concatenate([starts[1:], [columns]])
+    keep = h[starts] > 0
+    a, b, top = edges[starts[keep]], edges[stops[keep]], row + 0.4 - h[starts[keep]]
+    if not len(a):
+        return
+    bottom = np.full_like(a, row + 0.4)
+    box = np.stack([np.stack([a, bottom], 1), np.stack([a, top], 1), np.stack([b, top], 1),
+                    np.stack([b, bottom], 1)], 1)
+    ax.add_collection(PolyCollection(box, facecolors=PHASE_COLOURS["server"], edgecolors="none", linewidths=0,
+                                     antialiaseds=False))
 
 
 def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
@@ -558,7 +612,8 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
                     p = run_dir / "timeline.png"
                     panels = _DIGEST.get("panels")
                     timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
-                                    rounds=panels.round_table() if panels is not None else None)
+                                    rounds=panels.round_table() if panels is not None else None,
+                                    workers=_server_workers(run_dir))
                     return p
 
                 figure("timeline", timeline)
@@ -575,6 +630,13 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
         p = run_dir / "energy.png"
         figure("energy", lambda: p if energy_figure(energy, p) else None)
     return written
+
+
+def _server_workers(run_dir: Path) -> int:
+    """The server's workers (summary.json's), so its row draws utilisation: busy time over time x workers."""
+    from fedsim.report_panels import _workers
+
+    return _workers(run_dir)
 
 
 def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
@@ -705,7 +767,7 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
             "whats": digest.what_names(), "purpose_colours": PURPOSE_BAR_COLOURS,
-            "agg": _aggregate_levels(digest, shown, end_t), "tiles": {"width": tw, "exact": exact},
+            "agg": _aggregate_levels(digest, shown, end_t, _server_workers(run_dir)), "tiles": {"width": tw, "exact": exact},
             "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
@@ -734,16 +796,22 @@ def _round_marks() -> dict[str, list[Any]]:
 #: colour): the interactive timeline tells activations, gradients and models apart.
 PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
 
+#: The characters of the server's busy share per bin in report.html's data: 0 (idle) to 1 (the last).
+SHARE_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
 #: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
 AGG_MIN_BINS = 256
 
 
-def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float) -> dict[str, Any] | None:
+def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
+                      workers: float = 1.0) -> dict[str, Any] | None:
     """report.html's aggregated timeline: for the server and each shown client, the phase that fills
     most of each bin (:func:`fedsim.digest.dominant`, the PNG's rule), at the coverage grid's resolution
     and at 2, 4, 8 ... times coarser, down to :data:`AGG_MIN_BINS` bins; the page draws each pixel column
     from the level whose bins are just narrower than a pixel.  A row is a string, one character per bin:
-    the phase's index in ``kinds``, or ``.`` where idle time is the largest share."""
+    the phase's index in ``kinds``, or ``.`` where idle time is the largest share.  ``share``: the
+    server's busy share of each bin (:func:`busy_share`, one character of :data:`SHARE_DIGITS`, its index
+    over ``len - 1``), which the page draws the server's row by, as timeline.png does."""
     grid = digest.web
     if grid.width is None or end_t <= 0:
         return None
@@ -766,7 +834,11 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float) -
             codes = np.array([INTERACTIVE_KINDS.index(k[0]) for k in keys] + [len(INTERACTIVE_KINDS)])
             idx = codes[best] if keys else np.full(nb, len(INTERACTIVE_KINDS))  # (-1, idle: the last)
             rows.append("".join(chars[idx].tolist()))
-        levels.append({"f": f, "rows": rows})
+        busy = np.zeros(nb * f)
+        if ("server", SERVER) in cover:
+            busy[:used] = cover[("server", SERVER)][:used]
+        q = np.rint(busy_share(busy.reshape(nb, f).sum(axis=1), grid.width * f, workers) * (len(SHARE_DIGITS) - 1))
+        levels.append({"f": f, "rows": rows, "share": "".join(np.array(list(SHARE_DIGITS))[q.astype(int)].tolist())})
         if nb <= AGG_MIN_BINS:
             break
         f *= 2
@@ -868,7 +940,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         notes = [f"{data['bars_total']:,} bars"]
         if data["bars_total"] > shown:
             notes.append(f"{shown:,} of them held exactly, spread over the run; where they are dense, each pixel "
-                         "column shows the phase that fills most of it until you zoom in")
+                         "column of a client shows the phase that fills most of it, and the server's row its busy "
+                         "share, until you zoom in")
         if data["clients_total"] > len(data["rows"]) - 1:
             notes.append(f"clients {html.escape(data['rows'][1])[7:]}–{html.escape(data['rows'][-1])[7:]} of "
                          f"{data['clients_total']:,} held")
@@ -1045,6 +1118,21 @@ _INTERACTIVE_JS = r"""
     A.levels.forEach(function (lv) { if (A.bin * lv.f <= px) best = lv; });
     return best;
   }
+  // the server's busy share of each pixel column (the time-weighted mean of its bins' shares)
+  var SD = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  function shareColumns(lv, px) {
+    var s = lv.share || "", bw = A.bin * lv.f, out = new Array(PW);
+    for (var x = 0; x < PW; x++) {
+      var ta = view[0] + x * px - A.t0, tb = ta + px, ia = Math.max(0, Math.floor(ta / bw)),
+          ib = Math.min(s.length - 1, Math.floor(tb / bw)), sum = 0;
+      for (var k = ia; k <= ib; k++) {
+        var o = Math.min(tb, (k + 1) * bw) - Math.max(ta, k * bw);
+        if (o > 0) sum += o * SD.indexOf(s.charAt(k)) / (SD.length - 1);
+      }
+      out[x] = sum / px;
+    }
+    return out;
+  }
   function aggColumns(row, lv, px) {
     var s = lv.rows[row], bw = A.bin * lv.f, out = new Array(PW);
     for (var x = 0; x < PW; x++) {
@@ -1073,7 +1161,26 @@ _INTERACTIVE_JS = r"""
     shownAgg = 0;
     if (A) {
       var lv = level(px);
-      for (var ri = 0; ri < disp.length; ri++) {
+      // the server's row: a bar per pixel column as tall as its busy share (whole pixels, each column's
+      // rounding carried to the next, so the drawn area is the utilisation); a client's: its dominant phase
+      var sh = shareColumns(lv, px), H = ROW - 3, carry = 0, y0 = 4 + 1.5;
+      for (x = 0; x < PW;) {
+        var hx = exactCol[x] ? 0 : Math.floor(sh[x] * H + carry + 0.5);
+        carry = exactCol[x] ? 0 : carry + sh[x] * H - hx;
+        var x2 = x + 1, tot = sh[x];
+        while (x2 < PW && !exactCol[x2] && !exactCol[x]) {
+          var h2 = Math.floor(sh[x2] * H + carry + 0.5);
+          if (h2 !== hx) break;
+          carry += sh[x2] * H - h2; tot += sh[x2]; x2++;
+        }
+        if (hx > 0)
+          el("rect", {"class": "fs-agg fs-share", x: L + x, y: y0 + H - hx, width: x2 - x, height: hx,
+                      fill: D.colours[D.kinds.indexOf("server")], "data-r": 0, "data-share": (tot / (x2 - x)).toFixed(4),
+                      "data-a": view[0] + x * px, "data-b": view[0] + x2 * px, "shape-rendering": "crispEdges"}, barsG);
+        if (hx > 0) shownAgg++;
+        x = x2;
+      }
+      for (var ri = 1; ri < disp.length; ri++) {
         var r = disp[ri], cols = aggColumns(r, lv, px);
         for (x = 0; x < PW;) {
           var c = exactCol[x] ? "." : cols[x], x1 = x + 1;
@@ -1262,6 +1369,15 @@ _INTERACTIVE_JS = r"""
   function kindName(k) { return k === "wait" ? "queue wait at the server" : k; }
   barsG.addEventListener("mouseover", function (ev) {
     var t = ev.target, i = t.getAttribute && t.getAttribute("data-i");
+    if (t.getAttribute && t.getAttribute("data-share") !== null) {
+      tip.textContent = "server: busy " + (100 * +t.getAttribute("data-share")).toFixed(1) + "% of " +
+        fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
+        "\nthe server's bar is as tall as the share of each pixel column's time its workers were busy\n" +
+        "(its mean over the run is the utilisation); zoom in to see single requests";
+      tip.style.display = "block";
+      placeTip(ev);
+      return;
+    }
     if (t.getAttribute && t.getAttribute("data-c") !== null) {
       tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(D.kinds[+t.getAttribute("data-c")]) +
         "\n" + fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +

@@ -1,0 +1,154 @@
+"""The report tells the truth at every zoom: a busy server shows its busy share, each phase has one colour.
+
+A server busy a third of the time with 2 ms requests spread over a 20 s run fills no pixel column on its
+own, so the old "dominant phase per column" rule drew it nearly idle (29% drawn for 43% measured in
+timeline.png, a few dozen ticks in report.html).  The server's row is now drawn by its busy share: each
+column a bar as tall as the share of its time the server was busy, so the drawn area is the utilisation.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+
+import matplotlib.colors as mcolors
+import matplotlib.image as mimage
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedsim import digest as dg
+from fedsim import load_scenario
+from fedsim.report import (PHASE_COLOURS, _timeline_codes, busy_share, diffuse, html_report, interactive_data,
+                           timeline_figure)
+from fedsim.runner import run_scenario
+
+
+def _rgb(path_or_bytes) -> np.ndarray:
+    return (mimage.imread(path_or_bytes, format="png")[..., :3] * 255).round().astype(int)
+
+
+def _is(rgb: np.ndarray, colour: str) -> np.ndarray:
+    want = np.array([round(v * 255) for v in mcolors.to_rgb(colour)])
+    return np.abs(rgb - want).sum(axis=-1) <= 3
+
+
+def png_server_share(path, n_rows: int) -> float:
+    """The share of timeline.png's server row (the top row, 0.8 of a row's height) painted in the server's
+    colour: found from the plot's frame (its spines are the dark lines across and down the image)."""
+    rgb = _rgb(path)
+    dark = rgb.sum(axis=-1) < 150
+    across = np.flatnonzero(dark.sum(axis=1) > 0.5 * rgb.shape[1])
+    top, bottom = int(across.min()), int(across.max())
+    down = np.flatnonzero(dark[top + 2:bottom - 2].sum(axis=0) > 0.9 * (bottom - top - 4))
+    left, right = int(down.min()), int(down.max())
+    unit = (bottom - top) / n_rows
+    band = rgb[top + 1:int(top + unit), left + 1:right]
+    return float(_is(band, PHASE_COLOURS["server"]).sum() / (0.8 * unit * (right - left - 1)))
+
+
+def _spread_server(util: float, n: int = 4000, period: float = 1e-3) -> pd.DataFrame:
+    """A server busy ``util`` of the time: one request of ``util x period`` every ``period`` (by hand:
+    utilisation = util), and one client uploading once."""
+    s = np.arange(n) * period
+    rows = [{"t": e, "kind": "server", "client": 0, "start": a, "end": e, "wait": 0.0}
+            for a, e in zip(s.tolist(), (s + util * period).tolist())]
+    rows.append({"t": 1.0, "kind": "upload", "client": 0, "start": 0.5, "end": 1.0})
+    return pd.DataFrame(rows)
+
+
+def test_busy_share_and_diffusion_by_hand():
+    assert busy_share(np.array([0.5, 2.0, 0.0]), 1.0).tolist() == [0.5, 1.0, 0.0]
+    assert busy_share(np.array([1.0]), 1.0, workers=4).tolist() == [0.25]
+    # 0.4 px in each of 10 columns: plain rounding draws nothing, diffusion draws 4 whole pixels
+    h = diffuse(np.full(10, 0.4))
+    assert np.round(np.full(10, 0.4)).sum() == 0 and h.sum() == 4 and set(h.tolist()) <= {0.0, 1.0}
+
+
+def test_png_server_row_draws_a_spread_out_35_percent_busy_server_as_35_percent(tmp_path):
+    trace = _spread_server(0.35)
+    timeline_figure(trace, tmp_path / "t.png")
+    assert png_server_share(tmp_path / "t.png", 2) == pytest.approx(0.35, abs=0.03)
+    # the broken rule this replaces: by the dominant phase per column the server wins no column at all
+    d = dg.digest_trace(trace)
+    codes = _timeline_codes(d.png, d.timeline_cover(), [dg.SERVER, 0], 0.0, 4.0, 700)
+    assert (codes[0] == list(PHASE_COLOURS).index("server")).sum() == 0
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory):
+    """A fedasync run whose server is busy about 40% of the time with 2 ms requests over 20 s (no
+    training: the systems alone)."""
+    out = tmp_path_factory.mktemp("busy_server")
+    sc = load_scenario("fedasync", ["data.name=mnist1d", "data.num_clients=40", "data.partition.min_size=5",
+                                    "algorithm.concurrency=8", "stop.max_time_s=20", "train.systems_only=true"])
+    run_scenario(sc, out, progress=False)
+    return out
+
+
+def _utilisation(run) -> float:
+    return float(json.loads((run / "summary.json").read_text())["server"]["utilisation"])
+
+
+def test_png_server_row_shows_the_measured_utilisation(busy):
+    util = _utilisation(busy)
+    assert 0.25 < util < 0.5
+    assert png_server_share(busy / "timeline.png", 31) == pytest.approx(util, abs=0.03)
+
+
+def test_page_data_holds_the_server_share_at_every_level(busy):
+    data = interactive_data(busy)
+    agg, util = data["agg"], _utilisation(busy)
+    from fedsim.report import SHARE_DIGITS
+
+    for lv in agg["levels"]:
+        share = np.array([SHARE_DIGITS.index(ch) for ch in lv["share"]]) / (len(SHARE_DIGITS) - 1)
+        width = agg["bin"] * lv["f"]
+        assert share.sum() * width / data["t_end"] == pytest.approx(util, abs=0.01)
+
+
+# ---------------------------------------------------------------------------- in a browser
+
+def _chrome():
+    from test_report_browser import BROWSER, Chrome
+
+    if BROWSER is None:
+        pytest.skip("no Chromium installed (apt-get install chromium)")
+    return BROWSER, Chrome
+
+
+def _open(page_path, tmp_path):
+    BROWSER, Chrome = _chrome()
+    chrome = Chrome(BROWSER, tmp_path / "profile")
+    chrome.page("Runtime.enable")
+    chrome.page("Log.enable")
+    chrome.page("Page.enable")
+    chrome.page("Emulation.setDeviceMetricsOverride", width=1024, height=1400, deviceScaleFactor=1, mobile=False)
+    chrome.page("Page.navigate", url=page_path.resolve().as_uri())
+    chrome.wait_for("Page.loadEventFired")
+    chrome.js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(1))))")
+    chrome.js("document.getElementById('fs-timeline').scrollIntoView()")
+    return chrome
+
+
+def _shot(chrome, x: float, y: float, w: float, h: float) -> np.ndarray:
+    """An RGB screenshot of the timeline's box ``x, y, w, h`` (SVG coordinates: the page is 1:1)."""
+    box = chrome.js("(() => { const b = document.getElementById('fs-timeline').getBoundingClientRect();"
+                    " return [b.left + window.scrollX, b.top + window.scrollY]; })()")
+    shot = chrome.page("Page.captureScreenshot", format="png",
+                       clip={"x": box[0] + x, "y": box[1] + y, "width": w, "height": h, "scale": 1})
+    return _rgb(io.BytesIO(base64.b64decode(shot["data"])))
+
+
+def test_browser_server_row_shows_the_measured_utilisation(busy, tmp_path):
+    html_report(busy)
+    chrome = _open(busy / "report.html", tmp_path)
+    try:
+        view = chrome.js("window.fedsimView")
+        assert view["start"] == 0 and view["aggregated"] > 0
+        row = _shot(chrome, 80, 4, 848, 14)  # the server's row (L = 80, plot width 848, row height 14)
+        got = _is(row, PHASE_COLOURS["server"]).sum() / (848 * 11)  # bars are at most ROW - 3 = 11 px tall
+        assert got == pytest.approx(_utilisation(busy), abs=0.03)
+        assert chrome.errors() == []
+    finally:
+        chrome.close()
