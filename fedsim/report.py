@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
+from fedsim.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.sim.trace import trace_path
@@ -53,6 +53,13 @@ PHASE_COLOURS = {
     "server": "#b07aa1",
     "offline": "#333333",
 }
+
+#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
+#: colour): both timelines, at every zoom, and the legends tell activations, gradients and models apart.
+PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
+
+#: Every colour a timeline row's column can take: the phases, then split learning's payloads.
+TIMELINE_COLOURS = {**PHASE_COLOURS, **{k: PURPOSE_BAR_COLOURS[k] for k in PAYLOADS}}
 
 
 def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", column: str = "accuracy") -> None:
@@ -122,11 +129,15 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
         note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; each pixel column of a client shows the "
                 f"phase that fills most of it,\nthe server's bar height its busy share (utilisation)")
-    handles = [Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
+    # split learning's payloads have their own colour (a legend entry when the shown rows carry them)
+    legend = list(PHASE_COLOURS) + [k for k in PAYLOADS if k in durations]
+    handles = [Rectangle((0, 0), 1, 1, color=TIMELINE_COLOURS[k]) for k in legend]
     names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
-             "server": "server", "offline": "offline"}
-    labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
-              for k in PHASE_COLOURS]
+             "server": "server", "offline": "offline", "activations": "activations (upload)",
+             "gradients": "gradients (download)"}
+    labels = [names[k] + ("\n(0 s: ideal link)" if durations.get(k) == 0 and k in ("download", "upload", *PAYLOADS)
+                          else f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
+              for k in legend]
     for handle, label in marks:
         handles.append(handle)
         labels.append(label)
@@ -139,11 +150,10 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         box = ax.get_window_extent()
         columns = max(int(round(box.width)), 1)  # one column per pixel
         codes = _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns)
-        codes[0] = len(PHASE_COLOURS)  # the server's row: its busy share, below
-        _draw_runs(ax, codes, since, end)
+        codes[0] = len(TIMELINE_COLOURS)  # the server's row: its busy share
         share = busy_share(digest.png.columns(("server", SERVER), since, end, columns), (end - since) / columns,
                            workers)
-        _draw_share(ax, share, since, end, 0.8 * box.height / len(rows))
+        _draw_runs(ax, codes, since, end, _share_boxes(share, since, end, 0.8 * box.height / len(rows)))
     save_figure(fig, path, tight=False)  # laid out above, before the pixel columns were counted
 
 
@@ -181,9 +191,9 @@ def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: fl
 def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
                     t1: float, columns: int) -> np.ndarray:
     """For each row (client, or :data:`~fedsim.digest.SERVER`) and each of ``columns`` equal columns of
-    ``[t0, t1]``, the index in :data:`PHASE_COLOURS` of the phase that covers most of the column, or
-    ``len(PHASE_COLOURS)`` where idle time is the largest share."""
-    kinds = list(PHASE_COLOURS)
+    ``[t0, t1]``, the index in :data:`TIMELINE_COLOURS` of the phase that covers most of the column, or
+    ``len(TIMELINE_COLOURS)`` where idle time is the largest share."""
+    kinds = list(TIMELINE_COLOURS)
     span = (t1 - t0) / columns
     out = np.full((len(rows), columns), len(kinds), dtype=np.int64)
     for i, c in enumerate(rows):
@@ -213,13 +223,12 @@ def diffuse(heights: np.ndarray) -> np.ndarray:
     return out
 
 
-def _draw_share(ax: Any, share: np.ndarray, t0: float, t1: float, row_px: float, row: int = 0) -> None:
+def _share_boxes(share: np.ndarray, t0: float, t1: float, row_px: float, row: int = 0) -> np.ndarray:
     """Row ``row`` as bars rising from its bottom edge, as tall as ``share`` of the row (0.8 units high,
-    ``row_px`` pixels) in each column; equal neighbouring columns are one rectangle."""
-    from matplotlib.collections import PolyCollection
-
+    ``row_px`` pixels) in each column, as rectangles' corners; equal neighbouring columns are one."""
+    none = np.zeros((0, 4, 2))
     if not len(share) or row_px <= 0:
-        return
+        return none
     px = diffuse(share * row_px)
     h = px / row_px * 0.8
     columns = len(h)
@@ -229,23 +238,22 @@ def _draw_share(ax: Any, share: np.ndarray, t0: float, t1: float, row_px: float,
     keep = h[starts] > 0
     a, b, top = edges[starts[keep]], edges[stops[keep]], row + 0.4 - h[starts[keep]]
     if not len(a):
-        return
+        return none
     bottom = np.full_like(a, row + 0.4)
-    box = np.stack([np.stack([a, bottom], 1), np.stack([a, top], 1), np.stack([b, top], 1),
-                    np.stack([b, bottom], 1)], 1)
-    ax.add_collection(PolyCollection(box, facecolors=PHASE_COLOURS["server"], edgecolors="none", linewidths=0,
-                                     antialiaseds=False))
+    return np.stack([np.stack([a, bottom], 1), np.stack([a, top], 1), np.stack([b, top], 1),
+                     np.stack([b, bottom], 1)], 1)
 
 
-def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
+def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float, server: np.ndarray | None = None) -> None:
     """The timeline's rows as one collection of rectangles, one per run of equal columns (row ``i`` at
     ``y = i``): a vector drawing of a few thousand rectangles, where an image would be resampled through a
-    float64 copy of the whole figure (40 MB at this size)."""
+    float64 copy of the whole figure (40 MB at this size).  ``server``: the server's busy-share bars
+    (:func:`_share_boxes`), drawn in the same collection."""
     from matplotlib.collections import PolyCollection
 
     n_rows, columns = codes.shape
-    idle = len(PHASE_COLOURS)
-    colours = [PHASE_COLOURS[k] for k in PHASE_COLOURS]
+    idle = len(TIMELINE_COLOURS)
+    colours = list(TIMELINE_COLOURS.values())
     edges = np.linspace(t0, t1, columns + 1)
     verts, faces = [], []
     for i in range(n_rows):
@@ -259,6 +267,9 @@ def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
                         np.stack([b, np.full_like(a, y1)], 1), np.stack([b, np.full_like(a, y0)], 1)], 1)
         verts.append(box)
         faces += [colours[j] for j in k.tolist()]
+    if server is not None and len(server):
+        verts.append(server)
+        faces += [PHASE_COLOURS["server"]] * len(server)
     if faces:
         ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=faces, edgecolors="none", linewidths=0,
                                          antialiaseds=False))
@@ -792,9 +803,9 @@ def _round_marks() -> dict[str, list[Any]]:
     return {"rounds": rounds, "drops": drops}
 
 
-#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
-#: colour): the interactive timeline tells activations, gradients and models apart.
-PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
+#: The phases of report.html's aggregated rows, by code: the bars' kinds, then split learning's payloads
+#: (an activations upload is red at every zoom, as its single bar is).
+AGG_KINDS = (*INTERACTIVE_KINDS, *PAYLOADS)
 
 #: The characters of the server's busy share per bin in report.html's data: 0 (idle) to 1 (the last).
 SHARE_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -809,7 +820,7 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
     most of each bin (:func:`fedsim.digest.dominant`, the PNG's rule), at the coverage grid's resolution
     and at 2, 4, 8 ... times coarser, down to :data:`AGG_MIN_BINS` bins; the page draws each pixel column
     from the level whose bins are just narrower than a pixel.  A row is a string, one character per bin:
-    the phase's index in ``kinds``, or ``.`` where idle time is the largest share.  ``share``: the
+    the phase's index in ``kinds`` (:data:`AGG_KINDS`, coloured by ``colours``), or ``.`` where idle time is the largest share.  ``share``: the
     server's busy share of each bin (:func:`busy_share`, one character of :data:`SHARE_DIGITS`, its index
     over ``len - 1``), which the page draws the server's row by, as timeline.png does."""
     grid = digest.web
@@ -817,7 +828,8 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
         return None
     used = int(min(grid.bins, np.ceil((end_t - grid.origin) / grid.width)))
     cover = digest.web_cover()
-    chars = np.array([str(i) for i in range(len(INTERACTIVE_KINDS))] + ["."])
+    kinds = AGG_KINDS
+    chars = np.array([str(i) for i in range(len(kinds))] + ["."])
     levels = []
     f = 1
     while True:
@@ -831,8 +843,8 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
                     x[:used] = h[:used]
                     per[key] = x.reshape(nb, f).sum(axis=1)
             keys, best = dominant(per, grid.width * f)
-            codes = np.array([INTERACTIVE_KINDS.index(k[0]) for k in keys] + [len(INTERACTIVE_KINDS)])
-            idx = codes[best] if keys else np.full(nb, len(INTERACTIVE_KINDS))  # (-1, idle: the last)
+            codes = np.array([kinds.index(k[0]) for k in keys] + [len(kinds)])
+            idx = codes[best] if keys else np.full(nb, len(kinds))  # (-1, idle: the last)
             rows.append("".join(chars[idx].tolist()))
         busy = np.zeros(nb * f)
         if ("server", SERVER) in cover:
@@ -842,7 +854,9 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
         if nb <= AGG_MIN_BINS:
             break
         f *= 2
-    return {"t0": grid.origin, "bin": grid.width, "levels": levels}
+    present = sorted({k[0] for k in cover if k[0] in PAYLOADS})
+    return {"t0": grid.origin, "bin": grid.width, "levels": levels, "kinds": list(kinds),
+            "colours": [TIMELINE_COLOURS[k] for k in kinds], "payloads": present}
 
 
 #: Units of the summary fields report.html shows, and how their numbers are written.
@@ -889,7 +903,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     import html
     import json
 
-    from fedsim.report_panels import PANELS_CSS, nav_html, panels_html, server_summary_rows, with_formats
+    from fedsim.report_panels import (PANELS_CSS, ideal_links_note, nav_html, panels_html, server_summary_rows,
+                                      with_formats)
 
     run_dir = Path(run_dir)
     link_up_later = False
@@ -948,12 +963,14 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         if len(data["rows"]) - 1 > data["shown"]:
             notes.append(f"{data['shown']} client rows shown at a time")
         payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        ideal = ideal_links_note(stream.traffic) if stream is not None else ""
+        ideal = f"<p class='hint' id='fs-ideal'>{html.escape(ideal)}</p>" if ideal else ""
         parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
                      "see the whole run; hover a bar for its client, phase, what it carries or asks (the trace's "
                      "<code>what</code>), bytes, link rate and the staleness of the update it delivered; hover a "
                      "round's line, a straggler's ▼ or a drop's × for the round. The per-client panel's picker "
                      "below picks the client rows. The queue and accuracy curves share the time axis. "
-                     f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
+                     f"({'; '.join(notes)})</p>" + ideal + _INTERACTIVE_HTML +
                      f"<script type='application/json' id='fedsim-data'>{payload}</script>"
                      f"<script>{with_formats(_INTERACTIVE_JS)}</script>")
     parts.append(panels)
@@ -1098,6 +1115,7 @@ _INTERACTIVE_JS = r"""
   D.kinds.forEach(function (k, i) { swatch(D.colours[i], k === "wait" ? "queue wait" : k); });
   var carried = {};
   for (var jj = 0; jj < n; jj++) { var pj = purpose(jj); if (pj && PC[pj]) carried[pj] = true; }
+  ((A && A.payloads) || []).forEach(function (p) { carried[p] = true; });  // (also where no single bar is held)
   Object.keys(carried).sort().forEach(function (p) { swatch(PC[p], p + (p === "gradients" ? " (download)" : " (upload)")); });
   var RD = D.rounds || [], DR = D.drops || [];
   if (RD.length) { swatch("#556", "round start", "┆"); swatch("#c9a100", "round's straggler finishes", "▼"); }
@@ -1187,7 +1205,7 @@ _INTERACTIVE_JS = r"""
           while (x1 < PW && (exactCol[x1] ? "." : cols[x1]) === c) x1++;
           if (c !== ".") {
             el("rect", {"class": "fs-agg", x: L + x, y: 4 + ri * ROW + 1.5, width: x1 - x, height: ROW - 3,
-                        fill: D.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
+                        fill: A.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
                         "data-b": view[0] + x1 * px}, barsG);
             shownAgg++;
           }
@@ -1379,7 +1397,7 @@ _INTERACTIVE_JS = r"""
       return;
     }
     if (t.getAttribute && t.getAttribute("data-c") !== null) {
-      tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(D.kinds[+t.getAttribute("data-c")]) +
+      tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(A.kinds[+t.getAttribute("data-c")]) +
         "\n" + fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
         "\neach pixel column shows the phase that fills most of it;\nzoom in to see single intervals";
       tip.style.display = "block";
@@ -1393,7 +1411,16 @@ _INTERACTIVE_JS = r"""
                                  : "server, request of client " + B[4][i]) : "client " + B[4][i]) + ": " +
                (kind === "wait" ? "queue wait at the server" : kind));
     lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
-    if (kind === "download" || kind === "upload") lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+    if (kind === "download" || kind === "upload") {
+      lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+      // the bar's length: the link's latency, any wait for a shared medium, and the airtime (bits / rate)
+      var dur = B[3][i] - B[2][i], air = B[6][i] > 0 && B[5][i] !== null ? B[5][i] * 8 / B[6][i] : null,
+          qw = B[7][i] || 0;
+      if (air !== null)
+        lines.push("link latency " + fmtS(Math.max(dur - qw - air, 0)) + " + " + (qw > 0 ? "wait " + fmtS(qw) + " + " : "") +
+                   "airtime " + fmtS(air) + " = " + fmtS(dur));
+      else if (dur <= 0) lines.push("0 s: an ideal link (no latency, no airtime)");
+    }
     var w = whatOf(i), p = purpose(i);
     if (p !== null) lines.push("carries " + p + (w !== null && w !== p ? " (the trace's what: " + w + ")" : ""));
     else if (kind === "server" || kind === "wait") lines.push("request: " + (w === null ? "not named in the trace" : w));

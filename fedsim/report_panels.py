@@ -809,14 +809,7 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
                "tasks": table["tasks"].astype(int).tolist(), "per_task": _clean(table["per_task_s"]),
                "updates": table["updates"].astype(int).tolist(), "stale": _clean(table["mean_staleness"], 4),
                "drops": table["drops"].astype(int).tolist()}
-    split = any(p == "activations" for _, p in traffic_in)
-    merged: dict[tuple[str, str], list[float]] = {}
-    for (d, p), v in traffic_in.items():
-        if p == _UNVERSIONED:
-            p = transfer_purpose(d, None, None, split)
-        row = merged.setdefault((d, p), [0, 0.0, 0.0])
-        for i in range(3):
-            row[i] += v[i]
+    merged = merge_traffic(traffic_in)
     traffic = [{"direction": d, "purpose": p, "count": int(v[0]), "bytes": v[1], "seconds": v[2]}
                for (d, p), v in sorted(merged.items())]
     spare = iter(_SPARE * 4)
@@ -828,6 +821,38 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
     return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
             "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients, "server": server,
             "staleness": staleness, "rounds": rounds, "traffic": traffic, "purpose_colours": colours}
+
+
+def merge_traffic(traffic_in: dict[tuple[str, str], list[float]]) -> dict[tuple[str, str], list[float]]:
+    """Count, bytes and seconds per (direction, purpose), an unversioned download named by the run (split
+    learning's gradients, else a model)."""
+    split = any(p == "activations" for _, p in traffic_in)
+    merged: dict[tuple[str, str], list[float]] = {}
+    for (d, p), v in traffic_in.items():
+        if p == _UNVERSIONED:
+            p = transfer_purpose(d, None, None, split)
+        row = merged.setdefault((d, p), [0, 0.0, 0.0])
+        for i in range(3):
+            row[i] += v[i]
+    return merged
+
+
+def ideal_links_note(traffic_in: dict[tuple[str, str], list[float]]) -> str:
+    """One sentence naming the transfers that take 0 s (an ideal link: no latency, infinite rate), or "":
+    a reader who finds no download on the timeline, or no "gradients" colour, learns why."""
+    merged = merge_traffic(traffic_in)
+    parts = []
+    for d, link in (("download", "downlink"), ("upload", "uplink")):
+        rows = {p: v for (dd, p), v in merged.items() if dd == d and v[0] > 0}
+        zero = sorted(p for p, v in rows.items() if v[2] <= 0)
+        if not zero:
+            continue
+        what = ", ".join(f"{int(rows[p][0]):,} {p}" for p in zero)
+        if len(zero) == len(rows):
+            parts.append(f"The {link} is ideal: every {d} takes 0 s ({what}), so the timeline draws no {d} bar")
+        else:
+            parts.append(f"Some {d}s take 0 s (an ideal link) and draw no bar on the timeline: {what}")
+    return "; ".join(parts) + "." if parts else ""
 
 
 # ---------------------------------------------------------------------------------------------- HTML
@@ -913,6 +938,8 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
     if data is None:
         return glossary_html()  # (the navigation links to it on every page)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    ideal = ideal_links_note({(r["direction"], r["purpose"]): [r["count"], r["bytes"], r["seconds"]]
+                              for r in data["traffic"]})
     link = ""
     if (Path(run_dir) / "check" / "staleness_hist.png").exists():
         link = " <a href='check/staleness_hist.png'>check/staleness_hist.png</a> (from fedsim check)."
@@ -938,7 +965,8 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
             "<svg id='fp-stale-time' xmlns='http://www.w3.org/2000/svg'></svg>"
             "<h3 id='fp-traffic-title'>Traffic and server work by purpose</h3><p class='hint'>Transfers and "
             "server requests grouped by the trace's <code>what</code>: split learning's activations and "
-            "gradients apart from whole models.</p><svg id='fp-traffic' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "gradients apart from whole models." + (f" <span id='fp-ideal'>{html.escape(ideal)}</span>" if ideal
+                                                      else "") + "</p><svg id='fp-traffic' xmlns='http://www.w3.org/2000/svg'></svg>"
             "<div class='fp-tip' id='fp-tip'></div></div>"
             f"<script type='application/json' id='fedsim-panels'>{payload}</script>"
             f"<script>{with_formats(PANELS_JS)}</script>" + glossary_html())
