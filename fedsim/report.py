@@ -967,7 +967,7 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         ideal = f"<p class='hint' id='fs-ideal'>{html.escape(ideal)}</p>" if ideal else ""
         parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
                      "see the whole run; hover a bar for its client, phase, what it carries or asks (the trace's "
-                     "<code>what</code>), bytes, link rate and the staleness of the update it delivered; hover a "
+                     "<code>what</code>), bytes, link rate, the link latency and airtime that make up a transfer, the staleness of the update it delivered; hover a "
                      "round's line, a straggler's ▼ or a drop's × for the round. The per-client panel's picker "
                      "below picks the client rows. The queue and accuracy curves share the time axis. "
                      f"({'; '.join(notes)})</p>" + ideal + _INTERACTIVE_HTML +

@@ -53,6 +53,8 @@ DRAW_ORDER = ("download", "compute", "upload", "queue", "served", "round_wait", 
 #: Colours of traffic by purpose (the trace's ``what``); any other purpose gets the next of ``_SPARE``.
 PURPOSE_COLOURS = {"model": "#4c9be8", "activations": "#e15759", "gradients": "#76b7b2", "aggregate": "#b07aa1",
                    "apply": "#9467bd", "train": "#f28e2b"}
+#: A model transfer's colour in "traffic by purpose": its direction's, the timelines' upload and download.
+DIRECTION_COLOURS = {"upload": "#59a14f", "download": "#4c9be8"}
 _SPARE = ("#ff9da7", "#9c755f", "#8cd17d", "#d4a6c8", "#86bcb6", "#f1ce63", "#a0cbe8")
 
 _KINDS = ("download", "compute", "upload", "offline", "server", "apply", "round", "drop")
@@ -81,8 +83,24 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
                "Co-S²P's ⌈μN⌉): later updates wait for the next aggregation."),
     ("utilisation", "The fraction of the run's time the server's workers were busy serving requests: busy "
                     "worker-seconds / (run time × workers). Near 1 means requests queue."),
-    ("straggler", "In a synchronous round, the selected client whose work ends last: everyone else waits "
-                  "for it (yellow in the time breakdown)."),
+    ("straggler", "In a synchronous round, the selected client whose task (download, compute, upload and the "
+                  "server's work for it) finishes last: the round cannot close before it does (or before the "
+                  "deadline). Its finish is marked ▼ on the timelines; the other clients' time spent waiting for "
+                  "it is \"waiting for the round\" (yellow) in the per-client breakdown. Asynchronous algorithms "
+                  "have no stragglers: nobody waits for anybody."),
+    ("deadline", "A synchronous round's time limit (e.g. algorithm.fedavg.deadline_s): when it passes, the "
+                 "server aggregates the updates it has and drops the clients still working."),
+    ("drop", "A task given up: its client went offline, the round's deadline passed before its update "
+             "arrived, or (an algorithm with a staleness bound) its update came too stale. Its update is never applied; the work it had under way is in the trace as a cut record "
+             "(with ended), and the timelines mark the drop ×."),
+    ("idle", "A client's time covered by no record: it had no task (not selected for the round, or no free "
+             "slot for it). Unlike \"waiting for the round\", which is time after its "
+             "own work in a round it takes part in."),
+    ("concurrency", "Asynchronous algorithms: how many clients work at once (algorithm.concurrency); when "
+                    "one's task ends, its slot goes to another client."),
+    ("latency", "A link's one-way delay (network.latency_s), part of every transfer before its bits arrive: an "
+                "upload's bar is latency + any wait for a shared medium + airtime (bytes × 8 / rate). A link "
+                "with no latency and no airtime is ideal: its transfers take 0 s and draw no bar."),
     ("queue wait", "Time a request spent at the server before a worker started serving it."),
 )
 
@@ -817,6 +835,9 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
     for row in traffic:
         if row["purpose"] not in colours:
             colours[row["purpose"]] = PURPOSE_COLOURS.get(row["purpose"]) or next(spare, "#999999")
+        # a whole model moves in its direction's colour (uploads green, downloads blue, as on the timelines)
+        row["colour"] = DIRECTION_COLOURS.get(row["direction"]) if row["purpose"] == "model" else None
+        row["colour"] = row["colour"] or colours[row["purpose"]]
     spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
     return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
             "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients, "server": server,
@@ -1286,7 +1307,7 @@ PANELS_JS = r"""
     svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     clear(svg);
     rows.forEach(function (r, i) {
-      var y = 4 + i * ROW, w = top > 0 ? r.seconds / top * (PW - 220) : 0, col = P.purpose_colours[r.purpose];
+      var y = 4 + i * ROW, w = top > 0 ? r.seconds / top * (PW - 220) : 0, col = r.colour || P.purpose_colours[r.purpose];
       el("text", {x: L + 50, y: y + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = r.direction;
       var bar = el("rect", {x: L + 56, y: y + 2, width: Math.max(w, 1).toFixed(1), height: ROW - 4, fill: col,
                             "class": "fp-traffic-bar", "data-purpose": r.purpose}, svg);

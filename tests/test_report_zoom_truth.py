@@ -247,3 +247,26 @@ def test_ideal_link_note_by_hand():
                              ("upload", "activations"): [4, 8.0, 0.2], ("upload", "model"): [1, 9.0, 0.0]})
     assert note.startswith("The downlink is ideal: every download takes 0 s (4 gradients, 2 model)")
     assert "Some uploads take 0 s (an ideal link) and draw no bar on the timeline: 1 model" in note
+
+
+def test_traffic_by_purpose_uses_the_timelines_colours(gas):
+    from fedsim.report import PURPOSE_BAR_COLOURS
+    from fedsim.report_panels import panels_data
+
+    rows = {(r["direction"], r["purpose"]): r["colour"] for r in panels_data(gas)["traffic"]}
+    # a model upload is green and a model download blue, as on both timelines (it was blue both ways)
+    assert rows[("upload", "model")] == PHASE_COLOURS["upload"]
+    assert rows[("download", "model")] == PHASE_COLOURS["download"]
+    assert rows[("upload", "activations")] == PURPOSE_BAR_COLOURS["activations"]
+    assert rows[("download", "gradients")] == PURPOSE_BAR_COLOURS["gradients"]
+
+
+def test_glossary_defines_the_words_the_report_uses():
+    from fedsim.report_panels import GLOSSARY
+
+    terms = dict(GLOSSARY)
+    for word in ("drop", "deadline", "idle", "concurrency", "latency", "straggler", "utilisation", "staleness"):
+        assert word in terms, word
+    # the straggler is the client that finishes last; the yellow is the others' waiting, not the straggler
+    assert "finishes last" in terms["straggler"] and "other clients' time spent waiting" in terms["straggler"]
+    assert "latency + any wait for a shared medium + airtime" in terms["latency"]
