@@ -911,7 +911,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + PANELS_CSS +
+             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + TABLE_CSS +
+             PANELS_CSS +
              "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
     stream = queue = None
@@ -967,7 +968,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         ideal = f"<p class='hint' id='fs-ideal'>{html.escape(ideal)}</p>" if ideal else ""
         parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
                      "see the whole run; hover a bar for its client, phase, what it carries or asks (the trace's "
-                     "<code>what</code>), bytes, link rate, the link latency and airtime that make up a transfer, the staleness of the update it delivered; hover a "
+                     "<code>what</code>), bytes, link rate, the link latency and airtime that make up a "
+                     "transfer, the staleness of the update it delivered; hover a "
                      "round's line, a straggler's ▼ or a drop's × for the round. The per-client panel's picker "
                      "below picks the client rows. The queue and accuracy curves share the time axis. "
                      f"({'; '.join(notes)})</p>" + ideal + _INTERACTIVE_HTML +
@@ -979,7 +981,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         path = run_dir / name
         if path.exists():
             table = pd.read_csv(path)
-            parts.append(f"<h2>{title}</h2>" + table.head(200).to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+            parts.append(f"<h2>{title}</h2>" + (table_html(table) if name == "seeds_summary.csv" else
+                                                table.head(200).to_html(index=False, float_format=lambda v: f"{v:.4g}")))
     scenario = run_dir / "scenario.yaml"
     if scenario.exists():
         parts.append("<h2>Scenario</h2><details><summary>resolved scenario.yaml</summary><pre>" +
@@ -1025,6 +1028,10 @@ _INTERACTIVE_CSS = (
     ".fs-bar:hover{stroke:#000;stroke-width:1}.fs-tools button{margin-right:4px}.hint{font-size:13px;color:#555}"
     ".fs-legend span{display:inline-block;margin-right:12px;font-size:12px}.fs-legend i{display:inline-block;"
     "width:12px;height:10px;margin-right:4px;vertical-align:middle}")
+
+#: The style of :func:`table_html`'s tables (a run's, a sweep's and a seeds folder's pages).
+TABLE_CSS = (".fs-table{overflow-x:auto;max-width:100%}.fs-table table{font-size:12px}"
+             ".fs-table th{white-space:normal}.fs-table td small{white-space:nowrap;color:#555}")
 
 _INTERACTIVE_HTML = (
     "<div class='fs-tools'><button id='fs-in' type='button'>zoom in</button><button id='fs-out' type='button'>"
@@ -1484,6 +1491,82 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1000
     return f"{n:.2f} TB"
+
+
+def fmt_number(v: Any) -> str:
+    """A table's number for people, never in scientific notation unless tiny: ``10964800`` → ``10,964,800``,
+    ``0.81234567`` → ``0.8123``, ``1234.5678`` → ``1,234.6``; a missing one is ``–``."""
+    if v is None or isinstance(v, bool):
+        return "" if v is None else str(v)
+    v = float(v)
+    if not np.isfinite(v):
+        return "–" if np.isnan(v) else ("∞" if v > 0 else "-∞")
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 1000:
+        return f"{v:,.1f}"
+    if abs(v) >= 1e-3:
+        return f"{v:.4g}"
+    return f"{v:.3g}"
+
+
+def _cell(col: str, v: Any, reached: Any = None) -> str:
+    """One cell of a sweep or seeds table, by its column's unit (``bytes_*`` in SI bytes, ``*_s`` in
+    seconds, ``energy_j`` in joules, accuracies to 4 decimals); a time to target that was never reached
+    says so instead of ``inf`` or ``NaN``."""
+    if isinstance(v, str):
+        return v
+    missing = v is None or (isinstance(v, float) and not np.isfinite(v))
+    if col.startswith("time_to_target") and missing and not col.endswith("_std"):
+        return "not reached" if reached is None or not reached or (isinstance(v, float) and np.isinf(v)) else "–"
+    if missing or isinstance(v, bool):
+        return fmt_number(v)
+    if col.startswith("bytes_"):
+        return fmt_bytes(v)
+    if col.endswith("_s") or col.endswith("_s_mean") or col.endswith("_s_std"):
+        return fmt_seconds(v)
+    if col.startswith("energy_j"):
+        return f"{float(v):,.1f} J"
+    if "accuracy" in col:
+        return f"{float(v):.4f}"
+    return fmt_number(v)
+
+
+def table_html(frame: pd.DataFrame, max_rows: int = 500) -> str:
+    """A sweep's or seeds' table for people (the CSV keeps every column at full precision): a mean and
+    its std (``x`` and ``x_std``, or ``x_mean`` and ``x_std``) share one cell, ``mean ± std``; columns
+    with no value at all are left out (no target: no target columns); numbers carry units and are never
+    in scientific notation; headers break at underscores, so the table fits the page instead of being
+    cut at ``bytes_up``."""
+    import html
+
+    frame = frame.head(max_rows)
+    cols = [c for c in frame.columns if not frame[c].isna().all()]
+    reached = frame["reached_target"] if "reached_target" in frame else None
+    shown: list[tuple[str, str, str | None]] = []  # (header, value column, std column)
+    for c in cols:
+        if c.endswith("_std"):
+            base = c[:-4]
+            if base in cols or f"{base}_mean" in cols:
+                continue
+        base = c[:-5] if c.endswith("_mean") else c
+        std = f"{base}_std" if f"{base}_std" in cols else None
+        shown.append((base, c, std))
+    head = "".join(f"<th>{html.escape(h).replace('_', '_<wbr>')}" +
+                   (" (mean ± std)" if std else " (mean)" if c.endswith("_mean") else "") + "</th>"
+                   for h, c, std in shown)
+    body = []
+    for i in range(len(frame)):
+        row = frame.iloc[i]
+        got = None if reached is None else row["reached_target"]
+        cells = []
+        for _, c, std in shown:
+            text = html.escape(_cell(c, row[c], got))
+            if std is not None and text not in ("not reached", "–", "") and pd.notna(row[std]):
+                text += " <small>± " + html.escape(_cell(std, row[std])) + "</small>"
+            cells.append(f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<div class='fs-table'><table><tr>{head}</tr>" + "".join(body) + "</table></div>")
 
 
 def _fmt(value: Any) -> str:
