@@ -101,3 +101,13 @@ def test_sweep_plot_draws_mean_final_and_best_apart(tmp_path, monkeypatch):
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "fedbuff (final, mean ± std, 3 seeds)" in labels
     assert "final (solid), best (dashed)" in ax.get_ylabel()
+
+
+def test_sweep_table_says_not_reached_for_an_infinite_time_to_target():
+    # sweep.csv's layout: a column and its ``_std``; a point none of whose seeds reached the target has inf
+    t = pd.DataFrame({"channel.uplink.mbps": [0.5, 8.0], "label": ["fedavg", "fedavg"], "runs": [2, 2],
+                      "target": [0.9, 0.9], "time_to_target_s": [np.inf, 12.5], "time_to_target_s_std": [np.nan, 1.5],
+                      "reached_target": [0, 2], "bytes_total": [1.2e7, 1.2e7], "bytes_total_std": [0.0, 0.0]})
+    got = cells(table_html(t))
+    assert got[:6] == ["0.5", "fedavg", "2", "0.9", "not reached", "0"]
+    assert "12.5 s ± 1.5 s" in got and "12.00 MB ± 0 B" in got
