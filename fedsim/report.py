@@ -106,7 +106,8 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     else:
         digest = digest_trace(trace, **params)
     n_rows = min(max_clients, 30) + 1
-    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75))
+    # at the dpi it is saved at, so that a column (and a row's height) measured here is one pixel of the PNG
+    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120)
     durations: dict[str, float] = {}
     marks: list[Any] = []
     note = ""
