@@ -1,8 +1,8 @@
 """The report tells the truth at every zoom: a busy server shows its busy share, each phase has one colour.
 
-A server busy a third of the time with 2 ms requests spread over a 20 s run fills no pixel column on its
-own, so the old "dominant phase per column" rule drew it nearly idle (29% drawn for 43% measured in
-timeline.png, a few dozen ticks in report.html).  The server's row is now drawn by its busy share: each
+A server busy a third of the time with 2 ms requests spread over a 20 s run fills few pixel columns on
+its own, so the old "dominant phase per column" rule drew it nearly idle (fedasync, concurrency 8: 5.5% of
+timeline.png's server row and 18.5% of report.html's for a utilisation of 34.7%).  The server's row is now drawn by its busy share: each
 column a bar as tall as the share of its time the server was busy, so the drawn area is the utilisation.
 """
 from __future__ import annotations
