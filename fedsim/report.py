@@ -94,8 +94,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     (:func:`busy_share`): each column a bar as tall as the share of its time the server's ``workers`` were
     busy, because a server serves many short requests, and one busy 35% of the time, spread evenly, would
     win no column by the dominant rule and look idle.  The rows are one collection of rectangles, drawn in
-    one call.  The legend gives each
-    phase's mean duration.  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
+    one call.  ``workers``: the server's workers (summary.json's; its row's share is busy worker-seconds
+    over the column's time x workers).  Split learning's activations and gradients (transfers whose
+    ``what`` names them) are phases of their own, in :data:`PURPOSE_BAR_COLOURS` as in report.html at
+    every zoom.  The legend gives each phase's mean duration ("0 s: ideal link" for transfers that take
+    none).  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
     see :func:`_draw_rounds`."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
