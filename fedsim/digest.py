@@ -6,7 +6,7 @@ A trace of millions of events is never held in memory: :func:`digest_trace` read
 * the timeline's coverage: for each shown client and phase (and the server), the time the phase covers
   in each of :data:`COVER_BINS` equal bins of the window (:class:`CoverGrid`; the bins widen by doubling
   while the run grows past them), from which both timelines draw, per pixel column, the phase that
-  fills most of it;
+  fills most of a client's row and the server's busy share;
 * the achieved link rates (one float per transfer) and the server's request times (start, wait);
 * the interactive timeline's exact bars: the run is cut into :data:`EXACT_TILES` time tiles, and a tile
   keeps every bar that starts in it or none, the densest tiles dropped first, so the bars kept are spread
@@ -32,6 +32,9 @@ from fedsim.sim.trace import BLOCK_LINES, Block, iter_blocks, trace_path
 PHASES = ("download", "compute", "upload", "offline")
 #: Kinds drawn as bars in report.html, in the order of their codes in the page's data.
 INTERACTIVE_KINDS = ("download", "compute", "upload", "offline", "server", "wait")
+#: What the coverage grids hold of a transfer that carries split learning's payload (its ``what``), apart
+#: from a model's upload or download, so both timelines colour it the same at every zoom.
+PAYLOADS = ("activations", "gradients")
 DIGEST_KINDS = (*PHASES, "server", "apply", "dispatch")
 DIGEST_FIELDS = ("client", "start", "end", "wait", "rate_bps", "bytes", "staleness", "submodel", "what", "version")
 #: The ``what`` of a download that names neither its payload nor a model version: split learning's gradients
@@ -356,7 +359,14 @@ class TraceDigest:
             self.split = any(isinstance(w, str) and "activ" in w.lower() for w in set(b.values("what")))
         if np.isfinite(e).any():
             self.web.fit(float(np.nanmax(e)))
-        self._cover(b.kind, c, s, e)
+        payload = self._payload(b)
+        if payload is None:
+            self._cover(b.kind, c, s, e)
+        else:  # split learning's activations and gradients are covered apart from models: their own colour
+            for kind, m in ((b.kind, payload == ""), ("activations", payload == "activations"),
+                            ("gradients", payload == "gradients")):
+                if m.any():
+                    self._cover(kind, c[m], s[m], e[m])
         if b.kind in self.rates and b.has("rate_bps"):
             r = b.num("rate_bps")
             r = r[~np.isnan(r)]
@@ -425,6 +435,20 @@ class TraceDigest:
                 counts[i] += 1
 
     _KEYS = ("start", "row", "group", "seq", "kind", "end", "client", "bytes", "rate", "wait", "what")
+
+    def _payload(self, b: Block) -> np.ndarray | None:
+        """Per transfer of block ``b``: ``activations`` or ``gradients`` when it carries split learning's
+        payload (its ``what`` names it: the rule of report.html's bar colours), else ``""``; None when
+        none does (the common case: no per-record work)."""
+        if b.kind not in ("upload", "download") or not b.has("what"):
+            return None
+        out = []
+        for w in b.values("what"):
+            low = w.lower() if isinstance(w, str) else ""
+            out.append("activations" if ("activ" in low or "smash" in low or "feature" in low)
+                       else "gradients" if "grad" in low else "")
+        arr = np.array(out, dtype=object)
+        return arr if (arr != "").any() else None
 
     def _what_codes(self, b: Block, m: np.ndarray) -> np.ndarray:
         """The trace's ``what`` of the records ``m`` of block ``b``, as codes into :attr:`whats` (interned:

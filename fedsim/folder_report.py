@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedsim.files import write_text
-from fedsim.report import accuracy_figure
+from fedsim.report import TABLE_CSS, accuracy_figure, table_html
 from fedsim.report_panels import PANELS_CSS, glossary_html, link_up
 
 
@@ -33,15 +33,14 @@ def folder_report(out: str | Path, kind: str) -> Path:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}: {html.escape(out.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:"
              "collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + PANELS_CSS + "</style></head><body>",
+             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + TABLE_CSS + PANELS_CSS + "</style></head><body>",
              f"<h1>{title}: {html.escape(out.name)}</h1>",
              "<nav class='fp-nav'><a href='#fp-runs'>runs</a> · <a href='#fp-figures'>figures</a> · "
              "<a href='#glossary'>glossary</a></nav>"]
     csv = out / ("sweep.csv" if kind == "sweep" else "seeds_summary.csv")
     if csv.exists():
         table = pd.read_csv(csv)
-        parts.append(f"<h2>{'Grid' if kind == 'sweep' else 'Across seeds'} ({csv.name})</h2><div style='overflow-x:auto'>"
-                     + table.head(500).to_html(index=False, float_format=lambda v: f"{v:.4g}") + "</div>")
+        parts.append(f"<h2>{'Grid' if kind == 'sweep' else 'Across seeds'} ({csv.name})</h2>" + table_html(table))
     parts.append("<h2 id='fp-runs'>Every run</h2><ul class='runs'>")
     for r in runs:
         rel = r.relative_to(out).as_posix()

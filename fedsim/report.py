@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from fedsim.digest import (INTERACTIVE_KINDS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
+from fedsim.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.sim.trace import trace_path
@@ -54,6 +54,13 @@ PHASE_COLOURS = {
     "offline": "#333333",
 }
 
+#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
+#: colour): both timelines, at every zoom, and the legends tell activations, gradients and models apart.
+PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
+
+#: Every colour a timeline row's column can take: the phases, then split learning's payloads.
+TIMELINE_COLOURS = {**PHASE_COLOURS, **{k: PURPOSE_BAR_COLOURS[k] for k in PAYLOADS}}
+
 
 def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", column: str = "accuracy") -> None:
     """Test accuracy (or another metrics column, e.g. the loss of a regression task) against virtual time,
@@ -72,18 +79,26 @@ def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "
 
 
 def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
-                    until: float | None = None, since: float = 0.0, rounds: dict[str, Any] | None = None) -> None:
+                    until: float | None = None, since: float = 0.0, rounds: dict[str, Any] | None = None,
+                    workers: float = 1.0) -> None:
     """Per-client timeline of download / compute / upload, queue wait at the server and the server's
     service: the server on the top row, then one row per client.
 
     ``trace``: a trace DataFrame, or the :class:`~fedsim.digest.TraceDigest` of one read with the same
     window and client count (what :func:`run_figures` passes, so a long trace is never held in memory).
-    The window is ``[since, until]`` (default: the whole run).  Each pixel column of a row is painted with
-    the phase that covers most of its time, or left empty where the row is mostly idle
+    The window is ``[since, until]`` (default: the whole run).  Each pixel column of a client's row is
+    painted with the phase that covers most of its time, or left empty where the row is mostly idle
     (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
     so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
-    takes a like share of the pixels.  The rows are one collection of rectangles, drawn in one call.  The legend gives each
-    phase's mean duration.  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
+    takes a like share of the pixels.  The server's row is drawn by its busy share instead
+    (:func:`busy_share`): each column a bar as tall as the share of its time the server's ``workers`` were
+    busy, because a server serves many short requests, and one busy 35% of the time, spread evenly, would
+    win no column by the dominant rule and look idle.  The rows are one collection of rectangles, drawn in
+    one call.  ``workers``: the server's workers (summary.json's; its row's share is busy worker-seconds
+    over the column's time x workers).  Split learning's activations and gradients (transfers whose
+    ``what`` names them) are phases of their own, in :data:`PURPOSE_BAR_COLOURS` as in report.html at
+    every zoom.  The legend gives each phase's mean duration ("0 s: ideal link" for transfers that take
+    none).  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
     see :func:`_draw_rounds`."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
@@ -94,7 +109,8 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     else:
         digest = digest_trace(trace, **params)
     n_rows = min(max_clients, 30) + 1
-    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75))
+    # at the dpi it is saved at, so that a column (and a row's height) measured here is one pixel of the PNG
+    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120)
     durations: dict[str, float] = {}
     marks: list[Any] = []
     note = ""
@@ -115,13 +131,17 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
         marks = _draw_rounds(ax, rounds, clients, since, end) if rounds else []
         shown = f"all {len(all_clients)} clients" if len(clients) == len(all_clients) else \
             f"clients {clients[0]}–{clients[-1]} ({len(clients)} of {len(all_clients)})"
-        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; "
-                f"each pixel column shows the phase that fills most of it")
-    handles = [Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLOURS.values()]
+        note = (f"\n{shown}, virtual time {since:.4g}–{end:.4g} s; each pixel column of a client shows the "
+                f"phase that fills most of it,\nthe server's bar height its busy share (utilisation)")
+    # split learning's payloads have their own colour (a legend entry when the shown rows carry them)
+    legend = list(PHASE_COLOURS) + [k for k in PAYLOADS if k in durations]
+    handles = [Rectangle((0, 0), 1, 1, color=TIMELINE_COLOURS[k]) for k in legend]
     names = {"download": "download", "compute": "compute", "upload": "upload", "wait": "queue wait",
-             "server": "server", "offline": "offline"}
-    labels = [names[k] + (f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
-              for k in PHASE_COLOURS]
+             "server": "server", "offline": "offline", "activations": "activations (upload)",
+             "gradients": "gradients (download)"}
+    labels = [names[k] + ("\n(0 s: ideal link)" if durations.get(k) == 0 and k in ("download", "upload", *PAYLOADS)
+                          else f"\n(mean {fmt_seconds(durations[k])})" if k in durations and k != "offline" else "")
+              for k in legend]
     for handle, label in marks:
         handles.append(handle)
         labels.append(label)
@@ -131,8 +151,13 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
     if rows:
-        columns = max(int(round(ax.get_window_extent().width)), 1)  # one column per pixel
-        _draw_runs(ax, _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns), since, end)
+        box = ax.get_window_extent()
+        columns = max(int(round(box.width)), 1)  # one column per pixel
+        codes = _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns)
+        codes[0] = len(TIMELINE_COLOURS)  # the server's row: its busy share
+        share = busy_share(digest.png.columns(("server", SERVER), since, end, columns), (end - since) / columns,
+                           workers)
+        _draw_runs(ax, codes, since, end, _share_boxes(share, since, end, 0.8 * box.height / len(rows)))
     save_figure(fig, path, tight=False)  # laid out above, before the pixel columns were counted
 
 
@@ -170,9 +195,9 @@ def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: fl
 def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
                     t1: float, columns: int) -> np.ndarray:
     """For each row (client, or :data:`~fedsim.digest.SERVER`) and each of ``columns`` equal columns of
-    ``[t0, t1]``, the index in :data:`PHASE_COLOURS` of the phase that covers most of the column, or
-    ``len(PHASE_COLOURS)`` where idle time is the largest share."""
-    kinds = list(PHASE_COLOURS)
+    ``[t0, t1]``, the index in :data:`TIMELINE_COLOURS` of the phase that covers most of the column, or
+    ``len(TIMELINE_COLOURS)`` where idle time is the largest share."""
+    kinds = list(TIMELINE_COLOURS)
     span = (t1 - t0) / columns
     out = np.full((len(rows), columns), len(kinds), dtype=np.int64)
     for i, c in enumerate(rows):
@@ -183,15 +208,56 @@ def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], r
     return out
 
 
-def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
+def busy_share(covered: np.ndarray, span: float, workers: float = 1.0) -> np.ndarray:
+    """The server's busy share of each column: busy worker-seconds over the column's time x ``workers``,
+    in [0, 1].  Its mean over the whole run is the server's utilisation (summary.json's), which is what
+    both timelines' server row is drawn to show."""
+    return np.clip(np.asarray(covered, dtype=float) / (max(span, 1e-300) * max(float(workers), 1.0)), 0.0, 1.0)
+
+
+def diffuse(heights: np.ndarray) -> np.ndarray:
+    """Whole-pixel heights whose running sum stays within half a pixel of the exact heights' (each column's
+    rounding error carried to the next), so the drawn area is the true area whatever the row's pixel
+    height: plain rounding of a 0.4-pixel sliver to 0 in every column would draw nothing."""
+    out = np.empty(len(heights))
+    carry = 0.0
+    for i, h in enumerate(np.asarray(heights, dtype=float).tolist()):
+        out[i] = np.floor(h + carry + 0.5)
+        carry += h - out[i]
+    return out
+
+
+def _share_boxes(share: np.ndarray, t0: float, t1: float, row_px: float, row: int = 0) -> np.ndarray:
+    """Row ``row`` as bars rising from its bottom edge, as tall as ``share`` of the row (0.8 units high,
+    ``row_px`` pixels) in each column, as rectangles' corners; equal neighbouring columns are one."""
+    none = np.zeros((0, 4, 2))
+    if not len(share) or row_px <= 0:
+        return none
+    px = diffuse(share * row_px)
+    h = px / row_px * 0.8
+    columns = len(h)
+    edges = np.linspace(t0, t1, columns + 1)
+    starts = np.flatnonzero(np.concatenate([[True], h[1:] != h[:-1]]))
+    stops = np.concatenate([starts[1:], [columns]])
+    keep = h[starts] > 0
+    a, b, top = edges[starts[keep]], edges[stops[keep]], row + 0.4 - h[starts[keep]]
+    if not len(a):
+        return none
+    bottom = np.full_like(a, row + 0.4)
+    return np.stack([np.stack([a, bottom], 1), np.stack([a, top], 1), np.stack([b, top], 1),
+                     np.stack([b, bottom], 1)], 1)
+
+
+def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float, server: np.ndarray | None = None) -> None:
     """The timeline's rows as one collection of rectangles, one per run of equal columns (row ``i`` at
     ``y = i``): a vector drawing of a few thousand rectangles, where an image would be resampled through a
-    float64 copy of the whole figure (40 MB at this size)."""
+    float64 copy of the whole figure (40 MB at this size).  ``server``: the server's busy-share bars
+    (:func:`_share_boxes`), drawn in the same collection."""
     from matplotlib.collections import PolyCollection
 
     n_rows, columns = codes.shape
-    idle = len(PHASE_COLOURS)
-    colours = [PHASE_COLOURS[k] for k in PHASE_COLOURS]
+    idle = len(TIMELINE_COLOURS)
+    colours = list(TIMELINE_COLOURS.values())
     edges = np.linspace(t0, t1, columns + 1)
     verts, faces = [], []
     for i in range(n_rows):
@@ -205,6 +271,9 @@ def _draw_runs(ax: Any, codes: np.ndarray, t0: float, t1: float) -> None:
                         np.stack([b, np.full_like(a, y1)], 1), np.stack([b, np.full_like(a, y0)], 1)], 1)
         verts.append(box)
         faces += [colours[j] for j in k.tolist()]
+    if server is not None and len(server):
+        verts.append(server)
+        faces += [PHASE_COLOURS["server"]] * len(server)
     if faces:
         ax.add_collection(PolyCollection(np.concatenate(verts), facecolors=faces, edgecolors="none", linewidths=0,
                                          antialiaseds=False))
@@ -558,7 +627,8 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
                     p = run_dir / "timeline.png"
                     panels = _DIGEST.get("panels")
                     timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
-                                    rounds=panels.round_table() if panels is not None else None)
+                                    rounds=panels.round_table() if panels is not None else None,
+                                    workers=_server_workers(run_dir))
                     return p
 
                 figure("timeline", timeline)
@@ -575,6 +645,13 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
         p = run_dir / "energy.png"
         figure("energy", lambda: p if energy_figure(energy, p) else None)
     return written
+
+
+def _server_workers(run_dir: Path) -> int:
+    """The server's workers (summary.json's), so its row draws utilisation: busy time over time x workers."""
+    from fedsim.report_panels import _workers
+
+    return _workers(run_dir)
 
 
 def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
@@ -705,7 +782,7 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
             "whats": digest.what_names(), "purpose_colours": PURPOSE_BAR_COLOURS,
-            "agg": _aggregate_levels(digest, shown, end_t), "tiles": {"width": tw, "exact": exact},
+            "agg": _aggregate_levels(digest, shown, end_t, _server_workers(run_dir)), "tiles": {"width": tw, "exact": exact},
             "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
@@ -730,26 +807,33 @@ def _round_marks() -> dict[str, list[Any]]:
     return {"rounds": rounds, "drops": drops}
 
 
-#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
-#: colour): the interactive timeline tells activations, gradients and models apart.
-PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
+#: The phases of report.html's aggregated rows, by code: the bars' kinds, then split learning's payloads
+#: (an activations upload is red at every zoom, as its single bar is).
+AGG_KINDS = (*INTERACTIVE_KINDS, *PAYLOADS)
+
+#: The characters of the server's busy share per bin in report.html's data: 0 (idle) to 1 (the last).
+SHARE_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 #: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
 AGG_MIN_BINS = 256
 
 
-def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float) -> dict[str, Any] | None:
+def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
+                      workers: float = 1.0) -> dict[str, Any] | None:
     """report.html's aggregated timeline: for the server and each shown client, the phase that fills
     most of each bin (:func:`fedsim.digest.dominant`, the PNG's rule), at the coverage grid's resolution
     and at 2, 4, 8 ... times coarser, down to :data:`AGG_MIN_BINS` bins; the page draws each pixel column
     from the level whose bins are just narrower than a pixel.  A row is a string, one character per bin:
-    the phase's index in ``kinds``, or ``.`` where idle time is the largest share."""
+    the phase's index in ``kinds`` (:data:`AGG_KINDS`, coloured by ``colours``), or ``.`` where idle time is the largest share.  ``share``: the
+    server's busy share of each bin (:func:`busy_share`, one character of :data:`SHARE_DIGITS`, its index
+    over ``len - 1``), which the page draws the server's row by, as timeline.png does."""
     grid = digest.web
     if grid.width is None or end_t <= 0:
         return None
     used = int(min(grid.bins, np.ceil((end_t - grid.origin) / grid.width)))
     cover = digest.web_cover()
-    chars = np.array([str(i) for i in range(len(INTERACTIVE_KINDS))] + ["."])
+    kinds = AGG_KINDS
+    chars = np.array([str(i) for i in range(len(kinds))] + ["."])
     levels = []
     f = 1
     while True:
@@ -763,14 +847,20 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float) -
                     x[:used] = h[:used]
                     per[key] = x.reshape(nb, f).sum(axis=1)
             keys, best = dominant(per, grid.width * f)
-            codes = np.array([INTERACTIVE_KINDS.index(k[0]) for k in keys] + [len(INTERACTIVE_KINDS)])
-            idx = codes[best] if keys else np.full(nb, len(INTERACTIVE_KINDS))  # (-1, idle: the last)
+            codes = np.array([kinds.index(k[0]) for k in keys] + [len(kinds)])
+            idx = codes[best] if keys else np.full(nb, len(kinds))  # (-1, idle: the last)
             rows.append("".join(chars[idx].tolist()))
-        levels.append({"f": f, "rows": rows})
+        busy = np.zeros(nb * f)
+        if ("server", SERVER) in cover:
+            busy[:used] = cover[("server", SERVER)][:used]
+        q = np.rint(busy_share(busy.reshape(nb, f).sum(axis=1), grid.width * f, workers) * (len(SHARE_DIGITS) - 1))
+        levels.append({"f": f, "rows": rows, "share": "".join(np.array(list(SHARE_DIGITS))[q.astype(int)].tolist())})
         if nb <= AGG_MIN_BINS:
             break
         f *= 2
-    return {"t0": grid.origin, "bin": grid.width, "levels": levels}
+    present = sorted({k[0] for k in cover if k[0] in PAYLOADS})
+    return {"t0": grid.origin, "bin": grid.width, "levels": levels, "kinds": list(kinds),
+            "colours": [TIMELINE_COLOURS[k] for k in kinds], "payloads": present}
 
 
 #: Units of the summary fields report.html shows, and how their numbers are written.
@@ -817,14 +907,16 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     import html
     import json
 
-    from fedsim.report_panels import PANELS_CSS, nav_html, panels_html, server_summary_rows, with_formats
+    from fedsim.report_panels import (PANELS_CSS, ideal_links_note, nav_html, panels_html, server_summary_rows,
+                                      with_formats)
 
     run_dir = Path(run_dir)
     link_up_later = False
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
              "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + PANELS_CSS +
+             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + TABLE_CSS +
+             PANELS_CSS +
              "</style></head><body>",
              f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
     stream = queue = None
@@ -868,19 +960,23 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         notes = [f"{data['bars_total']:,} bars"]
         if data["bars_total"] > shown:
             notes.append(f"{shown:,} of them held exactly, spread over the run; where they are dense, each pixel "
-                         "column shows the phase that fills most of it until you zoom in")
+                         "column of a client shows the phase that fills most of it, and the server's row its busy "
+                         "share, until you zoom in")
         if data["clients_total"] > len(data["rows"]) - 1:
             notes.append(f"clients {html.escape(data['rows'][1])[7:]}–{html.escape(data['rows'][-1])[7:]} of "
                          f"{data['clients_total']:,} held")
         if len(data["rows"]) - 1 > data["shown"]:
             notes.append(f"{data['shown']} client rows shown at a time")
         payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+        ideal = ideal_links_note(stream.traffic) if stream is not None else ""
+        ideal = f"<p class='hint' id='fs-ideal'>{html.escape(ideal)}</p>" if ideal else ""
         parts.append("<h2 id='fs-title'>Interactive timeline</h2><p class='hint'>Scroll to zoom, drag to pan, double-click to "
                      "see the whole run; hover a bar for its client, phase, what it carries or asks (the trace's "
-                     "<code>what</code>), bytes, link rate and the staleness of the update it delivered; hover a "
+                     "<code>what</code>), bytes, link rate, the link latency and airtime that make up a "
+                     "transfer, the staleness of the update it delivered; hover a "
                      "round's line, a straggler's ▼ or a drop's × for the round. The per-client panel's picker "
                      "below picks the client rows. The queue and accuracy curves share the time axis. "
-                     f"({'; '.join(notes)})</p>" + _INTERACTIVE_HTML +
+                     f"({'; '.join(notes)})</p>" + ideal + _INTERACTIVE_HTML +
                      f"<script type='application/json' id='fedsim-data'>{payload}</script>"
                      f"<script>{with_formats(_INTERACTIVE_JS)}</script>")
     parts.append(panels)
@@ -889,7 +985,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         path = run_dir / name
         if path.exists():
             table = pd.read_csv(path)
-            parts.append(f"<h2>{title}</h2>" + table.head(200).to_html(index=False, float_format=lambda v: f"{v:.4g}"))
+            parts.append(f"<h2>{title}</h2>" + (table_html(table) if name == "seeds_summary.csv" else
+                                                table.head(200).to_html(index=False, float_format=lambda v: f"{v:.4g}")))
     scenario = run_dir / "scenario.yaml"
     if scenario.exists():
         parts.append("<h2>Scenario</h2><details><summary>resolved scenario.yaml</summary><pre>" +
@@ -935,6 +1032,10 @@ _INTERACTIVE_CSS = (
     ".fs-bar:hover{stroke:#000;stroke-width:1}.fs-tools button{margin-right:4px}.hint{font-size:13px;color:#555}"
     ".fs-legend span{display:inline-block;margin-right:12px;font-size:12px}.fs-legend i{display:inline-block;"
     "width:12px;height:10px;margin-right:4px;vertical-align:middle}")
+
+#: The style of :func:`table_html`'s tables (a run's, a sweep's and a seeds folder's pages).
+TABLE_CSS = (".fs-table{overflow-x:auto;max-width:100%}.fs-table table{font-size:12px}"
+             ".fs-table th{white-space:normal}.fs-table td small{white-space:nowrap;color:#555}")
 
 _INTERACTIVE_HTML = (
     "<div class='fs-tools'><button id='fs-in' type='button'>zoom in</button><button id='fs-out' type='button'>"
@@ -1025,6 +1126,7 @@ _INTERACTIVE_JS = r"""
   D.kinds.forEach(function (k, i) { swatch(D.colours[i], k === "wait" ? "queue wait" : k); });
   var carried = {};
   for (var jj = 0; jj < n; jj++) { var pj = purpose(jj); if (pj && PC[pj]) carried[pj] = true; }
+  ((A && A.payloads) || []).forEach(function (p) { carried[p] = true; });  // (also where no single bar is held)
   Object.keys(carried).sort().forEach(function (p) { swatch(PC[p], p + (p === "gradients" ? " (download)" : " (upload)")); });
   var RD = D.rounds || [], DR = D.drops || [];
   if (RD.length) { swatch("#556", "round start", "┆"); swatch("#c9a100", "round's straggler finishes", "▼"); }
@@ -1044,6 +1146,21 @@ _INTERACTIVE_JS = r"""
     var best = A.levels[0];
     A.levels.forEach(function (lv) { if (A.bin * lv.f <= px) best = lv; });
     return best;
+  }
+  // the server's busy share of each pixel column (the time-weighted mean of its bins' shares)
+  var SD = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  function shareColumns(lv, px) {
+    var s = lv.share || "", bw = A.bin * lv.f, out = new Array(PW);
+    for (var x = 0; x < PW; x++) {
+      var ta = view[0] + x * px - A.t0, tb = ta + px, ia = Math.max(0, Math.floor(ta / bw)),
+          ib = Math.min(s.length - 1, Math.floor(tb / bw)), sum = 0;
+      for (var k = ia; k <= ib; k++) {
+        var o = Math.min(tb, (k + 1) * bw) - Math.max(ta, k * bw);
+        if (o > 0) sum += o * SD.indexOf(s.charAt(k)) / (SD.length - 1);
+      }
+      out[x] = sum / px;
+    }
+    return out;
   }
   function aggColumns(row, lv, px) {
     var s = lv.rows[row], bw = A.bin * lv.f, out = new Array(PW);
@@ -1073,14 +1190,33 @@ _INTERACTIVE_JS = r"""
     shownAgg = 0;
     if (A) {
       var lv = level(px);
-      for (var ri = 0; ri < disp.length; ri++) {
+      // the server's row: a bar per pixel column as tall as its busy share (whole pixels, each column's
+      // rounding carried to the next, so the drawn area is the utilisation); a client's: its dominant phase
+      var sh = shareColumns(lv, px), H = ROW - 3, carry = 0, y0 = 4 + 1.5;
+      for (x = 0; x < PW;) {
+        var hx = exactCol[x] ? 0 : Math.floor(sh[x] * H + carry + 0.5);
+        carry = exactCol[x] ? 0 : carry + sh[x] * H - hx;
+        var x2 = x + 1, tot = sh[x];
+        while (x2 < PW && !exactCol[x2] && !exactCol[x]) {
+          var h2 = Math.floor(sh[x2] * H + carry + 0.5);
+          if (h2 !== hx) break;
+          carry += sh[x2] * H - h2; tot += sh[x2]; x2++;
+        }
+        if (hx > 0)
+          el("rect", {"class": "fs-agg fs-share", x: L + x, y: y0 + H - hx, width: x2 - x, height: hx,
+                      fill: D.colours[D.kinds.indexOf("server")], "data-r": 0, "data-share": (tot / (x2 - x)).toFixed(4),
+                      "data-a": view[0] + x * px, "data-b": view[0] + x2 * px, "shape-rendering": "crispEdges"}, barsG);
+        if (hx > 0) shownAgg++;
+        x = x2;
+      }
+      for (var ri = 1; ri < disp.length; ri++) {
         var r = disp[ri], cols = aggColumns(r, lv, px);
         for (x = 0; x < PW;) {
           var c = exactCol[x] ? "." : cols[x], x1 = x + 1;
           while (x1 < PW && (exactCol[x1] ? "." : cols[x1]) === c) x1++;
           if (c !== ".") {
             el("rect", {"class": "fs-agg", x: L + x, y: 4 + ri * ROW + 1.5, width: x1 - x, height: ROW - 3,
-                        fill: D.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
+                        fill: A.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
                         "data-b": view[0] + x1 * px}, barsG);
             shownAgg++;
           }
@@ -1262,8 +1398,17 @@ _INTERACTIVE_JS = r"""
   function kindName(k) { return k === "wait" ? "queue wait at the server" : k; }
   barsG.addEventListener("mouseover", function (ev) {
     var t = ev.target, i = t.getAttribute && t.getAttribute("data-i");
+    if (t.getAttribute && t.getAttribute("data-share") !== null) {
+      tip.textContent = "server: busy " + (100 * +t.getAttribute("data-share")).toFixed(1) + "% of " +
+        fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
+        "\nthe server's bar is as tall as the share of each pixel column's time its workers were busy\n" +
+        "(its mean over the run is the utilisation); zoom in to see single requests";
+      tip.style.display = "block";
+      placeTip(ev);
+      return;
+    }
     if (t.getAttribute && t.getAttribute("data-c") !== null) {
-      tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(D.kinds[+t.getAttribute("data-c")]) +
+      tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(A.kinds[+t.getAttribute("data-c")]) +
         "\n" + fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
         "\neach pixel column shows the phase that fills most of it;\nzoom in to see single intervals";
       tip.style.display = "block";
@@ -1277,7 +1422,16 @@ _INTERACTIVE_JS = r"""
                                  : "server, request of client " + B[4][i]) : "client " + B[4][i]) + ": " +
                (kind === "wait" ? "queue wait at the server" : kind));
     lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
-    if (kind === "download" || kind === "upload") lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+    if (kind === "download" || kind === "upload") {
+      lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
+      // the bar's length: the link's latency, any wait for a shared medium, and the airtime (bits / rate)
+      var dur = B[3][i] - B[2][i], air = B[6][i] > 0 && B[5][i] !== null ? B[5][i] * 8 / B[6][i] : null,
+          qw = B[7][i] || 0;
+      if (air !== null)
+        lines.push("link latency " + fmtS(Math.max(dur - qw - air, 0)) + " + " + (qw > 0 ? "wait " + fmtS(qw) + " + " : "") +
+                   "airtime " + fmtS(air) + " = " + fmtS(dur));
+      else if (dur <= 0) lines.push("0 s: an ideal link (no latency, no airtime)");
+    }
     var w = whatOf(i), p = purpose(i);
     if (p !== null) lines.push("carries " + p + (w !== null && w !== p ? " (the trace's what: " + w + ")" : ""));
     else if (kind === "server" || kind === "wait") lines.push("request: " + (w === null ? "not named in the trace" : w));
@@ -1341,6 +1495,82 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1000
     return f"{n:.2f} TB"
+
+
+def fmt_number(v: Any) -> str:
+    """A table's number for people, never in scientific notation unless tiny: ``10964800`` → ``10,964,800``,
+    ``0.81234567`` → ``0.8123``, ``1234.5678`` → ``1,234.6``; a missing one is ``–``."""
+    if v is None or isinstance(v, bool):
+        return "" if v is None else str(v)
+    v = float(v)
+    if not np.isfinite(v):
+        return "–" if np.isnan(v) else ("∞" if v > 0 else "-∞")
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}"
+    if abs(v) >= 1000:
+        return f"{v:,.1f}"
+    if abs(v) >= 1e-3:
+        return f"{v:.4g}"
+    return f"{v:.3g}"
+
+
+def _cell(col: str, v: Any, reached: Any = None) -> str:
+    """One cell of a sweep or seeds table, by its column's unit (``bytes_*`` in SI bytes, ``*_s`` in
+    seconds, ``energy_j`` in joules, accuracies to 4 decimals); a time to target that was never reached
+    says so instead of ``inf`` or ``NaN``."""
+    if isinstance(v, str):
+        return v
+    missing = v is None or (isinstance(v, float) and not np.isfinite(v))
+    if col.startswith("time_to_target") and missing and not col.endswith("_std"):
+        return "not reached" if reached is None or not reached or (isinstance(v, float) and np.isinf(v)) else "–"
+    if missing or isinstance(v, bool):
+        return fmt_number(v)
+    if col.startswith("bytes_"):
+        return fmt_bytes(v)
+    if col.endswith("_s") or col.endswith("_s_mean") or col.endswith("_s_std"):
+        return fmt_seconds(v)
+    if col.startswith("energy_j"):
+        return f"{float(v):,.1f} J"
+    if "accuracy" in col:
+        return f"{float(v):.4f}"
+    return fmt_number(v)
+
+
+def table_html(frame: pd.DataFrame, max_rows: int = 500) -> str:
+    """A sweep's or seeds' table for people (the CSV keeps every column at full precision): a mean and
+    its std (``x`` and ``x_std``, or ``x_mean`` and ``x_std``) share one cell, ``mean ± std``; columns
+    with no value at all are left out (no target: no target columns); numbers carry units and are never
+    in scientific notation; headers break at underscores, so the table fits the page instead of being
+    cut at ``bytes_up``."""
+    import html
+
+    frame = frame.head(max_rows)
+    cols = [c for c in frame.columns if not frame[c].isna().all()]
+    reached = frame["reached_target"] if "reached_target" in frame else None
+    shown: list[tuple[str, str, str | None]] = []  # (header, value column, std column)
+    for c in cols:
+        if c.endswith("_std"):
+            base = c[:-4]
+            if base in cols or f"{base}_mean" in cols:
+                continue
+        base = c[:-5] if c.endswith("_mean") else c
+        std = f"{base}_std" if f"{base}_std" in cols else None
+        shown.append((base, c, std))
+    head = "".join(f"<th>{html.escape(h).replace('_', '_<wbr>')}" +
+                   (" (mean ± std)" if std else " (mean)" if c.endswith("_mean") else "") + "</th>"
+                   for h, c, std in shown)
+    body = []
+    for i in range(len(frame)):
+        row = frame.iloc[i]
+        got = None if reached is None else row["reached_target"]
+        cells = []
+        for _, c, std in shown:
+            text = html.escape(_cell(c, row[c], got))
+            if std is not None and text not in ("not reached", "–", "") and pd.notna(row[std]):
+                text += " <small>± " + html.escape(_cell(std, row[std])) + "</small>"
+            cells.append(f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<div class='fs-table'><table><tr>{head}</tr>" + "".join(body) + "</table></div>")
 
 
 def _fmt(value: Any) -> str:

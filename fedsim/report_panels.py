@@ -53,6 +53,8 @@ DRAW_ORDER = ("download", "compute", "upload", "queue", "served", "round_wait", 
 #: Colours of traffic by purpose (the trace's ``what``); any other purpose gets the next of ``_SPARE``.
 PURPOSE_COLOURS = {"model": "#4c9be8", "activations": "#e15759", "gradients": "#76b7b2", "aggregate": "#b07aa1",
                    "apply": "#9467bd", "train": "#f28e2b"}
+#: A model transfer's colour in "traffic by purpose": its direction's, the timelines' upload and download.
+DIRECTION_COLOURS = {"upload": "#59a14f", "download": "#4c9be8"}
 _SPARE = ("#ff9da7", "#9c755f", "#8cd17d", "#d4a6c8", "#86bcb6", "#f1ce63", "#a0cbe8")
 
 _KINDS = ("download", "compute", "upload", "offline", "server", "apply", "round", "drop")
@@ -81,8 +83,24 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
                "Co-S²P's ⌈μN⌉): later updates wait for the next aggregation."),
     ("utilisation", "The fraction of the run's time the server's workers were busy serving requests: busy "
                     "worker-seconds / (run time × workers). Near 1 means requests queue."),
-    ("straggler", "In a synchronous round, the selected client whose work ends last: everyone else waits "
-                  "for it (yellow in the time breakdown)."),
+    ("straggler", "In a synchronous round, the selected client whose task (download, compute, upload and the "
+                  "server's work for it) finishes last: the round cannot close before it does (or before the "
+                  "deadline). Its finish is marked ▼ on the timelines; the other clients' time spent waiting for "
+                  "it is \"waiting for the round\" (yellow) in the per-client breakdown. Asynchronous algorithms "
+                  "have no stragglers: nobody waits for anybody."),
+    ("deadline", "A synchronous round's time limit (e.g. algorithm.fedavg.deadline_s): when it passes, the "
+                 "server aggregates the updates it has and drops the clients still working."),
+    ("drop", "A task given up: its client went offline, the round's deadline passed before its update "
+             "arrived, or (an algorithm with a staleness bound) its update came too stale. Its update is never applied; the work it had under way is in the trace as a cut record "
+             "(with ended), and the timelines mark the drop ×."),
+    ("idle", "A client's time covered by no record: it had no task (not selected for the round, or no free "
+             "slot for it). Unlike \"waiting for the round\", which is time after its "
+             "own work in a round it takes part in."),
+    ("concurrency", "Asynchronous algorithms: how many clients work at once (algorithm.concurrency); when "
+                    "one's task ends, its slot goes to another client."),
+    ("latency", "A link's one-way delay (network.latency_s), part of every transfer before its bits arrive: an "
+                "upload's bar is latency + any wait for a shared medium + airtime (bytes × 8 / rate). A link "
+                "with no latency and no airtime is ideal: its transfers take 0 s and draw no bar."),
     ("queue wait", "Time a request spent at the server before a worker started serving it."),
 )
 
@@ -809,6 +827,26 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
                "tasks": table["tasks"].astype(int).tolist(), "per_task": _clean(table["per_task_s"]),
                "updates": table["updates"].astype(int).tolist(), "stale": _clean(table["mean_staleness"], 4),
                "drops": table["drops"].astype(int).tolist()}
+    merged = merge_traffic(traffic_in)
+    traffic = [{"direction": d, "purpose": p, "count": int(v[0]), "bytes": v[1], "seconds": v[2]}
+               for (d, p), v in sorted(merged.items())]
+    spare = iter(_SPARE * 4)
+    colours = {}
+    for row in traffic:
+        if row["purpose"] not in colours:
+            colours[row["purpose"]] = PURPOSE_COLOURS.get(row["purpose"]) or next(spare, "#999999")
+        # a whole model moves in its direction's colour (uploads green, downloads blue, as on the timelines)
+        row["colour"] = DIRECTION_COLOURS.get(row["direction"]) if row["purpose"] == "model" else None
+        row["colour"] = row["colour"] or colours[row["purpose"]]
+    spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
+    return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
+            "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients, "server": server,
+            "staleness": staleness, "rounds": rounds, "traffic": traffic, "purpose_colours": colours}
+
+
+def merge_traffic(traffic_in: dict[tuple[str, str], list[float]]) -> dict[tuple[str, str], list[float]]:
+    """Count, bytes and seconds per (direction, purpose), an unversioned download named by the run (split
+    learning's gradients, else a model)."""
     split = any(p == "activations" for _, p in traffic_in)
     merged: dict[tuple[str, str], list[float]] = {}
     for (d, p), v in traffic_in.items():
@@ -817,17 +855,25 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
         row = merged.setdefault((d, p), [0, 0.0, 0.0])
         for i in range(3):
             row[i] += v[i]
-    traffic = [{"direction": d, "purpose": p, "count": int(v[0]), "bytes": v[1], "seconds": v[2]}
-               for (d, p), v in sorted(merged.items())]
-    spare = iter(_SPARE * 4)
-    colours = {}
-    for row in traffic:
-        if row["purpose"] not in colours:
-            colours[row["purpose"]] = PURPOSE_COLOURS.get(row["purpose"]) or next(spare, "#999999")
-    spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
-    return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
-            "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients, "server": server,
-            "staleness": staleness, "rounds": rounds, "traffic": traffic, "purpose_colours": colours}
+    return merged
+
+
+def ideal_links_note(traffic_in: dict[tuple[str, str], list[float]]) -> str:
+    """One sentence naming the transfers that take 0 s (an ideal link: no latency, infinite rate), or "":
+    a reader who finds no download on the timeline, or no "gradients" colour, learns why."""
+    merged = merge_traffic(traffic_in)
+    parts = []
+    for d, link in (("download", "downlink"), ("upload", "uplink")):
+        rows = {p: v for (dd, p), v in merged.items() if dd == d and v[0] > 0}
+        zero = sorted(p for p, v in rows.items() if v[2] <= 0)
+        if not zero:
+            continue
+        what = ", ".join(f"{int(rows[p][0]):,} {p}" for p in zero)
+        if len(zero) == len(rows):
+            parts.append(f"The {link} is ideal: every {d} takes 0 s ({what}), so the timeline draws no {d} bar")
+        else:
+            parts.append(f"Some {d}s take 0 s (an ideal link) and draw no bar on the timeline: {what}")
+    return "; ".join(parts) + "." if parts else ""
 
 
 # ---------------------------------------------------------------------------------------------- HTML
@@ -913,6 +959,8 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
     if data is None:
         return glossary_html()  # (the navigation links to it on every page)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    ideal = ideal_links_note({(r["direction"], r["purpose"]): [r["count"], r["bytes"], r["seconds"]]
+                              for r in data["traffic"]})
     link = ""
     if (Path(run_dir) / "check" / "staleness_hist.png").exists():
         link = " <a href='check/staleness_hist.png'>check/staleness_hist.png</a> (from fedsim check)."
@@ -938,7 +986,8 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
             "<svg id='fp-stale-time' xmlns='http://www.w3.org/2000/svg'></svg>"
             "<h3 id='fp-traffic-title'>Traffic and server work by purpose</h3><p class='hint'>Transfers and "
             "server requests grouped by the trace's <code>what</code>: split learning's activations and "
-            "gradients apart from whole models.</p><svg id='fp-traffic' xmlns='http://www.w3.org/2000/svg'></svg>"
+            "gradients apart from whole models." + (f" <span id='fp-ideal'>{html.escape(ideal)}</span>" if ideal
+                                                      else "") + "</p><svg id='fp-traffic' xmlns='http://www.w3.org/2000/svg'></svg>"
             "<div class='fp-tip' id='fp-tip'></div></div>"
             f"<script type='application/json' id='fedsim-panels'>{payload}</script>"
             f"<script>{with_formats(PANELS_JS)}</script>" + glossary_html())
@@ -1258,7 +1307,7 @@ PANELS_JS = r"""
     svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     clear(svg);
     rows.forEach(function (r, i) {
-      var y = 4 + i * ROW, w = top > 0 ? r.seconds / top * (PW - 220) : 0, col = P.purpose_colours[r.purpose];
+      var y = 4 + i * ROW, w = top > 0 ? r.seconds / top * (PW - 220) : 0, col = r.colour || P.purpose_colours[r.purpose];
       el("text", {x: L + 50, y: y + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, svg).textContent = r.direction;
       var bar = el("rect", {x: L + 56, y: y + 2, width: Math.max(w, 1).toFixed(1), height: ROW - 4, fill: col,
                             "class": "fp-traffic-bar", "data-purpose": r.purpose}, svg);

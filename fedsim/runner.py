@@ -71,23 +71,58 @@ from fedsim.system.topology import rate_graph
 from fedsim.system.world import World
 
 
-class _Progress:
-    """A tqdm bar over model versions (or virtual seconds when only a time limit is set)."""
+#: Where stderr is not a terminal (a piped or redirected log), the progress is a plain line at most every
+#: this many percent of the run, and at least one a minute of wall time while the run advances.
+PIPED_PROGRESS_STEP = 10.0
+PIPED_PROGRESS_EVERY_S = 60.0
 
-    def __init__(self, scenario: Scenario, label: str, enabled: bool) -> None:
+
+class _Progress:
+    """A tqdm bar over model versions (or virtual seconds when only a time limit is set) on a terminal;
+    on a pipe or a file, a plain line per :data:`PIPED_PROGRESS_STEP` percent (or a minute) and one at
+    the end, since a bar redrawn with carriage returns many times a second floods a log."""
+
+    def __init__(self, scenario: Scenario, label: str, enabled: bool, stream: Any = None) -> None:
         self.bar = None
+        self.plain = False
         if not enabled:
+            return
+        st = scenario.stop
+        self.by_time = st.max_versions is None
+        self.total = float(st.max_time_s if self.by_time else st.max_versions)
+        self.unit = "s" if self.by_time else "ver"
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        isatty = getattr(self.stream, "isatty", None)
+        if not (callable(isatty) and isatty()):
+            self.plain = True
+            self.t0 = self.last_t = time.monotonic()
+            self.last_pct = -math.inf
+            self.line = ""
             return
         from tqdm import tqdm
 
-        st = scenario.stop
-        self.by_time = st.max_versions is None
-        total = st.max_time_s if self.by_time else st.max_versions
-        unit = "s" if self.by_time else "ver"
-        self.bar = tqdm(total=total, desc=label, unit=unit, leave=True, dynamic_ncols=True,
+        self.bar = tqdm(total=self.total, desc=label, unit=self.unit, leave=True, dynamic_ncols=True, file=self.stream,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit} [{elapsed}<{remaining}{postfix}]")
 
+    def _say(self, now: float, version: int, last: bool = False) -> None:
+        """The piped log's line for where the run is now (printed when it moved far or long enough, and
+        the ``last`` one unless it was just printed)."""
+        n = min(now if self.by_time else version, self.total)
+        pct = 100.0 * n / self.total if self.total > 0 else 100.0
+        wall = time.monotonic()
+        where = f"{self.label}: {pct:3.0f}% {n:.0f}/{self.total:.0f} {self.unit} t={now:.1f}s v={version}"
+        if where == self.line:
+            return
+        if last or pct >= self.last_pct + PIPED_PROGRESS_STEP or (wall - self.last_t >= PIPED_PROGRESS_EVERY_S
+                                                                  and pct > self.last_pct):
+            print(f"{where} [{wall - self.t0:.0f} s]", file=self.stream, flush=True)
+            self.last_pct, self.last_t, self.line = pct, wall, where
+
     def __call__(self, now: float, version: int) -> None:
+        if self.plain:
+            self._say(now, version)
+            return
         if self.bar is None:
             return
         target = now if self.by_time else version
@@ -96,7 +131,13 @@ class _Progress:
 
     def close(self, now: float | None = None, version: int | None = None) -> None:
         """Close the bar at where the run ended (a round-based algorithm reports its last round before the
-        stop time, so without this a bar that ran to the end would stay at 96%)."""
+        stop time, so without this a bar that ran to the end would stay at 96%); a piped log gets its last
+        line."""
+        if self.plain:
+            if now is not None and version is not None:
+                self._say(now, version, last=True)
+            self.plain = False
+            return
         if self.bar is not None:
             if now is not None and version is not None:
                 self(now, version)

@@ -491,8 +491,14 @@ def _xs(values: pd.Series) -> tuple[list[Any], bool]:
 
 
 def sweep_figure(table: pd.DataFrame, path: Path, key: str) -> None:
-    """Time to target accuracy (or final accuracy when no target) against the swept value; error bars are
-    the std over seeds where the table has it."""
+    """Time to target accuracy (or, with no target, accuracy) against the swept value; error bars are the
+    std over seeds where the table has it.
+
+    Without a target each point is the mean over its seeds of each run's final accuracy (its last
+    evaluation), drawn solid, and beside it, dashed with open markers, the mean over its seeds of each
+    run's best accuracy (its highest evaluation): a run that got worse near its end (FedBuff at 0.844
+    final after 0.916 best) shows the gap instead of one number standing for both.  The legend says how
+    many seeds each point averages."""
     fig, ax = plt.subplots(figsize=(6, 4))
     use_target = table["time_to_target_s"].notna().any()
     ycol = "time_to_target_s" if use_target else "final_accuracy"
@@ -506,11 +512,18 @@ def sweep_figure(table: pd.DataFrame, path: Path, key: str) -> None:
         x = group[key].tolist() if numeric else [order.index(v) for v in group[key]]
         y = pd.to_numeric(group[ycol], errors="coerce").replace(math.inf, float("nan"))
         std = group.get(f"{ycol}_std")
+        seeds = int(group["runs"].max()) if "runs" in group else 1
+        what = {"final_accuracy": "final, ", "time_to_target_s": "", "virtual_time_s": ""}[ycol]
         if std is not None and pd.to_numeric(std, errors="coerce").notna().any():
             line = ax.errorbar(x, y, yerr=pd.to_numeric(std, errors="coerce"), marker="o", capsize=3,
-                               label=f"{label} (mean ± std, {int(group['runs'].max())} seeds)").lines[0]
+                               label=f"{label} ({what}mean ± std, {seeds} seeds)").lines[0]
         else:
-            line = ax.plot(x, y, marker="o", label=str(label))[0]
+            line = ax.plot(x, y, marker="o", label=f"{label} ({what}{seeds} seed{'s' * (seeds != 1)})")[0]
+        if ycol == "final_accuracy" and "best_accuracy" in group:
+            best = pd.to_numeric(group["best_accuracy"], errors="coerce")
+            if best.notna().any():
+                ax.plot(x, best, marker="o", linestyle="--", markerfacecolor="none", color=line.get_color(),
+                        label=f"{label} (best, mean of {seeds} seed{'s' * (seeds != 1)})")
         if use_target:  # never reached: an open marker above the data, not a missing (or fastest) point
             miss = ~group[ycol].apply(lambda v: v is not None and math.isfinite(v))
             if miss.any():
@@ -530,7 +543,8 @@ def sweep_figure(table: pd.DataFrame, path: Path, key: str) -> None:
     ax.set_xlabel(f"{key} (swept)")
     tgt = table["target"].iloc[0] if use_target else None
     ax.set_ylabel({"time_to_target_s": f"virtual time to {tgt:.0%} accuracy (s)" if use_target else "",
-                   "final_accuracy": "final test accuracy", "virtual_time_s": "virtual time (s)"}[ycol])
+                   "final_accuracy": "test accuracy: final (solid), best (dashed)",
+                   "virtual_time_s": "virtual time (s)"}[ycol])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save_figure(fig, path)
