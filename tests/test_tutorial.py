@@ -2,8 +2,10 @@
 
 A lesson checks its own answers with plain ``assert`` statements (an exercise's expected outcome, shown
 by the lesson's run), so running it here is what fails CI when fedsim stops doing what the lesson teaches.
-The committed Markdown page must hold the lesson's code cells as they are now, and every figure the lesson
-saves must be committed beside it, so the page on the repository's host is the lesson that CI runs."""
+The committed Markdown page must be, line for line, the page the lesson renders now: its code, what the code
+printed and every number its prose quotes (``{{...}}`` fields, filled from the run), so a number that goes
+stale fails here; every figure the lesson saves must be committed beside it, so the page on the repository's
+host is the lesson that CI runs."""
 from __future__ import annotations
 
 import importlib.util
@@ -47,6 +49,9 @@ def test_lesson_runs_and_its_page_is_current(lesson: Path, tmp_path: Path) -> No
     text = page.read_text(encoding="utf-8")
     stale = [c.line for c in code if f"```python\n{c.text}\n```" not in text]
     assert not stale, f"{page.name} is older than {lesson.name} (cells at lines {stale}): rebuild it"
+    changed = build.differences(text, build.render(lesson, cells))
+    assert not changed, (f"{page.name} no longer matches its run (rebuild with `python docs/tutorial/build.py "
+                         f"{lesson.name[:2]}`):\n" + "\n".join(changed[:20]))
     for name in saved:
         assert (TUTORIAL / "figures" / name).exists(), f"figure {name} is not committed"
         assert f"(figures/{name})" in text, f"{page.name} does not show {name}"
@@ -65,3 +70,39 @@ def test_parse_splits_prose_and_code(tmp_path: Path) -> None:
     bad.write_text("# %% [markdown]\nnot a comment\n", encoding="utf-8")
     with pytest.raises(ValueError, match="start with '#'"):
         build.parse(bad)
+
+
+def _demo(tmp_path: Path, value: str) -> tuple[Path, list]:
+    script = tmp_path / "97-demo.py"
+    script.write_text("# %% [markdown]\n# # Demo\n\n# %%\n"
+                      f"x = {value}\nprint(f'x = {{x}}')\n\n"
+                      "# %% [markdown]\n# The run measured {{x:.2f}}, twice that is {{2 * x:.1f}}.\n",
+                      encoding="utf-8")
+    return script, build.execute(script, tmp_path / "figs", tmp_path)
+
+
+def test_prose_fields_are_filled_from_the_run(tmp_path: Path) -> None:
+    script, cells = _demo(tmp_path, "0.125")
+    page = build.render(script, cells)
+    assert "The run measured 0.12, twice that is 0.2." in page  # f-string rounding: 0.125 -> 0.12 (half-even)
+    assert "{{" not in page and "```text\nx = 0.125\n```" in page
+
+
+def test_a_stale_number_in_prose_or_output_fails_the_page_check(tmp_path: Path) -> None:
+    script, cells = _demo(tmp_path, "0.125")
+    committed = build.render(script, cells)
+    assert build.differences(committed, committed) == []
+    _, rerun = _demo(tmp_path, "0.5")  # the run changed; the committed page did not
+    changed = build.differences(committed, build.render(script, rerun))
+    assert "-The run measured 0.12, twice that is 0.2." in changed
+    assert "+The run measured 0.50, twice that is 1.0." in changed
+    assert "-x = 0.125" in changed and "+x = 0.5" in changed
+    # code, output and prose lines each change once; the old check (code cells only) saw just the first
+    assert len(changed) == 6
+
+
+def test_a_prose_field_naming_nothing_is_an_error(tmp_path: Path) -> None:
+    script = tmp_path / "96-bad.py"
+    script.write_text("# %%\nx = 1\n\n# %% [markdown]\n# Quoted {{y:.2f}}.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"96-bad.py:5: prose field \{\{y:.2f\}\}: NameError"):
+        build.execute(script, tmp_path / "figs", tmp_path)

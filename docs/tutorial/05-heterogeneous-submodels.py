@@ -94,6 +94,10 @@ kept = tr[(tr.kind == "dispatch") & (tr.label == "heterofl")].assign(
 print(kept.groupby("cls")["kept"].unique().to_string())
 
 # %% [markdown]
+# An upload still on the link when the run stops at 15 s is cut there: its row says `ended: run_end` and
+# its `bytes` are those sent by then, which is why some `min` values sit below the model's size
+# ({{int((up["ended"] == "run_end").sum())}} such uploads here).
+#
 # FedAvg never uploads from a Nano or a Xavier: they cannot train the whole model, so only the Orins take
 # part, and with fewer Orins than `clients_per_round` (10) every round takes all of them. The sub-model methods take
 # everyone; the weak clients send a fraction of the bytes, so their uploads are short, rounds end sooner,

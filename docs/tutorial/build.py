@@ -137,6 +137,15 @@ def render(path: Path, cells: list[Cell], figures_rel: str = "figures") -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def differences(page: str, rendered: str) -> list[str]:
+    """The lines where a committed page differs from the page its lesson renders now (``-`` committed,
+    ``+`` now), so a stale number in prose, output or code names itself; empty when the page is current."""
+    import difflib
+    return [line for line in difflib.unified_diff(page.splitlines(), rendered.splitlines(), "committed", "now",
+                                                  lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
 def build(path: Path) -> Path:
     """Run one lesson and write its Markdown page beside it; returns the page's path."""
     with tempfile.TemporaryDirectory(prefix="fedsim-tutorial-") as work:
