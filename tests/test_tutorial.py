@@ -4,7 +4,7 @@ A lesson checks its own answers with plain ``assert`` statements (an exercise's 
 by the lesson's run), so running it here is what fails CI when fedsim stops doing what the lesson teaches.
 The committed Markdown page must be, line for line, the page the lesson renders now: its code, what the code
 printed and every number its prose quotes (``{{...}}`` fields, filled from the run), so a number that goes
-stale fails here; every figure the lesson saves must be committed beside it, so the page on the repository's
+stale fails here; the page links a report.html that the lesson's runs wrote; every figure the lesson saves must be committed beside it, so the page on the repository's
 host is the lesson that CI runs."""
 from __future__ import annotations
 
@@ -52,6 +52,10 @@ def test_lesson_runs_and_its_page_is_current(lesson: Path, tmp_path: Path) -> No
     changed = build.differences(text, build.render(lesson, cells))
     assert not changed, (f"{page.name} no longer matches its run (rebuild with `python docs/tutorial/build.py "
                          f"{lesson.name[:2]}`):\n" + "\n".join(changed[:20]))
+    reports = re.findall(r"\]\(\.\./\.\./(runs/tutorial/[^)]+/report\.html)\)", text)
+    assert reports, f"{page.name} links no report.html of its runs"
+    for rel in reports:  # the page's link is relative to docs/tutorial/, the run's folder to the repository root
+        assert (tmp_path / rel).is_file(), f"{page.name} links {rel}, which the lesson's runs did not write"
     for name in saved:
         assert (TUTORIAL / "figures" / name).exists(), f"figure {name} is not committed"
         assert f"(figures/{name})" in text, f"{page.name} does not show {name}"

@@ -120,6 +120,24 @@ fig.suptitle("Sub-models let weak devices in")
 show(fig, "05-submodels.png")
 
 # %% [markdown]
+# ## A report to look at
+#
+# The runs above skipped their figures and reports (four reports take several seconds). Run HeteroFL
+# alone with them on: on the same world it is the same run as HeteroFL's above, now with a report.
+
+# %%
+alone = fedsim.run("heterofl", out=RUNS / "heterofl", force=True,
+                   overrides=["algorithm=heterofl", "train.systems_only=true"])
+print({k: alone.summary[k] for k in ("versions", "updates_applied", "bytes_up")})
+assert all(alone.summary[k] == res.by_label["heterofl"][k] for k in ("versions", "updates_applied", "bytes_up"))
+
+# %% [markdown]
+# Open [`runs/tutorial/05/heterofl/report.html`](../../runs/tutorial/05/heterofl/report.html) (in your copy,
+# once you have run the lesson). In its *Per-client time breakdown* every device class works, where FedAvg
+# left the Nanos and Xaviers idle; *Traffic and server work by purpose* gives the bytes up and down of the
+# table's `heterofl` row; in the *Interactive timeline*, hover a Nano's upload for its bytes, a fraction
+# of an Orin's (the `min` and `max` per class above).
+#
 # ## Exercises
 #
 # 1. **Predict the widths, and who FedAvg leaves out.** *Expected:* each class trains the width predicted

@@ -35,11 +35,13 @@ def show(fig, name):
     plt.close(fig)
 
 
-def run_pair(local_steps, extra=()):
-    """MiniBatch-SFL and FedAvg (3 clients per round each) for 5 rounds, systems-only."""
+def run_pair(local_steps, extra=(), report=False):
+    """MiniBatch-SFL and FedAvg (3 clients per round each) for 5 rounds, systems-only; with ``report``,
+    each also writes its figures and report.html (seconds more)."""
     return fedsim.run("minibatch-sfl", out=RUNS / f"k{local_steps}", force=True, overrides=[
         "algorithm=minibatch-sfl,fedavg", "algorithm.fedavg.clients_per_round=3", "train.systems_only=true",
-        "output.figures=false", "stop.max_versions=5", f"train.local_steps={local_steps}", *extra])
+        *([] if report else ["output.figures=false"]), "stop.max_versions=5", f"train.local_steps={local_steps}",
+        *extra])
 
 # %% [markdown]
 # ## What moves
@@ -49,7 +51,7 @@ def run_pair(local_steps, extra=()):
 # the one going up, so everything else coming down is gradients.
 
 # %%
-res = run_pair(5)
+res = run_pair(5, report=True)
 tr = res.trace[res.trace.label == "minibatch-sfl"]
 up, down = tr[tr.kind == "upload"], tr[tr.kind == "download"]
 part_bytes = int(up[up["what"] == "model"]["bytes"].iloc[0])
@@ -105,6 +107,15 @@ show(fig, "06-sfl-crossover.png")
 # little under the formula's. With this small MLP split learning saves traffic only for short rounds; a
 # large model with small activations at the cut pushes K* up, and the
 # [SemiSFL page](../papers/semisfl.md) computes the same ratio for that paper's CNN, AlexNet and VGG.
+#
+# ## The run's report
+#
+# The K = 5 pair wrote its reports; open
+# [`runs/tutorial/06/k5/minibatch-sfl/report.html`](../../runs/tutorial/06/k5/minibatch-sfl/report.html)
+# (in your copy, once you have run the lesson). *Traffic and server work by purpose* splits the bytes into
+# activations, gradients and model parts, the table above; *The server* counts its `sfl-gradient` jobs (one
+# per activation batch). In the *Interactive timeline*, zoom into one round: each client alternates short
+# activation uploads with the server's work on them, K times, before its client part goes up once.
 #
 # ## Exercises
 #
