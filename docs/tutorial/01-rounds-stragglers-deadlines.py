@@ -55,31 +55,27 @@ print({k: wait.summary[k] for k in ("versions", "dropped", "virtual_time_s")})
 
 # %% [markdown]
 # The trace (`res.trace`, the run's `trace.jsonl` as a DataFrame) has one row per event. A client's task in
-# a round is a `download`, a `compute` and an `upload`, each with `start` and `end`; `round` rows say when
-# each round started and ended. `energy.csv` names each client's device class.
+# a round is a `dispatch`, then a `download`, a `compute` and an `upload` (each with `start` and `end`),
+# then the `apply` of its update or a `drop`; every record of one task carries the same `task` id, so the
+# task's rows are found by that id alone. `round` rows say when each round started and ended, and
+# `energy.csv` names each client's device class.
 
 # %%
 trace = wait.trace
 classes = pd.read_csv(wait.out / "energy.csv").set_index("device")["device_class"]
 rounds = trace[trace.kind == "round"][["round", "start", "end"]].reset_index(drop=True)
-phases = []
+done = trace[trace["ended"].isna()] if "ended" in trace else trace  # leave out work the run's end cut short
+phase = {kind: done[done.kind == kind].set_index("task") for kind in ("dispatch", "download", "compute", "upload")}
+ids = phase["upload"].index  # the tasks whose upload arrived, one row each
+tasks = pd.DataFrame({"client": phase["dispatch"].loc[ids, "client"].astype(int),
+                      "round": phase["dispatch"].loc[ids, "round"].astype(int),
+                      "start": phase["download"].loc[ids, "start"], "end": phase["upload"].loc[ids, "end"]})
 for kind in ("download", "compute", "upload"):
-    ev = trace[trace.kind == kind][["client", "start", "end", "rate_bps"]].copy()
-    ev["n"] = ev.groupby("client").cumcount()       # a client runs one task at a time: its n-th download,
-    ev[f"{kind}_s"] = ev["end"] - ev["start"]        # compute and upload belong to its n-th task
-    phases.append(ev.rename(columns={"start": f"{kind}_start", "end": f"{kind}_end", "rate_bps": f"{kind}_bps"}))
-# tasks still running when the run stopped have no upload yet: the inner merge leaves them out
-tasks = phases[0].merge(phases[1], on=["client", "n"]).merge(phases[2], on=["client", "n"])
-tasks = tasks.rename(columns={"download_start": "start", "upload_end": "end"})
-tasks["client"] = tasks["client"].astype(int)
-tasks["uplink_mbps"] = tasks["upload_bps"] / 1e6
+    tasks[f"{kind}_s"] = phase[kind].loc[ids, "end"] - phase[kind].loc[ids, "start"]
+tasks["uplink_mbps"] = phase["upload"].loc[ids, "rate_bps"] / 1e6
 tasks["task_s"] = tasks["end"] - tasks["start"]
 tasks["class"] = tasks["client"].map(classes)
-# every task of a round starts at the round's start (its dispatch); the round cut short by the end of the
-# run has no `round` row, so its tasks are left out
-tasks = tasks[tasks["start"] < rounds["end"].max()]
-tasks["round"] = pd.cut(tasks["start"], [*rounds["start"], float("inf")], right=False,
-                        labels=rounds["round"].astype(int)).astype(int)
+tasks = tasks[tasks["round"].isin(rounds["round"])]  # the round the run's end cut has no `round` row
 print(tasks[["download_s", "compute_s", "upload_s"]].mean().round(4).to_string())
 
 # %% [markdown]
