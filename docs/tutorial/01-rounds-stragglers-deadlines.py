@@ -181,7 +181,7 @@ show(fig, "01-deadline.png")
 #    *Expected:* exactly the clients whose task in run 1 took longer than 0.4 s, every time they are
 #    sampled. The lesson's run checks it:
 
-# %%
+# %% solution
 assert dropped == predicted, (dropped, predicted)
 assert cut.summary["versions"] > wait.summary["versions"]
 assert all(r == "deadline" for r in drops["reason"])
@@ -191,7 +191,7 @@ assert all(r == "deadline" for r in drops["reason"])
 #    client's task? *Expected:* it refuses the scenario before running anything, with one line naming the
 #    field (exit code 2 on the command line; `ConfigError` in Python):
 
-# %%
+# %% solution
 try:
     fedsim.run("default", out=RUNS / "impossible", force=True, overrides=COMMON + NO_REPORT + ["algorithm.deadline_s=0.01"])
     raise AssertionError("a deadline shorter than every task should be refused")
@@ -202,9 +202,62 @@ except ConfigError as err:
 # 3. **Raise the deadline to 0.6 s and then 0.9 s.** *Expected:* fewer clients dropped each time, and at a
 #    deadline above the slowest task in the bar chart nobody is dropped and the run has as many rounds
 #    as run 1. Use the bar chart to predict the drops before running.
+
+# %% [markdown] solution
+# Predict from `per_client` (each client's longest task in run 1), run each deadline, and add one just above
+# the slowest task:
+
+# %% solution
+slowest = per_client["task_s"].max()
+for d in (0.6, 0.9, round(slowest + 0.05, 2)):
+    r = fedsim.run("default", out=RUNS / f"deadline-{d}", force=True,
+                   overrides=COMMON + NO_REPORT + [f"algorithm.deadline_s={d}"])
+    got = set(r.trace[r.trace.kind == "drop"]["client"].astype(int))
+    expect = set(per_client.index[per_client["task_s"] > d])
+    print(f"deadline {d} s: dropped {sorted(got)} (predicted {sorted(expect)}), rounds {r.summary['versions']}")
+    assert got == expect
+    if d > slowest:
+        assert not got and r.summary["versions"] == wait.summary["versions"]
+
+# %% [markdown]
 # 4. **Give everyone the same uplink** (`channel.uplink.mbps=2`). *Expected:* the task times in the bar
 #    chart collapse to nearly one value (the download rates still differ), and the straggler is now
 #    decided by the downlink and the few milliseconds of compute jitter.
+
+# %% [markdown] solution
+# A task's length is its upload's end minus its download's start; with the task ids that is one `groupby`:
+
+# %% solution
+def task_lengths(run):
+    tr = run.trace[run.trace["ended"].isna()] if "ended" in run.trace else run.trace
+    length = (tr[tr.kind == "upload"].groupby("task")["end"].max()
+              - tr[tr.kind == "download"].groupby("task")["start"].min()).dropna()
+    return length
+
+
+same = fedsim.run("default", out=RUNS / "same-uplink", force=True,
+                  overrides=COMMON + NO_REPORT + ["channel.uplink.mbps=2"])
+before, after = task_lengths(wait), task_lengths(same)
+print(f"task length, uplinks 0.5-5 Mbit/s: {before.min():.3f} to {before.max():.3f} s")
+print(f"task length, every uplink 2 Mbit/s: {after.min():.3f} to {after.max():.3f} s")
+assert after.max() - after.min() < 0.25 * (before.max() - before.min())
+
+# %% [markdown]
 # 5. **Train for real** (drop `train.systems_only=true`, keep 10 s): compare `final_accuracy` in the two
 #    runs' summaries. Whether the extra rounds beat the lost labels depends on which labels the dropped
 #    clients hold; that is the trade-off, and the per-label bar chart is where to start explaining it.
+
+# %% [markdown] solution
+# Two training runs take a minute or two, so this page does not run them; the code is
+#
+# ```python
+# TRAIN = ["algorithm=fedavg", "stop.max_time_s=10", "output.figures=false"]
+# full = fedsim.run("default", out=RUNS / "train-wait", force=True, overrides=TRAIN)
+# short = fedsim.run("default", out=RUNS / "train-deadline", force=True, overrides=TRAIN + ["algorithm.deadline_s=0.4"])
+# print(full.summary["final_accuracy"], short.summary["final_accuracy"])
+# ```
+#
+# Read the answer against `lost` above: the deadline run never trains on the samples the dropped clients
+# hold, so a label with a large lost share is learned from few examples (none at a share of 1) however many
+# rounds it runs, while the run that waits trains on every sample, in fewer rounds. Per-label accuracy is
+# not in the summary; score each run's `final_model.pt` on the test set label by label to see it.

@@ -180,9 +180,10 @@ print(stale.round(2).to_string(index=False))
 # ## Exercises
 #
 # 1. **Staleness tracks concurrency.** Predict FedAsync's mean staleness at concurrency 2, 5, 10 and 20.
-#    *Expected:* close to c − 1, and growing with c. The runs above check it (within 15% of c − 1):
+#    *Expected:* close to c − 1, and growing with c. The runs above check it (within 15% of c − 1), and the
+#    checks of this lesson's other findings come with them:
 
-# %%
+# %% solution
 assert stale["mean_staleness"].is_monotonic_increasing
 for _, row in stale.iterrows():
     assert abs(row["mean_staleness"] - (row["concurrency"] - 1)) <= 0.15 * (row["concurrency"] - 1), row
@@ -197,9 +198,61 @@ assert swings.loc["final", "server_lr=0.5"] > swings.loc["final", "server_lr=1.0
 # 2. **FedBuff's buffer divides staleness.** Rerun the first cell with `algorithm.fedbuff.buffer_size=10`.
 #    *Expected:* FedBuff's versions about halve and so does its mean staleness in versions, since a
 #    version now takes 10 arrivals.
+
+# %% [markdown] solution
+# Versions and staleness are timing only, so systems-only runs of FedBuff alone answer it in a second (the
+# run with buffer 5 repeats the first cell's FedBuff schedule exactly):
+
+# %% solution
+buffers = {}
+for size in (5, 10):
+    r = fedsim.run("fedasync", out=RUNS / f"buffer-{size}", force=True, overrides=[
+        "algorithm=fedbuff", f"algorithm.buffer_size={size}", "model.hidden=32", "train.local_steps=5",
+        "stop.max_time_s=0.6", "train.systems_only=true", "output.figures=false"])
+    buffers[size] = {k: r.summary[k] for k in ("versions", "updates_applied", "mean_staleness")}
+print(pd.DataFrame(buffers).T.round(3).to_string())
+assert buffers[5]["versions"] == summary.loc["fedbuff", "versions"]
+assert buffers[10]["versions"] == buffers[5]["versions"] // 2
+assert abs(buffers[10]["mean_staleness"] - buffers[5]["mean_staleness"] / 2) < 0.05
+
+# %% [markdown]
 # 3. **Turn the damping off.** Set `algorithm.fedasync.staleness=constant`. *Expected:* the same number
 #    of updates and the same staleness histogram (the schedule does not depend on the mixing rule), but a
 #    different accuracy curve; whether it is worse at this small scale is for you to find out.
+
+# %% solution
+flat = fedsim.run("fedasync", out=RUNS / "fedasync-constant", force=True, overrides=[
+    "algorithm=fedasync", "algorithm.staleness=constant", "model.hidden=32", "train.local_steps=5",
+    "stop.max_time_s=0.6", "eval.every_s=0.05", "eval.every_versions=null", "output.figures=false"])
+damped = res.metrics[res.metrics.label == "fedasync"]
+flat_applies = flat.trace[flat.trace.kind == "apply"]
+same_schedule = (flat_applies["staleness"].value_counts().sort_index()
+                 .equals(applies[applies.label == "fedasync"]["staleness"].value_counts().sort_index()))
+print("same staleness histogram:", same_schedule)
+print(f"accuracy, damped s(τ): best {damped.accuracy.max():.3f}, final {damped.accuracy.iloc[-1]:.3f}")
+print(f"accuracy, constant:    best {flat.metrics.accuracy.max():.3f}, final {flat.metrics.accuracy.iloc[-1]:.3f}")
+assert same_schedule and flat.summary["updates_applied"] == summary.loc["fedasync", "updates_applied"]
+
+# %% [markdown] solution
+# Here the undamped run ends {{"above" if flat.metrics.accuracy.iloc[-1] > damped.accuracy.iloc[-1] else "below"}}
+# the damped one: with a mean staleness near 9, s(τ) = (1 + τ)^-0.5 shrinks a typical update to about a
+# third, so the damped run takes smaller steps. One seed and one short run decide nothing; compare over
+# `--seeds`.
+
+# %% [markdown]
 # 4. **Why does `devices.jitter` not change staleness here?** Try `devices.jitter=0.5` in the
 #    systems-only cell. *Expected:* identical staleness, because compute is microseconds on these devices
 #    and the links set every task's length (lesson 3 measures when that flips).
+
+# %% solution
+shaky = fedsim.run("fedasync", out=RUNS / "c10-jitter", force=True, overrides=[
+    "algorithm.concurrency=10", "train.systems_only=true", "stop.max_time_s=2", "output.figures=false",
+    "devices.jitter=0.5"])
+steady = stale.set_index("concurrency").loc[10]
+tr = shaky.trace
+compute_s = (tr[tr.kind == "compute"]["end"] - tr[tr.kind == "compute"]["start"]).mean()
+upload_s = (tr[tr.kind == "upload"]["end"] - tr[tr.kind == "upload"]["start"]).mean()
+print(f"mean staleness {shaky.summary['mean_staleness']:.3f} (jitter 0.1: {steady['mean_staleness']:.3f}); "
+      f"mean compute {compute_s * 1e3:.3f} ms against mean upload {upload_s * 1e3:.1f} ms")
+assert shaky.summary["mean_staleness"] == steady["mean_staleness"]
+assert shaky.summary["updates_applied"] == steady["updates"]

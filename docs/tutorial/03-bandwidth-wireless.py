@@ -163,7 +163,7 @@ show(fig, "03-crossover.png")
 #    predicted crossover lies between the last communication-bound and the first compute-bound rate of
 #    the sweep. The runs check all three:
 
-# %%
+# %% solution
 assert np.allclose(table["no_fading_mbps"], table["formula_mbps"], rtol=1e-6)
 assert faded["rate_bps"].mean() < still["rate_bps"].mean()
 assert max(comm_bound) < predicted_mbps < min(compute_bound)
@@ -175,8 +175,50 @@ assert np.allclose(sweep["upload_s"], 8 * sweep["model_bytes"] / (sweep["uplink_
 #    double the rate, because the noise N0·B doubles too and the SNR halves. B·log2(1 + SNR) grows
 #    nearly in proportion to B at high SNR and hardly at all at low SNR, so the near clients gain the most
 #    and the far ones the least.
+
+# %% solution
+wide = fedsim.run("default", out=RUNS / "cell-wide", force=True, overrides=WORLD + [
+    "channel.uplink={model: tr36814, fading: none, bandwidth_hz: 2.0e7}", "output.figures=false"])
+wide_up = wide.trace[wide.trace.kind == "upload"]
+gain = pd.DataFrame({"distance_m": DIST,
+                     "measured_gain": wide_up.groupby(wide_up["client"].astype(int))["rate_bps"].mean().values
+                     / still.groupby("client")["rate_bps"].mean().values,
+                     "formula_gain": [shannon_bps(d, bandwidth=20e6) / shannon_bps(d) for d in DIST]})
+print(gain.round(3).to_string(index=False))
+assert ((gain["measured_gain"] > 1) & (gain["measured_gain"] < 2)).all()
+assert gain["measured_gain"].is_monotonic_decreasing
+assert np.allclose(gain["measured_gain"], gain["formula_gain"], rtol=1e-6)
+
+# %% [markdown]
 # 3. **Crossover per device class.** The mean compute time mixes Nanos with Orins. Group `comp` by the
 #    device class (`energy.csv`, as in lesson 1) and predict one crossover per class. *Expected:* the Nano,
 #    the slowest device, has the lowest crossover rate: it is compute-bound sooner.
+
+# %% solution
+def compute_by_class(run):
+    cls = pd.read_csv(run.out / "energy.csv").set_index("device")["device_class"]
+    c = run.trace[run.trace.kind == "compute"]
+    return (c["end"] - c["start"]).groupby(c["client"].astype(int).map(cls)).mean()
+
+
+per_class = pd.DataFrame({"compute_s": compute_by_class(run)})  # `run`: the sweep's last run
+per_class["crossover_mbps"] = 8 * sweep["model_bytes"].iloc[0] / per_class["compute_s"] / 1e6
+print(per_class.round(3).to_string())
+assert per_class["crossover_mbps"].idxmin() == "jetson-nano"
+
+# %% [markdown]
 # 4. **Halve the local work** (`train.local_steps=10`). *Expected:* compute halves, and the crossover rate
 #    doubles: fewer steps per round make the same link the bottleneck sooner.
+
+# %% solution
+half = fedsim.run("default", out=RUNS / "resnet-8-k10", force=True, overrides=[
+    "algorithm=fedavg", "train.systems_only=true", "output.figures=false", "stop.max_time_s=10",
+    "model.name=resnet20", "data.name=digits32", "channel.uplink.mbps=8", "train.local_steps=10"])
+per_class["compute_s_k10"] = compute_by_class(half)
+per_class["crossover_mbps_k10"] = 8 * sweep["model_bytes"].iloc[0] / per_class["compute_s_k10"] / 1e6
+print(per_class[["compute_s", "compute_s_k10", "crossover_mbps", "crossover_mbps_k10"]].round(3).to_string())
+# per class the means mix different clients (each run samples its own); client by client the time halves
+by_client = lambda r: (lambda c: (c["end"] - c["start"]).groupby(c["client"]).mean())(r.trace[r.trace.kind == "compute"])
+ratio = (by_client(half) / by_client(run)).dropna()
+print(f"compute time with 10 steps / with 20, client by client: median {ratio.median():.3f}")
+assert abs(ratio.median() - 0.5) < 0.05
