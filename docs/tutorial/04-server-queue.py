@@ -143,7 +143,7 @@ print(pd.Series(station(gas)).drop(["max_wait_s", "span_s"]).round(4).to_string(
 #    include the jobs still queued or in service when the window closed (marked `ended: run_end`, their
 #    wait counted to the close), which is why they outnumber the summary's finished `requests`. Checked:
 
-# %%
+# %% solution
 for name, run in [*runs.items(), ("gas", gas)]:
     row = station(run)
     longest = run.trace[run.trace.kind == "server"]["service"].max()
@@ -158,7 +158,7 @@ assert table["utilisation"].is_monotonic_increasing and table["mean_wait_s"].is_
 #    falls, and more jobs are served in the same second, because the single worker was the bottleneck.
 #    Checked:
 
-# %%
+# %% solution
 two = station(fedsim.run("fedasync", out=RUNS / "c40-two-workers", force=True,
                          overrides=LOAD + NO_REPORT + ["algorithm.concurrency=40", "server.workers=2"]))
 print({k: round(two[k], 4) for k in ("requests", "utilisation", "mean_wait_s", "L_q")})
@@ -171,7 +171,33 @@ assert two["mean_wait_s"] < table.loc[40, "mean_wait_s"] and two["requests"] > t
 #    arrivals are not Poisson: the system is *closed*, a fixed number of clients cycle between training
 #    and the server, so no more than concurrency − 1 jobs can ever be ahead of one, while M/D/1's wait
 #    grows without bound as ρ → 1.
+
+# %% solution
+rho, mu = table["utilisation"], 1 / table["mean_service_s"]
+md1 = pd.DataFrame({"utilisation": rho, "measured_wait_s": table["mean_wait_s"],
+                    "md1_wait_s": rho / (2 * mu * (1 - rho))})
+md1["md1_over_measured"] = md1["md1_wait_s"] / md1["measured_wait_s"]
+print(md1.round(4).to_string())
+assert (md1["md1_wait_s"] > md1["measured_wait_s"]).all()
+
+# %% [markdown]
 # 4. **Which cost is the server's?** Swap the Pi for the scenario's RTX 3090 (`server.profile=rtx-3090`),
 #    then halve the per-job overhead (`server.overhead_s=0.001`). *Expected:* the faster GPU changes almost
 #    nothing, since the work was already microseconds; halving the overhead halves the service time and,
 #    at light load, about halves the utilisation.
+
+# %% [markdown] solution
+# At concurrency 5 (light load: the Pi's worker was busy {{table.loc[5, "utilisation"]:.0%}} of the time):
+
+# %% solution
+servers = {"raspberry-pi-4": station(runs[5])}
+for name, extra in (("rtx-3090", ["server.profile=rtx-3090"]),
+                    ("rtx-3090, overhead 1 ms", ["server.profile=rtx-3090", "server.overhead_s=0.001"])):
+    servers[name] = station(fedsim.run("fedasync", out=RUNS / f"c5-{len(servers)}", force=True,
+                                       overrides=LOAD + NO_REPORT + ["algorithm.concurrency=5", *extra]))
+light = pd.DataFrame(servers).T[["requests", "mean_service_s", "utilisation", "mean_wait_s"]]
+print(light.round(5).to_string())
+pi, gpu, fast = (light.iloc[i] for i in range(3))
+assert abs(gpu["mean_service_s"] / pi["mean_service_s"] - 1) < 0.01
+assert abs(fast["mean_service_s"] / gpu["mean_service_s"] - 0.5) < 0.01
+assert 0.4 < fast["utilisation"] / gpu["utilisation"] < 0.6
