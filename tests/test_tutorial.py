@@ -44,6 +44,14 @@ def test_lesson_runs_and_its_page_is_current(lesson: Path, tmp_path: Path) -> No
     assert any("assert " in c.text for c in code), "a lesson checks at least one exercise's answer"
     assert re.search(r"^## Exercises", "\n".join(c.text for c in cells if c.kind == "markdown"), re.M)
 
+    solutions = _exercises_and_solutions(cells)
+    assert solutions, "a lesson has exercises"
+    for number, group in solutions:
+        assert group, f"exercise {number} has no worked solution"
+        code = [c for c in group if c.kind == "code"]
+        if any(c.output.strip() for c in code):  # a solution that prints a number checks it
+            assert any("assert " in c.text for c in code), f"exercise {number}'s solution checks nothing"
+
     page = lesson.with_suffix(".md")
     assert page.exists(), f"run `python docs/tutorial/build.py {lesson.name[:2]}` and commit {page.name}"
     text = page.read_text(encoding="utf-8")
@@ -59,6 +67,21 @@ def test_lesson_runs_and_its_page_is_current(lesson: Path, tmp_path: Path) -> No
     for name in saved:
         assert (TUTORIAL / "figures" / name).exists(), f"figure {name} is not committed"
         assert f"(figures/{name})" in text, f"{page.name} does not show {name}"
+
+
+def _exercises_and_solutions(cells: list) -> list[tuple[int, list]]:
+    """Each numbered exercise after the ``## Exercises`` heading, with the solution cells that follow it
+    (empty when the next thing is another exercise or the end)."""
+    out: list[tuple[int, list]] = []
+    started = False
+    for cell in cells:
+        if cell.kind == "markdown" and not cell.solution:
+            started = started or bool(re.search(r"^## Exercises", cell.text, re.M))
+            if started:
+                out.extend((int(n), []) for n in re.findall(r"^(\d+)\. \*\*", cell.text, re.M))
+        elif started and cell.solution and out:
+            out[-1][1].append(cell)
+    return out
 
 
 def test_parse_splits_prose_and_code(tmp_path: Path) -> None:
@@ -110,3 +133,16 @@ def test_a_prose_field_naming_nothing_is_an_error(tmp_path: Path) -> None:
     script.write_text("# %%\nx = 1\n\n# %% [markdown]\n# Quoted {{y:.2f}}.\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"96-bad.py:5: prose field \{\{y:.2f\}\}: NameError"):
         build.execute(script, tmp_path / "figs", tmp_path)
+
+
+def test_solutions_render_collapsed_and_a_missing_one_is_found(tmp_path: Path) -> None:
+    script = tmp_path / "95-demo.py"
+    script.write_text("# %% [markdown]\n# ## Exercises\n#\n# 1. **One.** Do it.\n\n# %% solution\nx = 2\n"
+                      "print(x)\nassert x == 2\n\n# %% [markdown] solution\n# Because {{x}}.\n\n"
+                      "# %% [markdown]\n# 2. **Two.** Left open.\n", encoding="utf-8")
+    cells = build.execute(script, tmp_path / "figs", tmp_path)
+    page = build.render(script, cells)
+    assert ("<details><summary>Worked solution</summary>\n\n```python\nx = 2\nprint(x)\nassert x == 2\n```\n\n"
+            "```text\n2\n```\n\nBecause 2.\n\n</details>") in page
+    found = _exercises_and_solutions(cells)
+    assert [(n, len(g)) for n, g in found] == [(1, 2), (2, 0)]  # exercise 2's missing solution shows

@@ -197,6 +197,7 @@ try:
     raise AssertionError("a deadline shorter than every task should be refused")
 except ConfigError as err:
     print(err)
+    assert "algorithm.deadline_s" in str(err) and "\n" not in str(err)  # one line, naming the field
 
 # %% [markdown]
 # 3. **Raise the deadline to 0.6 s and then 0.9 s.** *Expected:* fewer clients dropped each time, and at a

@@ -35,10 +35,10 @@ def show(fig, name):
     plt.close(fig)
 
 
-def run_pair(local_steps, extra=(), report=False):
-    """MiniBatch-SFL and FedAvg (3 clients per round each) for 5 rounds, systems-only; with ``report``,
-    each also writes its figures and report.html (seconds more)."""
-    return fedsim.run("minibatch-sfl", out=RUNS / f"k{local_steps}", force=True, overrides=[
+def run_pair(local_steps, extra=(), report=False, name=None):
+    """MiniBatch-SFL and FedAvg (3 clients per round each) for 5 rounds, systems-only, into RUNS / ``name``
+    (default ``k{local_steps}``); with ``report``, each also writes its figures and report.html (seconds more)."""
+    return fedsim.run("minibatch-sfl", out=RUNS / (name or f"k{local_steps}"), force=True, overrides=[
         "algorithm=minibatch-sfl,fedavg", "algorithm.fedavg.clients_per_round=3", "train.systems_only=true",
         *([] if report else ["output.figures=false"]), "stop.max_versions=5", f"train.local_steps={local_steps}",
         *extra])
@@ -122,7 +122,7 @@ show(fig, "06-sfl-crossover.png")
 # 1. **Predict the crossover.** *Expected:* SFL moves fewer bytes than FL for every K below K*, more for
 #    every K above. Checked on the sweep:
 
-# %%
+# %% solution
 for k, row in traffic.iterrows():
     assert (row["sfl_over_fl"] < 1) == (k < k_star), (k, row["sfl_over_fl"], k_star)
 
@@ -130,5 +130,48 @@ for k, row in traffic.iterrows():
 # 2. **Move the cut up** (`algorithm.minibatch-sfl.cut=2`, an extra argument to `run_pair`). *Expected:*
 #    the activations keep their size (both hidden layers have 64 units) but the client part doubles, so
 #    K* falls below 1: SFL moves more than FL even at K = 1.
+
+# %% [markdown] solution
+# Measure a, g, c and M on one run, as above, and predict K* from them:
+
+# %% solution
+def sizes(run):
+    """a, g, c and M of a run pair (bytes), read from its MiniBatch-SFL trace as above."""
+    t = run.trace[run.trace.label == "minibatch-sfl"]
+    u, d = t[t.kind == "upload"], t[t.kind == "download"]
+    c = int(u[u["what"] == "model"]["bytes"].iloc[0])
+    return {"a": int(u[u["what"] == "activations"]["bytes"].max()), "g": int(d[d["bytes"] != c]["bytes"].max()),
+            "c": c, "M": run.by_label["fedavg"]["model_params"] * 4}
+
+
+def k_star_of(z):
+    return 2 * (z["M"] - z["c"]) / (z["a"] + z["g"])
+
+
+cut2 = run_pair(1, extra=["algorithm.minibatch-sfl.cut=2"], name="cut2-k1")
+z1, z2 = sizes(res), sizes(cut2)
+ratio2 = [(s["bytes_up"] + s["bytes_down"]) / s["versions"] for s in cut2.summaries]  # per round
+print(f"cut 1: {z1}, K* = {k_star_of(z1):.2f}")
+print(f"cut 2: {z2}, K* = {k_star_of(z2):.2f}")
+print(f"at K = 1 with cut 2, SFL moves {ratio2[0] / ratio2[1]:.2f}x FL's bytes per round")
+assert z2["a"] == z1["a"] and z2["c"] > 1.5 * z1["c"] and k_star_of(z2) < 1 and ratio2[0] > ratio2[1]
+
+# %% [markdown]
 # 3. **A wider model** (`model.hidden=[256, 64]`). *Expected:* the client part grows with the first layer
 #    and so does the activation batch; work out K* from the formula before you run it, then check it.
+
+# %% solution
+import math
+
+wide = run_pair(1, extra=["model.hidden=[256, 64]"], name="wide-k1")
+zw = sizes(wide)
+kw = k_star_of(zw)
+print(f"hidden [256, 64]: {zw}, predicted K* = {kw:.2f}")
+check = {}
+for k in (max(1, math.floor(kw)), math.floor(kw) + 1):
+    r = run_pair(k, extra=["model.hidden=[256, 64]"], name=f"wide-k{k}")
+    per_round = {s["label"]: (s["bytes_up"] + s["bytes_down"]) / s["versions"] for s in r.summaries}
+    check[k] = per_round["minibatch-sfl"] / per_round["fedavg"]
+print("SFL / FL bytes per round:", {k: round(v, 3) for k, v in check.items()})
+assert zw["c"] > z1["c"] and zw["a"] > z1["a"]
+assert all((v < 1) == (k < kw) for k, v in check.items())

@@ -137,7 +137,7 @@ print(section(fast_report, "Yang, Fang & Liu"))
 #    `holds` under Theorem A; at η_l = 0.05 the step-size condition η_l ≤ 1/(8LK) is `not met`, so the
 #    theorem is "not applicable", printed with the measured and the required value. Checked:
 
-# %%
+# %% solution
 def line_of(text, title, key):
     return next(line for line in section(text, title).splitlines() if key in line)
 
@@ -153,8 +153,54 @@ assert "not met" in line_of(fast_report, "Yang, Fang & Liu", "eta_l <= 1/(8LK)")
 #    every update) and run it with `CERTIFIED`. *Expected:* it inherits no theorem (it overrides a decision
 #    the theorem covers); declare `theorems = ("local_sgd",)` in it and Theorem A reads `refuted`
 #    (`benchmarks/broken_fedavg.py`, `docs/discrimination.md`).
+
+# %% [markdown] solution
+# `benchmarks/broken_fedavg.py` holds that subclass, `IgnoresUpdates`, with the claim declared; a scenario
+# names a class as `module:Class`, and the module must be importable:
+
+# %% solution
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+broken = fedsim.run("quadratic", out=RUNS / "ignores-updates", force=True,
+                    overrides=CERTIFIED + ["algorithm.name=broken_fedavg:IgnoresUpdates"])
+broken_report = check(broken.out)
+print(line_of(broken_report, "verified partial", "Theorem A: (1/T)"))
+assert line_of(broken_report, "verified partial", "Theorem A: (1/T)").rstrip().endswith("refuted")
+
+# %% [markdown] solution
+# The model never moves, so the average ‖∇F‖² stays at its start value, above the bound the certified
+# constants give: a certified bound that fails is `refuted`. Without the `theorems` line the same class
+# would get no Theorem rows at all.
+
+# %% [markdown]
 # 3. **Sample fewer clients** (`algorithm.clients_per_round=2` with `CERTIFIED`). *Expected:* Theorem 1's
 #    full-participation row is not met; Theorems A and B still apply, with their partial-participation
 #    terms, for fedsim's sampling without replacement.
+
+# %% solution
+half = fedsim.run("quadratic", out=RUNS / "two-per-round", force=True,
+                  overrides=CERTIFIED + ["algorithm.clients_per_round=2"])
+half_report = check(half.out)
+for title, key in (("Yang, Fang & Liu", "every client every round"), ("Yang, Fang & Liu", "Theorem 1:"),
+                   ("verified partial", "Theorem A: (1/T)"), ("verified partial", "Theorem B: min")):
+    print(line_of(half_report, title, key).rstrip())
+assert "not met" in line_of(half_report, "Yang, Fang & Liu", "every client every round")
+assert "not applicable" not in line_of(half_report, "verified partial", "Theorem A: (1/T)")
+
+# %% [markdown]
 # 4. **Seeds.** `fedsim run quadratic --seeds 0,1,2` then `fedsim check` on the folder. *Expected:* one row
 #    per bound judged on the mean over seeds, with its one-sided 95% Student t limits.
+
+# %% [markdown] solution
+# Three runs and their probes take half a minute, so this page does not run them:
+#
+# ```bash
+# fedsim run quadratic --seeds 0,1,2 --out runs/tutorial/07/seeds
+# fedsim check runs/tutorial/07/seeds
+# ```
+#
+# The table lists every row once per seed (`seed-0`, `seed-1`, `seed-2` in the `run` column) and, for each
+# bound, a row whose `run` reads `mean over seeds`: its measured value is the mean of the seeds' left
+# sides, and its note gives the one-sided 95% Student t limits the verdict is judged with (`holds` needs
+# the upper limit under the smallest seed's bound, `refuted` the lower one above the largest).
