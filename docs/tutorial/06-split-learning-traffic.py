@@ -113,9 +113,10 @@ show(fig, "06-sfl-crossover.png")
 # The K = 5 pair wrote its reports; open
 # [`runs/tutorial/06/k5/minibatch-sfl/report.html`](../../runs/tutorial/06/k5/minibatch-sfl/report.html)
 # (in your copy, once you have run the lesson). *Traffic and server work by purpose* splits the bytes into
-# activations, gradients and model parts, the table above; *The server* counts its `sfl-gradient` jobs (one
-# per activation batch). In the *Interactive timeline*, zoom into one round: each client alternates short
-# activation uploads with the server's work on them, K times, before its client part goes up once.
+# activations, gradients and model parts, the table above; *The server* counts its jobs: an `sfl-step` per
+# local step (one server step on the three clients' activation batches together) and an `aggregate` per
+# round. In the *Interactive timeline*, zoom into one round: each client alternates short activation
+# uploads with the server's steps on them, K times, before its client part goes up once.
 #
 # ## Exercises
 #
