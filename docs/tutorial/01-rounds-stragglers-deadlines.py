@@ -168,12 +168,12 @@ show(fig, "01-deadline.png")
 # your copy of the repository once you have run the lesson; open the file in a browser). It shows this
 # lesson's answers without any pandas:
 #
-# - *Rounds, stragglers and drops*: no round lasts longer than 0.4 s, and the clients the rounds dropped
-#   are the ones printed under "dropped" above.
+# - *Rounds, stragglers and drops*: round by round, its straggler and the clients it dropped: the ones
+#   printed under "dropped" above.
 # - *Per-client time breakdown*, sorted by *most dropped*: the clients that never contributed come first;
 #   sorted by *most waiting for the round*, the fast-link clients that spend their time waiting.
-# - *Interactive timeline*: zoom into one round (drag on it) and hover the last upload bars for their
-#   bytes and rate: the slow links are the ones the deadline cuts.
+# - *Interactive timeline*: scroll to zoom into one round, hover a drop's × for its round, and hover the
+#   upload bars for their bytes and link rate: the slow links are the ones the deadline cuts.
 #
 # ## Exercises
 #

@@ -151,10 +151,11 @@ show(fig, "03-crossover.png")
 #
 # The Rayleigh run kept its figures on and wrote
 # [`runs/tutorial/03/cell-rayleigh/report.html`](../../runs/tutorial/03/cell-rayleigh/report.html) (in
-# your copy, once you have run the lesson). Under *Figures*, *link rates* draws every upload's rate:
-# each client's rates scatter around its distance's Shannon rate (the table's `formula_mbps`), lower on
-# average, since fading costs more in a fade than it gains in a peak. In the *Interactive timeline*, hover
-# an upload bar for its bytes and the rate it got; the far clients' bars are the long ones.
+# your copy, once you have run the lesson). Under *Figures*, *link rates* is the histogram of every
+# transfer's achieved rate: the faded uploads spread over two orders of magnitude, with a thin tail of deep
+# fades far below the rest, while the downloads, over fixed links, sit at one rate per client. In the
+# *Interactive timeline*, hover an upload bar for its bytes and the rate it got; the far clients' bars are
+# the long ones.
 #
 # ## Exercises
 #
