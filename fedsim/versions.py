@@ -59,6 +59,9 @@ class VersionKeeper:
         self.version_hooks: list[Callable[[Any, bool], None]] = []
         self._snapshot_version = -1
         self._saved_version = -1
+        #: the next task id: every dispatch opens a task (0, 1, 2, ... in dispatch order), and each record of
+        #: that task, through its apply or drop, carries the id as ``task``
+        self._next_task = 0
 
     def staleness(self, update: "Update | Contribution") -> int:
         """How many versions were installed since ``update``'s client downloaded its model: the one place
@@ -66,24 +69,48 @@ class VersionKeeper:
         return self.version - update.base_version
 
     def record_dispatch(self, client: int, version: int, round_: int | None, *,
-                        submodel: SubModel | None = None) -> None:
+                        submodel: SubModel | None = None) -> int:
         """The ``dispatch`` record: ``client`` is sent model ``version`` (and, for a sub-model, its compact
-        description).  The one writer of dispatch records (the vector engine's column writer aside)."""
+        description).  The one writer of dispatch records (the vector engine's column writer aside).  Opens a
+        task: returns its id, written as ``task`` here and on the task's transfers, compute, apply or drop, so
+        that no reader has to pair records by client and time."""
+        task = self._open_task(client)
         extra = {} if submodel is None else {"submodel": self.training.submodel_summary(submodel)}
-        self.trace.emit(self.env.now, "dispatch", client=client, version=version, round=round_, **extra)
+        self.trace.emit(self.env.now, "dispatch", client=client, version=version, round=round_, task=task, **extra)
+        return task
+
+    def _open_task(self, client: int) -> int:
+        task = self._next_task
+        self._next_task += 1
+        self.world.task_of[client] = task
+        return task
+
+    def task_of(self, update: "Update | Contribution") -> int | None:
+        """The id of the task that produced ``update``: the one the framework stamped on it
+        (``info["task"]``: the client pipeline, the split shapes), else its client's latest task."""
+        task = (getattr(update, "info", None) or {}).get("task")
+        return self.world.task_of[update.client] if task is None else task
 
     def record_dispatches(self, clients: np.ndarray, version: int, round_: int | None) -> None:
         """:meth:`record_dispatch` for many clients sent model ``version`` at once (whole-model tasks), written
         in bulk: the vector FedAvg engine dispatches a round of 10^6 clients through here."""
         clients = np.asarray(clients, dtype=np.int64)
+        tasks = np.arange(self._next_task, self._next_task + len(clients), dtype=np.int64)
+        self._next_task += len(clients)
+        task_of = self.world.task_of
+        for c, k in zip(clients.tolist(), tasks.tolist()):
+            task_of[c] = k
         self.trace.write_columns([("dispatch", np.full(len(clients), float(self.env.now)),
-                                   {"client": clients, "version": version, "round": round_})])
+                                   {"client": clients, "version": version, "round": round_, "task": tasks})])
 
-    def record_drop(self, client: int, reason: str, round_: int | None) -> None:
+    def record_drop(self, client: int, reason: str, round_: int | None, *,
+                    update: "Update | Contribution | None" = None) -> None:
         """The ``drop`` record: ``client``'s task was lost (``reason``: the interrupt's cause, such as
-        ``deadline`` or ``offline``, or why the server refused its update, such as its staleness).  The one
-        writer of drop records; the loop shapes call it."""
-        self.trace.emit(self.env.now, "drop", client=client, reason=reason, round=round_)
+        ``deadline`` or ``offline``, or why the server refused its ``update``, such as its staleness).  The one
+        writer of drop records; the loop shapes call it.  ``task`` is the refused update's task, else the
+        client's current one (the task an interrupt cut)."""
+        task = self.task_of(update) if update is not None else self.world.task_of[client]
+        self.trace.emit(self.env.now, "drop", client=client, reason=reason, round=round_, task=task)
 
     def record_round(self, round_: int, *, start: float, clients: list[int], dropped: list[int]) -> None:
         """The ``round`` record of a round that installed no new version (nobody reachable, or every client
@@ -118,9 +145,10 @@ class VersionKeeper:
             sub = getattr(u.info.get("assignment"), "submodel", None)
             if sub is not None:  # what the update trained, as its dispatch said (compact)
                 extra["submodel"] = self.training.submodel_summary(sub)
+            task = self.task_of(u)
             self.trace.emit(env.now, "apply", client=u.client, base_version=u.base_version, version=self.version + 1,
                             staleness=self.staleness(u), staleness_s=env.now - u.download_time,
-                            weight=float(w), round=round_, **extra)
+                            weight=float(w), round=round_, task=task, **extra)
         agg: dict[str, Any] = {}
         if partial:
             lo, mean, _ = coverage_counts(updates, self.global_state if base is None else base)
@@ -141,7 +169,8 @@ class VersionKeeper:
         self.trace.write_columns([("apply", np.full(len(clients), float(now)), {
             "client": np.asarray(clients, dtype=np.int64), "base_version": base_versions, "version": self.version + 1,
             "staleness": self.version - base_versions, "staleness_s": now - np.asarray(download_times, dtype=np.float64),
-            "weight": np.asarray(weights, dtype=np.float64), "round": round_})])
+            "weight": np.asarray(weights, dtype=np.float64), "round": round_,
+            "task": np.asarray([self.world.task_of[c] for c in np.asarray(clients).tolist()], dtype=np.int64)})])
         if round_record is not None:
             self.trace.emit(now, "round", round=round_, **round_record)
         self.commit(new_state, round_=round_, n_updates=len(clients), clients=np.asarray(clients).tolist())

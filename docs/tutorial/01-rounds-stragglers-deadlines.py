@@ -39,7 +39,8 @@ def show(fig, name):
     plt.close(fig)
 
 
-COMMON = ["algorithm=fedavg", "train.systems_only=true", "stop.max_time_s=10", "output.figures=false"]
+COMMON = ["algorithm=fedavg", "train.systems_only=true", "stop.max_time_s=10"]
+NO_REPORT = ["output.figures=false"]  # figures and report.html take seconds: only run 2 below writes them
 
 # %% [markdown]
 # ## Run 1: wait for everyone
@@ -49,36 +50,32 @@ COMMON = ["algorithm=fedavg", "train.systems_only=true", "stop.max_time_s=10", "
 # 10 of the 20 clients per round.
 
 # %%
-wait = fedsim.run("default", out=RUNS / "wait", force=True, overrides=COMMON)
+wait = fedsim.run("default", out=RUNS / "wait", force=True, overrides=COMMON + NO_REPORT)
 print({k: wait.summary[k] for k in ("versions", "dropped", "virtual_time_s")})
 
 # %% [markdown]
 # The trace (`res.trace`, the run's `trace.jsonl` as a DataFrame) has one row per event. A client's task in
-# a round is a `download`, a `compute` and an `upload`, each with `start` and `end`; `round` rows say when
-# each round started and ended. `energy.csv` names each client's device class.
+# a round is a `dispatch`, then a `download`, a `compute` and an `upload` (each with `start` and `end`),
+# then the `apply` of its update or a `drop`; every record of one task carries the same `task` id, so the
+# task's rows are found by that id alone. `round` rows say when each round started and ended, and
+# `energy.csv` names each client's device class.
 
 # %%
 trace = wait.trace
 classes = pd.read_csv(wait.out / "energy.csv").set_index("device")["device_class"]
 rounds = trace[trace.kind == "round"][["round", "start", "end"]].reset_index(drop=True)
-phases = []
+done = trace[trace["ended"].isna()] if "ended" in trace else trace  # leave out work the run's end cut short
+phase = {kind: done[done.kind == kind].set_index("task") for kind in ("dispatch", "download", "compute", "upload")}
+ids = phase["upload"].index  # the tasks whose upload arrived, one row each
+tasks = pd.DataFrame({"client": phase["dispatch"].loc[ids, "client"].astype(int),
+                      "round": phase["dispatch"].loc[ids, "round"].astype(int),
+                      "start": phase["download"].loc[ids, "start"], "end": phase["upload"].loc[ids, "end"]})
 for kind in ("download", "compute", "upload"):
-    ev = trace[trace.kind == kind][["client", "start", "end", "rate_bps"]].copy()
-    ev["n"] = ev.groupby("client").cumcount()       # a client runs one task at a time: its n-th download,
-    ev[f"{kind}_s"] = ev["end"] - ev["start"]        # compute and upload belong to its n-th task
-    phases.append(ev.rename(columns={"start": f"{kind}_start", "end": f"{kind}_end", "rate_bps": f"{kind}_bps"}))
-# tasks still running when the run stopped have no upload yet: the inner merge leaves them out
-tasks = phases[0].merge(phases[1], on=["client", "n"]).merge(phases[2], on=["client", "n"])
-tasks = tasks.rename(columns={"download_start": "start", "upload_end": "end"})
-tasks["client"] = tasks["client"].astype(int)
-tasks["uplink_mbps"] = tasks["upload_bps"] / 1e6
+    tasks[f"{kind}_s"] = phase[kind].loc[ids, "end"] - phase[kind].loc[ids, "start"]
+tasks["uplink_mbps"] = phase["upload"].loc[ids, "rate_bps"] / 1e6
 tasks["task_s"] = tasks["end"] - tasks["start"]
 tasks["class"] = tasks["client"].map(classes)
-# every task of a round starts at the round's start (its dispatch); the round cut short by the end of the
-# run has no `round` row, so its tasks are left out
-tasks = tasks[tasks["start"] < rounds["end"].max()]
-tasks["round"] = pd.cut(tasks["start"], [*rounds["start"], float("inf")], right=False,
-                        labels=rounds["round"].astype(int)).astype(int)
+tasks = tasks[tasks["round"].isin(rounds["round"])]  # the round the run's end cut has no `round` row
 print(tasks[["download_s", "compute_s", "upload_s"]].mean().round(4).to_string())
 
 # %% [markdown]
@@ -164,13 +161,27 @@ fig.suptitle("A deadline buys rounds and costs data")
 show(fig, "01-deadline.png")
 
 # %% [markdown]
+# ## The run's report
+#
+# Run 2 kept its figures on, so it also wrote
+# [`runs/tutorial/01/deadline/report.html`](../../runs/tutorial/01/deadline/report.html) (the link works in
+# your copy of the repository once you have run the lesson; open the file in a browser). It shows this
+# lesson's answers without any pandas:
+#
+# - *Rounds, stragglers and drops*: round by round, its straggler and the clients it dropped: the ones
+#   printed under "dropped" above.
+# - *Per-client time breakdown*, sorted by *most dropped*: the clients that never contributed come first;
+#   sorted by *most waiting for the round*, the fast-link clients that spend their time waiting.
+# - *Interactive timeline*: scroll to zoom into one round, hover a drop's × for its round, and hover the
+#   upload bars for their bytes and link rate: the slow links are the ones the deadline cuts.
+#
 # ## Exercises
 #
 # 1. **Predict the drops.** From run 1 alone, which clients does `deadline_s=0.4` drop, and how often?
 #    *Expected:* exactly the clients whose task in run 1 took longer than 0.4 s, every time they are
 #    sampled. The lesson's run checks it:
 
-# %%
+# %% solution
 assert dropped == predicted, (dropped, predicted)
 assert cut.summary["versions"] > wait.summary["versions"]
 assert all(r == "deadline" for r in drops["reason"])
@@ -180,20 +191,74 @@ assert all(r == "deadline" for r in drops["reason"])
 #    client's task? *Expected:* it refuses the scenario before running anything, with one line naming the
 #    field (exit code 2 on the command line; `ConfigError` in Python):
 
-# %%
+# %% solution
 try:
-    fedsim.run("default", out=RUNS / "impossible", force=True, overrides=COMMON + ["algorithm.deadline_s=0.01"])
+    fedsim.run("default", out=RUNS / "impossible", force=True, overrides=COMMON + NO_REPORT + ["algorithm.deadline_s=0.01"])
     raise AssertionError("a deadline shorter than every task should be refused")
 except ConfigError as err:
     print(err)
+    assert "algorithm.deadline_s" in str(err) and "\n" not in str(err)  # one line, naming the field
 
 # %% [markdown]
 # 3. **Raise the deadline to 0.6 s and then 0.9 s.** *Expected:* fewer clients dropped each time, and at a
 #    deadline above the slowest task in the bar chart nobody is dropped and the run has as many rounds
 #    as run 1. Use the bar chart to predict the drops before running.
+
+# %% [markdown] solution
+# Predict from `per_client` (each client's longest task in run 1), run each deadline, and add one just above
+# the slowest task:
+
+# %% solution
+slowest = per_client["task_s"].max()
+for d in (0.6, 0.9, round(slowest + 0.05, 2)):
+    r = fedsim.run("default", out=RUNS / f"deadline-{d}", force=True,
+                   overrides=COMMON + NO_REPORT + [f"algorithm.deadline_s={d}"])
+    got = set(r.trace[r.trace.kind == "drop"]["client"].astype(int))
+    expect = set(per_client.index[per_client["task_s"] > d])
+    print(f"deadline {d} s: dropped {sorted(got)} (predicted {sorted(expect)}), rounds {r.summary['versions']}")
+    assert got == expect
+    if d > slowest:
+        assert not got and r.summary["versions"] == wait.summary["versions"]
+
+# %% [markdown]
 # 4. **Give everyone the same uplink** (`channel.uplink.mbps=2`). *Expected:* the task times in the bar
 #    chart collapse to nearly one value (the download rates still differ), and the straggler is now
 #    decided by the downlink and the few milliseconds of compute jitter.
+
+# %% [markdown] solution
+# A task's length is its upload's end minus its download's start; with the task ids that is one `groupby`:
+
+# %% solution
+def task_lengths(run):
+    tr = run.trace[run.trace["ended"].isna()] if "ended" in run.trace else run.trace
+    length = (tr[tr.kind == "upload"].groupby("task")["end"].max()
+              - tr[tr.kind == "download"].groupby("task")["start"].min()).dropna()
+    return length
+
+
+same = fedsim.run("default", out=RUNS / "same-uplink", force=True,
+                  overrides=COMMON + NO_REPORT + ["channel.uplink.mbps=2"])
+before, after = task_lengths(wait), task_lengths(same)
+print(f"task length, uplinks 0.5-5 Mbit/s: {before.min():.3f} to {before.max():.3f} s")
+print(f"task length, every uplink 2 Mbit/s: {after.min():.3f} to {after.max():.3f} s")
+assert after.max() - after.min() < 0.25 * (before.max() - before.min())
+
+# %% [markdown]
 # 5. **Train for real** (drop `train.systems_only=true`, keep 10 s): compare `final_accuracy` in the two
 #    runs' summaries. Whether the extra rounds beat the lost labels depends on which labels the dropped
 #    clients hold; that is the trade-off, and the per-label bar chart is where to start explaining it.
+
+# %% [markdown] solution
+# Two training runs take a minute or two, so this page does not run them; the code is
+#
+# ```python
+# TRAIN = ["algorithm=fedavg", "stop.max_time_s=10", "output.figures=false"]
+# full = fedsim.run("default", out=RUNS / "train-wait", force=True, overrides=TRAIN)
+# short = fedsim.run("default", out=RUNS / "train-deadline", force=True, overrides=TRAIN + ["algorithm.deadline_s=0.4"])
+# print(full.summary["final_accuracy"], short.summary["final_accuracy"])
+# ```
+#
+# Read the answer against `lost` above: the deadline run never trains on the samples the dropped clients
+# hold, so a label with a large lost share is learned from few examples (none at a share of 1) however many
+# rounds it runs, while the run that waits trains on every sample, in fewer rounds. Per-label accuracy is
+# not in the summary; score each run's `final_model.pt` on the test set label by label to see it.

@@ -94,6 +94,10 @@ kept = tr[(tr.kind == "dispatch") & (tr.label == "heterofl")].assign(
 print(kept.groupby("cls")["kept"].unique().to_string())
 
 # %% [markdown]
+# An upload still on the link when the run stops at 15 s is cut there: its row says `ended: run_end` and
+# its `bytes` are those sent by then, which is why some `min` values sit below the model's size
+# ({{int((up["ended"] == "run_end").sum())}} such uploads here).
+#
 # FedAvg never uploads from a Nano or a Xavier: they cannot train the whole model, so only the Orins take
 # part, and with fewer Orins than `clients_per_round` (10) every round takes all of them. The sub-model methods take
 # everyone; the weak clients send a fraction of the bytes, so their uploads are short, rounds end sooner,
@@ -116,6 +120,24 @@ fig.suptitle("Sub-models let weak devices in")
 show(fig, "05-submodels.png")
 
 # %% [markdown]
+# ## A report to look at
+#
+# The runs above skipped their figures and reports (four reports take several seconds). Run HeteroFL
+# alone with them on: on the same world it is the same run as HeteroFL's above, now with a report.
+
+# %%
+alone = fedsim.run("heterofl", out=RUNS / "heterofl", force=True,
+                   overrides=["algorithm=heterofl", "train.systems_only=true"])
+print({k: alone.summary[k] for k in ("versions", "updates_applied", "bytes_up")})
+assert all(alone.summary[k] == res.by_label["heterofl"][k] for k in ("versions", "updates_applied", "bytes_up"))
+
+# %% [markdown]
+# Open [`runs/tutorial/05/heterofl/report.html`](../../runs/tutorial/05/heterofl/report.html) (in your copy,
+# once you have run the lesson). In its *Per-client time breakdown* every device class works, where FedAvg
+# left the Nanos and Xaviers idle; *Traffic and server work by purpose* gives the bytes up and down of the
+# table's `heterofl` row; in the *Interactive timeline*, hover a Nano's upload for its bytes, a fraction
+# of an Orin's (the `min` and `max` per class above).
+#
 # ## Exercises
 #
 # 1. **Predict the widths, and who FedAvg leaves out.** *Expected:* each class trains the width predicted
@@ -123,7 +145,7 @@ show(fig, "05-submodels.png")
 #    uploads only from the Orins; the sub-model methods complete more rounds than FedAvg in the same time
 #    and move fewer bytes up. Checked:
 
-# %%
+# %% solution
 for cls, w in predicted.items():
     expect = float(widths.loc[widths["width"] == w, "kept"].iloc[0])
     assert set(kept[kept["cls"] == cls]["kept"]) == {expect}, (cls, w)
@@ -137,11 +159,69 @@ for label in ("heterofl", "fjord", "fedrolex"):
 #    `fedsim show heterofl > mine.yaml` and edit it). *Expected:* no allowed width fits the Nano, not even
 #    1/8, and the run is refused before it starts with one line naming the device, the model and both
 #    memory figures.
+
+# %% [markdown] solution
+# In Python the scenario's mapping can be edited directly (`load_raw` reads a built-in scenario as a dict):
+
+# %% solution
+from fedsim import scenario_from_mapping
+from fedsim.errors import ConfigError
+from fedsim.scenario import load_raw
+
+raw = load_raw("heterofl")
+raw["devices"]["mix"][0]["memory_mb"] = 0.05  # the Nano's entry
+try:
+    fedsim.run(scenario_from_mapping(raw), out=RUNS / "tiny-nano", force=True)
+    raise AssertionError("a device no width fits should be refused")
+except ConfigError as err:
+    print(err)
+    assert "jetson-nano" in str(err) and "'cnn'" in str(err) and str(err).count("MiB") == 2
+assert not (RUNS / "tiny-nano" / "trace.jsonl").exists()  # refused before anything ran
+
+# %% [markdown]
 # 3. **HeteroFL against FedRolex.** Both send the same bytes (the table above), but HeteroFL's Nanos always
 #    train the first quarter of each layer, FedRolex's a window that rolls one unit per round. Run
 #    `fedsim run heterofl` (training, one to two minutes) and then `fedsim check runs/heterofl`: the per-entry
 #    coverage row N_q^i counts how few clients updated the least-covered entry in a round.
+
+# %% [markdown] solution
+# The `aggregate` rows carry the same count per round (`coverage_min`, and `coverage_mean` over all
+# entries), so this lesson's systems-only run already shows it:
+
+# %% solution
+agg = tr[tr.kind == "aggregate"]
+coverage = agg.groupby("label")[["coverage_min", "coverage_mean"]].mean().dropna()
+print(coverage.round(3).to_string())
+applied = tr[tr.kind == "apply"].assign(cls=lambda d: d["client"].astype(int).map(classes))
+orins = applied[applied.cls == "jetson-agx-orin-32gb"].groupby(["label", "round"]).size().groupby("label").mean()
+print("Orins applied per round:", orins.round(3).to_dict())
+assert coverage.loc["heterofl", "coverage_min"] == coverage.loc["fedrolex", "coverage_min"]
+assert abs(coverage.loc["heterofl", "coverage_min"] - orins["heterofl"]) < 1e-9
+
+# %% [markdown] solution
+# Round by round the two are the same: the least-covered entries are those only the full-width Orins train,
+# whether the Nanos' quarter sits at the start of each layer (HeteroFL) or has rolled elsewhere (FedRolex).
+# The difference is over rounds: FedRolex's window visits every unit, so every entry gets the Nanos' data
+# sooner or later, while HeteroFL's last three quarters never do. `fedsim check` on a training run puts the
+# same count beside the theorem that needs it.
+
+# %% [markdown]
 # 4. **Does including the weak devices help accuracy?** *Expected:* not much at this scale: the user
 #    guide's results table for this scenario has FedAvg on the Orins level with HeteroFL, because the Orins
 #    alone hold enough of every label. Look at the label histogram of `partition.csv` per device class to
 #    see why, then make the Orins' data skewed (a smaller `data.partition.alpha`) and try again.
+
+# %% solution
+part = pd.read_csv(res.out / "heterofl" / "partition.csv").set_index("client")
+labels = [c for c in part.columns if c.startswith("label_")]
+by_class = part[labels].groupby(part.index.map(classes)).sum()
+share = by_class / by_class.sum()
+print(share.round(2).to_string())
+assert (by_class.loc["jetson-agx-orin-32gb"] > 0).all()  # the Orins hold some of every label
+
+# %% [markdown] solution
+# The Orins hold {{share.loc["jetson-agx-orin-32gb"].min():.0%}} to {{share.loc["jetson-agx-orin-32gb"].max():.0%}}
+# of each label: every digit reaches FedAvg through them. The training runs of the second half take a few
+# minutes, so this page does not run them: `fedsim run heterofl data.partition.alpha=0.1` gives each client
+# fewer labels, and the Orins' share of some digit falls toward zero, where the weak devices' data starts
+# to matter.

@@ -35,11 +35,13 @@ def show(fig, name):
     plt.close(fig)
 
 
-def run_pair(local_steps, extra=()):
-    """MiniBatch-SFL and FedAvg (3 clients per round each) for 5 rounds, systems-only."""
-    return fedsim.run("minibatch-sfl", out=RUNS / f"k{local_steps}", force=True, overrides=[
+def run_pair(local_steps, extra=(), report=False, name=None):
+    """MiniBatch-SFL and FedAvg (3 clients per round each) for 5 rounds, systems-only, into RUNS / ``name``
+    (default ``k{local_steps}``); with ``report``, each also writes its figures and report.html (seconds more)."""
+    return fedsim.run("minibatch-sfl", out=RUNS / (name or f"k{local_steps}"), force=True, overrides=[
         "algorithm=minibatch-sfl,fedavg", "algorithm.fedavg.clients_per_round=3", "train.systems_only=true",
-        "output.figures=false", "stop.max_versions=5", f"train.local_steps={local_steps}", *extra])
+        *([] if report else ["output.figures=false"]), "stop.max_versions=5", f"train.local_steps={local_steps}",
+        *extra])
 
 # %% [markdown]
 # ## What moves
@@ -49,7 +51,7 @@ def run_pair(local_steps, extra=()):
 # the one going up, so everything else coming down is gradients.
 
 # %%
-res = run_pair(5)
+res = run_pair(5, report=True)
 tr = res.trace[res.trace.label == "minibatch-sfl"]
 up, down = tr[tr.kind == "upload"], tr[tr.kind == "download"]
 part_bytes = int(up[up["what"] == "model"]["bytes"].iloc[0])
@@ -106,12 +108,22 @@ show(fig, "06-sfl-crossover.png")
 # large model with small activations at the cut pushes K* up, and the
 # [SemiSFL page](../papers/semisfl.md) computes the same ratio for that paper's CNN, AlexNet and VGG.
 #
+# ## The run's report
+#
+# The K = 5 pair wrote its reports; open
+# [`runs/tutorial/06/k5/minibatch-sfl/report.html`](../../runs/tutorial/06/k5/minibatch-sfl/report.html)
+# (in your copy, once you have run the lesson). *Traffic and server work by purpose* splits the bytes into
+# activations, gradients and model parts, the table above; *The server* counts its jobs: an `sfl-step` per
+# local step (one server step on the three clients' activation batches together) and an `aggregate` per
+# round. In the *Interactive timeline*, zoom into one round: each client alternates short activation
+# uploads with the server's steps on them, K times, before its client part goes up once.
+#
 # ## Exercises
 #
 # 1. **Predict the crossover.** *Expected:* SFL moves fewer bytes than FL for every K below K*, more for
 #    every K above. Checked on the sweep:
 
-# %%
+# %% solution
 for k, row in traffic.iterrows():
     assert (row["sfl_over_fl"] < 1) == (k < k_star), (k, row["sfl_over_fl"], k_star)
 
@@ -119,5 +131,48 @@ for k, row in traffic.iterrows():
 # 2. **Move the cut up** (`algorithm.minibatch-sfl.cut=2`, an extra argument to `run_pair`). *Expected:*
 #    the activations keep their size (both hidden layers have 64 units) but the client part doubles, so
 #    K* falls below 1: SFL moves more than FL even at K = 1.
+
+# %% [markdown] solution
+# Measure a, g, c and M on one run, as above, and predict K* from them:
+
+# %% solution
+def sizes(run):
+    """a, g, c and M of a run pair (bytes), read from its MiniBatch-SFL trace as above."""
+    t = run.trace[run.trace.label == "minibatch-sfl"]
+    u, d = t[t.kind == "upload"], t[t.kind == "download"]
+    c = int(u[u["what"] == "model"]["bytes"].iloc[0])
+    return {"a": int(u[u["what"] == "activations"]["bytes"].max()), "g": int(d[d["bytes"] != c]["bytes"].max()),
+            "c": c, "M": run.by_label["fedavg"]["model_params"] * 4}
+
+
+def k_star_of(z):
+    return 2 * (z["M"] - z["c"]) / (z["a"] + z["g"])
+
+
+cut2 = run_pair(1, extra=["algorithm.minibatch-sfl.cut=2"], name="cut2-k1")
+z1, z2 = sizes(res), sizes(cut2)
+ratio2 = [(s["bytes_up"] + s["bytes_down"]) / s["versions"] for s in cut2.summaries]  # per round
+print(f"cut 1: {z1}, K* = {k_star_of(z1):.2f}")
+print(f"cut 2: {z2}, K* = {k_star_of(z2):.2f}")
+print(f"at K = 1 with cut 2, SFL moves {ratio2[0] / ratio2[1]:.2f}x FL's bytes per round")
+assert z2["a"] == z1["a"] and z2["c"] > 1.5 * z1["c"] and k_star_of(z2) < 1 and ratio2[0] > ratio2[1]
+
+# %% [markdown]
 # 3. **A wider model** (`model.hidden=[256, 64]`). *Expected:* the client part grows with the first layer
 #    and so does the activation batch; work out K* from the formula before you run it, then check it.
+
+# %% solution
+import math
+
+wide = run_pair(1, extra=["model.hidden=[256, 64]"], name="wide-k1")
+zw = sizes(wide)
+kw = k_star_of(zw)
+print(f"hidden [256, 64]: {zw}, predicted K* = {kw:.2f}")
+check = {}
+for k in (max(1, math.floor(kw)), math.floor(kw) + 1):
+    r = run_pair(k, extra=["model.hidden=[256, 64]"], name=f"wide-k{k}")
+    per_round = {s["label"]: (s["bytes_up"] + s["bytes_down"]) / s["versions"] for s in r.summaries}
+    check[k] = per_round["minibatch-sfl"] / per_round["fedavg"]
+print("SFL / FL bytes per round:", {k: round(v, 3) for k, v in check.items()})
+assert zw["c"] > z1["c"] and zw["a"] > z1["a"]
+assert all((v < 1) == (k < kw) for k, v in check.items())

@@ -46,19 +46,23 @@ def section(text, title):
 # every round, and a step size η_l = 0.025 = 1/(8·L·K) with L = 1, the theorem's step-size condition. It
 # saves the global model every few versions (`output.checkpoints`) so `fedsim check` can probe the
 # measured constants on them: smoothness L, gradient variance σ², client dissimilarity ζ², and the
-# average ‖∇F‖² the theorem bounds. We save every 20th version to keep the probing short, and skip the
-# run's own figures and report (`output.figures=false`); `fedsim check` still draws its own.
+# average ‖∇F‖² the theorem bounds. We save every 20th version to keep the probing short. The run writes
+# its report as usual, and `fedsim check` adds its own figures under `check/`.
 
 # %%
-ok = fedsim.run("quadratic", out=RUNS / "as-built", force=True, overrides=["output.checkpoints=20", "output.figures=false"])
+ok = fedsim.run("quadratic", out=RUNS / "as-built", force=True, overrides=["output.checkpoints=20"])
 report = check(ok.out)
 print(section(report, "Yang, Fang & Liu"))
+rows = pd.read_csv(ok.out / "check" / "checks.csv")  # the same rows, for a program (and the prose below)
+measured = rows.set_index("quantity")["measured"]
 
 # %% [markdown]
 # Read it from the top. Each *condition* row shows the measured value, the required one and `met`,
 # `not met` or `unverified`. The smoothness L here is *certified*: the `quadratic` dataset is least
 # squares under a linear model, so each client's L_i = λ_max(X_iᵀX_i/n_i) follows from its data, and the
-# theorem's L is the largest (1.0; the global F's curvature, 0.67, is smaller and would be the wrong L).
+# theorem's L is the largest ({{float(measured["[local_sgd] assumption (smoothness): each F_i L-smooth (L = max over clients)"]):.2f}};
+# the global F's curvature, {{float(measured["probe: L (max of Hessian top eigenvalue and secant)"]):.2f}}, is
+# smaller and would be the wrong L).
 # σ² and ζ² are *estimates* (measured at the probed models only: lower estimates of the uniform bounds
 # the theorem assumes), so their rows read `unverified`. The gap is F(w0) − F* with the exact F* of the
 # least-squares problem. The bound row then says `uninformative`: the bound is above ‖∇F(w0)‖², the
@@ -71,10 +75,14 @@ print(section(report, "Measured quantities"))
 
 # %% [markdown]
 # `check/checks.csv` in the run folder holds the same rows for a program to read; `check/` also gets
-# figures (the staleness histogram, participation per round, accuracy or loss against time):
+# figures (the staleness histogram, participation per round, accuracy or loss against time). The run's
+# own [`runs/tutorial/07/as-built/report.html`](../../runs/tutorial/07/as-built/report.html) (in your copy,
+# once you have run the lesson) shows the run the theorem is judged on. Its *Summary* gives
+# `updates_applied` {{ok.summary["updates_applied"]}} = 8 clients × {{ok.summary["versions"]}} versions: every
+# client in every round, nothing dropped, two of the conditions above (*Rounds, stragglers and drops* shows
+# them round by round); under *Figures*, *loss vs time* is the test loss, the curve drawn below.
 
 # %%
-rows = pd.read_csv(ok.out / "check" / "checks.csv")
 theorem = rows[rows["quantity"].str.startswith("[local_sgd] Theorem 1:")].iloc[0]
 conditions = rows[(rows["role"] == "condition") & rows["quantity"].str.startswith("[local_sgd]")]
 print(conditions[["quantity", "measured", "bound_or_expectation", "holds", "verdict"]].to_string(index=False))
@@ -129,7 +137,7 @@ print(section(fast_report, "Yang, Fang & Liu"))
 #    `holds` under Theorem A; at η_l = 0.05 the step-size condition η_l ≤ 1/(8LK) is `not met`, so the
 #    theorem is "not applicable", printed with the measured and the required value. Checked:
 
-# %%
+# %% solution
 def line_of(text, title, key):
     return next(line for line in section(text, title).splitlines() if key in line)
 
@@ -145,8 +153,54 @@ assert "not met" in line_of(fast_report, "Yang, Fang & Liu", "eta_l <= 1/(8LK)")
 #    every update) and run it with `CERTIFIED`. *Expected:* it inherits no theorem (it overrides a decision
 #    the theorem covers); declare `theorems = ("local_sgd",)` in it and Theorem A reads `refuted`
 #    (`benchmarks/broken_fedavg.py`, `docs/discrimination.md`).
+
+# %% [markdown] solution
+# `benchmarks/broken_fedavg.py` holds that subclass, `IgnoresUpdates`, with the claim declared; a scenario
+# names a class as `module:Class`, and the module must be importable:
+
+# %% solution
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+broken = fedsim.run("quadratic", out=RUNS / "ignores-updates", force=True,
+                    overrides=CERTIFIED + ["algorithm.name=broken_fedavg:IgnoresUpdates"])
+broken_report = check(broken.out)
+print(line_of(broken_report, "verified partial", "Theorem A: (1/T)"))
+assert line_of(broken_report, "verified partial", "Theorem A: (1/T)").rstrip().endswith("refuted")
+
+# %% [markdown] solution
+# The model never moves, so the average ‖∇F‖² stays at its start value, above the bound the certified
+# constants give: a certified bound that fails is `refuted`. Without the `theorems` line the same class
+# would get no Theorem rows at all.
+
+# %% [markdown]
 # 3. **Sample fewer clients** (`algorithm.clients_per_round=2` with `CERTIFIED`). *Expected:* Theorem 1's
 #    full-participation row is not met; Theorems A and B still apply, with their partial-participation
 #    terms, for fedsim's sampling without replacement.
+
+# %% solution
+half = fedsim.run("quadratic", out=RUNS / "two-per-round", force=True,
+                  overrides=CERTIFIED + ["algorithm.clients_per_round=2"])
+half_report = check(half.out)
+for title, key in (("Yang, Fang & Liu", "every client every round"), ("Yang, Fang & Liu", "Theorem 1:"),
+                   ("verified partial", "Theorem A: (1/T)"), ("verified partial", "Theorem B: min")):
+    print(line_of(half_report, title, key).rstrip())
+assert "not met" in line_of(half_report, "Yang, Fang & Liu", "every client every round")
+assert "not applicable" not in line_of(half_report, "verified partial", "Theorem A: (1/T)")
+
+# %% [markdown]
 # 4. **Seeds.** `fedsim run quadratic --seeds 0,1,2` then `fedsim check` on the folder. *Expected:* one row
 #    per bound judged on the mean over seeds, with its one-sided 95% Student t limits.
+
+# %% [markdown] solution
+# Three runs and their probes take half a minute, so this page does not run them:
+#
+# ```bash
+# fedsim run quadratic --seeds 0,1,2 --out runs/tutorial/07/seeds
+# fedsim check runs/tutorial/07/seeds
+# ```
+#
+# The table lists every row once per seed (`seed-0`, `seed-1`, `seed-2` in the `run` column) and, for each
+# bound, a row whose `run` reads `mean over seeds`: its measured value is the mean of the seeds' left
+# sides, and its note gives the one-sided 95% Student t limits the verdict is judged with (`holds` needs
+# the upper limit under the smallest seed's bound, `refuted` the lower one above the largest).

@@ -55,6 +55,7 @@ def client_task(
     interrupt (deadline, going offline) propagates to the caller, who records the drop.
     """
     a = assignment if assignment is not None else Assignment()
+    trace_task = ctx.world.task_of[client]  # the dispatch this participation answers (its apply names it)
     if work is None:
         down = ctx.training.download_bytes(a)
         if a.objective is not None:  # declared extra tensors travel with the model (costed)
@@ -84,7 +85,7 @@ def client_task(
         num_samples=int(len(ctx.parts[client])),
         costs={"flops": result.flops, "bytes_up": run.upload_bytes, "bytes_down": work.download_bytes},
         info={"loss": result.stats.mean_loss, "steps": result.stats.steps, "round": a.round, "assignment": a,
-              **_clip_info(result.stats), **result.info, "arrived": run.upload_end},
+              **_clip_info(result.stats), **result.info, "arrived": run.upload_end, "task": trace_task},
         extras=sent["extras"],
     )
 

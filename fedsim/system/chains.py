@@ -88,6 +88,11 @@ class ChainRound:
         e_comp = dt * power
         tx_w = world.tx_power_many(c)
         e_up = np.where(airtime_u > 0, airtime_u * tx_w, 0.0)
+        # each chain's task: the id of the client's dispatch this round (the world's ``task_of``, set by then)
+        task: Any = [world.task_of[i] for i in c.tolist()]
+        if None not in task:
+            task = np.asarray(task, dtype=np.int64)
+        self._task = task
         self._world, self._c, self._n, self._nbytes = world, c, n, nbytes
         self._dt, self._power, self._airtime_u, self._tx_w = dt, power, airtime_u, tx_w
         self._t0, self._version, self._flops = t0, version, flops
@@ -101,11 +106,12 @@ class ChainRound:
                               # start - request, as the medium writes it: zero, but of the clock's type
                               # (an int at the run's start), where a dedicated link writes 0.0
                               "wait": (t0 - t0) if down_access == "fdma" else 0.0,
-                              "airtime": airtime_d, "rate_bps": _rates(bits, airtime_d), "energy": 0.0, "version": version}),
+                              "airtime": airtime_d, "rate_bps": _rates(bits, airtime_d), "energy": 0.0, "version": version,
+                              "task": task}),
             ("compute", t2, {"client": c, "start": t1, "end": t2, "wait": 0.0, "flops": flops, "steps": steps,
-                             "what": "train", "energy": e_comp}),
+                             "what": "train", "energy": e_comp, "task": task}),
             ("upload", t3, {"client": c, "start": t2, "end": t3, "bytes": nbytes, "wait": 0.0,
-                            "airtime": airtime_u, "rate_bps": _rates(bits, airtime_u), "energy": e_up}),
+                            "airtime": airtime_u, "rate_bps": _rates(bits, airtime_u), "energy": e_up, "task": task}),
         ]
         self._order = event_order(_chains(t0, a1, t1, t2, a3, t3, latency > 0, down_access == "fdma",
                                           up_access == "fdma"), c)
@@ -167,7 +173,7 @@ class ChainRound:
                 world.busy_s[client] += spent
                 joules = world.energy.compute(client, spent, float(self._power[i]))
                 world.trace.put(world._h_compute_cut, (now, client, start, now, start - start, done, None, "train",
-                                                       joules, reason, flops))
+                                                       joules, self._task[i], reason, flops))
                 continue
             up = bool(up_open[i])
             prog = Progress()
@@ -183,6 +189,6 @@ class ChainRound:
             else:
                 world.bytes_down += sent
             handle = world._h_cut[world._h_upload if up else world._h_download]
-            extra = () if up else (self._version,)
+            extra = (self._task[i],) if up else (self._version, self._task[i])
             world.trace.put(handle, (now, client, t0, now, sent, wait, airtime,
                                      (8.0 * sent / airtime) if airtime > 0 else None, joules, *extra, reason, nbytes))

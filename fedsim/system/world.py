@@ -132,29 +132,35 @@ class World:
         self.bytes_up = 0
         self.bytes_down = 0
         self.busy_s = np.zeros(num_clients)
+        #: each client's current task: the id the version keeper gave its latest ``dispatch``.  The world stamps
+        #: it, as ``task``, on the client's ``download``, ``compute`` and ``upload`` records (taken when the work
+        #: starts), so a reader follows one task from dispatch to apply or drop without matching times
+        self.task_of: list[int | None] = [None] * num_clients
         # the world's records, written by position (Trace.put): one handle per schema
         tr = trace
-        self._h_compute = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what", "energy"))
+        self._h_compute = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what", "energy",
+                                              "task"))
         transfer = ("client", "start", "end", "bytes", "wait", "airtime", "rate_bps", "energy")
-        self._h_download = tr.kind("download", (*transfer, "version"))
-        self._h_upload = tr.kind("upload", transfer)
-        self._h_upload_what = tr.kind("upload", (*transfer, "what"))
+        self._h_download = tr.kind("download", (*transfer, "version", "task"))
+        self._h_upload = tr.kind("upload", (*transfer, "task"))
+        self._h_upload_what = tr.kind("upload", (*transfer, "what", "task"))
         self._h_server = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue"))
         # the schemas of a pass at a pinned speed and of an instantaneous download (no device queue, no radio)
-        self._h_compute_pinned = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what"))
-        self._h_download_instant = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version"))
+        self._h_compute_pinned = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what",
+                                                     "task"))
+        self._h_download_instant = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version", "task"))
         # a download that names its payload (split learning's gradients), instantaneous or over the link
-        self._h_download_what = tr.kind("download", (*transfer, "version", "what"))
+        self._h_download_what = tr.kind("download", (*transfer, "version", "what", "task"))
         self._h_download_instant_what = tr.kind("download", ("client", "start", "end", "bytes", "wait", "version",
-                                                             "what"))
+                                                             "what", "task"))
         # cut work: the same schemas, with why it ended and what was planned
         cut = ("ended", "planned_bytes")
         self._h_cut = {h: tr.kind(kind, (*fields, *cut)) for h, kind, fields in (
-            (self._h_download, "download", (*transfer, "version")), (self._h_upload, "upload", transfer),
-            (self._h_upload_what, "upload", (*transfer, "what")),
-            (self._h_download_what, "download", (*transfer, "version", "what")))}
+            (self._h_download, "download", (*transfer, "version", "task")), (self._h_upload, "upload", (*transfer, "task")),
+            (self._h_upload_what, "upload", (*transfer, "what", "task")),
+            (self._h_download_what, "download", (*transfer, "version", "what", "task")))}
         self._h_compute_cut = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what", "energy",
-                                                  "ended", "planned_flops"))
+                                                  "task", "ended", "planned_flops"))
         self._h_server_cut = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue", "ended"))
         #: work under way, by key: (the function that writes its cut record, its arguments before the reason)
         self._open: dict[int, tuple[Callable[..., None], tuple[Any, ...]]] = {}
@@ -458,7 +464,8 @@ class World:
         arrival = env.now
         state: list[Any] = [arrival, None, 0.0]  # arrival, service start, planned seconds
         key = next(self._open_ids)
-        self._open[key] = (self._cut_compute, (client, state, float(flops), what, True))
+        task = self.task_of[client]
+        self._open[key] = (self._cut_compute, (client, state, float(flops), what, True, task))
         try:
             with self._device(client).request() as req:
                 yield req
@@ -473,7 +480,8 @@ class World:
         self.busy_s[client] += dt
         joules = self.energy.compute(client, dt, self._power_w[self._client_group[client]])
         now = env.now
-        self.trace.put(self._h_compute, (now, client, start, now, start - arrival, float(flops), steps, what, joules))
+        self.trace.put(self._h_compute, (now, client, start, now, start - arrival, float(flops), steps, what, joules,
+                                         task))
         return dt
 
     def compute_pinned(self, client: int, flops: float, flops_per_s: float, *, what: str) -> Generator[Any, Any, float]:
@@ -485,7 +493,8 @@ class World:
         start = env.now
         dt = flops / flops_per_s
         key = next(self._open_ids)
-        self._open[key] = (self._cut_compute, (client, [start, start, dt], float(flops), what, False))
+        task = self.task_of[client]
+        self._open[key] = (self._cut_compute, (client, [start, start, dt], float(flops), what, False, task))
         try:
             yield env.timeout(dt)
         except simpy.Interrupt as intr:
@@ -494,7 +503,7 @@ class World:
         del self._open[key]
         self.busy_s[client] += dt
         now = env.now
-        self.trace.put(self._h_compute_pinned, (now, client, start, now, 0.0, float(flops), 1, what))
+        self.trace.put(self._h_compute_pinned, (now, client, start, now, 0.0, float(flops), 1, what, task))
         return dt
 
     def download_instant(self, client: int, nbytes: int, *, version: int | None = None,
@@ -504,10 +513,11 @@ class World:
         no radio fields).  Not a generator: nothing waits.  ``what`` names the payload when it is not a model."""
         self.bytes_down += int(nbytes)
         now = self.env.now
+        task = self.task_of[client]
         if what:
-            self.trace.put(self._h_download_instant_what, (now, client, now, now, int(nbytes), 0.0, version, what))
+            self.trace.put(self._h_download_instant_what, (now, client, now, now, int(nbytes), 0.0, version, what, task))
             return
-        self.trace.put(self._h_download_instant, (now, client, now, now, int(nbytes), 0.0, version))
+        self.trace.put(self._h_download_instant, (now, client, now, now, int(nbytes), 0.0, version, task))
 
     def client_chains(self, clients: np.ndarray, nbytes: int, flops: np.ndarray, samples: np.ndarray,
                       steps: np.ndarray, *, version: int) -> ChainRound:
@@ -592,15 +602,17 @@ class World:
                  what: str | None = None) -> Generator[Any, Any, float]:
         """Server → client transfer of ``nbytes`` (a SimPy process generator); returns its duration.
         ``what`` names the payload when it is not a model (split learning's ``gradients``)."""
+        task = self.task_of[client]  # the task this transfer belongs to, as it starts
         if what:
-            return self._transfer(False, client, nbytes, self._h_download_what, (version, what))
-        return self._transfer(False, client, nbytes, self._h_download, (version,))
+            return self._transfer(False, client, nbytes, self._h_download_what, (version, what, task))
+        return self._transfer(False, client, nbytes, self._h_download, (version, task))
 
     def upload(self, client: int, nbytes: int, *, what: str | None = None) -> Generator[Any, Any, float]:
         """Client → server transfer of ``nbytes`` (a SimPy process generator); returns its duration."""
+        task = self.task_of[client]  # the task this transfer belongs to, as it starts
         if what:
-            return self._transfer(True, client, nbytes, self._h_upload_what, (what,))
-        return self._transfer(True, client, nbytes, self._h_upload, ())
+            return self._transfer(True, client, nbytes, self._h_upload_what, (what, task))
+        return self._transfer(True, client, nbytes, self._h_upload, (task,))
 
     # ------------------------------------------------------------------------------ server
     def serve(self, client: int | None, service_s: float, *, what: str) -> Generator[Any, Any, ServiceRecord]:
@@ -635,7 +647,7 @@ class World:
         return len(keys)
 
     def _cut_compute(self, client: int, state: list[Any], flops: float, what: str, charged: bool,
-                     reason: str) -> None:
+                     task: int | None, reason: str) -> None:
         now = self.env.now
         arrival, start, dt = state
         if start is None:  # still waiting for the device
@@ -646,7 +658,7 @@ class World:
         self.busy_s[client] += spent
         joules = self.energy.compute(client, spent, self._power_w[self._client_group[client]]) if charged else None
         self.trace.put(self._h_compute_cut, (now, client, start, now, start - arrival, done, None, what, joules,
-                                             reason, flops))
+                                             task, reason, flops))
 
     def _cut_transfer(self, up: bool, client: int, nbytes: int, t0: float, prog: Progress, handle: int,
                       extra: tuple[Any, ...], reason: str) -> None:

@@ -136,7 +136,7 @@ class AsyncSlots(SlotScheduler):
         limit = check_staleness_limit(self, "max_staleness", self.max_staleness())
         tau = ctx.versions.staleness(update)
         if limit is not None and tau > limit:
-            ctx.versions.record_drop(c, f"staleness {tau} > {limit}", None)
+            ctx.versions.record_drop(c, f"staleness {tau} > {limit}", None, update=update)
             return
         if ctx.done.triggered:
             return

@@ -256,5 +256,7 @@ class SplitSession:
     act: torch.Tensor | None = None
     grad: torch.Tensor | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the trace's id of this participation (its ``dispatch`` record's ``task``), carried to its apply
+    trace_task: int | None = None
 
 

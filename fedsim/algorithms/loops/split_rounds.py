@@ -144,8 +144,8 @@ class SplitRounds(SplitAlgorithm):
         if not clients and not self.version_per_round:
             ctx.versions.record_round(rnd, start=start, clients=[], dropped=[])
             return
-        applied = [Contribution(client=s.client, base_version=s.base_version, download_time=s.download_time)
-                   for s in sessions]
+        applied = [Contribution(client=s.client, base_version=s.base_version, download_time=s.download_time,
+                                info={"task": s.trace_task}) for s in sessions]
         self.install(applied, round_=rnd, round_record={"start": start, "end": env.now, "clients": clients,
                                                         "dropped": []})
 
@@ -163,7 +163,7 @@ class SplitRounds(SplitAlgorithm):
                              self.client_optimizer(self.wc) if self.training else None)
             self.open_session(s, rnd)
             sessions.append(s)
-            ctx.versions.record_dispatch(c, base_version, rnd)
+            s.trace_task = ctx.versions.record_dispatch(c, base_version, rnd)
         if plan.wait:  # a barrier after every uploading iteration: the server steps, then the clients go on
             first = 0
             for stop in [e for e in range(self.steps) if plan.uploads(e)] + [self.steps]:

@@ -117,10 +117,11 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
         task = loop.tasks.next(c)
         base_version, t0 = ctx.version, env.now
         wc = self.wc  # the client model as dispatched
-        ctx.versions.record_dispatch(c, base_version, None)
+        trace_task = ctx.versions.record_dispatch(c, base_version, None)
         yield from timing.download(c, self.costs.client_model_bytes, version=base_version)
         batches = self.schedule(c, task, self.local_iterations(c), ctx.training.sgd.batch_size)
-        s = SplitSession(c, task, base_version, t0, batches, self.client_optimizer(wc) if self.training else None)
+        s = SplitSession(c, task, base_version, t0, batches, self.client_optimizer(wc) if self.training else None,
+                         trace_task=trace_task)
         self.open_session(s)
         instant = timing.instant_downloads
         plan = self.exchange_plan
@@ -208,7 +209,8 @@ class SplitSlots(SlotScheduler, SplitAlgorithm):
             if self.training:
                 self.wc = self.aggregate_clients([m.state for m in batch], clients)
             self.install([Contribution(client=m.session.client, base_version=m.session.base_version,
-                                       download_time=m.session.download_time) for m in batch],
+                                       download_time=m.session.download_time, info={"task": m.session.trace_task})
+                          for m in batch],
                          round_=ctx.version + 1)
             msg.ack.succeed()
 
