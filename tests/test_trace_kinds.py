@@ -61,7 +61,7 @@ def test_register_refuses_a_clash_and_bad_names(fresh, kind, fields, says):
     trace.register_record_kind("my_round", ("round", "clients"))
     with pytest.raises(ValueError, match=says):
         trace.register_record_kind(kind, fields)
-    assert fresh["my_round"] == ("round", "clients") and fresh["dispatch"] == ("client", "version", "round")
+    assert fresh["my_round"] == ("round", "clients") and fresh["dispatch"] == ("client", "version", "round", "task")
 
 
 def test_the_trace_layer_holds_only_the_framework_kinds():

@@ -27,7 +27,9 @@ FIGURES.mkdir(parents=True, exist_ok=True)
 
 
 def check(run_dir):
-    """`fedsim check RUN_DIR`, its printed table returned as text."""
+    """`fedsim check RUN_DIR`, its printed table returned as text (laid out 100 columns wide: the table
+    follows the terminal's width, `COLUMNS`, and one width keeps this page the same in every terminal)."""
+    os.environ["COLUMNS"] = "100"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         fedsim_cli(["check", str(run_dir)])
