@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "gallery"))
     ap.add_argument("--quick", action="store_true", help="short runs, no paper recipes (a smoke test of the recipe)")
     args = ap.parse_args(argv)
-    quick = ["stop={max_versions: 4}", "output.flush_every=64"] if args.quick else []
+    # quick: 4 versions of 2 local steps each (the same figures, drawn from less training)
+    quick = ["stop={max_versions: 4}", "output.flush_every=64", "train.local_steps=2"] if args.quick else []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
