@@ -67,7 +67,7 @@ class Algorithm:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "hooks" in cls.__dict__ and cls.__module__.startswith("fedsim.algorithms.loops."):
-            _SHAPES.append(cls)  # a loop shape lists the hooks it calls; the shapes register, nothing imports them
+            _SHAPES[cls.__qualname__] = cls  # a loop shape lists its hooks; shapes register (a reload replaces)
         if not cls.family and "name" in cls.__dict__ and "family" not in cls.__dict__:
             cls.family = cls.name  # the first named class of a line names the streams its subclasses inherit
         for hook in CLASS_HOOKS:
@@ -217,7 +217,7 @@ def build_algorithm(cls: "type[Algorithm]", ctx: "Context", config: Any) -> "Alg
 
 #: the loop shapes (``fedsim.algorithms.loops``), registered as they are defined: a class that extends one has
 #: loaded the package, so every shape is here when :func:`uncalled_hooks` asks
-_SHAPES: "list[type[Algorithm]]" = []
+_SHAPES: "dict[str, type[Algorithm]]" = {}
 
 
 #: the order the shapes are named in messages (the user guide's order); a shape not listed comes last
@@ -226,7 +226,7 @@ _SHAPE_ORDER = ("SyncRounds", "AsyncSlots", "SemiAsyncRounds", "SplitRounds", "S
 
 def _shapes() -> "list[type[Algorithm]]":
     rank = {n: i for i, n in enumerate(_SHAPE_ORDER)}
-    return sorted(_SHAPES, key=lambda s: rank.get(s.__name__, len(rank)))
+    return sorted(_SHAPES.values(), key=lambda s: rank.get(s.__name__, len(rank)))
 
 
 def _is_fedsim(klass: type) -> bool:
