@@ -386,7 +386,7 @@ def check_rows_frame(rows: Sequence[Row]) -> pd.DataFrame:
 def _refresh_report(folder: Path) -> None:
     """Rewrite the folder's report.html when it has one, so it shows check.csv (the run's own figures stay)."""
     if (folder / "report.html").exists():
-        from fedsim.report import html_report
+        from fedsim.output.report import html_report
 
         html_report(folder)
 

@@ -895,7 +895,7 @@ def bound_curve(df: pd.DataFrame, measured: Mapping[str, Any]) -> pd.DataFrame:
 def probe_figures(df: pd.DataFrame, measured: Mapping[str, Any], out: str | Path) -> list[str]:
     """Figures of a probe table into ``out``: dissimilarity over versions, ‖∇F‖² against the local-SGD
     bound, SVCCA of each block against the final model.  Returns the file names written."""
-    from fedsim.report import new_figure, save_figure  # plain Figure objects: no pyplot, nothing left held
+    from fedsim.output.report import new_figure, save_figure  # plain Figure objects: no pyplot, nothing left held
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

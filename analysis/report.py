@@ -182,7 +182,7 @@ def semisfl_rows(trace: pd.DataFrame) -> tuple[list[Check], dict[str, Any]]:
 
 
 def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> list[str]:
-    from fedsim.report import new_figure, save_figure  # plain Figure objects: no pyplot, nothing left held
+    from fedsim.output.report import new_figure, save_figure  # plain Figure objects: no pyplot, nothing left held
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -209,7 +209,7 @@ def _figures(out: Path, trace: pd.DataFrame, metrics: pd.DataFrame | None) -> li
     from matplotlib.ticker import MaxNLocator
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if len(per):  # counts from 0, so a constant N* = 10 is not drawn on ticks 9.45-10.50
-        from fedsim.report import count_axis
+        from fedsim.output.report import count_axis
 
         count_axis(ax, pd.concat([per["n_star"], per["n_star_trained"]]))
     else:

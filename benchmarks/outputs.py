@@ -34,7 +34,7 @@ FEDSIM = [sys.executable, "-c", "import sys; from fedsim.cli import main; sys.ex
 OUTPUTS = """
 import sys, time
 t0 = time.perf_counter()
-from fedsim import report
+from fedsim.output import report
 report.run_figures(sys.argv[1])
 report.html_report(sys.argv[1])
 print(time.perf_counter() - t0)

@@ -227,7 +227,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Earlier runs side by side: comparison.csv / .md and overlaid figures."""
-    from fedsim.compare import compare
+    from fedsim.output.compare import compare
 
     out = Path(args.out) if args.out else _fresh_folder(Path("runs") / "compare")
     from fedsim.inputfiles import check_writable

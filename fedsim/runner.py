@@ -56,9 +56,9 @@ from fedsim.errors import ConfigError, DivergenceError, FedsimError, Terminated
 from fedsim.files import BUILDING, start_folder, write_csv, write_json, write_text, writing
 from fedsim.learn.accelerator import cpu_state, data_on, run_device, set_deterministic
 from fedsim.learn.partition import partition_summary
-from fedsim.output_process import (MAX_EVENTS, OutputProcess, build_comparison_outputs,
+from fedsim.output.process import (MAX_EVENTS, OutputProcess, build_comparison_outputs,
                                    build_run_outputs)
-from fedsim.output_process import wanted as output_process_wanted
+from fedsim.output.process import wanted as output_process_wanted
 from fedsim.plugins import plugin_version_hooks
 from fedsim.preflight import check_memory_fits, preflight
 from fedsim.rundirs import prepare_run_dir
@@ -153,7 +153,7 @@ def run_variant(
 ) -> dict[str, Any]:
     """Run one algorithm on the scenario's world; returns the summary (also saved as summary.json).
 
-    ``outputs``: a second process that builds the figures and report (:mod:`fedsim.output_process`); the
+    ``outputs``: a second process that builds the figures and report (:mod:`fedsim.output.process`); the
     build is handed to it and left in its ``pending`` list for the caller to wait for
     (:func:`finish_outputs`), which records a failure in the summary as building them here would.
 
@@ -285,7 +285,7 @@ def _build_recorded(out: Path, summary: dict[str, Any] | list[dict[str, Any]], w
                     build: Callable[[], Any]) -> None:
     """``build()`` inside :func:`building_outputs`, then summary.json written with its final status: ``ok``
     only now that every output is written, :data:`OUTPUTS_FAILED` after a failure (figures of a failed build
-    never hide it).  A build that returns failed figures (:func:`fedsim.output_process.build_run_outputs`:
+    never hide it).  A build that returns failed figures (:func:`fedsim.output.process.build_run_outputs`:
     name → one line) leaves the status ``ok`` and records them as :data:`FIGURES_MISSING`: the rest of the
     outputs and report.html were written, so one degenerate figure does not fail the run.  An interrupt
     while drawing (Ctrl-C, SIGTERM, SIGHUP) makes an ``ok`` run ``interrupted``, says so in ``outputs_interrupted``, and is raised again."""
@@ -533,7 +533,7 @@ def run_scenario(scenario: Scenario, out: str | Path, *, progress: bool = True, 
     All validation happens first (:func:`preflight`); then ``out`` must be new or empty (``force``: cleared).
     ``on_ready`` is called once both passed, before the first run (the CLI says what it runs there, so a
     bad input is never preceded by that line).  ``outputs_process``: build the figures and report in a
-    second process where :func:`fedsim.output_process.wanted` says it pays (``fedsim run`` does; a script
+    second process where :func:`fedsim.output.process.wanted` says it pays (``fedsim run`` does; a script
     asking for it needs the ``if __name__ == "__main__":`` guard that spawning a process needs)."""
     from fedsim.scenario import check_label
 

@@ -31,7 +31,7 @@ import yaml  # noqa: E402
 
 from fedsim.errors import ConfigError, Terminated  # noqa: E402
 from fedsim.files import start_folder, write_csv, write_json, write_text  # noqa: E402
-from fedsim.report import save_figure  # noqa: E402
+from fedsim.output.report import save_figure  # noqa: E402
 
 #: Per-run numbers a sweep tabulates; sweep.csv gives their mean (and std over seeds) per point.
 RUN_COLUMNS = ("final_accuracy", "best_accuracy", "time_to_target_s", "virtual_time_s", "bytes_up", "bytes_down",
@@ -479,7 +479,7 @@ def run_sweep(source: str | None, overrides: list[str], out: Path, *, target: fl
             several = table["label"].nunique() > 1
             heatmap_figure(g, out / (f"sweep_heatmap_{label}.png" if several else "sweep_heatmap.png"), keys,
                            title=str(label) if several else "")
-    from fedsim.folder_report import folder_report
+    from fedsim.output.folder_report import folder_report
 
     folder_report(out, "sweep")  # report.html: the grid, its heat maps, a link to every run
     return table
@@ -564,7 +564,7 @@ def heatmap_figure(table: pd.DataFrame, path: Path, keys: Sequence[str], title: 
     never reached the target is grey and says so."""
     from matplotlib import colormaps
 
-    from fedsim.report import fmt_bytes
+    from fedsim.output.report import fmt_bytes
 
     ky, kx = keys
     rows_v = list(dict.fromkeys(table[ky].tolist()))
@@ -709,7 +709,7 @@ def run_seeds(scenario: Any, seeds: list[int], out: Path, *, target: float | Non
         ax.text(0.5, 0.5, "no accuracy was recorded by any seed", transform=ax.transAxes, ha="center", va="center")
     save_figure(fig, out / "seeds.png")
     plt.close(fig)
-    from fedsim.folder_report import folder_report
+    from fedsim.output.folder_report import folder_report
 
     folder_report(out, "seeds")  # report.html: the table, the seeds' curves, a link to every run
     return table

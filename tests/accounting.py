@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedsim.report_panels import client_breakdown, gather
+from fedsim.output.panels import client_breakdown, gather
 from fedsim.sim.trace import load_trace, trace_path
 
 PHASES = ("download", "compute", "upload")

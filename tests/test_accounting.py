@@ -83,7 +83,7 @@ def test_deadline_cuts_uploads_into_the_trace_with_what_they_sent(tmp_path):
 def test_deadline_cut_clients_sort_as_the_slowest(tmp_path):
     """A client whose uploads are cut spends its cut time uploading (not "waiting for the round"), so its time
     per task is the longest."""
-    from fedsim.report_panels import client_breakdown, gather
+    from fedsim.output.panels import client_breakdown, gather
 
     sc = load_scenario("default", SYNC + [
         "channel.uplink={model: fixed, mbps: [0.05, 5.0]}", "devices.jitter=0",

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import TINY
 
-from fedsim import report
+from fedsim.output import report
 from fedsim.cli import main
 
 RATE = 2e6  # bit/s: 2 Mbit/s on every link
@@ -161,7 +161,7 @@ def test_a_figure_that_raises_in_a_run_fails_alone(tmp_path, capsys, monkeypatch
     assert f"<h2 id='figures-missing'>Figures not drawn</h2>" in page and f"<b>link_rates</b>: {line}" in page
     # drawn again with the figure mended: nothing is missing, and the stale traceback is gone
     monkeypatch.undo()
-    from fedsim.output_process import build_run_outputs
+    from fedsim.output.process import build_run_outputs
 
     assert build_run_outputs(str(out), None, 30, None) == {}
     assert not (out / "figures_error.txt").exists() and (out / "link_rates.png").exists()

@@ -1,4 +1,4 @@
-"""`fedsim run` builds a short run's figures and report.html in a second process (fedsim.output_process):
+"""`fedsim run` builds a short run's figures and report.html in a second process (fedsim.output.process):
 the same files as the run's own process builds, failures recorded the same way, a dead second process
 replaced, and nothing left running after Ctrl-C or a killed run."""
 from __future__ import annotations
@@ -19,7 +19,7 @@ import yaml
 from conftest import ROOT, TINY, fedsim_process, signal_and_wait
 
 from fedsim import scenario_from_mapping
-from fedsim.output_process import MAX_EVENTS, SWITCH, usable_cores, wanted
+from fedsim.output.process import MAX_EVENTS, SWITCH, usable_cores, wanted
 from fedsim.runner import run_scenario
 
 needs_two_cores = pytest.mark.skipif(usable_cores() < 2, reason="the second process needs a second usable core")
@@ -156,7 +156,7 @@ def test_a_report_that_fails_there_is_recorded_as_here(tmp_path):
 def test_a_dead_second_process_is_replaced_by_this_one(tmp_path):
     script = """
 import os, sys
-from fedsim.output_process import OutputProcess, build_run_outputs
+from fedsim.output.process import OutputProcess, build_run_outputs
 
 def no_fork():
     raise AssertionError("forked in the run's own process")

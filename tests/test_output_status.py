@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-import fedsim.report as report
+import fedsim.output.report as report
 from fedsim.cli import EXIT_INTERNAL, main
 from fedsim.runner import OUTPUTS_ERROR_FILE, OUTPUTS_FAILED
 
@@ -27,7 +27,7 @@ def _write(tmp_path: Path, mapping: dict) -> Path:
 def _here(monkeypatch) -> None:
     """Build the outputs in this process, where the patches apply (the second process that `fedsim run`
     draws in is tested in test_output_process.py)."""
-    monkeypatch.setattr("fedsim.output_process.usable_cores", lambda: 1)
+    monkeypatch.setattr("fedsim.output.process.usable_cores", lambda: 1)
 
 
 def test_a_failed_report_is_not_ok(tiny, tmp_path, capsys, monkeypatch):

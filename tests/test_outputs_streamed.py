@@ -1,4 +1,4 @@
-"""The figures and report.html read the trace in one streamed pass (fedsim.digest) and give what the
+"""The figures and report.html read the trace in one streamed pass (fedsim.output.digest) and give what the
 whole trace in memory gave: the same timeline coverage and every bar of the tiles the page holds whatever
 the block size, a second pass when the clients' order forces one, and the compact reader's columns equal
 the full loader's."""
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import digest as dg
+from fedsim.output import digest as dg
 from fedsim import load_scenario
 from fedsim.runner import run_scenario
 from fedsim.sim.trace import iter_blocks, load_trace
@@ -120,7 +120,7 @@ def test_compact_reader_columns_equal_the_full_loader(run):
 def test_link_rates_go_on_a_log_axis_when_they_span_decades(tmp_path, monkeypatch, rates, log):
     import matplotlib.axes
 
-    from fedsim import report
+    from fedsim.output import report
 
     scales = []
     real = matplotlib.axes.Axes.set_xscale
@@ -136,7 +136,7 @@ def test_freed_memory_is_released_only_before_reading_a_large_trace(tmp_path, mo
     (its reading would otherwise stack on the simulation's freed pages), not before a small one."""
     import gc
 
-    import fedsim.report as report
+    import fedsim.output.report as report
 
     (tmp_path / "trace.jsonl").write_text('{"t": 0.0, "kind": "dispatch", "client": 0}\n')
     calls: list[int] = []

@@ -56,7 +56,7 @@ def test_cut_off_compact_trace_still_loads_a_prefix(tmp_path):
 def test_figures_and_check_read_a_compact_trace(tmp_path):
     """Every reader finds the trace through ``trace_path``: a compact run gets its timeline and `fedsim check`."""
     from analysis.report import check_run
-    from fedsim.report import run_figures
+    from fedsim.output.report import run_figures
 
     _run(tmp_path, "compact")
     run_dir = tmp_path / "compact"

@@ -98,6 +98,27 @@ def test_fedsim_never_imports_analysis():
     assert offenders == {}
 
 
+#: the modules that show a finished run or folder: they live in fedsim/output/, not at the package top
+OUTPUT_MODULES = ("report", "panels", "digest", "folder_report", "process", "compare")
+
+
+@pytest.mark.fast
+def test_output_code_lives_in_the_output_package_and_nothing_below_imports_it():
+    """The output layer sits above the simulation: its modules are under ``fedsim/output/``, none of the old
+    flat names is back at the package top, and no module of the layers a run is made of (sim, learn, system,
+    algorithms, training) imports it."""
+    assert sorted(p.stem for p in (FEDSIM / "output").glob("*.py") if p.stem != "__init__") == sorted(OUTPUT_MODULES)
+    flat = ("report", "report_panels", "digest", "folder_report", "output_process", "compare")
+    assert [n for n in flat if (FEDSIM / f"{n}.py").exists()] == []
+    offenders = {}
+    for layer in ("sim", "learn", "system", "algorithms", "training"):
+        for path in (FEDSIM / layer).rglob("*.py"):
+            bad = sorted(m for m in _imports(path) if m == "fedsim.output" or m.startswith("fedsim.output."))
+            if bad:
+                offenders[str(path.relative_to(ROOT))] = bad
+    assert offenders == {}
+
+
 def test_no_import_cycle_inside_fedsim():
     """No cycle among fedsim's modules, counting every import: those inside functions (a lazy import that points
     upward is still a cycle when it runs) and those under ``if TYPE_CHECKING`` (a type that points upward ties

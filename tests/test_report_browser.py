@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from fedsim.report import fmt_bytes, html_report
+from fedsim.output.report import fmt_bytes, html_report
 from fedsim.runner import run_scenario
 from fedsim import load_scenario
 from fedsim.sim.trace import load_trace

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 
-from fedsim.report import fmt_bytes, fmt_seconds, fmt_summary, html_report, interactive_data
+from fedsim.output.report import fmt_bytes, fmt_seconds, fmt_summary, html_report, interactive_data
 from fedsim.runner import run_scenario
 from fedsim import load_scenario
 from fedsim.sim.trace import load_trace

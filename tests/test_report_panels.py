@@ -1,4 +1,4 @@
-"""report.html's "What happened" panels (fedsim.report_panels): the per-client time breakdown sums to the
+"""report.html's "What happened" panels (fedsim.output.panels): the per-client time breakdown sums to the
 run's virtual time and matches the trace; the server's utilisation and waits match the trace and
 summary.json; staleness, rounds, stragglers, drops and split-learning traffic come out as the trace says;
 sweep and --seeds folders get a report with working links; and in headless Chromium every panel is
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from fedsim import load_scenario
-from fedsim.report import html_report
-from fedsim.report_panels import (BREAKDOWN_KEYS, client_breakdown, gather, panels_data,
+from fedsim.output.report import html_report
+from fedsim.output.panels import (BREAKDOWN_KEYS, client_breakdown, gather, panels_data,
                                   panels_html, round_stats, server_stats, transfer_purpose)
 from fedsim.runner import run_scenario
 from fedsim.sim.trace import load_trace
@@ -282,7 +282,7 @@ def test_every_panel_is_present_has_data_and_answers_a_hover(runs, tmp_path):
 # ------------------------------------------------------------------------------- the streamed panels
 
 def _streamed(run: Path, block_lines: int = 64):
-    from fedsim.report_panels import _FIELDS, _KINDS, PanelStream
+    from fedsim.output.panels import _FIELDS, _KINDS, PanelStream
     from fedsim.sim.trace import iter_blocks
 
     stream = PanelStream()
@@ -297,7 +297,7 @@ def _streamed(run: Path, block_lines: int = 64):
 def test_streamed_panels_equal_the_exact_reading_window_by_window(runs, which, tmp_path, monkeypatch):
     """The panels fed by the figures' single pass, summing the breakdown window by window behind a
     watermark (here after every few dozen intervals), give the numbers of the reading that holds them all."""
-    import fedsim.report_panels as rp
+    import fedsim.output.panels as rp
 
     if which == "hand-made":
         run = tmp_path
@@ -331,7 +331,7 @@ def test_streamed_panels_equal_the_exact_reading_window_by_window(runs, which, t
 
 
 def test_a_record_reaching_behind_the_watermark_makes_the_stream_fall_back(tmp_path, monkeypatch):
-    import fedsim.report_panels as rp
+    import fedsim.output.panels as rp
 
     late = [{"t": 0.1 * i + 0.1, "kind": "compute", "client": i % 3, "start": 0.1 * i, "end": 0.1 * i + 0.1}
             for i in range(60)]
@@ -358,8 +358,8 @@ def _pixels(png: Path, colour: str) -> int:
 
 def test_timeline_png_marks_rounds_stragglers_and_drops(runs, tmp_path):
     """The sync run's timeline.png: round starts, stragglers (gold) and drops (red) drawn; none without rounds."""
-    from fedsim.digest import digest_trace
-    from fedsim.report import timeline_figure
+    from fedsim.output.digest import digest_trace
+    from fedsim.output.report import timeline_figure
 
     run = runs / "sync"
     data = panels_data(run)
@@ -390,7 +390,7 @@ def test_split_learning_downloads_name_their_gradients(split_run):
     unversioned = down["version"].isna()
     assert unversioned.any() and (down.loc[unversioned, "what"] == "gradients").all()
     assert down.loc[~unversioned, "what"].isna().all()  # a model download names its version instead
-    from fedsim.report import interactive_data
+    from fedsim.output.report import interactive_data
 
     data = interactive_data(split_run)
     names = set(data["whats"])

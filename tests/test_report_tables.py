@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim.folder_report import folder_report
-from fedsim.report import fmt_number, table_html
+from fedsim.output.folder_report import folder_report
+from fedsim.output.report import fmt_number, table_html
 
 
 def seeds_summary(target: bool) -> pd.DataFrame:

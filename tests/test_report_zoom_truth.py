@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import digest as dg
+from fedsim.output import digest as dg
 from fedsim import load_scenario
-from fedsim.report import (PHASE_COLOURS, _timeline_codes, busy_share, diffuse, html_report, interactive_data,
+from fedsim.output.report import (PHASE_COLOURS, _timeline_codes, busy_share, diffuse, html_report, interactive_data,
                            timeline_figure)
 from fedsim.runner import run_scenario
 
@@ -99,7 +99,7 @@ def test_png_server_row_shows_the_measured_utilisation(busy):
 def test_page_data_holds_the_server_share_at_every_level(busy):
     data = interactive_data(busy)
     agg, util = data["agg"], _utilisation(busy)
-    from fedsim.report import SHARE_DIGITS
+    from fedsim.output.report import SHARE_DIGITS
 
     for lv in agg["levels"]:
         share = np.array([SHARE_DIGITS.index(ch) for ch in lv["share"]]) / (len(SHARE_DIGITS) - 1)
@@ -195,7 +195,7 @@ def gas(tmp_path_factory):
 
 
 def test_png_draws_activations_in_their_own_colour(gas):
-    from fedsim.report import PURPOSE_BAR_COLOURS
+    from fedsim.output.report import PURPOSE_BAR_COLOURS
 
     rgb = _rgb(gas / "timeline.png")
     red = _is(rgb, PURPOSE_BAR_COLOURS["activations"])
@@ -206,8 +206,8 @@ def test_png_draws_activations_in_their_own_colour(gas):
 
 def test_browser_activations_have_one_colour_at_every_zoom_and_the_ideal_downlink_is_named(gas, tmp_path,
                                                                                          monkeypatch):
-    from fedsim import report
-    from fedsim.report import PURPOSE_BAR_COLOURS
+    from fedsim.output import report
+    from fedsim.output.report import PURPOSE_BAR_COLOURS
 
     # single bars only up to 150 in view: the whole view and the first zooms are drawn aggregated (the
     # issue's run has far more bars than this short one), deeper zooms bar by bar
@@ -240,7 +240,7 @@ def test_browser_activations_have_one_colour_at_every_zoom_and_the_ideal_downlin
 
 
 def test_ideal_link_note_by_hand():
-    from fedsim.report_panels import ideal_links_note
+    from fedsim.output.panels import ideal_links_note
 
     assert ideal_links_note({("upload", "model"): [3, 10.0, 0.5]}) == ""
     note = ideal_links_note({("download", "gradients"): [4, 0.0, 0.0], ("download", "model"): [2, 9.0, 0.0],
@@ -250,8 +250,8 @@ def test_ideal_link_note_by_hand():
 
 
 def test_traffic_by_purpose_uses_the_timelines_colours(gas):
-    from fedsim.report import PURPOSE_BAR_COLOURS
-    from fedsim.report_panels import panels_data
+    from fedsim.output.report import PURPOSE_BAR_COLOURS
+    from fedsim.output.panels import panels_data
 
     rows = {(r["direction"], r["purpose"]): r["colour"] for r in panels_data(gas)["traffic"]}
     # a model upload is green and a model download blue, as on both timelines (it was blue both ways)
@@ -262,7 +262,7 @@ def test_traffic_by_purpose_uses_the_timelines_colours(gas):
 
 
 def test_glossary_defines_the_words_the_report_uses():
-    from fedsim.report_panels import GLOSSARY
+    from fedsim.output.panels import GLOSSARY
 
     terms = dict(GLOSSARY)
     for word in ("drop", "deadline", "idle", "concurrency", "latency", "straggler", "utilisation", "staleness"):

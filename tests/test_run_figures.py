@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import report
+from fedsim.output import report
 
 pytestmark = pytest.mark.fast  # a quick file: part of `pytest -m fast` (tests/README.md)
 
@@ -108,7 +108,7 @@ def test_the_run_figures_leave_pyplot_and_its_backend_alone(tmp_path):
         "before = matplotlib.rcParams._get_backend_or_none()\n"
         "import pandas as pd\n"
         "from pathlib import Path\n"
-        "from fedsim import report\n"
+        "from fedsim.output import report\n"
         f"report.accuracy_figure({{'a': pd.DataFrame({{'t': [0.0, 1.0], 'accuracy': [0.1, 0.5]}})}}, "
         f"Path({str(tmp_path / 'a.png')!r}))\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
@@ -126,7 +126,7 @@ def test_save_figure_draws_once_and_writes_the_same_png(tmp_path, monkeypatch):
     is the same either way."""
     from matplotlib.figure import Figure
 
-    from fedsim.report import new_figure, save_figure
+    from fedsim.output.report import new_figure, save_figure
 
     def make():
         fig, ax = new_figure(figsize=(6, 4))

@@ -160,7 +160,7 @@ def test_compare_lists_a_killed_or_unfinished_run_with_its_status(finished, tmp_
 
 _DRAWING = """
 import pathlib, sys, time
-import fedsim.report as report
+import fedsim.output.report as report
 marker = pathlib.Path(sys.argv[1])
 def drawing(*args, **kwargs):  # the run's figures: say so, then take long enough to be stopped
     marker.write_text("drawing")
@@ -202,7 +202,7 @@ def test_sigterm_while_drawing_leaves_a_status_that_says_so(tmp_path, capsys, mo
         seen.append(json.loads((out / "summary.json").read_text())["status"])
         _signal_self(signal.SIGTERM)
 
-    monkeypatch.setattr("fedsim.report.run_figures", drawing)
+    monkeypatch.setattr("fedsim.output.report.run_figures", drawing)
     code, err = _cli(capsys, "run", "fedasync", *FIGURES, "--out", str(out), "--quiet")
     assert seen == ["building_outputs"]  # while drawing the summary says so
     assert code == 143 and err == "fedsim: terminated (SIGTERM); outputs written so far are kept", err

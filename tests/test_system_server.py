@@ -127,7 +127,7 @@ def test_queue_length_curve_of_the_trace_matches_the_server_and_little():
     import numpy as np
     import pandas as pd
 
-    from fedsim.report import queue_length
+    from fedsim.output.report import queue_length
 
     env = simpy.Environment()
     server = Server(env, workers=1)

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import digest as dg
+from fedsim.output import digest as dg
 from fedsim import load_scenario
-from fedsim.report import PHASE_COLOURS, html_report, interactive_data, timeline_figure
+from fedsim.output.report import PHASE_COLOURS, html_report, interactive_data, timeline_figure
 from fedsim.runner import run_scenario
 from fedsim.sim.trace import load_trace
 
@@ -178,7 +178,7 @@ def page(busy, tmp_path, monkeypatch):
     BROWSER, Chrome = _browser()
     if BROWSER is None:
         pytest.skip("no Chromium installed (apt-get install chromium)")
-    from fedsim import report
+    from fedsim.output import report
 
     monkeypatch.setattr(report, "INTERACTIVE_EXACT_BARS", 1000, raising=False)
     html_report(busy)

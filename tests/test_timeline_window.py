@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim import report
+from fedsim.output import report
 from fedsim.errors import ConfigError
 from fedsim.runner import run_scenario
 from fedsim import load_scenario, scenario_from_mapping
@@ -44,7 +44,7 @@ def test_timeline_is_one_collection_and_queue_waits_land_on_their_clients_rows(t
     import numpy as np
     import pandas as pd
 
-    from fedsim import digest as dg
+    from fedsim.output import digest as dg
 
     n = 4000
     t = np.arange(n, dtype=float)

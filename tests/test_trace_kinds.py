@@ -125,7 +125,7 @@ import json, sys
 from analysis.report import check_run
 from analysis.trace_metrics import cos2p_summary
 from fedsim.cli import main
-from fedsim.digest import digest_trace
+from fedsim.output.digest import digest_trace
 from fedsim.sim.trace import EVENT_FIELDS, load_trace
 
 cos2p, gas = sys.argv[1:3]

@@ -13,7 +13,7 @@ import yaml
 from fedsim.algorithms import registry
 from fedsim.algorithms.width import FedRolex, FjORD, OrderedDropoutTrainer
 from fedsim.cli import main
-from fedsim.report import submodel_table
+from fedsim.output.report import submodel_table
 from fedsim.learn.submodel import extract, insert, sub_state_bytes, width_submodel
 from fedsim.learn.sgd import local_sgd
 from fedsim.build import build_global_model, prepare_data

@@ -674,7 +674,7 @@ def release_freed_memory() -> None:
 
 
 class BlockReader(Protocol):
-    """Another reader fed the same streamed pass (the report's panels, :mod:`fedsim.report_panels`): the
+    """Another reader fed the same streamed pass (the report's panels, :mod:`fedsim.output.panels`): the
     kinds and fields it needs, ``add`` for each block of those kinds and ``piece_read`` after each block
     that closes a piece of the file (:attr:`fedsim.sim.trace.Block.closes`), whatever its kind."""
 

@@ -1,7 +1,7 @@
 """report.html of a sweep or ``--seeds`` folder: the grid's or the seeds' table, their figures, every run's
 accuracy curve on one virtual-time axis and a link to every run's report (which links back up).
 
-Above both :mod:`fedsim.report` (its accuracy figure) and :mod:`fedsim.report_panels` (the glossary, the
+Above both :mod:`fedsim.output.report` (its accuracy figure) and :mod:`fedsim.output.panels` (the glossary, the
 page's style and the "up" links) in the import graph; :mod:`fedsim.sweep` calls it when a sweep or a
 ``--seeds`` command finishes.
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from fedsim.files import write_text
-from fedsim.report import TABLE_CSS, accuracy_figure, table_html
-from fedsim.report_panels import PANELS_CSS, glossary_html, link_up
+from fedsim.output.report import TABLE_CSS, accuracy_figure, table_html
+from fedsim.output.panels import PANELS_CSS, glossary_html, link_up
 
 
 def folder_report(out: str | Path, kind: str) -> Path:

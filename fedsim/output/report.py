@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from fedsim.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
+from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.sim.trace import trace_path
@@ -84,11 +84,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     """Per-client timeline of download / compute / upload, queue wait at the server and the server's
     service: the server on the top row, then one row per client.
 
-    ``trace``: a trace DataFrame, or the :class:`~fedsim.digest.TraceDigest` of one read with the same
+    ``trace``: a trace DataFrame, or the :class:`~fedsim.output.digest.TraceDigest` of one read with the same
     window and client count (what :func:`run_figures` passes, so a long trace is never held in memory).
     The window is ``[since, until]`` (default: the whole run).  Each pixel column of a client's row is
     painted with the phase that covers most of its time, or left empty where the row is mostly idle
-    (:func:`fedsim.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
+    (:func:`fedsim.output.digest.dominant`, the rule report.html's timeline follows too): a bar is never widened,
     so 7 µs of compute cannot paint over 29 ms of upload, and a phase that takes a large share of the time
     takes a like share of the pixels.  The server's row is drawn by its busy share instead
     (:func:`busy_share`): each column a bar as tall as the share of its time the server's ``workers`` were
@@ -98,7 +98,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     over the column's time x workers).  Split learning's activations and gradients (transfers whose
     ``what`` names them) are phases of their own, in :data:`PURPOSE_BAR_COLOURS` as in report.html at
     every zoom.  The legend gives each phase's mean duration ("0 s: ideal link" for transfers that take
-    none).  ``rounds``: the rounds and drops to mark (:meth:`fedsim.report_panels.PanelStream.round_table`),
+    none).  ``rounds``: the rounds and drops to mark (:meth:`fedsim.output.panels.PanelStream.round_table`),
     see :func:`_draw_rounds`."""
     params = dict(since=since, until=until, timeline_clients=max_clients)
     if isinstance(trace, TraceDigest):
@@ -194,7 +194,7 @@ def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: fl
 
 def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
                     t1: float, columns: int) -> np.ndarray:
-    """For each row (client, or :data:`~fedsim.digest.SERVER`) and each of ``columns`` equal columns of
+    """For each row (client, or :data:`~fedsim.output.digest.SERVER`) and each of ``columns`` equal columns of
     ``[t0, t1]``, the index in :data:`TIMELINE_COLOURS` of the phase that covers most of the column, or
     ``len(TIMELINE_COLOURS)`` where idle time is the largest share."""
     kinds = list(TIMELINE_COLOURS)
@@ -449,7 +449,7 @@ def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
 
     Reads the ``submodel`` field of ``dispatch`` events; a dispatch without one (the whole model) counts
     as 1 for every block.  Empty when no dispatch of the run carried a sub-model.  (The run's figures
-    compute the same from the streamed trace: :meth:`fedsim.digest.TraceDigest.submodel_table`.)"""
+    compute the same from the streamed trace: :meth:`fedsim.output.digest.TraceDigest.submodel_table`.)"""
     if "submodel" not in trace or "kind" not in trace:
         return pd.DataFrame()
     return digest_trace(trace[trace["kind"] == "dispatch"]).submodel_table()
@@ -481,7 +481,7 @@ def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict
 
 
 #: Exact bars report.html holds at most (the page stays small and responsive); past it, the bars of the
-#: densest time tiles are left out (spread over the run, see :mod:`fedsim.digest`) and the page draws those
+#: densest time tiles are left out (spread over the run, see :mod:`fedsim.output.digest`) and the page draws those
 #: stretches aggregated, each pixel column showing the phase that fills most of it.
 INTERACTIVE_MAX_BARS = 20000
 
@@ -507,7 +507,7 @@ _DIGEST: dict[str, Any] = {}
 def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None = None, timeline_clients: int = 30,
                interactive_clients: int = INTERACTIVE_MAX_CLIENTS,
                interactive_bars: int = INTERACTIVE_MAX_BARS) -> TraceDigest:
-    """The :class:`~fedsim.digest.TraceDigest` of a run's trace, read once for its figures and its report
+    """The :class:`~fedsim.output.digest.TraceDigest` of a run's trace, read once for its figures and its report
     (the last one read is kept while its trace file is unchanged)."""
     path = trace_path(run_dir)
     st = path.stat()
@@ -517,7 +517,7 @@ def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None =
     held = _DIGEST.get("digest")
     if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
         return held
-    from fedsim.report_panels import PanelStream
+    from fedsim.output.panels import PanelStream
 
     panels = PanelStream()  # report.html's "what happened" panels are gathered in the same pass
     digest = digest_trace(path, also=[panels], **params)
@@ -649,7 +649,7 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
 
 def _server_workers(run_dir: Path) -> int:
     """The server's workers (summary.json's), so its row draws utilisation: busy time over time x workers."""
-    from fedsim.report_panels import _workers
+    from fedsim.output.panels import _workers
 
     return _workers(run_dir)
 
@@ -711,7 +711,7 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
 
 
 #: Kinds drawn as bars, in the order of ``kind`` codes in the page's data (``wait`` is a server request's
-#: queueing, drawn on its client's row): :data:`fedsim.digest.INTERACTIVE_KINDS`.
+#: queueing, drawn on its client's row): :data:`fedsim.output.digest.INTERACTIVE_KINDS`.
 
 
 def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BARS,
@@ -790,7 +790,7 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
 
 def _round_marks() -> dict[str, list[Any]]:
     """The synchronous rounds (start, end, straggler, its finish, the clients dropped at the deadline) and
-    the drops the timeline marks: the report panels' (:class:`fedsim.report_panels.PanelStream`, gathered
+    the drops the timeline marks: the report panels' (:class:`fedsim.output.panels.PanelStream`, gathered
     in the same pass as the digest), at most :data:`INTERACTIVE_MAX_MARKS` of each."""
     stream = _DIGEST.get("panels")
     if stream is None:
@@ -821,7 +821,7 @@ AGG_MIN_BINS = 256
 def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
                       workers: float = 1.0) -> dict[str, Any] | None:
     """report.html's aggregated timeline: for the server and each shown client, the phase that fills
-    most of each bin (:func:`fedsim.digest.dominant`, the PNG's rule), at the coverage grid's resolution
+    most of each bin (:func:`fedsim.output.digest.dominant`, the PNG's rule), at the coverage grid's resolution
     and at 2, 4, 8 ... times coarser, down to :data:`AGG_MIN_BINS` bins; the page draws each pixel column
     from the level whose bins are just narrower than a pixel.  A row is a string, one character per bin:
     the phase's index in ``kinds`` (:data:`AGG_KINDS`, coloured by ``colours``), or ``.`` where idle time is the largest share.  ``share``: the
@@ -907,7 +907,7 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     import html
     import json
 
-    from fedsim.report_panels import (PANELS_CSS, ideal_links_note, nav_html, panels_html, server_summary_rows,
+    from fedsim.output.panels import (PANELS_CSS, ideal_links_note, nav_html, panels_html, server_summary_rows,
                                       with_formats)
 
     run_dir = Path(run_dir)
@@ -925,7 +925,7 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         digest = _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
         stream = _DIGEST.get("panels")
         queue = digest.queue() if digest.server_start else None
-    panels = panels_html(run_dir, stream, queue)  # the "what happened" panels (fedsim.report_panels)
+    panels = panels_html(run_dir, stream, queue)  # the "what happened" panels (fedsim.output.panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
                           [("fp-breakdown-title", "time per client"), ("fp-server-title", "server"),
                            ("fp-rounds-title", "rounds"), ("fp-stale-title", "staleness")] * ("fp-title" in panels)))
@@ -1001,7 +1001,7 @@ def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) 
     import base64
     import html
 
-    from fedsim.report_panels import link_up
+    from fedsim.output.panels import link_up
 
     run_dir, parts = body.run_dir, list(body.parts)
     figures = sorted(p for p in run_dir.glob("*.png") if p.is_file())

@@ -63,7 +63,7 @@ def _warm() -> None:
     the renderer (about 0.1-0.2 s of it)."""
     import io
 
-    import fedsim.report as report
+    import fedsim.output.report as report
 
     fig, ax = report.new_figure(figsize=(3, 2))
     ax.plot([1.0, 10.0], [0.0, 1.0], label="warm-up")
@@ -90,7 +90,7 @@ def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timelin
     """One run's figures and report.html: the same files, whichever process builds them.  Returns the
     figures that failed to draw (name → one line); each fails on its own: the others and report.html
     are still written, the page lists it under "Figures not drawn", and its traceback goes to
-    :data:`fedsim.report.FIGURES_ERROR_FILE`.  A failure of report.html itself (or of reading the run's
+    :data:`fedsim.output.report.FIGURES_ERROR_FILE`.  A failure of report.html itself (or of reading the run's
     files) is raised.
 
     ``topology``: ``(graph, root)`` of a hierarchical network (``topology.png``), taken from the run's
@@ -98,7 +98,7 @@ def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timelin
     second process, on Linux): once the trace is read, a forked copy of this process, which holds the
     digest and the plotting stack already, draws :data:`FORKED_FIGURES` while this one draws the others
     and report.html's body; report.html takes every figure once both are done."""
-    import fedsim.report as report
+    import fedsim.output.report as report
 
     run_dir = Path(out)
     missing: dict[str, dict[str, str]] = {}
@@ -131,7 +131,7 @@ def _finish(run_dir: Path, missing: dict[str, dict[str, str]], write_report: Cal
     """The failed figures' tracebacks written (or an earlier build's removed), then report.html; the
     failed figures' one-line reasons returned."""
     from fedsim.files import write_text
-    from fedsim.report import FIGURES_ERROR_FILE
+    from fedsim.output.report import FIGURES_ERROR_FILE
 
     lines = {name: m["error"] for name, m in sorted(missing.items())}
     if missing:
@@ -192,7 +192,7 @@ def _join(helper: tuple[int, int]) -> Any:
 
 def build_comparison_outputs(out: str, labels: Sequence[str]) -> None:
     """The comparison figure and report.html of a scenario with several algorithms."""
-    import fedsim.report as report
+    import fedsim.output.report as report
 
     report.comparison_figure(Path(out), list(labels))
     report.html_report(out)

@@ -18,7 +18,7 @@ One streamed pass over a run's trace (:func:`fedsim.sim.trace.iter_blocks`) gath
 The page's JavaScript (:data:`PANELS_JS`) draws plain SVG; its time series share the interactive
 timeline's axis (they follow ``window.fedsimView``, the view the timeline publishes) and draw the whole
 run when there is no timeline.  Also here: the glossary, the "up" link of a run inside a folder of runs,
-and the "up" links the report of a sweep or ``--seeds`` folder (:mod:`fedsim.folder_report`) adds.
+and the "up" links the report of a sweep or ``--seeds`` folder (:mod:`fedsim.output.folder_report`) adds.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from fedsim.files import write_text
-from fedsim.digest import CoverGrid, binned_queue, merge_intervals, queue_length
+from fedsim.output.digest import CoverGrid, binned_queue, merge_intervals, queue_length
 from fedsim.sim.trace import iter_blocks, trace_path
 
 #: Labels of a client's time, in priority order (where records overlap the first wins), with colours.
@@ -512,7 +512,7 @@ LAG_FACTOR = 4.0
 
 def union_by_group(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per group id in ``g``: the length of the union of its intervals ``[s, e]`` (touching intervals merge,
-    as :func:`fedsim.digest.merge_intervals` with gap 0 does).  Returns the groups and their lengths."""
+    as :func:`fedsim.output.digest.merge_intervals` with gap 0 does).  Returns the groups and their lengths."""
     if not len(g):
         return np.empty(0, dtype=np.int64), np.empty(0)
     order = np.lexsort((e, s, g))
@@ -528,7 +528,7 @@ def union_by_group(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndar
 
 class PanelStream:
     """What the panels draw, gathered from one streamed pass in bounded memory: the pass that reads the
-    trace for the figures and the timeline feeds it (:func:`fedsim.digest.digest_trace`'s ``also``).
+    trace for the figures and the timeline feeds it (:func:`fedsim.output.digest.digest_trace`'s ``also``).
 
     The per-client breakdown is summed window by window: intervals wait in a buffer, and once it holds
     :data:`PENDING_MAX` of them, the part of the run before a watermark (the latest record time of the
@@ -770,8 +770,8 @@ class PanelStream:
 
     def server(self, t_end: float, workers: int, reported: dict[str, Any] | None,
                queue: pd.DataFrame | None = None) -> dict[str, Any] | None:
-        """:func:`server_stats`; ``queue``: the requests' :func:`~fedsim.digest.queue_length` when already
-        computed (the digest's, :meth:`fedsim.digest.TraceDigest.queue`), used when every request is finished."""
+        """:func:`server_stats`; ``queue``: the requests' :func:`~fedsim.output.digest.queue_length` when already
+        computed (the digest's, :meth:`fedsim.output.digest.TraceDigest.queue`), used when every request is finished."""
         if not self.srv or not t_end > 0:
             return None
         s, e, w = (_cat([p[i] for p in self.srv]) for i in range(3))
@@ -934,7 +934,7 @@ def server_summary_rows(summary: dict[str, Any] | list[Any],
                         fmt_seconds: Callable[[float], str]) -> list[tuple[str, list[str]]]:
     """Rows for the summary table from summary.json's ``server`` block: utilisation, mean and peak queue
     wait, mean and peak queue length, requests (one cell per run of the table).  ``fmt_seconds`` writes
-    the waits (the report's formatter, passed in: this module sits below :mod:`fedsim.report`)."""
+    the waits (the report's formatter, passed in: this module sits below :mod:`fedsim.output.report`)."""
     runs = summary if isinstance(summary, list) else [summary]
     servers = [r.get("server") if isinstance(r, dict) and isinstance(r.get("server"), dict) else {} for r in runs]
     if not any(servers):

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 
 from fedsim.errors import ConfigError  # noqa: E402
 from fedsim.files import write_csv, write_text  # noqa: E402
-from fedsim.report import ENERGY_PARTS, fmt_bytes, fmt_seconds, save_figure  # noqa: E402
+from fedsim.output.report import ENERGY_PARTS, fmt_bytes, fmt_seconds, save_figure  # noqa: E402
 from fedsim.sweep import time_to_accuracy  # noqa: E402
 
 
@@ -142,7 +142,7 @@ def compare_figures(runs: Sequence[tuple[str, Path]], out: Path) -> list[Path]:
     written = []
     has_acc = {n: m for n, m in metrics.items() if len(m) and m["accuracy"].notna().any()}
     if has_acc:
-        from fedsim.report import accuracy_figure
+        from fedsim.output.report import accuracy_figure
 
         p = out / "compare_accuracy.png"
         accuracy_figure(has_acc, p, title="test accuracy of the compared runs")
