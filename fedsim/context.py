@@ -119,12 +119,15 @@ class Context:
         """Seconds the server's profile takes for ``flops`` (one worker), for a :meth:`serve` of its own."""
         return self.world.server_compute_time(flops)
 
-    def serve(self, client: int | None, service_s: float, *, what: str) -> Generator[Any, Any, Any]:
+    def serve(self, client: int | None, service_s: float, *, what: str,
+              task: int | None = None) -> Generator[Any, Any, Any]:
         """Queue for a server worker and hold it ``service_s`` seconds of virtual time (``yield from``): the one
         way a loop or an algorithm takes server time (an aggregation, an ``apply`` request, SemiFL's labeled
         phase, a split server step).  The world writes the ``server`` record with its wait and service;
-        ``client`` is the client the work is for (None: the server's own)."""
-        return self.world.serve(client, service_s, what=what)
+        ``client`` is the client the work is for (None: the server's own); ``task`` the task whose update it
+        serves when that is not the client's current one (an update served after its client was dispatched
+        again: ``ctx.versions.task_of(update)``)."""
+        return self.world.serve(client, service_s, what=what, task=task)
 
     def split_timing(self, convention: Any, costs: Any) -> SplitTiming:
         """The timing of split learning's steps over this run's world (:class:`fedsim.system.split_timing.SplitTiming`)

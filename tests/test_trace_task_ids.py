@@ -155,3 +155,75 @@ def test_the_checker_catches_each_broken_chain() -> None:
     assert chain_problems(both) == ["task 0: 2 applies or drops"]
     unnamed = good + [{"t": 9.0, "kind": "compute", "client": 1}]
     assert chain_problems(unnamed) == ["a compute record at t=9.0 has no task id"]
+
+
+def server_problems(records: list[dict]) -> list[str]:
+    """What is wrong with the ``server`` records' task ids (empty: each request for a client names a task of
+    that client with an upload or apply, and the server's own work, for no client, names none)."""
+    of_task: dict[object, set] = defaultdict(set)  # task -> clients of its uploads and applies
+    for r in records:
+        if r["kind"] in ("upload", "apply") and r.get("task") is not None:
+            of_task[r["task"]].add(r["client"])
+    problems = []
+    for r in records:
+        if r["kind"] != "server":
+            continue
+        if "task" not in r:
+            problems.append(f"a server record at t={r['t']} has no task field")
+        elif r["client"] is None:
+            if r["task"] is not None:
+                problems.append(f"the server's own {r['what']} at t={r['t']} names task {r['task']}")
+        elif r["task"] is None:
+            problems.append(f"a {r['what']} request of client {r['client']} at t={r['t']} has no task id")
+        elif r["client"] not in of_task.get(r["task"], set()):
+            problems.append(f"a {r['what']} request of client {r['client']} at t={r['t']} names task {r['task']}, "
+                            "which has no upload or apply of that client")
+    return problems
+
+
+@pytest.mark.parametrize("case", ["async-stale", "split-slots", "sync-deadline"])
+def test_every_server_record_names_the_task_it_serves(tmp_path: Path, case: str) -> None:
+    """A request the server serves for a client names that client's task (one with an upload or apply of the
+    same client); an aggregation, for nobody, names none."""
+    records = run_case(case, tmp_path)
+    server = [r for r in records if r["kind"] == "server"]
+    assert server, "the case uses the server"
+    assert server_problems(records) == []
+    if case != "sync-deadline":  # (synchronous rounds serve only aggregations)
+        assert any(r["client"] is not None for r in server), "the case serves requests for clients"
+
+
+def test_a_served_update_names_its_own_task_not_the_clients_next(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """FedBuff refills a slot as soon as an upload arrives; made to serve each update (an ``apply`` request, as
+    FedAsync does), the request is often served while its client already runs its next task: it names the
+    task whose update it is (the upload's, fixed when the request arrives), never the client's newer one."""
+    from fedsim.algorithms.fedbuff import FedBuff
+    monkeypatch.setattr(FedBuff, "serve_each", True)
+    records = run_case("async-fedbuff", tmp_path)
+    assert server_problems(records) == []
+    served = [r for r in records if r["kind"] == "server" and r["what"] == "apply"]
+    assert served
+    newer = 0
+    for r in served:
+        later = [d["task"] for d in records if d["kind"] == "dispatch" and d["client"] == r["client"]
+                 and d["t"] <= r["start"]]
+        assert later and r["task"] <= max(later)
+        newer += r["task"] < max(later)  # the client was dispatched again before its update was served
+    assert newer > 0, "some update was served after its client started its next task"
+
+
+def test_the_server_checker_catches_wrong_task_ids() -> None:
+    good = (_chain(0, 1, ("dispatch", "download", "compute", "upload", "apply"))
+            + [{"t": 9.0, "kind": "server", "client": 1, "task": 0, "what": "apply"},
+               {"t": 9.5, "kind": "server", "client": None, "task": None, "what": "aggregate"}])
+    assert server_problems(good) == []
+    wrong = good + [{"t": 10.0, "kind": "server", "client": 2, "task": 0, "what": "apply"}]
+    assert server_problems(wrong) == ["a apply request of client 2 at t=10.0 names task 0, which has no upload or "
+                                      "apply of that client"]
+    missing = good + [{"t": 10.0, "kind": "server", "client": 1, "task": None, "what": "apply"}]
+    assert server_problems(missing) == ["a apply request of client 1 at t=10.0 has no task id"]
+    own = good + [{"t": 10.0, "kind": "server", "client": None, "task": 0, "what": "aggregate"}]
+    assert server_problems(own) == ["the server's own aggregate at t=10.0 names task 0"]
+    old = good + [{"t": 10.0, "kind": "server", "client": 1, "what": "apply"}]
+    assert server_problems(old) == ["a server record at t=10.0 has no task field"]

@@ -55,14 +55,15 @@ import pandas as pd
 #: ``planned_bytes`` (transfers) or ``planned_flops`` (compute); its other fields are what was actually done (the
 #: world writes it).  ``task`` names one participation: the version keeper gives each ``dispatch`` the next id
 #: (0, 1, 2, ... in dispatch order) and the task's ``download``, ``compute`` and ``upload`` records (the world
-#: stamps them) and its ``apply`` or ``drop`` carry it, so a task is every record with its id, from the dispatch
-#: to the apply or drop (none while it is under way, or its update waits at the server, when the run ends).
+#: stamps them, and the ``server`` record of a request for its update; the server's own work has none) and
+#: its ``apply`` or ``drop`` carry it, so a task is every record with its id, from the dispatch to the apply
+#: or drop (none while it is under way, or its update waits at the server, when the run ends).
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "dispatch": ("client", "version", "round", "task"),
     "download": ("client", "start", "end", "bytes", "wait", "version", "task"),
     "compute": ("client", "start", "end", "flops", "steps", "what", "task"),
     "upload": ("client", "start", "end", "bytes", "wait", "task"),
-    "server": ("client", "start", "end", "wait", "service", "what", "queue"),
+    "server": ("client", "start", "end", "wait", "service", "what", "queue", "task"),
     "apply": ("client", "base_version", "version", "staleness", "staleness_s", "weight", "round", "task"),
     "aggregate": ("version", "round", "n_updates", "clients"),
     "round": ("round", "start", "end", "clients", "dropped"),

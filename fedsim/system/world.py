@@ -144,7 +144,7 @@ class World:
         self._h_download = tr.kind("download", (*transfer, "version", "task"))
         self._h_upload = tr.kind("upload", (*transfer, "task"))
         self._h_upload_what = tr.kind("upload", (*transfer, "what", "task"))
-        self._h_server = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue"))
+        self._h_server = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue", "task"))
         # the schemas of a pass at a pinned speed and of an instantaneous download (no device queue, no radio)
         self._h_compute_pinned = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what",
                                                      "task"))
@@ -161,7 +161,8 @@ class World:
             (self._h_download_what, "download", (*transfer, "version", "what", "task")))}
         self._h_compute_cut = tr.kind("compute", ("client", "start", "end", "wait", "flops", "steps", "what", "energy",
                                                   "task", "ended", "planned_flops"))
-        self._h_server_cut = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue", "ended"))
+        self._h_server_cut = tr.kind("server", ("client", "start", "end", "wait", "service", "what", "queue", "task",
+                                                "ended"))
         #: work under way, by key: (the function that writes its cut record, its arguments before the reason)
         self._open: dict[int, tuple[Callable[..., None], tuple[Any, ...]]] = {}
         self._open_ids = itertools.count()
@@ -615,11 +616,17 @@ class World:
         return self._transfer(True, client, nbytes, self._h_upload, (task,))
 
     # ------------------------------------------------------------------------------ server
-    def serve(self, client: int | None, service_s: float, *, what: str) -> Generator[Any, Any, ServiceRecord]:
-        """Queue at the server, then hold a worker for ``service_s``; waiting is recorded apart."""
+    def serve(self, client: int | None, service_s: float, *, what: str,
+              task: int | None = None) -> Generator[Any, Any, ServiceRecord]:
+        """Queue at the server, then hold a worker for ``service_s``; waiting is recorded apart.  The record
+        names ``task``, the task whose update or request this is (default: ``client``'s current task when the
+        request arrives; none for the server's own work, ``client`` None), so a reader finds a request's task
+        by id, as for transfers: an asynchronous client may be on its next task when its update is served."""
+        if task is None and client is not None:
+            task = self.task_of[client]
         prog: list[Any] = []
         key = next(self._open_ids)
-        self._open[key] = (self._cut_serve, (client, what, prog))
+        self._open[key] = (self._cut_serve, (client, what, task, prog))
         try:
             rec = yield from self.server.serve(service_s, what=what, client=client, progress=prog)
         except simpy.Interrupt as intr:
@@ -628,7 +635,7 @@ class World:
         del self._open[key]
         start, end = rec.start, rec.end
         self.trace.put(self._h_server, (self.env.now, client, start, end, start - rec.arrival, end - start, what,
-                                        rec.queue_on_arrival))
+                                        rec.queue_on_arrival, task))
         return rec
 
     # ------------------------------------------------------------------------------ cut work
@@ -675,12 +682,12 @@ class World:
                                              (8.0 * sent / airtime) if airtime > 0 else None, joules, *extra,
                                              reason, nbytes))
 
-    def _cut_serve(self, client: int | None, what: str, prog: list[Any], reason: str) -> None:
+    def _cut_serve(self, client: int | None, what: str, task: int | None, prog: list[Any], reason: str) -> None:
         now = self.env.now
         arrival, queue = (prog[0], prog[1]) if prog else (now, 0)
         start = prog[2] if len(prog) > 2 else now
         self.trace.put(self._h_server_cut, (now, client, start, now, start - arrival, now - start, what, queue,
-                                            reason))
+                                            task, reason))
 
     # ------------------------------------------------------------------------------ availability
     def watch(self, client: int, process: simpy.Process) -> None:

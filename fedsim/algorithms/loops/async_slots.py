@@ -132,7 +132,7 @@ class AsyncSlots(SlotScheduler):
                 started_from: State) -> Generator[simpy.events.Event, Any, None]:
         ctx = self.ctx
         if self.serve_each:
-            yield from ctx.serve(c, ctx.aggregation_service_time(1), what="apply")
+            yield from ctx.serve(c, ctx.aggregation_service_time(1), what="apply", task=ctx.versions.task_of(update))
         limit = check_staleness_limit(self, "max_staleness", self.max_staleness())
         tau = ctx.versions.staleness(update)
         if limit is not None and tau > limit:
