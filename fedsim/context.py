@@ -39,7 +39,7 @@ from fedsim.versions import VersionKeeper
 #: the record kinds the framework writes (the world and the version keeper): an algorithm's measurement may not
 #: take one of these names, so a reader of the trace can trust them
 FRAMEWORK_KINDS = frozenset({"dispatch", "download", "compute", "upload", "server", "offline", "apply", "aggregate",
-                             "round", "drop", "eval"})
+                             "round", "drop", "eval", "slots"})
 
 
 def _check_kind(kind: str) -> None:

@@ -62,6 +62,7 @@ class VersionKeeper:
         #: the next task id: every dispatch opens a task (0, 1, 2, ... in dispatch order), and each record of
         #: that task, through its apply or drop, carries the id as ``task``
         self._next_task = 0
+        self._slots: tuple[int, int] | None = None  # the (busy, limit) of the last slots record
 
     def staleness(self, update: "Update | Contribution") -> int:
         """How many versions were installed since ``update``'s client downloaded its model: the one place
@@ -111,6 +112,18 @@ class VersionKeeper:
         client's current one (the task an interrupt cut)."""
         task = self.task_of(update) if update is not None else self.world.task_of[client]
         self.trace.emit(self.env.now, "drop", client=client, reason=reason, round=round_, task=task)
+
+    def record_slots(self, busy: int, limit: int) -> None:
+        """The ``slots`` record: from now on ``busy`` of an asynchronous loop's ``limit`` concurrency slots are
+        held.  Written only when the pair changes (a slot freed and refilled at once writes nothing), so a
+        reader can tell "every slot taken" (why an idle, reachable client is not working: the concurrency
+        limit) from "a slot free, nobody to fill it".  The one writer of slots records; the slot scheduler
+        calls it."""
+        pair = (int(busy), int(limit))
+        if pair == self._slots:
+            return
+        self._slots = pair
+        self.trace.emit(self.env.now, "slots", busy=pair[0], limit=pair[1])
 
     def record_round(self, round_: int, *, start: float, clients: list[int], dropped: list[int]) -> None:
         """The ``round`` record of a round that installed no new version (nobody reachable, or every client

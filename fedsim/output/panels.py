@@ -6,7 +6,10 @@ One streamed pass over a run's trace (:func:`fedsim.sim.trace.iter_blocks`) gath
   given exactly one label, so a client's bar sums to T.  Where a client's records overlap, the first label
   of :data:`BREAKDOWN` wins (compute over upload over download over the server's work for it, and so on);
   time in a synchronous round after the client's own work is "waiting for the round" (the stragglers, and
-  the deadline when there is one); time covered by nothing is "idle".
+  the deadline when there is one).  The time a client does nothing at all is split by why, as far as the
+  trace proves it: "waiting for a slot" while an asynchronous loop had every concurrency slot taken (the
+  framework's ``slots`` records), else "not selected" while a round ran without it (the ``round`` records),
+  else plain "idle" (see :func:`idle_reasons`); offline time is already "offline".
 * **server**: utilisation (busy worker-seconds over ``T x workers``) and queue length over time, mean
   and peak queue wait, request counts per kind of request (the trace's ``what``);
 * **staleness**: the staleness of every applied update, as a histogram and over time;
@@ -35,20 +38,28 @@ from fedsim.output.digest import CoverGrid, binned_queue, merge_intervals, queue
 from fedsim.sim.trace import iter_blocks, trace_path
 
 #: Labels of a client's time, in priority order (where records overlap the first wins), with colours.
-#: "idle" is what no record covers; it is last.
+#: The last three are the reasons a client with no task does nothing (:data:`IDLE_REASONS`); "idle" is what
+#: nothing covers and no reason explains; it is last.
 BREAKDOWN: tuple[tuple[str, str, str], ...] = (
     ("compute", "compute", "#f28e2b"),
     ("upload", "upload", "#59a14f"),
     ("download", "download", "#4c9be8"),
     ("queue", "queue wait at the server", "#9c9c9c"),
     ("served", "served by the server", "#b07aa1"),
-    ("unavailable", "unavailable (offline)", "#333333"),
+    ("unavailable", "offline (unavailable)", "#333333"),
     ("round_wait", "waiting for the round (stragglers, deadline)", "#edc948"),
-    ("idle", "idle (no task)", "#eeeeee"),
+    ("concurrency", "waiting for a slot (concurrency limit)", "#e8a0c4"),
+    ("not_selected", "not selected (a round ran without it)", "#c9b99a"),
+    ("idle", "idle (no task, no reason recorded)", "#eeeeee"),
 )
 BREAKDOWN_KEYS = tuple(k for k, _, _ in BREAKDOWN)
+#: Why a client with no task (online, not in a round of its own) does nothing, in priority order: every slot
+#: of an asynchronous loop taken, a round running without it; then plain idle.  These two are spans of the
+#: whole run (the same for every client), below every label a client's own records give.
+IDLE_REASONS = ("concurrency", "not_selected")
 #: The order a client's bar is drawn in, left to right (a task's phases in the order they happen).
-DRAW_ORDER = ("download", "compute", "upload", "queue", "served", "round_wait", "unavailable", "idle")
+DRAW_ORDER = ("download", "compute", "upload", "queue", "served", "round_wait", "unavailable", "concurrency",
+              "not_selected", "idle")
 
 #: Colours of traffic by purpose (the trace's ``what``); any other purpose gets the next of ``_SPARE``.
 PURPOSE_COLOURS = {"model": "#4c9be8", "activations": "#e15759", "gradients": "#76b7b2", "aggregate": "#b07aa1",
@@ -57,9 +68,9 @@ PURPOSE_COLOURS = {"model": "#4c9be8", "activations": "#e15759", "gradients": "#
 DIRECTION_COLOURS = {"upload": "#59a14f", "download": "#4c9be8"}
 _SPARE = ("#ff9da7", "#9c755f", "#8cd17d", "#d4a6c8", "#86bcb6", "#f1ce63", "#a0cbe8")
 
-_KINDS = ("download", "compute", "upload", "offline", "server", "apply", "round", "drop")
+_KINDS = ("download", "compute", "upload", "offline", "server", "apply", "round", "drop", "slots")
 _FIELDS = ("client", "start", "end", "wait", "what", "staleness", "clients", "dropped", "bytes", "reason", "round",
-           "version")
+           "version", "busy", "limit")
 #: A download with no model version and no ``what``: in a split-learning run (one whose uploads carry
 #: activations) it brings back gradients; otherwise a model (see :func:`transfer_purpose`).
 _UNVERSIONED = "unversioned"
@@ -93,11 +104,17 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     ("drop", "A task given up: its client went offline, the round's deadline passed before its update "
              "arrived, or (an algorithm with a staleness bound) its update came too stale. Its update is never applied; the work it had under way is in the trace as a cut record "
              "(with ended), and the timelines mark the drop ×."),
-    ("idle", "A client's time covered by no record: it had no task (not selected for the round, or no free "
-             "slot for it). Unlike \"waiting for the round\", which is time after its "
-             "own work in a round it takes part in."),
+    ("idle", "A client's time with no task, online, and not in a round of its own, split by why (as far as "
+             "the trace proves it): \"waiting for a slot\" (pink) while an asynchronous loop had every "
+             "concurrency slot taken (its slots records); \"not selected\" (beige) while a synchronous round ran "
+             "without it; plain \"idle\" (grey) the rest: between rounds, or a slot free but the client not "
+             "picked. Unlike \"waiting for the round\", which is time after its own work in a round it takes "
+             "part in, and \"offline\", time an offline record covers."),
+    ("not selected", "A client's time while a round ran that did not select it (the round record's clients "
+                     "do not name it), with no task of its own: the \"not selected\" part of its breakdown."),
     ("concurrency", "Asynchronous algorithms: how many clients work at once (algorithm.concurrency); when "
-                    "one's task ends, its slot goes to another client."),
+                    "one's task ends, its slot goes to another client. While every slot is taken (the trace's "
+                    "slots records: busy = limit) an idle client is \"waiting for a slot\" in its breakdown."),
     ("latency", "A link's one-way delay (network.latency_s), part of every transfer before its bits arrive: an "
                 "upload's bar is latency + any wait for a shared medium + airtime (bytes × 8 / rate). A link "
                 "with no latency and no airtime is ideal: its transfers take 0 s and draw no bar."),
@@ -151,6 +168,89 @@ def breakdown_of(intervals: dict[str, tuple[np.ndarray, np.ndarray]], t_end: flo
     return out
 
 
+def merged_by_group(g: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per group id in ``g``, the union of its intervals ``[s, e]`` as disjoint intervals: (group, start, end)
+    arrays, sorted by group and start (touching intervals merge)."""
+    if not len(g):
+        return np.empty(0, dtype=np.int64), np.empty(0), np.empty(0)
+    order = np.lexsort((e, s, g))
+    g, s, e = g[order], s[order], e[order]
+    reach = pd.Series(e).groupby(g, sort=False).cummax().to_numpy()
+    new = np.ones(len(g), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (s[1:] > reach[:-1])
+    first = np.flatnonzero(new)
+    return g[first], s[first], np.maximum.reduceat(e, first)
+
+
+def _merged(s: Any, e: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[s, e]`` (finite, non-empty ones) as sorted disjoint intervals."""
+    s, e = _finite(s), _finite(e)
+    ok = np.isfinite(s) & ~np.isnan(e) & (e > s)
+    if not ok.any():
+        return np.empty(0), np.empty(0)
+    _, a, b = merged_by_group(np.zeros(int(ok.sum()), dtype=np.int64), s[ok], e[ok])
+    return a, b
+
+
+def _clip(s: np.ndarray, e: np.ndarray, lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals cut to ``[lo, hi]`` (empty ones left out)."""
+    a, b = np.clip(s, lo, max(hi, lo)), np.clip(e, lo, max(hi, lo))
+    ok = b > a
+    return a[ok], b[ok]
+
+
+def measure_inside(gs: np.ndarray, ge: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """For each query interval ``[s[i], e[i]]``: the length of its overlap with the disjoint sorted intervals
+    ``gs``/``ge`` (one binary search per end: the spans of a whole run against every client's own time)."""
+    if not len(gs) or not len(s):
+        return np.zeros(len(s))
+    cum = np.concatenate([[0.0], np.cumsum(ge - gs)])
+
+    def upto(x: np.ndarray) -> np.ndarray:  # the spans' length in (-inf, x]
+        i = np.searchsorted(gs, x, side="right") - 1
+        j = np.clip(i, 0, len(gs) - 1)
+        part = np.clip(x - gs[j], 0.0, ge[j] - gs[j])
+        return np.where(i >= 0, cum[j] + part, 0.0)
+
+    return np.maximum(upto(np.asarray(e, dtype=float)) - upto(np.asarray(s, dtype=float)), 0.0)
+
+
+def _minus(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals ``a`` less the disjoint sorted intervals ``b``."""
+    if not len(a_s) or not len(b_s):
+        return a_s, a_e
+    # the boundaries of both, and which elementary pieces lie in a and not in b
+    pts = np.unique(np.concatenate([a_s, a_e, b_s, b_e]))
+    mid = (pts[:-1] + pts[1:]) / 2
+    ia = np.searchsorted(a_s, mid, side="right") - 1
+    in_a = (ia >= 0) & (mid < a_e[np.clip(ia, 0, None)])
+    ib = np.searchsorted(b_s, mid, side="right") - 1
+    in_b = (ib >= 0) & (mid < b_e[np.clip(ib, 0, None)])
+    keep = in_a & ~in_b
+    return _merged(pts[:-1][keep], pts[1:][keep])
+
+
+def idle_spans(t_end: float, rounds: Iterable[tuple[float, float]],
+               slots: Iterable[tuple[float, float, float]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The spans of ``[0, t_end]`` that explain why a client with no task does nothing (:data:`IDLE_REASONS`):
+    ``concurrency``, where an asynchronous loop held every slot (``slots``: the ``slots`` records' (t, busy,
+    limit), in time order; each holds until the next), and ``not_selected``, where a round ran (``rounds``:
+    (start, end)) and the slots were not all taken.  The same for every client: a client's own records (its
+    task, its own round, its offline spells) come first in its breakdown."""
+    slots = sorted(((float(t), float(b), float(lim)) for t, b, lim in slots), key=lambda x: x[0])
+    full_s, full_e = [], []
+    for i, (t, b, lim) in enumerate(slots):
+        if b >= lim > 0:
+            full_s.append(t)
+            full_e.append(slots[i + 1][0] if i + 1 < len(slots) else np.inf)
+    cs, ce = _merged(full_s, full_e)
+    cs, ce = _clip(cs, ce, 0.0, t_end)
+    rr = [(a, b) for a, b in rounds]
+    rs, re_ = _merged([a for a, _ in rr], [b for _, b in rr])
+    rs, re_ = _minus(*_clip(rs, re_, 0.0, t_end), cs, ce)
+    return {"concurrency": (cs, ce), "not_selected": (rs, re_)}
+
+
 class _Gather:
     """What the panels need from one pass over the trace (see the module docstring)."""
 
@@ -165,6 +265,7 @@ class _Gather:
         self.tasks: list[np.ndarray] = []  # clients of compute records
         self.traffic: dict[tuple[str, str], list[float]] = {}  # (direction, purpose) -> [count, bytes, seconds]
         self.clients: set[int] = set()
+        self.slots: list[tuple[float, float, float]] = []  # t, busy, limit of the slots records
         self.t_last = 0.0
 
     def add(self, b: Any) -> None:
@@ -212,6 +313,8 @@ class _Gather:
             for ti, ci, why, rnd in zip(t.tolist(), c.tolist(), b.values("reason"), b.values("round")):
                 self.drops.append({"t": ti, "client": None if not np.isfinite(ci) else int(ci),
                                    "reason": "" if why is None else str(why), "round": rnd})
+        elif kind == "slots":
+            self.slots.extend(zip(t.tolist(), b.num("busy").tolist(), b.num("limit").tolist()))
 
     def _traffic(self, direction: str, whats: list[Any], nbytes: np.ndarray, seconds: np.ndarray) -> None:
         _count_traffic(self.traffic, direction, whats, nbytes, seconds)
@@ -291,6 +394,16 @@ def _server_summary(run_dir: Path) -> dict[str, Any]:
     return {}
 
 
+def _num_clients(run_dir: Path) -> int | None:
+    """summary.json's ``num_clients`` (every client is a row of the breakdown, named in the trace or not)."""
+    p = run_dir / "summary.json"
+    try:
+        n = json.loads(p.read_text(encoding="utf-8")).get("num_clients") if p.exists() else None
+    except (ValueError, AttributeError):
+        return None
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 10_000_000 else None
+
+
 def _workers(run_dir: Path) -> int:
     w = _server_summary(run_dir).get("workers")
     return int(w) if isinstance(w, (int, float)) and w >= 1 else 1
@@ -307,10 +420,24 @@ def gather(run_dir: str | Path) -> _Gather | None:
     return g
 
 
-def client_breakdown(g: _Gather, t_end: float) -> pd.DataFrame:
+def _round_spans(rounds: Iterable[dict[str, Any]]) -> list[tuple[float, float]]:
+    out = []
+    for r in rounds:
+        try:
+            rs, re_ = float(r["start"]), float(r["end"])
+        except (TypeError, ValueError):
+            continue
+        if re_ > rs:
+            out.append((rs, re_))
+    return out
+
+
+def client_breakdown(g: _Gather, t_end: float, num_clients: int | None = None) -> pd.DataFrame:
     """Per client (rows, sorted by id): seconds under each label of :data:`BREAKDOWN` over ``[0, t_end]``
     (each row sums to ``t_end``), with ``tasks`` (compute records), ``per_task_s`` (download + compute +
-    upload seconds per task), ``updates`` and ``mean_staleness`` (applied updates) and ``drops``."""
+    upload seconds per task), ``updates`` and ``mean_staleness`` (applied updates) and ``drops``.
+    ``num_clients`` (summary.json's): clients 0 .. num_clients - 1 are rows even when the trace never names
+    one (a client never selected is "not selected" or idle all run)."""
     cols = {k: tuple(_cat([p[i] for p in g.iv[k]]) for i in range(3)) for k in BREAKDOWN_KEYS if g.iv[k]}
     extra: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {"queue": [], "served": [], "round_wait": []}
     if g.srv:
@@ -343,7 +470,9 @@ def client_breakdown(g: _Gather, t_end: float) -> pd.DataFrame:
             old = cols.get(k)
             got = [np.concatenate([p[i] for p in parts]) for i in range(3)]
             cols[k] = tuple(np.concatenate([old[i], got[i]]) for i in range(3)) if old else tuple(got)
-    clients = sorted(g.clients | {int(x) for k in cols for x in np.unique(cols[k][0][np.isfinite(cols[k][0])])})
+    clients = sorted(g.clients | {int(x) for k in cols for x in np.unique(cols[k][0][np.isfinite(cols[k][0])])}
+                     | set(range(num_clients or 0)))
+    spans = idle_spans(t_end, _round_spans(g.rounds), g.slots)
     # per client slices: one argsort per label
     index: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
     for k, (c, s, e) in cols.items():
@@ -356,7 +485,7 @@ def client_breakdown(g: _Gather, t_end: float) -> pd.DataFrame:
         index[k] = {int(kk): (s[a:b], e[a:b]) for kk, a, b in zip(keys.tolist(), bounds[:-1], bounds[1:])}
     rows = {}
     for cl in clients:
-        rows[cl] = breakdown_of({k: index[k][cl] for k in index if cl in index[k]}, t_end)
+        rows[cl] = breakdown_of({**{k: index[k][cl] for k in index if cl in index[k]}, **spans}, t_end)
     out = pd.DataFrame.from_dict(rows, orient="index", columns=list(BREAKDOWN_KEYS)) if rows else \
         pd.DataFrame(columns=list(BREAKDOWN_KEYS))
     out.index.name = "client"
@@ -500,8 +629,9 @@ def _round_row(r: dict[str, Any], rs: float, re_: float, up_c: np.ndarray, up_e:
             "straggler": straggler, "straggler_done": done, "dropped": dropped}
 
 
-#: Labels of a client's intervals in the streamed breakdown, by code: :data:`BREAKDOWN_KEYS` less "idle".
-_LABELS = BREAKDOWN_KEYS[:-1]
+#: Labels of a client's intervals in the streamed breakdown, by code: :data:`BREAKDOWN_KEYS` less "idle" and
+#: its reasons (spans of the whole run, summed apart: :meth:`PanelStream._idle_window`).
+_LABELS = tuple(k for k in BREAKDOWN_KEYS[:-1] if k not in IDLE_REASONS)
 #: Intervals :class:`PanelStream` holds before it folds the part of the run behind its watermark into the
 #: per-client sums (about 25 bytes each).
 PENDING_MAX = 50_000
@@ -570,6 +700,10 @@ class PanelStream:
         self.settled = float("-inf")  # the latest end of a settled round
         self.traffic: dict[tuple[str, str], list[float]] = {}
         self.t_last = 0.0
+        self.slots: list[tuple[float, float, float]] = []  # t, busy, limit of the slots records
+        self.round_spans: list[tuple[float, float]] = []  # every round's (start, end)
+        self.idle_total = np.zeros(len(IDLE_REASONS))  # seconds of each reason's spans summed so far
+        self.idle_mine: dict[int, np.ndarray] = {}  # client -> of those, seconds its own labels cover
 
     # ------------------------------------------------------------------ reading
     def _see(self, t: np.ndarray, start: np.ndarray) -> None:
@@ -646,6 +780,10 @@ class PanelStream:
             for ti, ci, why, rnd in zip(t.tolist(), c.tolist(), b.values("reason"), b.values("round")):
                 self.drops.append({"t": ti, "client": None if not np.isfinite(ci) else int(ci),
                                    "reason": "" if why is None else str(why), "round": rnd})
+        elif kind == "slots":
+            if self.done > 0 and (t < self.done).any():
+                self.unstable = True  # (written at their time: never behind the watermark)
+            self.slots.extend(zip(t.tolist(), b.num("busy").tolist(), b.num("limit").tolist()))
 
     def piece_read(self) -> None:
         """A piece of the file has been read whole (a block that ``closes`` it was given, of any kind): the
@@ -679,6 +817,8 @@ class PanelStream:
             self.t_now = max(self.t_now, t)
         if self.done > 0 and rs < self.done:
             self.unstable = True  # a round reaching into the part already summed
+        if re_ > rs:
+            self.round_spans.append((rs, re_))
         part = [int(x) for x in r["clients"] if isinstance(x, (int, float))]
         if part and re_ > rs:
             arr = np.asarray(part, dtype=float)
@@ -721,6 +861,7 @@ class PanelStream:
         ws, we = np.clip(s, lo, max(hi, lo)), np.clip(e, lo, max(hi, lo))
         ok = we > ws
         cs, cc, cws, cwe = code[ok], c[ok].astype(np.int64), ws[ok], we[ok]
+        self._idle_window(lo, hi, cc, cws, cwe)
         covered = {}
         prev: dict[int, float] = {}
         for k in range(len(_LABELS)):
@@ -747,18 +888,49 @@ class PanelStream:
         keep = self.agg_s >= lo
         self.agg_s, self.agg_e = self.agg_s[keep], self.agg_e[keep]
 
+    def _idle_window(self, lo: float, hi: float, c: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+        """Sum the :data:`IDLE_REASONS` spans inside the window ``[lo, hi]`` and, per client, the part of them
+        its own intervals (``c``, ``s``, ``e``: every label's, cut to the window) cover; a client's share of
+        a reason is then the total less its own part (:meth:`breakdown`)."""
+        if not hi > lo:
+            return
+        spans = idle_spans(hi, self.round_spans, self.slots)
+        groups, ms, me = merged_by_group(c, s, e)
+        keys, inv = np.unique(groups, return_inverse=True) if len(groups) else (np.empty(0, np.int64), None)
+        for r, key in enumerate(IDLE_REASONS):
+            gs, ge = _clip(*spans[key], lo, hi)
+            if not len(gs):
+                continue
+            self.idle_total[r] += float(np.sum(ge - gs))
+            if inv is None:
+                continue
+            mine = np.bincount(inv, weights=measure_inside(gs, ge, ms, me), minlength=len(keys))
+            for cl, v in zip(keys.tolist(), mine.tolist()):
+                row = self.idle_mine.get(cl)
+                if row is None:
+                    row = self.idle_mine[cl] = np.zeros(len(IDLE_REASONS))
+                row[r] += v
+
     # ------------------------------------------------------------------ results
-    def breakdown(self, t_end: float) -> pd.DataFrame | None:
+    def breakdown(self, t_end: float, num_clients: int | None = None) -> pd.DataFrame | None:
         """:func:`client_breakdown`'s table; None when the stream is unstable (read the exact way)."""
         self._settle(float("inf"))
         if self.unstable or (self.done > 0 and self.done > t_end):
             return None
         self._fold(float("inf"), t_end)
+        if self.done < t_end:  # (nothing was held past the watermark: the reasons' spans still count)
+            self._idle_window(max(self.done, 0.0), t_end, np.empty(0, np.int64), np.empty(0), np.empty(0))
+            self.done = t_end
         rows = {}
-        for cl in sorted(set(self.clients) | set(self.sums)):
+        for cl in sorted(set(self.clients) | set(self.sums) | set(range(num_clients or 0))):
             v = self.sums.get(cl, np.zeros(len(_LABELS)))
             row = dict(zip(_LABELS, v.tolist()))
-            row["idle"] = max(t_end - float(v.sum()), 0.0)
+            idle = max(t_end - float(v.sum()), 0.0)
+            why = np.maximum(self.idle_total - self.idle_mine.get(cl, np.zeros(len(IDLE_REASONS))), 0.0)
+            for key, x in zip(IDLE_REASONS, why.tolist()):
+                row[key] = min(x, idle)
+                idle -= row[key]
+            row["idle"] = max(idle, 0.0)
             rows[cl] = row
         out = pd.DataFrame.from_dict(rows, orient="index", columns=list(BREAKDOWN_KEYS)) if rows else \
             pd.DataFrame(columns=list(BREAKDOWN_KEYS))
@@ -811,7 +983,8 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
                 stream.piece_read()
     t_end = _run_time(run_dir, stream.t_last)
     workers, reported = _workers(run_dir), _server_summary(run_dir)
-    table = stream.breakdown(t_end)
+    n_clients = _num_clients(run_dir)
+    table = stream.breakdown(t_end, n_clients)
     if table is not None:
         server, staleness, rounds, traffic_in = (stream.server(t_end, workers, reported, queue), stream.staleness(t_end),
                                                  stream.round_table(), stream.traffic)
@@ -819,7 +992,7 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
         del stream
         g = gather(run_dir)
         assert g is not None
-        table = client_breakdown(g, t_end)
+        table = client_breakdown(g, t_end, n_clients)
         server, staleness, rounds, traffic_in = (server_stats(g, t_end, workers, reported), staleness_stats(g, t_end),
                                                  round_stats(g), g.traffic)
     clients = {"id": [int(c) for c in table.index],
@@ -972,7 +1145,8 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
             "their order: the interactive timeline above shows the same clients in the same order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
             "</option><option value='slowest'>slowest (time per task)</option><option value='stale'>most stale"
             "</option><option value='drops'>most dropped</option><option value='round_wait'>most waiting for "
-            "the round</option><option value='idle'>most idle</option></select> show <input id='fp-count' "
+            "the round</option><option value='concurrency'>most waiting for a slot</option><option "
+            "value='not_selected'>most not selected</option><option value='idle'>most idle</option></select> show <input id='fp-count' "
             "type='number' min='1' value='40' style='width:5em'> clients <input id='fp-pick' type='text' "
             "placeholder='or list: 3, 7-9' style='width:10em'> <span id='fp-shown' class='hint'></span></div>"
             "<div class='fp-legend' id='fp-legend'></div><div class='fp-wrap' id='fp-wrap'>"
@@ -1120,9 +1294,8 @@ PANELS_JS = r"""
       idx = C.id.map(function (_, i) { return i; });
       var key = {slowest: function (i) { return C.per_task[i] === null ? -1 : C.per_task[i]; },
                  stale: function (i) { return C.stale[i] === null ? -1 : C.stale[i]; },
-                 drops: function (i) { return C.drops[i]; },
-                 round_wait: function (i) { return C.parts[P.keys.indexOf("round_wait")][i]; },
-                 idle: function (i) { return C.parts[P.keys.indexOf("idle")][i]; }}[sel];
+                 drops: function (i) { return C.drops[i]; }
+                 }[sel] || (P.keys.indexOf(sel) >= 0 ? function (i) { return C.parts[P.keys.indexOf(sel)][i]; } : null);
       if (key) idx.sort(function (a, b) { return key(b) - key(a) || C.id[a] - C.id[b]; });
       idx = idx.slice(0, n);
     }

@@ -70,6 +70,7 @@ EVENT_FIELDS: dict[str, tuple[str, ...]] = {
     "drop": ("client", "reason", "round", "task"),
     "eval": ("version", "round", "accuracy", "loss"),
     "offline": ("client", "start", "end"),
+    "slots": ("busy", "limit"),
 }
 
 

@@ -22,6 +22,8 @@ class SlotsState:
     tasks: TaskCounter
     active: set[int] = field(default_factory=set)
     started: int = 0
+    #: the number of slots (0 until :meth:`SlotScheduler.start_slots` opens them)
+    limit: int = 0
 
 
 class SlotScheduler(Algorithm):
@@ -48,6 +50,8 @@ class SlotScheduler(Algorithm):
         self.ctx.world.schedule(concurrency)
         for _ in range(concurrency):
             self._launch(loop)
+        loop.limit = int(concurrency)  # (set after the first launches: one slots record for all of them)
+        self.ctx.versions.record_slots(len(loop.active), loop.limit)
 
     def _launch(self, loop: SlotsState) -> None:
         ctx = self.ctx
@@ -57,12 +61,16 @@ class SlotScheduler(Algorithm):
         picked = self.sample_clients(1, (self.family or self.name, "select", loop.started), exclude=loop.active)
         if not picked:  # nobody reachable now: keep the slot and try again later
             ctx.env.process(self._retry(loop))
+            if loop.limit:  # the slots held: why an idle client waits (a full house) or not (the framework writes it)
+                ctx.versions.record_slots(len(loop.active), loop.limit)
             return
         c = picked[0]
         loop.active.add(c)
         proc = ctx.env.process(self._participate(loop, c))
         if self.watch_participation:
             ctx.world.watch(c, proc)
+        if loop.limit:
+            ctx.versions.record_slots(len(loop.active), loop.limit)
 
     def _retry(self, loop: SlotsState) -> Generator[simpy.events.Event, Any, None]:
         yield self.ctx.env.timeout(self.cfg.retry_s)
