@@ -55,10 +55,10 @@ def test_breakdown_server_rounds_and_traffic_of_a_hand_made_trace(tmp_path):
     # client 0: download 0-1, compute 1-3, upload 3-4 (its 2.5-3 is compute's), queue 4-4.5, served 4.5-5 and
     # the round's aggregation 5.5-6, waiting for the round 5-5.5, offline 8-9, idle the rest (6-8, 9-10)
     want0 = {"download": 1, "compute": 2, "upload": 1, "queue": 0.5, "served": 1.0, "round_wait": 0.5,
-             "unavailable": 1, "idle": 3}
+             "unavailable": 1, "concurrency": 0, "not_selected": 0, "idle": 3}
     # client 1: downloads 0-2 and 3-3.5, upload 2-3, aggregation 5.5-6, waits for the round 3.5-5.5, idle 6-10
     want1 = {"download": 2.5, "compute": 0, "upload": 1, "queue": 0, "served": 0.5, "round_wait": 2.0,
-             "unavailable": 0, "idle": 4}
+             "unavailable": 0, "concurrency": 0, "not_selected": 0, "idle": 4}
     for c, want in ((0, want0), (1, want1)):
         assert table.loc[c, list(BREAKDOWN_KEYS)].to_dict() == pytest.approx(want)
         assert table.loc[c, list(BREAKDOWN_KEYS)].sum() == pytest.approx(10.0)
@@ -123,6 +123,17 @@ def _brute_force(trace: pd.DataFrame, client: int, t_end: float, n: int = 200_00
              "served": cover(own, "start", "end") | agg,
              "unavailable": cover(mine[mine["kind"] == "offline"], "start", "end"),
              "round_wait": in_round}
+    # every slot taken (a slots record with busy = limit holds until the next one), and any round running
+    slots = trace[trace["kind"] == "slots"] if "busy" in trace else None
+    full = np.zeros(n, bool)
+    ts, bs, ls = ([], [], []) if slots is None else (slots["t"].astype(float).tolist(), slots["busy"].tolist(),
+                                                     slots["limit"].tolist())
+    for i, (a, b, lim) in enumerate(zip(ts, bs, ls)):
+        if b >= lim:
+            full |= (t >= a) & (t < (ts[i + 1] if i + 1 < len(ts) else np.inf))
+    masks["concurrency"] = full
+    all_rounds = trace[trace["kind"] == "round"]
+    masks["not_selected"] = cover(all_rounds, "start", "end") if len(all_rounds) else np.zeros(n, bool)
     for i, k in reversed(list(enumerate(BREAKDOWN_KEYS[:-1]))):
         label[masks[k]] = i
     return {k: float(np.sum(label == i)) * t_end / n for i, k in enumerate(BREAKDOWN_KEYS)}
@@ -317,7 +328,7 @@ def test_streamed_panels_equal_the_exact_reading_window_by_window(runs, which, t
     assert np.allclose(got.to_numpy(dtype=float), want.to_numpy(dtype=float), rtol=1e-9, atol=1e-9, equal_nan=True)
     assert stream.server(t_end, 1, None) == server_stats(g, t_end, 1, None)
     assert stream.round_table() == round_stats(g)
-    monkeypatch.setattr(rp.PanelStream, "breakdown", lambda self, t: None)
+    monkeypatch.setattr(rp.PanelStream, "breakdown", lambda self, t, n=None: None)
     exact = rp.panels_data(run)
     monkeypatch.undo()
     streamed = rp.panels_data(run)
@@ -471,3 +482,154 @@ def test_timeline_marks_rounds_shows_what_and_follows_the_client_picker(runs, sp
         assert chrome.errors() == []
     finally:
         chrome.close()
+
+
+# ------------------------------------------------------------------ why a client is idle
+
+#: A hand-made trace for the idle reasons (worked out by hand below): an asynchronous loop's one slot taken
+#: 0-3 and 7-10 (slots records), a round 6-8 with client 0 only, client 0 offline 4-5; client 2 is in no record.
+IDLE_TRACE = [
+    {"t": 0, "kind": "slots", "busy": 1, "limit": 1},
+    {"t": 1, "kind": "download", "client": 0, "start": 0, "end": 1, "bytes": 10, "version": 0},
+    {"t": 2, "kind": "compute", "client": 0, "start": 1, "end": 2, "what": "train"},
+    {"t": 3, "kind": "upload", "client": 0, "start": 2, "end": 3, "bytes": 10},
+    {"t": 3, "kind": "slots", "busy": 0, "limit": 1},
+    {"t": 4, "kind": "download", "client": 1, "start": 3, "end": 4, "bytes": 10, "version": 1},
+    {"t": 5, "kind": "upload", "client": 1, "start": 4, "end": 5, "bytes": 10},
+    {"t": 5, "kind": "offline", "client": 0, "start": 4, "end": 5},
+    {"t": 6.5, "kind": "download", "client": 0, "start": 6, "end": 6.5, "bytes": 10, "version": 1},
+    {"t": 7, "kind": "upload", "client": 0, "start": 6.5, "end": 7, "bytes": 10},
+    {"t": 7, "kind": "slots", "busy": 1, "limit": 1},
+    {"t": 8, "kind": "round", "round": 1, "start": 6, "end": 8, "clients": [0], "dropped": []},
+]
+# every slot taken: [0, 3] and [7, 10]; a round running: [6, 8], so "not selected" can only be [6, 7]
+IDLE_WANT = {
+    # own: download 0-1, 6-6.5; compute 1-2; upload 2-3, 6.5-7; offline 4-5; its round 6-8 leaves 7-8 waiting;
+    # slots full 8-10 (0-3 is its own work); nothing explains 3-4 and 5-6
+    0: {"download": 1.5, "compute": 1, "upload": 1.5, "queue": 0, "served": 0, "unavailable": 1, "round_wait": 1,
+        "concurrency": 2, "not_selected": 0, "idle": 2},
+    # own: download 3-4, upload 4-5; slots full 0-3 and 7-10; the round without it 6-7; idle 5-6
+    1: {"download": 1, "compute": 0, "upload": 1, "queue": 0, "served": 0, "unavailable": 0, "round_wait": 0,
+        "concurrency": 6, "not_selected": 1, "idle": 1},
+    # never in the trace (summary.json's num_clients names it): slots 0-3 and 7-10, the round 6-7, idle 3-6
+    2: {"download": 0, "compute": 0, "upload": 0, "queue": 0, "served": 0, "unavailable": 0, "round_wait": 0,
+        "concurrency": 6, "not_selected": 1, "idle": 3},
+}
+
+
+def _idle_run(run: Path, records: list[dict]) -> None:
+    _write_trace(run, records, 10.0)
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "num_clients": 3}))
+
+
+@pytest.mark.parametrize("pending", [None, 3])
+def test_idle_reasons_of_a_hand_made_trace_to_1e9(tmp_path, monkeypatch, pending):
+    """Each reason's seconds equal the hand-worked ones to 1e-9, every row sums to the run's 10 s, read the
+    exact way and streamed window by window (``pending``: fold every few intervals)."""
+    import fedsim.output.panels as rp
+
+    _idle_run(tmp_path, IDLE_TRACE)
+    if pending is None:
+        table = client_breakdown(gather(tmp_path), 10.0, num_clients=3)
+    else:
+        monkeypatch.setattr(rp, "PENDING_MAX", pending)
+        stream = _streamed(tmp_path)
+        table = stream.breakdown(10.0, 3)
+        assert table is not None and not stream.unstable
+    assert list(table.index) == [0, 1, 2]
+    for c, want in IDLE_WANT.items():
+        got = table.loc[c, list(BREAKDOWN_KEYS)].to_dict()
+        assert set(got) == set(want)
+        for k in want:
+            assert abs(got[k] - want[k]) <= 1e-9, (c, k, got[k], want[k])
+        assert abs(sum(got.values()) - 10.0) <= 1e-9
+
+
+def test_without_the_records_the_reasons_are_plain_idle(tmp_path):
+    """The reasons come from the records only: with the slots and round records taken out, what they
+    explained is plain idle (so a breakdown that guessed a reason would fail here)."""
+    _idle_run(tmp_path, [r for r in IDLE_TRACE if r["kind"] not in ("slots", "round")])
+    table = client_breakdown(gather(tmp_path), 10.0, num_clients=3)
+    assert (table[["concurrency", "not_selected", "round_wait"]].to_numpy() == 0).all()
+    assert table.loc[2, "idle"] == pytest.approx(10.0) and table.loc[1, "idle"] == pytest.approx(8.0)
+
+
+def test_the_breakdown_csv_and_the_page_show_the_reasons(tmp_path):
+    _idle_run(tmp_path, IDLE_TRACE)
+    page = panels_html(tmp_path)
+    csv = pd.read_csv(tmp_path / "client_breakdown.csv")
+    assert list(csv["client"]) == [0, 1, 2]
+    for c, want in IDLE_WANT.items():
+        row = csv[csv["client"] == c].iloc[0]
+        assert {k: row[k] for k in want} == pytest.approx(want, abs=1e-7)
+    for label in ("waiting for a slot (concurrency limit)", "not selected (a round ran without it)",
+                  "<dt>not selected</dt>", "client_breakdown.csv"):
+        assert label in page, label
+    data = panels_data(tmp_path)
+    assert {"concurrency", "not_selected", "idle"} <= set(data["keys"])
+    assert len(set(data["colours"])) == len(data["colours"])  # one colour per reason
+
+
+def _tiny_run(tmp_path: Path, algorithm: dict, **extra) -> tuple[Path, pd.DataFrame, pd.DataFrame]:
+    from tests.conftest import TINY
+    import copy
+    raw = copy.deepcopy(TINY)
+    raw["algorithm"] = algorithm
+    raw["train"] = {**raw["train"], "systems_only": True}
+    raw.update(extra)
+    from fedsim import scenario_from_mapping
+    run_scenario(scenario_from_mapping(raw), tmp_path, progress=False)
+    t_end = json.loads((tmp_path / "summary.json").read_text())["virtual_time_s"]
+    return tmp_path, client_breakdown(gather(tmp_path), t_end, num_clients=6), load_trace(tmp_path)
+
+
+def test_fedavg_choosing_2_of_6_the_others_are_not_selected(tmp_path):
+    """Synchronous FedAvg picks 2 of 6 clients a round: a client's "not selected" time is exactly the length of
+    the rounds that did not pick it (rounds do not overlap; a client has no record in them), and nothing is
+    "waiting for a slot"."""
+    run, table, trace = _tiny_run(tmp_path, {"name": "fedavg", "clients_per_round": 2}, stop={"max_versions": 6})
+    rounds = trace[trace["kind"] == "round"]
+    assert len(rounds) >= 5
+    for c in range(6):
+        without = sum(float(e) - float(s) for s, e, who in zip(rounds["start"], rounds["end"], rounds["clients"])
+                      if c not in who)
+        assert table.loc[c, "not_selected"] == pytest.approx(without, abs=1e-9), c
+    assert (table["concurrency"] == 0).all()
+    assert (table["not_selected"] > 0).all()  # 2 of 6: every client sat some round out
+    assert np.allclose(table[list(BREAKDOWN_KEYS)].sum(axis=1), json.loads((run / "summary.json").read_text())
+                       ["virtual_time_s"], atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["fedasync", "fedbuff"])
+def test_async_with_fewer_slots_than_clients_waits_for_a_slot(tmp_path, name):
+    """FedAsync / FedBuff with 2 slots for 6 always-online clients: every slot is always taken (the slots
+    records say so), so all the time a client is not working is "waiting for a slot": nothing is left idle
+    or "not selected" (there are no rounds)."""
+    run, table, trace = _tiny_run(tmp_path, {"name": name, "concurrency": 2}, stop={"max_versions": 8})
+    slots = trace[trace["kind"] == "slots"]
+    assert len(slots) >= 1 and (slots["busy"] == slots["limit"]).all() and (slots["limit"] == 2).all()
+    assert (table["idle"].abs() < 1e-9).all() and (table["not_selected"] == 0).all()
+    assert (table["concurrency"] > 0).all()
+    t_end = json.loads((run / "summary.json").read_text())["virtual_time_s"]
+    busy = table[["download", "compute", "upload", "queue", "served"]].sum(axis=1)
+    assert np.allclose(table["concurrency"], t_end - busy, atol=1e-9)
+
+
+def test_a_client_with_an_offline_schedule_is_offline_not_waiting(tmp_path):
+    """With clients going offline, the time an offline record covers is "offline" (exactly the union of its
+    offline records inside the run, since the work it had under way was cut when it went), never one of the
+    idle reasons."""
+    run, table, trace = _tiny_run(tmp_path, {"name": "fedasync", "concurrency": 2}, stop={"max_time_s": 3.0},
+                                  availability={"model": "exponential", "mean_on_s": 0.3, "mean_off_s": 0.3})
+    t_end = json.loads((run / "summary.json").read_text())["virtual_time_s"]
+    off = trace[trace["kind"] == "offline"]
+    assert len(off) > 3
+    for c in sorted(off["client"].unique()):
+        mine = off[off["client"] == c]
+        s = mine["start"].astype(float).clip(0, t_end).to_numpy()
+        e = mine["end"].astype(float).fillna(t_end).clip(0, t_end).to_numpy()
+        from fedsim.output.digest import merge_intervals
+        a, b = merge_intervals(s, e, 0.0)
+        assert table.loc[int(c), "unavailable"] == pytest.approx(float(np.sum(b - a)), abs=1e-9), c
+    assert (table["unavailable"] > 0).sum() >= 3

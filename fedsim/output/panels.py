@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from fedsim.files import write_text
+from fedsim.files import write_csv, write_text
 from fedsim.output.digest import CoverGrid, binned_queue, merge_intervals, queue_length
 from fedsim.sim.trace import iter_blocks, trace_path
 
@@ -962,9 +962,30 @@ class PanelStream:
         return {"rounds": rounds, "drops": self.drops}
 
 
+#: The per-client breakdown as a table, beside report.html: seconds per label of :data:`BREAKDOWN` (the
+#: idle time split by why) and the per-client counts.
+BREAKDOWN_CSV = "client_breakdown.csv"
+
+
+def write_breakdown_csv(run_dir: str | Path, table: pd.DataFrame) -> Path:
+    """Write :data:`BREAKDOWN_CSV` (one row per client, seconds per label, each row summing to the run's
+    time) from :func:`client_breakdown`'s table: the numbers the report's bars draw, for a reader's own
+    analysis."""
+    path = Path(run_dir) / BREAKDOWN_CSV
+    cols = [*BREAKDOWN_KEYS, "tasks", "per_task_s", "updates", "mean_staleness", "drops"]
+    write_csv(table[cols].reset_index(), path, float_format="%.9g")
+    return path
+
+
 def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
                 queue: pd.DataFrame | None = None) -> dict[str, Any] | None:
-    """Everything the panels draw for one run (JSON-ready); None when the run has no trace.
+    """Everything the panels draw for one run (JSON-ready); None when the run has no trace."""
+    return _panels(run_dir, stream, queue)[0]
+
+
+def _panels(run_dir: str | Path, stream: PanelStream | None = None,
+            queue: pd.DataFrame | None = None) -> tuple[dict[str, Any] | None, pd.DataFrame | None]:
+    """:func:`panels_data` and the breakdown table it was drawn from (None, None without a trace).
 
     ``stream``: a :class:`PanelStream` already fed the whole trace (by the pass that read it for the
     figures); without one, the trace is streamed here.  Should the stream turn out unstable (see its
@@ -974,7 +995,7 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
     run_dir = Path(run_dir)
     path = trace_path(run_dir)
     if not path.exists():
-        return None
+        return None, None
     if stream is None:
         stream = PanelStream()
         for b in iter_blocks(path, kinds=_KINDS, fields=_FIELDS):
@@ -1014,7 +1035,7 @@ def panels_data(run_dir: str | Path, stream: PanelStream | None = None,
     spec = {k: (lab, col) for k, lab, col in BREAKDOWN}
     return {"t_end": t_end, "labels": [spec[k][0] for k in DRAW_ORDER], "keys": list(DRAW_ORDER),
             "colours": [spec[k][1] for k in DRAW_ORDER], "clients": clients, "server": server,
-            "staleness": staleness, "rounds": rounds, "traffic": traffic, "purpose_colours": colours}
+            "staleness": staleness, "rounds": rounds, "traffic": traffic, "purpose_colours": colours}, table
 
 
 def merge_traffic(traffic_in: dict[tuple[str, str], list[float]]) -> dict[tuple[str, str], list[float]]:
@@ -1128,9 +1149,10 @@ def server_summary_rows(summary: dict[str, Any] | list[Any],
 def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: pd.DataFrame | None = None) -> str:
     """The "What happened" section of a run's report.html and the glossary (only the glossary when the run
     has no trace: a folder of runs).  ``stream``: see :func:`panels_data`."""
-    data = panels_data(run_dir, stream, queue)
-    if data is None:
+    data, table = _panels(run_dir, stream, queue)
+    if data is None or table is None:
         return glossary_html()  # (the navigation links to it on every page)
+    write_breakdown_csv(run_dir, table)
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     ideal = ideal_links_note({(r["direction"], r["purpose"]): [r["count"], r["bytes"], r["seconds"]]
                               for r in data["traffic"]})
@@ -1141,7 +1163,10 @@ def panels_html(run_dir: str | Path, stream: PanelStream | None = None, queue: p
             "staleness and rounds, from the trace. Time series share the interactive timeline's virtual-time "
             "axis (zoom there). Hover anything for its numbers.</p>"
             "<h3 id='fp-breakdown-title'>Per-client time breakdown</h3><p class='hint'>Each bar is one client's "
-            "whole run (every second labelled, so the bars are equally long). Pick the clients to show and "
+            "whole run (every second labelled, so the bars are equally long); a client's time with no task is "
+            "split by why: waiting for a slot (every concurrency slot taken), not selected (a round ran without "
+            "it), else idle. The numbers are in <a href='" + BREAKDOWN_CSV + "'>" + BREAKDOWN_CSV + "</a>. "
+            "Pick the clients to show and "
             "their order: the interactive timeline above shows the same clients in the same order.</p><div class='fp-tools'>sort by <select id='fp-sort'><option value='id'>client id"
             "</option><option value='slowest'>slowest (time per task)</option><option value='stale'>most stale"
             "</option><option value='drops'>most dropped</option><option value='round_wait'>most waiting for "
