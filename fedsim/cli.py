@@ -235,7 +235,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     check_writable(out, "--out")
     table = compare(args.runs, out, target=args.target, force=args.force)
     print((out / "comparison.md").read_text(encoding="utf-8"), end="")
-    print(f"comparison directory: {out} (comparison.csv, comparison.md, compare_*.png; {len(table)} runs)")
+    side = ", report.html side by side, differences.json" if len(table) == 2 else ""
+    print(f"comparison directory: {out} (comparison.csv, comparison.md, compare_*.png{side}; {len(table)} runs)")
     return 0
 
 

@@ -74,7 +74,7 @@ def test_the_trace_layer_holds_only_the_framework_kinds():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     alone, with_cos2p, with_gas = json.loads(out.stdout.splitlines()[-1])
     framework = {"dispatch", "download", "compute", "upload", "server", "apply", "aggregate", "round", "drop",
-                 "eval", "offline"}
+                 "eval", "offline", "slots"}
     assert set(alone) == framework
     assert set(with_cos2p) == framework | {"cos2p_round", "cos2p_eval", "server_step"}
     assert set(with_gas) == framework | set(REGISTERED)

@@ -4,7 +4,8 @@ Every run found under the folders given (a run, a multi-algorithm run, a ``--see
 one line of ``comparison.csv`` / ``comparison.md`` and one curve of the figures: test accuracy against
 virtual time (``compare_accuracy.png``), bytes moved against virtual time and accuracy against bytes
 (``compare_bytes.png``), and energy per run, active apart from idle (``compare_energy.png``).  A run
-that did not finish is listed with its status, so a comparison never hides one.
+that did not finish is listed with its status, so a comparison never hides one.  Two runs are also put side
+by side in ``report.html`` with their differences named (:mod:`fedsim.output.side_by_side`).
 """
 from __future__ import annotations
 
@@ -198,7 +199,8 @@ def compare_figures(runs: Sequence[tuple[str, Path]], out: Path) -> list[Path]:
 def compare(folders: Sequence[str | Path], out: Path, *, target: float | None = None,
             force: bool = False) -> pd.DataFrame:
     """Compare the runs under ``folders`` into ``out`` (new or empty; ``force`` clears an earlier
-    comparison): comparison.csv, comparison.md and the figures."""
+    comparison): comparison.csv, comparison.md and the figures; for exactly two runs also the side-by-side
+    report.html and differences.json."""
     from fedsim.rundirs import prepare_run_dir
     from fedsim.sweep import check_target
 
@@ -212,4 +214,8 @@ def compare(folders: Sequence[str | Path], out: Path, *, target: float | None = 
     write_csv(table, out / "comparison.csv")
     write_text(out / "comparison.md", markdown_table(table, target))
     compare_figures(runs, out)
+    if len(runs) == 2:  # two runs: side by side in report.html, the differences named
+        from fedsim.output.side_by_side import side_by_side
+
+        side_by_side(runs[0], runs[1], out)
     return table
