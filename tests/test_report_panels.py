@@ -267,6 +267,16 @@ def test_every_panel_is_present_has_data_and_answers_a_hover(runs, tmp_path):
             assert "utilisation" in hover("#fp-server rect.fp-hit")
             assert "records" in hover("#fp-traffic rect.fp-traffic-bar")
             assert "glossary" in chrome.js("document.querySelector('nav.fp-nav').textContent")
+            # the idle reasons: in the legend, drawn where the run has them (async: slots; sync: rounds)
+            legend = chrome.js("document.getElementById('fp-legend').textContent")
+            assert "waiting for a slot (concurrency limit)" in legend and "not selected" in legend
+            reason = "concurrency" if which == "async" else "not_selected"
+            assert "client" in hover(f"#fp-segs rect[data-part='{reason}']")
+            top = chrome.js("""(() => { const s = document.getElementById('fp-sort'); s.value = %s;
+                s.dispatchEvent(new Event('change')); return window.fedsimPanels.drawn.breakdown[0]; })()"""
+                            % json.dumps(reason))
+            parts = data["clients"]["parts"][data["keys"].index(reason)]
+            assert parts[data["clients"]["id"].index(top)] == max(parts)
             if which == "sync":
                 assert drawn["rounds"] > 0
                 assert "straggler: client" in hover("#fp-rounds rect.fp-round")
