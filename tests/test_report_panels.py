@@ -533,14 +533,17 @@ def _idle_run(run: Path, records: list[dict]) -> None:
     (run / "summary.json").write_text(json.dumps({**summary, "num_clients": 3}))
 
 
-@pytest.mark.parametrize("pending", [None, 3])
+@pytest.mark.parametrize("pending", [None, 0, 3])
 def test_idle_reasons_of_a_hand_made_trace_to_1e9(tmp_path, monkeypatch, pending):
     """Each reason's seconds equal the hand-worked ones to 1e-9, every row sums to the run's 10 s, read the
-    exact way and streamed window by window (``pending``: fold every few intervals)."""
+    exact way (the spans added to each client's intervals; ``pending`` 0: subtracted as measures, the way
+    for many clients and rounds) and streamed window by window (``pending`` 3: fold every few intervals)."""
     import fedsim.output.panels as rp
 
     _idle_run(tmp_path, IDLE_TRACE)
-    if pending is None:
+    if pending == 0:
+        monkeypatch.setattr(rp, "SPANS_PER_CLIENT_MAX", 0)
+    if not pending:
         table = client_breakdown(gather(tmp_path), 10.0, num_clients=3)
     else:
         monkeypatch.setattr(rp, "PENDING_MAX", pending)

@@ -484,13 +484,48 @@ def client_breakdown(g: _Gather, t_end: float, num_clients: int | None = None) -
         bounds = np.append(first, len(c))
         index[k] = {int(kk): (s[a:b], e[a:b]) for kk, a, b in zip(keys.tolist(), bounds[:-1], bounds[1:])}
     rows = {}
+    # the reasons' spans added to each client's own intervals, where that is cheap; else each client's share
+    # of them is their length less the part its own intervals cover (as the streamed reading sums it)
+    per_client = sum(len(v[0]) for v in spans.values()) * max(len(clients), 1) <= SPANS_PER_CLIENT_MAX
     for cl in clients:
-        rows[cl] = breakdown_of({**{k: index[k][cl] for k in index if cl in index[k]}, **spans}, t_end)
+        rows[cl] = breakdown_of({**{k: index[k][cl] for k in index if cl in index[k]},
+                                 **(spans if per_client else {})}, t_end)
+    if not per_client and rows:
+        _split_idle(rows, cols, spans, t_end)
     out = pd.DataFrame.from_dict(rows, orient="index", columns=list(BREAKDOWN_KEYS)) if rows else \
         pd.DataFrame(columns=list(BREAKDOWN_KEYS))
     out.index.name = "client"
     return _client_extras(out, _cat(g.tasks), _cat([a[1] for a in g.applies]), _cat([a[2] for a in g.applies]),
                           g.drops)
+
+
+#: :func:`client_breakdown` adds the idle reasons' spans to every client's intervals while spans x clients
+#: stays under this; past it (a long synchronous run of many clients) it subtracts measures instead.
+SPANS_PER_CLIENT_MAX = 2_000_000
+
+
+def _split_idle(rows: dict[int, dict[str, float]], cols: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                spans: dict[str, tuple[np.ndarray, np.ndarray]], t_end: float) -> None:
+    """Split each row's "idle" (rows computed without the spans) into :data:`IDLE_REASONS`: a client's share
+    of a reason is the reason's length in ``[0, t_end]`` less the part its own intervals (``cols``, every
+    label's) cover, taken from idle in :data:`IDLE_REASONS`' order."""
+    c = _cat([v[0] for v in cols.values()])
+    s = np.clip(_cat([v[1] for v in cols.values()]), 0.0, t_end)
+    e = np.clip(_cat([v[2] for v in cols.values()]), 0.0, t_end)
+    ok = np.isfinite(c) & np.isfinite(s) & np.isfinite(e) & (e > s)
+    groups, ms, me = merged_by_group(c[ok].astype(np.int64), s[ok], e[ok])
+    keys, inv = np.unique(groups, return_inverse=True)
+    for key in IDLE_REASONS:
+        gs, ge = spans[key]
+        total = float(np.sum(ge - gs))
+        mine = dict(zip(keys.tolist(), np.bincount(inv, weights=measure_inside(gs, ge, ms, me),
+                                                   minlength=len(keys)).tolist())) if len(keys) else {}
+        for cl, row in rows.items():
+            x = min(max(total - mine.get(cl, 0.0), 0.0), row["idle"])
+            row[key] = x
+            row["idle"] -= x
+    for row in rows.values():
+        row["idle"] = max(row["idle"], 0.0)
 
 
 def _client_extras(out: pd.DataFrame, task_clients: np.ndarray, apply_clients: np.ndarray,
