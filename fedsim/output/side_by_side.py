@@ -129,7 +129,7 @@ def differences(a: Path, b: Path, shares: tuple[dict[str, float], dict[str, floa
     moved by more than ``threshold`` (:data:`SHARE_THRESHOLD`)."""
     sa, sb = flat_settings(a), flat_settings(b)
     settings = [{"key": k, "a": sa.get(k), "b": sb.get(k)} for k in sorted(set(sa) | set(sb))
-                if k not in ("name",) and (k not in sa or k not in sb or _differ(sa[k], sb[k]))]
+                if k not in sa or k not in sb or _differ(sa[k], sb[k])]
     na, nb = run_numbers(a), run_numbers(b)
     numbers = [{"key": k, "label": lab, "a": na.get(k), "b": nb.get(k)} for k, lab, _ in NUMBERS
                if _differ(na.get(k), nb.get(k))]
