@@ -213,6 +213,7 @@ def _built_demo(tmp_path: Path) -> tuple[Path, Path]:
     return script, tmp_path / "figs"
 
 
+@pytest.mark.fast
 def test_the_notebook_is_the_run_in_nbformat_4(tmp_path: Path) -> None:
     script, figs = _built_demo(tmp_path)
     text = script.with_suffix(".ipynb").read_text(encoding="utf-8")
@@ -248,6 +249,7 @@ def test_the_notebook_is_the_run_in_nbformat_4(tmp_path: Path) -> None:
     check_current(script, tmp_path / "work", figs)  # the built lesson is current
 
 
+@pytest.mark.fast
 def test_the_setup_cell_moves_a_notebook_in_docs_tutorial_to_the_root(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "docs" / "tutorial").mkdir(parents=True)
@@ -258,6 +260,7 @@ def test_the_setup_cell_moves_a_notebook_in_docs_tutorial_to_the_root(tmp_path: 
     assert Path.cwd() == tmp_path
 
 
+@pytest.mark.fast
 def test_a_stale_notebook_fails_before_it_runs(tmp_path: Path) -> None:
     script, figs = _built_demo(tmp_path)
     script.write_text(DEMO.replace("x = 2", "x = 3"), encoding="utf-8")  # the script changed, not rebuilt
@@ -272,6 +275,7 @@ def test_a_stale_notebook_fails_before_it_runs(tmp_path: Path) -> None:
         check_current(script, tmp_path / "work", figs)
 
 
+@pytest.mark.fast
 def test_a_notebook_with_stale_outputs_or_figures_fails(tmp_path: Path) -> None:
     script, figs = _built_demo(tmp_path)
     nb = script.with_suffix(".ipynb")
