@@ -55,7 +55,8 @@ def check_current(lesson: Path, work: Path, committed_figures: Path) -> list:
     cells = build.read_notebook(committed_nb, nb_path.name)
     script = build.notebook_cells(lesson)
     key = lambda c: (c.kind, c.text, c.solution, c.setup)  # noqa: E731
-    stale = [s.line if s else "end" for s, c in zip_longest(script, cells) if s is None or c is None or key(s) != key(c)]
+    stale = [s.line if s else "end" for s, c in zip_longest(script, cells)
+             if s is None or c is None or key(s) != key(c)]
     assert not stale, f"{nb_path.name} is older than {lesson.name} (cells at lines {stale}): {rebuild}"
     for s, c in zip(script, cells):  # a failing assert names its line in the script
         c.line = s.line
@@ -283,7 +284,8 @@ def test_a_notebook_with_stale_outputs_or_figures_fails(tmp_path: Path) -> None:
     edited = json.loads(good)
     edited["cells"][2]["outputs"][0]["text"] = ["x = 9\n"]  # an output edited by hand
     nb.write_text(build.dumps(edited), encoding="utf-8")
-    with pytest.raises(AssertionError, match=r'(?s)94-demo.ipynb no longer matches its run.*-.*"x = 9\\n".*\+.*"x = 2\\n"'):
+    stale_output = r'(?s)94-demo.ipynb no longer matches its run.*-.*"x = 9\\n".*\+.*"x = 2\\n"'
+    with pytest.raises(AssertionError, match=stale_output):
         check_current(script, tmp_path / "work", figs)
     nb.write_text(good, encoding="utf-8")
     (figs / "94-x.png").write_bytes(b"other")  # the committed figure is not the one the notebook shows
