@@ -17,6 +17,8 @@ from matplotlib.patches import Rectangle
 from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
 from fedsim.files import BUILDING, write_text, writing
+from fedsim.output.figures import (INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS, OutputBuild, figure_files,
+                                   register_run_figure, run_figures_registered)
 from fedsim.sim.trace import trace_path
 
 #: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
@@ -480,18 +482,12 @@ def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict
     return True
 
 
-#: Exact bars report.html holds at most (the page stays small and responsive); past it, the bars of the
-#: densest time tiles are left out (spread over the run, see :mod:`fedsim.output.digest`) and the page draws those
-#: stretches aggregated, each pixel column showing the phase that fills most of it.
-INTERACTIVE_MAX_BARS = 20000
+# INTERACTIVE_MAX_BARS and INTERACTIVE_MAX_CLIENTS (imported above) are defined beside the figure registry,
+# whose builds read the digest with them.
 
 #: Bars in view up to which report.html draws single bars (where it holds them all); past it, each pixel
 #: column shows the phase that fills most of it.
 INTERACTIVE_EXACT_BARS = 4000
-
-#: Clients whose bars report.html holds at most (the lowest client ids); the page shows
-#: :data:`INTERACTIVE_SHOWN_CLIENTS` of them at a time, picked in the browser.
-INTERACTIVE_MAX_CLIENTS = 200
 
 #: Client rows the interactive timeline shows at first (the per-client panel's picker changes them).
 INTERACTIVE_SHOWN_CLIENTS = 40
@@ -499,53 +495,88 @@ INTERACTIVE_SHOWN_CLIENTS = 40
 #: Rounds and drops report.html's timeline marks at most (the first ones; the rounds panel lists them all).
 INTERACTIVE_MAX_MARKS = 5000
 
-#: the last run digest read, keyed by trace file, its size and time stamp, and the reading's parameters:
-#: the figures and report.html of one run share a single pass over the trace
-_DIGEST: dict[str, Any] = {}
+
+# The built-in run figures: the drawers above, each behind one registry entry (to draw one another way,
+# change its ``draw`` here; the registry is fedsim.output.figures).
+
+def draw_accuracy(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Accuracy against virtual time, or the test loss for a regression task; None without either."""
+    m = inputs.metrics
+    if len(m) and m["accuracy"].notna().any():
+        p = run_dir / "accuracy_vs_time.png"
+        accuracy_figure({run_dir.name: m}, p)
+        return p
+    if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
+        p = run_dir / "loss_vs_time.png"
+        accuracy_figure({run_dir.name: m}, p, column="loss")
+        return p
+    return None  # (systems-only runs have neither)
+
+
+def _active(digest: TraceDigest) -> bool:
+    return bool(digest.clients or digest.has_server)
+
+
+def draw_timeline(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """The per-client timeline (the whole run by default; the phase that dominates each pixel column)."""
+    digest, panels = inputs.digest, inputs.panels
+    if not _active(digest):
+        return None
+    p = run_dir / "timeline.png"
+    timeline_figure(digest, p, since=inputs.since, until=inputs.until, max_clients=inputs.timeline_clients,
+                    rounds=panels.round_table() if panels is not None else None, workers=inputs.workers)
+    return p
+
+
+def draw_link_rates(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Histograms of the uplink and downlink rates the transfers got."""
+    p = run_dir / "link_rates.png"
+    return p if _active(inputs.digest) and link_rate_figure(inputs.digest, p) else None
+
+
+def draw_server_queue(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """The server's queue length over time."""
+    p = run_dir / "server_queue.png"
+    return p if _active(inputs.digest) and server_queue_figure(inputs.digest, p) else None
+
+
+def draw_submodel_heatmap(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Which sub-model each device class trained (sub-model runs only)."""
+    p = run_dir / "submodel_heatmap.png"
+    return p if submodel_figure(inputs.digest, p, inputs.device_classes) else None
+
+
+def draw_energy(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Energy per device, by what it was spent on."""
+    p = run_dir / "energy.png"
+    return p if energy_figure(inputs.energy, p) else None
+
+
+def draw_topology(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """A hierarchical network's graph (from the run's world, handed over before it was dropped)."""
+    graph, root = inputs.topology
+    p = run_dir / "topology.png"
+    topology_graph_figure(graph, root, p)
+    return p
+
+
+register_run_figure("topology", ("topology.png",), ("topology",), draw_topology)
+register_run_figure("accuracy", ("accuracy_vs_time.png", "loss_vs_time.png"), ("metrics",), draw_accuracy)
+register_run_figure("timeline", ("timeline.png",), ("digest", "panels"), draw_timeline)
+register_run_figure("link_rates", ("link_rates.png",), ("digest",), draw_link_rates, forked=True)
+register_run_figure("server_queue", ("server_queue.png",), ("digest",), draw_server_queue, forked=True)
+register_run_figure("submodel_heatmap", ("submodel_heatmap.png",), ("digest",), draw_submodel_heatmap)
+register_run_figure("energy", ("energy.png",), ("energy",), draw_energy, forked=True)
 
 
 def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None = None, timeline_clients: int = 30,
                interactive_clients: int = INTERACTIVE_MAX_CLIENTS,
                interactive_bars: int = INTERACTIVE_MAX_BARS) -> TraceDigest:
-    """The :class:`~fedsim.output.digest.TraceDigest` of a run's trace, read once for its figures and its report
-    (the last one read is kept while its trace file is unchanged)."""
-    path = trace_path(run_dir)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, interactive_clients, interactive_bars)
-    params = dict(since=since, until=until, timeline_clients=timeline_clients,
-                  interactive_clients=interactive_clients, interactive_bars=interactive_bars)
-    held = _DIGEST.get("digest")
-    if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
-        return held
-    from fedsim.output.panels import PanelStream
+    """The :class:`~fedsim.output.digest.TraceDigest` of a run's trace, read now (a build of the run's
+    outputs reads it once for its figures and report through its :class:`~fedsim.output.figures.OutputBuild`)."""
+    return digest_trace(trace_path(run_dir), since=since, until=until, timeline_clients=timeline_clients,
+                        interactive_clients=interactive_clients, interactive_bars=interactive_bars)
 
-    panels = PanelStream()  # report.html's "what happened" panels are gathered in the same pass
-    digest = digest_trace(path, also=[panels], **params)
-    _DIGEST.update(key=key, params=params, digest=digest, panels=panels)
-    return digest
-
-
-def _report_digest(run_dir: Path, max_bars: int, max_clients: int) -> TraceDigest:
-    """The digest report.html draws from: the one the run's figures just read when it fits, else a new one."""
-    path = trace_path(run_dir)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, max_clients, max_bars)
-    held = _DIGEST.get("digest")
-    if held is not None and _DIGEST.get("key") == key:
-        return held
-    return run_digest(run_dir, interactive_clients=max_clients, interactive_bars=max_bars)
-
-
-#: The standard figures of a run, by the name :func:`run_figures`'s ``only`` takes (``accuracy`` is
-#: ``accuracy_vs_time.png``, or ``loss_vs_time.png`` for a regression task).
-RUN_FIGURES = ("accuracy", "timeline", "link_rates", "server_queue", "submodel_heatmap", "energy")
-
-#: The files each figure of :data:`RUN_FIGURES` (and the hierarchical network's ``topology``) may write: a
-#: figure that fails has its file removed, so report.html never shows one left from an earlier build.
-FIGURE_FILES: dict[str, tuple[str, ...]] = {
-    "accuracy": ("accuracy_vs_time.png", "loss_vs_time.png"), "timeline": ("timeline.png",),
-    "link_rates": ("link_rates.png",), "server_queue": ("server_queue.png",),
-    "submodel_heatmap": ("submodel_heatmap.png",), "energy": ("energy.png",), "topology": ("topology.png",)}
 
 #: The tracebacks of a run's figures that failed to draw (the run's summary names them, one line each).
 FIGURES_ERROR_FILE = "figures_error.txt"
@@ -560,9 +591,9 @@ def figure_failure(exc: BaseException) -> str:
 
 def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str, str]] | None) -> Any:
     """``draw()`` for the figure ``name``; with ``missing`` (a dict), a failure is recorded there as
-    ``{"error": one line, "traceback": text}``, its files removed, and None returned, so that one
-    degenerate figure never costs the run its other figures and its report; without, it is raised.
-    An interrupt is never a figure's failure: it propagates."""
+    ``{"error": one line, "traceback": text}``, its files (the registry's, :mod:`fedsim.output.figures`)
+    removed, and None returned, so that one degenerate figure never costs the run its other figures and
+    its report; without, it is raised.  An interrupt is never a figure's failure: it propagates."""
     if missing is None:
         return draw()
     import traceback
@@ -571,7 +602,7 @@ def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str
         return draw()
     except Exception as exc:
         missing[name] = {"error": figure_failure(exc), "traceback": traceback.format_exc()}
-        for f in FIGURE_FILES.get(name, ()):
+        for f in figure_files().get(name, ()):
             try:
                 (run_dir / f).unlink(missing_ok=True)
             except OSError:  # not a file (what made it fail, perhaps): report.html passes it over
@@ -581,91 +612,43 @@ def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str
 
 def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
                 timeline_clients: int = 30, only: Sequence[str] | None = None,
-                missing: dict[str, dict[str, str]] | None = None) -> list[Path]:
-    """Write the standard figures of one run directory; returns their paths.
+                missing: dict[str, dict[str, str]] | None = None, build: OutputBuild | None = None) -> list[Path]:
+    """Write the run figures of one run directory (every figure of the registry,
+    :func:`fedsim.output.figures.run_figures_registered`, whose inputs the run has); returns their paths.
 
     ``timeline_window`` zooms the timeline on ``[start, end]`` seconds of virtual time (default: the whole
     run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
-    ``output.timeline_clients`` of the scenario).  ``only``: these of :data:`RUN_FIGURES` (default: all),
-    so that two processes can share the drawing.  ``missing``: a dict that collects the figures that
-    failed (:func:`draw_figure`) while the others are still drawn; without it the first failure is
-    raised.  Reading the run's files (metrics, trace) is not a figure's failure: it is raised."""
+    ``output.timeline_clients`` of the scenario).  ``build``: the build's inputs, read once for its figures
+    and its report (when given, it holds those two settings; default: a new one).  ``only``: these
+    figures by name (default: all), so that two processes can share the drawing.  ``missing``: a dict
+    that collects the figures that failed (:func:`draw_figure`) while the others are still drawn; without
+    it the first failure is raised.  Reading the run's files (metrics, trace) is not a figure's failure:
+    it is raised."""
     run_dir = Path(run_dir)
-    want = set(RUN_FIGURES if only is None else only)
+    if build is None:
+        build = OutputBuild(run_dir, timeline_window=timeline_window, timeline_clients=timeline_clients)
     _release_freed_memory(run_dir)
     written: list[Path] = []
-
-    def figure(name: str, draw: Any) -> None:
-        got = draw_figure(run_dir, name, draw, missing)
+    for figure in run_figures_registered():
+        if only is not None and figure.name not in only:
+            continue
+        if not all(build.has(r) for r in figure.reads):
+            continue
+        for r in figure.reads:  # read before drawing: a run file that does not read is not the figure's failure
+            build.read(r)
+        got = draw_figure(run_dir, figure.name, lambda figure=figure: figure.draw(build, run_dir), missing)
         if got:
-            written.append(got)
-
-    metrics_path = run_dir / "metrics.csv"
-    if metrics_path.exists() and "accuracy" in want:
-        m = pd.read_csv(metrics_path)
-
-        def accuracy() -> Path | None:
-            if len(m) and m["accuracy"].notna().any():
-                p = run_dir / "accuracy_vs_time.png"
-                accuracy_figure({run_dir.name: m}, p)
-                return p
-            if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
-                p = run_dir / "loss_vs_time.png"
-                accuracy_figure({run_dir.name: m}, p, column="loss")
-                return p
-            return None  # (systems-only runs have neither)
-
-        figure("accuracy", accuracy)
-    trace_file = trace_path(run_dir)
-    if trace_file.exists() and want & {"timeline", "link_rates", "server_queue", "submodel_heatmap"}:
-        since, until = _window(timeline_window)
-        # one streamed pass keeps what the figures and the report draw (never the whole trace)
-        digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
-        if digest.clients or digest.has_server:
-            if "timeline" in want:  # the whole run by default, the phase that dominates each pixel column
-                def timeline() -> Path:
-                    p = run_dir / "timeline.png"
-                    panels = _DIGEST.get("panels")
-                    timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
-                                    rounds=panels.round_table() if panels is not None else None,
-                                    workers=_server_workers(run_dir))
-                    return p
-
-                figure("timeline", timeline)
-            for name, fn in (("link_rates", link_rate_figure), ("server_queue", server_queue_figure)):
-                if name in want:
-                    p = run_dir / f"{name}.png"
-                    figure(name, lambda fn=fn, p=p: p if fn(digest, p) else None)
-        if "submodel_heatmap" in want:
-            p = run_dir / "submodel_heatmap.png"
-            figure("submodel_heatmap", lambda: p if submodel_figure(digest, p, _device_classes(run_dir)) else None)
-    energy_path = run_dir / "energy.csv"
-    if "energy" in want and energy_path.exists():
-        energy = pd.read_csv(energy_path)
-        p = run_dir / "energy.png"
-        figure("energy", lambda: p if energy_figure(energy, p) else None)
+            written.append(Path(got))
     return written
 
 
-def _server_workers(run_dir: Path) -> int:
-    """The server's workers (summary.json's), so its row draws utilisation: busy time over time x workers."""
-    from fedsim.output.panels import _workers
-
-    return _workers(run_dir)
-
-
 def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
-                       timeline_clients: int = 30) -> None:
-    """Read the run's trace into the digest :func:`run_figures` (same arguments) and :func:`html_report`
-    draw from, now (none for a run without a trace)."""
-    if trace_path(run_dir).exists():
-        since, until = _window(timeline_window)
-        run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
-
-
-def _window(timeline_window: Sequence[float] | None) -> tuple[float, float | None]:
-    """``output.timeline_window`` as the digest's ``since`` and ``until`` (None: the whole run)."""
-    return (0.0, None) if timeline_window is None else (float(timeline_window[0]), float(timeline_window[1]))
+                       timeline_clients: int = 30) -> OutputBuild:
+    """A build of the run's outputs with its trace read now (the digest :func:`run_figures` and
+    :func:`html_report` draw from, given this build); none read for a run without a trace."""
+    build = OutputBuild(run_dir, timeline_window=timeline_window, timeline_clients=timeline_clients)
+    build.read("digest")
+    return build
 
 
 #: below this trace size (bytes), building the outputs skips :func:`_release_freed_memory`: reading such a
@@ -686,17 +669,6 @@ def _release_freed_memory(run_dir: Path) -> None:
     release_freed_memory()
 
 
-def _device_classes(run_dir: Path) -> dict[int, str] | None:
-    """Client → device class from the run's ``energy.csv`` (written for every run), if present."""
-    path = run_dir / "energy.csv"
-    if not path.exists():
-        return None
-    e = pd.read_csv(path)
-    if "device" not in e or "device_class" not in e:
-        return None
-    return {int(c): str(d) for c, d in zip(e["device"], e["device_class"])}
-
-
 def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
     """Accuracy against virtual time for several variants of one scenario."""
     metrics = {}
@@ -715,17 +687,20 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
 
 
 def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BARS,
-                     max_clients: int = INTERACTIVE_MAX_CLIENTS) -> dict[str, Any] | None:
+                     max_clients: int = INTERACTIVE_MAX_CLIENTS, build: OutputBuild | None = None
+                     ) -> dict[str, Any] | None:
     """What report.html's interactive timeline draws, from the run's trace and metrics: one bar per
     download, compute, upload and offline interval of the shown clients, per server request (server row)
     and per request that queued (its client's row), each with client, phase, times, bytes, link rate and
     the staleness of the update its task delivered; the server queue length; the accuracy curve.
-    None when the run has no trace."""
+    None when the run has no trace.  ``build``: the build whose digest it draws from (default: a new one)."""
     run_dir = Path(run_dir)
     trace_file = trace_path(run_dir)
     if not trace_file.exists():
         return None
-    digest = _report_digest(run_dir, max_bars, max_clients)
+    if build is None:
+        build = OutputBuild(run_dir)
+    digest = build.digest_for(max_bars, max_clients)
     shown = digest.shown(max_clients)
     table, total = digest.interactive_table()
     # staleness of the update a task delivered: the first apply of the client at or after the bar's end
@@ -776,23 +751,22 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             end_t = max(end_t, float(curve["t"].max()))  # the last evaluation may follow the last interval
     tw = digest.tile_width()
     exact = "".join("1" if x else "0" for x in digest.exact_tiles()) if tw > 0 else ""
-    marks = _round_marks()
+    marks = _round_marks(build.panels_for(max_bars, max_clients))
     return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown], "clients": [int(c) for c in shown],
             "shown": INTERACTIVE_SHOWN_CLIENTS, "rounds": marks["rounds"], "drops": marks["drops"],
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
             "whats": digest.what_names(), "purpose_colours": PURPOSE_BAR_COLOURS,
-            "agg": _aggregate_levels(digest, shown, end_t, _server_workers(run_dir)), "tiles": {"width": tw, "exact": exact},
+            "agg": _aggregate_levels(digest, shown, end_t, build.workers), "tiles": {"width": tw, "exact": exact},
             "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
 
 
-def _round_marks() -> dict[str, list[Any]]:
+def _round_marks(stream: Any) -> dict[str, list[Any]]:
     """The synchronous rounds (start, end, straggler, its finish, the clients dropped at the deadline) and
     the drops the timeline marks: the report panels' (:class:`fedsim.output.panels.PanelStream`, gathered
     in the same pass as the digest), at most :data:`INTERACTIVE_MAX_MARKS` of each."""
-    stream = _DIGEST.get("panels")
     if stream is None:
         return {"rounds": [], "drops": []}
     table = stream.round_table()
@@ -884,14 +858,15 @@ def fmt_summary(key: str, value: Any) -> str:
     return _fmt(value)
 
 
-def html_report(run_dir: str | Path, missing: dict[str, str] | None = None) -> Path:
+def html_report(run_dir: str | Path, missing: dict[str, str] | None = None, build: OutputBuild | None = None) -> Path:
     """``report.html``: one self-contained page that opens in any browser without the run folder's other
     files and without a network: the summary with units, links to the reports of the runs it holds (per
     algorithm, per seed), an interactive timeline (zoom and pan over virtual time; hover a bar for client,
     phase, bytes, link rate and staleness) with the server queue and accuracy on the same time axis (plain
     SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data.
-    ``missing``: the figures that failed to draw, by name, with their one-line reason (listed on the page)."""
-    return finish_html_report(html_report_body(run_dir), missing)
+    ``missing``: the figures that failed to draw, by name, with their one-line reason (listed on the page).
+    ``build``: the build whose inputs it draws from, shared with the run's figures (default: a new one)."""
+    return finish_html_report(html_report_body(run_dir, build), missing)
 
 
 class ReportBody:
@@ -902,8 +877,9 @@ class ReportBody:
         self.run_dir, self.parts, self.link_up_later = run_dir, parts, link_up_later
 
 
-def html_report_body(run_dir: str | Path) -> ReportBody:
-    """Everything of report.html but its figures (it reads no PNG)."""
+def html_report_body(run_dir: str | Path, build: OutputBuild | None = None) -> ReportBody:
+    """Everything of report.html but its figures (it reads no figure file); ``build`` as
+    :func:`html_report`'s."""
     import html
     import json
 
@@ -911,6 +887,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
                                       with_formats)
 
     run_dir = Path(run_dir)
+    if build is None:
+        build = OutputBuild(run_dir)
     link_up_later = False
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
              "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
@@ -922,8 +900,8 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     stream = queue = None
     if trace_path(run_dir).exists():  # one streamed pass for the timeline and the panels
         _release_freed_memory(run_dir)
-        digest = _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
-        stream = _DIGEST.get("panels")
+        digest = build.digest_for(INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
+        stream = build.panels_for(INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
         queue = digest.queue() if digest.server_start else None
     panels = panels_html(run_dir, stream, queue)  # the "what happened" panels (fedsim.output.panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
@@ -954,7 +932,7 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         for name, cells in server_summary_rows(data, fmt_seconds):
             parts.append(f"<tr><th>{name}</th>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
-    data = interactive_data(run_dir)
+    data = interactive_data(run_dir, build=build)
     if data is not None and (data["bars"][0] or data["agg"]):
         shown = len(data["bars"][0])
         notes = [f"{data['bars_total']:,} bars"]
@@ -994,6 +972,20 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     return ReportBody(run_dir, parts, link_up_later)
 
 
+#: The figure files report.html shows, by suffix, and how it embeds them.
+FIGURE_MEDIA_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
+
+
+def shown_figures(run_dir: Path) -> list[Path]:
+    """The figures report.html shows, by file name: the files of the registered run figures
+    (:mod:`fedsim.output.figures`) that exist, and any other PNG at the top of the folder (a
+    multi-algorithm run's comparison, a sweep's): a figure's file left from an earlier build is removed
+    when it fails, so what is shown is this build's."""
+    names = {f for files in figure_files().values() for f in files if Path(f).suffix.lower() in FIGURE_MEDIA_TYPES}
+    found = {run_dir / n for n in names} | set(run_dir.glob("*.png"))
+    return sorted(p for p in found if p.is_file())
+
+
 def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) -> Path:
     """Write report.html: ``body`` and every figure of the run folder, as PNG data, then "Figures not
     drawn" for each of ``missing`` (figure name → the one-line reason it failed), so that a reader sees
@@ -1004,13 +996,14 @@ def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) 
     from fedsim.output.panels import link_up
 
     run_dir, parts = body.run_dir, list(body.parts)
-    figures = sorted(p for p in run_dir.glob("*.png") if p.is_file())
+    figures = shown_figures(run_dir)
     if figures:
         parts.append("<h2>Figures</h2>")
     for fig in figures:
         data64 = base64.b64encode(fig.read_bytes()).decode("ascii")
+        kind = FIGURE_MEDIA_TYPES[fig.suffix.lower()]
         parts.append(f"<h3>{html.escape(fig.stem.replace('_', ' '))}</h3><img alt='{html.escape(fig.name)}' "
-                     f"src='data:image/png;base64,{data64}'>")
+                     f"src='data:{kind};base64,{data64}'>")
     if missing:
         parts.append("<h2 id='figures-missing'>Figures not drawn</h2><p class='hint'>These figures failed to draw; "
                      f"the rest of the run's outputs are complete (tracebacks in {FIGURES_ERROR_FILE}).</p><ul>" +
@@ -1021,7 +1014,6 @@ def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) 
     write_text(out, "\n".join(parts))
     if body.link_up_later:  # the runs listed above link up to this page, now that it exists
         link_up(run_dir)
-    _DIGEST.clear()  # the run's outputs are written: its digest is not needed any more
     return out
 
 
