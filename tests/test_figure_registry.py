@@ -118,3 +118,35 @@ def test_a_figure_must_say_what_it_reads_and_writes():
     assert [f.name for f in figures.run_figures_registered()][:7] == [
         "topology", "accuracy", "timeline", "link_rates", "server_queue", "submodel_heatmap", "energy"]
     assert figures.forked_figures() == ["link_rates", "server_queue", "energy"]
+
+
+@pytest.mark.fast
+def test_two_runs_built_interleaved_in_one_process_each_get_their_own_numbers(tmp_path, registered):
+    """No module-global digest: each build holds its own.  Two hand-made runs (one client, four bars; three
+    clients, 24 bars) are built step by step in turn; each page and each figure has its own run's numbers,
+    and each page equals the page of that run built alone."""
+    from test_degenerate_figures import _one_client, _one_rate
+
+    one, three = _one_client(tmp_path), _one_rate(tmp_path)
+    a, b = figures.OutputBuild(one), figures.OutputBuild(three)
+    a.read("digest")
+    b.read("digest")
+    report.run_figures(three, build=b, only=["clients_seen"])
+    body_a = report.html_report_body(one, a)
+    report.run_figures(one, build=a, only=["clients_seen"])
+    data_b = report.interactive_data(three, build=b)
+    data_a = report.interactive_data(one, build=a)
+    report.html_report(three, build=b)
+    report.finish_html_report(body_a)
+    assert SEEN == [{"clients": [0, 1, 2], "run": "one_rate"}, {"clients": [0], "run": "one_client"}]
+    assert (data_a["clients"], data_a["bars_total"]) == ([0], 4)  # download, compute, upload, server
+    assert (data_b["clients"], data_b["bars_total"]) == ([0, 1, 2], 24)  # six such tasks
+    pages = {run: (run / "report.html").read_bytes() for run in (one, three)}
+    assert pages[one] != pages[three]
+    for run in (one, three):  # each page is the one its run gets built alone
+        assert report.html_report(run).read_bytes() == pages[run]
+    # the broken case, a digest shared by both runs (what a module-global cache amounts to): the second
+    # run's page would show the first run's client
+    assert report.interactive_data(three, build=a)["clients"] == [0]
+    # a build is one run's: its digest is the trace it was made for, not the last one read
+    assert a.digest is not b.digest and len(a.digest.clients) == 1 and len(b.digest.clients) == 3

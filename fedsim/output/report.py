@@ -642,15 +642,6 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
     return written
 
 
-def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
-                       timeline_clients: int = 30) -> OutputBuild:
-    """A build of the run's outputs with its trace read now (the digest :func:`run_figures` and
-    :func:`html_report` draw from, given this build); none read for a run without a trace."""
-    build = OutputBuild(run_dir, timeline_window=timeline_window, timeline_clients=timeline_clients)
-    build.read("digest")
-    return build
-
-
 #: below this trace size (bytes), building the outputs skips :func:`_release_freed_memory`: reading such a
 #: trace adds a few tens of MB at most, while a full collection costs about 0.15 s once torch is loaded
 RELEASE_MIN_TRACE_BYTES = 32 << 20
