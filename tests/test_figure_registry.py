@@ -149,3 +149,22 @@ def test_two_runs_built_interleaved_in_one_process_each_get_their_own_numbers(tm
     assert report.interactive_data(three, build=a)["clients"] == [0]
     # a build is one run's: its digest is the trace it was made for, not the last one read
     assert a.digest is not b.digest and len(a.digest.clients) == 1 and len(b.digest.clients) == 3
+
+
+@pytest.mark.fast
+def test_a_plugins_figures_join_the_registry(monkeypatch):
+    """A ``fedsim.plugins`` module's ``run_figures`` are listed after the registered ones (so the second
+    process, which loads the plugins, draws them too); a registered name wins over a plugin's."""
+    import types
+
+    import fedsim.plugins
+
+    mine = figures.RunFigure("plugin_fig", ("plugin_fig.png",), ("metrics",), lambda inputs, run_dir: None, forked=True)
+    clash = figures.RunFigure("timeline", ("other.png",), ("metrics",), lambda inputs, run_dir: None)
+    fake = types.SimpleNamespace(run_figures=[mine, clash])
+    monkeypatch.setattr(fedsim.plugins, "plugins", lambda: (fake,))
+    listed = figures.run_figures_registered()
+    assert listed[-1] is mine and figures.run_figure("timeline").files == ("timeline.png",)
+    assert "plugin_fig" in figures.forked_figures() and figures.figure_files()["plugin_fig"] == ("plugin_fig.png",)
+    monkeypatch.undo()
+    assert figures.run_figure("plugin_fig") is None
