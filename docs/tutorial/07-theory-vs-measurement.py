@@ -13,6 +13,7 @@
 import contextlib
 import io
 import os
+import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -24,6 +25,15 @@ from fedsim.cli import main as fedsim_cli
 RUNS = Path("runs/tutorial/07")
 FIGURES = Path(os.environ.get("FEDSIM_TUTORIAL_FIGURES", RUNS))
 FIGURES.mkdir(parents=True, exist_ok=True)
+
+
+def show(fig, name):
+    """Save a figure under FIGURES (and draw it under the cell when this runs as a notebook)."""
+    fig.savefig(FIGURES / name, dpi=100, bbox_inches="tight")
+    if "ipykernel" in sys.modules:
+        from IPython.display import display
+        display(fig)
+    plt.close(fig)
 
 
 def check(run_dir):
@@ -97,8 +107,7 @@ ax.semilogy(loss["version"], loss["loss"], marker=".")
 ax.set_xlabel("model version (round)")
 ax.set_ylabel("test loss (mean squared error)")
 ax.set_title("FedAvg on the federated quadratic")
-fig.savefig(FIGURES / "07-quadratic-loss.png", dpi=100, bbox_inches="tight")
-plt.close(fig)
+show(fig, "07-quadratic-loss.png")
 
 # %% [markdown]
 # ## A run every constant of a verified bound is known for
@@ -163,7 +172,7 @@ assert "not met" in line_of(fast_report, "Yang, Fang & Liu", "eta_l <= 1/(8LK)")
 # %% solution
 import sys
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+sys.path.insert(0, str(Path(fedsim.__file__).resolve().parents[1] / "benchmarks"))  # the checkout's benchmarks/
 broken = fedsim.run("quadratic", out=RUNS / "ignores-updates", force=True,
                     overrides=CERTIFIED + ["algorithm.name=broken_fedavg:IgnoresUpdates"])
 broken_report = check(broken.out)
