@@ -5,13 +5,13 @@
 - ``training`` (:class:`fedsim.training.TrainingExecutor`): runs local trainings and evaluations and knows
   what they cost;
 - ``versions`` (:class:`fedsim.versions.VersionKeeper`): the global model's versions and the one writer
-  of the bookkeeping records (dispatch, apply, round, aggregate, eval), staleness and the stop rules.
+  of the bookkeeping records (dispatch, apply, round, aggregate, drop, eval, slots), staleness and the stop rules.
 
 An algorithm reads the current model as ``ctx.global_state`` and ``ctx.version`` and waits on
 ``ctx.done``; it changes them only through ``ctx.versions``.  It never writes to the trace and never times
 a transfer itself: the world writes every world record (``download``, ``compute``, ``upload``, ``server``,
 ``offline``), the version keeper every bookkeeping record (``dispatch``, ``apply``, ``round``, ``aggregate``,
-``drop``, ``eval``), the client pipeline times a participation through :meth:`Context.run_client`, and an
+``drop``, ``eval``, ``slots``), the client pipeline times a participation through :meth:`Context.run_client`, and an
 algorithm's own measurements go through :meth:`Context.measure` and :meth:`Context.measurement`, which stamp
 them with the virtual time and refuse the framework's record kinds.
 """

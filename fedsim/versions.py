@@ -1,7 +1,7 @@
 """The version keeper of a run: the global model's versions and the records of how each came to be.
 
 It is the one writer of the run's bookkeeping records (``dispatch``, ``apply``, ``round``, ``aggregate``,
-``drop``, ``eval``), the one place staleness is computed, and it installs each new version, evaluates it when due,
+``drop``, ``eval``, ``slots``), the one place staleness is computed, and it installs each new version, evaluates it when due,
 checkpoints it, runs the version hooks and checks the stop rules.  It computes nothing itself:
 evaluation runs on the training executor (``fedsim.training``).
 """
