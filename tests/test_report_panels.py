@@ -533,6 +533,7 @@ def _idle_run(run: Path, records: list[dict]) -> None:
     (run / "summary.json").write_text(json.dumps({**summary, "num_clients": 3}))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("pending", [None, 0, 3])
 def test_idle_reasons_of_a_hand_made_trace_to_1e9(tmp_path, monkeypatch, pending):
     """Each reason's seconds equal the hand-worked ones to 1e-9, every row sums to the run's 10 s, read the
@@ -559,6 +560,7 @@ def test_idle_reasons_of_a_hand_made_trace_to_1e9(tmp_path, monkeypatch, pending
         assert abs(sum(got.values()) - 10.0) <= 1e-9
 
 
+@pytest.mark.fast
 def test_without_the_records_the_reasons_are_plain_idle(tmp_path):
     """The reasons come from the records only: with the slots and round records taken out, what they
     explained is plain idle (so a breakdown that guessed a reason would fail here)."""

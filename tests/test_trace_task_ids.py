@@ -213,6 +213,7 @@ def test_a_served_update_names_its_own_task_not_the_clients_next(tmp_path: Path,
     assert newer > 0, "some update was served after its client started its next task"
 
 
+@pytest.mark.fast
 def test_the_server_checker_catches_wrong_task_ids() -> None:
     good = (_chain(0, 1, ("dispatch", "download", "compute", "upload", "apply"))
             + [{"t": 9.0, "kind": "server", "client": 1, "task": 0, "what": "apply"},
