@@ -282,8 +282,11 @@ def side_by_side(a: tuple[str, Path], b: tuple[str, Path], out: Path) -> dict[st
     t_max = max(t_ends) if max(t_ends) > 0 else 1.0
 
     def link(d: Path) -> str:
+        """Its status (a run that did not finish says so) and a link to its own report."""
+        status = _summary(d).get("status") or "no summary (killed, or still running)"
         rel = Path(os.path.relpath(d / "report.html", out)).as_posix()
-        return f" (<a href='{html.escape(rel)}'>its report</a>)" if (d / "report.html").exists() else ""
+        own = f", <a href='{html.escape(rel)}'>its report</a>" if (d / "report.html").exists() else ""
+        return f" (status: {html.escape(str(status))}{own})"
 
     items = []
     for s in diff["settings"]:
