@@ -6,13 +6,13 @@ compute, upload and server work, gaps where a client waits for the others.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Rectangle
+
+if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is drawn (never by a default run)
+    from matplotlib.figure import Figure
 
 from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
@@ -25,6 +25,8 @@ QUEUE_STEP_MAX = 400
 def new_figure(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
     """A figure and its axes, made without pyplot: nothing is registered with a GUI backend (so importing
     fedsim never changes the backend of a notebook's ``plt.show()``), and nothing has to be closed."""
+    from matplotlib.figure import Figure
+
     fig = Figure(**kwargs)
     return fig, fig.subplots(nrows, ncols)
 
@@ -108,6 +110,8 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
             raise ValueError(f"the digest was read for the timeline {got}, not {params}")
     else:
         digest = digest_trace(trace, **params)
+    from matplotlib.patches import Rectangle
+
     n_rows = min(max_clients, 30) + 1
     # at the dpi it is saved at, so that a column (and a row's height) measured here is one pixel of the PNG
     fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120)
@@ -169,6 +173,8 @@ def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: fl
     """Round structure on timeline.png: a dashed line where each synchronous round starts (up to
     :data:`PNG_MAX_ROUND_LINES` in the window), each round's straggler's finish (▼ on its row, on the
     server's when its row is not drawn) and each drop (× on its client's row).  Returns legend entries."""
+    from matplotlib.lines import Line2D
+
     row = {c: i + 1 for i, c in enumerate(clients)}
     rs = [r for r in rounds.get("rounds", []) if r["start"] is not None and t0 <= float(r["start"]) <= t1]
     out: list[Any] = []
