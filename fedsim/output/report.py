@@ -5,8 +5,10 @@ compute, upload and server work, gaps where a client waits for the others.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,11 +24,51 @@ from fedsim.sim.trace import trace_path
 #: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
 QUEUE_STEP_MAX = 400
 
-def new_figure(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
+#: The paper style figures are drawn in (:func:`paper_style`), or None: a figure's width (inches) and dpi.
+_PAPER: ContextVar[tuple[float, int] | None] = ContextVar("fedsim_paper_style", default=None)
+
+#: Font sizes (pt) a paper figure's text is held to (:func:`save_figure` under :func:`paper_style`).
+PAPER_FONT_PT = (7.0, 9.0)
+
+
+@contextmanager
+def paper_style(width_in: float, dpi: int = 300) -> Iterator[None]:
+    """Draw figures for a paper while inside: each :func:`new_figure` is ``width_in`` inches wide (its
+    height scaled with it), text is held to :data:`PAPER_FONT_PT`, fonts are embedded as TrueType in PDF
+    and kept as text in SVG, and :func:`save_figure` writes the format its path's suffix names (PNG at
+    ``dpi``).  Why a context: the same drawers draw a run's paper figures (``fedsim figures``) at a
+    column's width without a size argument threaded through each."""
+    import matplotlib
+
+    token = _PAPER.set((float(width_in), int(dpi)))
+    try:
+        with matplotlib.rc_context({"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
+                                    "xtick.labelsize": 7, "ytick.labelsize": 7, "pdf.fonttype": 42,
+                                    "svg.fonttype": "none", "lines.linewidth": 1.0, "lines.markersize": 3}):
+            yield
+    finally:
+        _PAPER.reset(token)
+
+
+def paper_width() -> float | None:
+    """The paper style's figure width in inches, or None outside :func:`paper_style`."""
+    style = _PAPER.get()
+    return None if style is None else style[0]
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, paper_height: float | None = None,
+               **kwargs: Any) -> tuple[Figure, Any]:
     """A figure and its axes, made without pyplot: nothing is registered with a GUI backend (so importing
-    fedsim never changes the backend of a notebook's ``plt.show()``), and nothing has to be closed."""
+    fedsim never changes the backend of a notebook's ``plt.show()``), and nothing has to be closed.  Under
+    :func:`paper_style`, at the paper's width and dpi, ``paper_height`` inches high (default: the height
+    scaled by the same factor, at least 1.6 in)."""
     from matplotlib.figure import Figure
 
+    style = _PAPER.get()
+    if style is not None:
+        w, h = kwargs.get("figsize", (6.4, 4.8))
+        kwargs["figsize"] = (style[0], paper_height or max(h * style[0] / w, 1.6))
+        kwargs["dpi"] = style[1]
     fig = Figure(**kwargs)
     return fig, fig.subplots(nrows, ncols)
 
@@ -36,13 +78,26 @@ def save_figure(fig: Figure, path: str | Path, *, tight: bool = True, dpi: int =
     for a figure laid out already).  ``tight_layout`` leaves a placeholder layout engine on the figure, and
     with any engine set ``savefig`` first runs a whole draw of its own (unrendered, but every text measured
     again) before the one it writes: about a third of a simple figure's cost, for a layout that is fixed by
-    then.  Dropping the engine skips that pass; the PNG is the same, byte for byte."""
+    then.  Dropping the engine skips that pass; the PNG is the same, byte for byte.  Under
+    :func:`paper_style`: the path's suffix picks the format (png, pdf, svg), PNG at the style's dpi, and
+    every text is held to :data:`PAPER_FONT_PT` before the layout."""
+    style = _PAPER.get()
+    fmt = "png"
+    if style is not None:
+        from matplotlib.text import Text
+
+        lo, hi = PAPER_FONT_PT
+        for t in fig.findobj(Text):
+            t.set_fontsize(min(max(float(t.get_fontsize()), lo), hi))
+        dpi = style[1]
+        if isinstance(path, (str, Path)):
+            fmt = Path(path).suffix.lstrip(".").lower() or "png"
     if tight:
         fig.tight_layout()
     fig.set_layout_engine(None)
     if isinstance(path, (str, Path)):  # a file: recorded in its run's manifest, renamed into place whole
         with writing(path, "wb") as fh:
-            fig.savefig(fh, dpi=dpi, format="png")
+            fig.savefig(fh, dpi=dpi, format=fmt)
     else:
         fig.savefig(path, dpi=dpi)
 
@@ -114,7 +169,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
 
     n_rows = min(max_clients, 30) + 1
     # at the dpi it is saved at, so that a column (and a row's height) measured here is one pixel of the PNG
-    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120)
+    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120, paper_height=0.12 * n_rows + 1.9)
     durations: dict[str, float] = {}
     marks: list[Any] = []
     note = ""
@@ -149,9 +204,14 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     for handle, label in marks:
         handles.append(handle)
         labels.append(label)
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(handles), 6), fontsize=8,
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              ncol=min(len(handles), 2 if (paper_width() or 9.0) < 5 else 6), fontsize=8,
               frameon=False)
     ax.set_xlabel("virtual time (s)")
+    if (paper_width() or 9.0) < 5:  # a paper's column: the note wrapped to its width
+        import textwrap
+
+        note = "\n" + textwrap.fill(" ".join(note.split()), 50)
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
     if rows:
@@ -360,7 +420,7 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     t0 = 0.0
     t1 = digest.server_end_max if np.isfinite(digest.server_end_max) else 0.0
     t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
-    fig, ax = new_figure(figsize=(7, 3))
+    fig, ax = new_figure(figsize=(7, 3), paper_height=2.4)
     colour = PHASE_COLOURS["server"]
     _, mean_all, _ = binned_queue(q, t0, t1, bins=1)
     if len(q) <= QUEUE_STEP_MAX:
@@ -406,7 +466,8 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
     counts = energy.groupby("device_class").size()
     active = [c for c in cols if c != "idle_j"]
-    fig, axes = new_figure(1, 2, figsize=(10, 4.2))
+    narrow = (paper_width() or 10.0) < 5  # a paper's column: the two panels one above the other
+    fig, axes = new_figure(2 if narrow else 1, 1 if narrow else 2, figsize=(10, 4.2), paper_height=5.2)
     ticks = [f"{c}\n({int(counts[c])} devices)" for c in per.index]
     for ax, which, title in ((axes[0], cols, "all energy (totals)"), (axes[1], active, "active energy only")):
         bottom = np.zeros(len(per))
