@@ -19,10 +19,11 @@ if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is dr
 from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
                            dominant, queue_length, release_freed_memory)
 from fedsim.files import BUILDING, write_text, writing
+from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, PURPOSE_BAR_COLOURS,  # noqa: F401
+                                 QUEUE_STEP_MAX, TIMELINE_COLOURS, busy_share, fmt_seconds, submodel_table)
+from fedsim.output.style import linear_bins as _linear_bins
+from fedsim.output.style import timeline_codes as _timeline_codes
 from fedsim.sim.trace import trace_path
-
-#: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
-QUEUE_STEP_MAX = 400
 
 #: The paper style figures are drawn in (:func:`paper_style`), or None: a figure's width (inches) and dpi.
 _PAPER: ContextVar[tuple[float, int] | None] = ContextVar("fedsim_paper_style", default=None)
@@ -100,23 +101,6 @@ def save_figure(fig: Figure, path: str | Path, *, tight: bool = True, dpi: int =
             fig.savefig(fh, dpi=dpi, format=fmt)
     else:
         fig.savefig(path, dpi=dpi)
-
-
-PHASE_COLOURS = {
-    "download": "#4c9be8",
-    "compute": "#f28e2b",
-    "upload": "#59a14f",
-    "wait": "#d3d3d3",
-    "server": "#b07aa1",
-    "offline": "#333333",
-}
-
-#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
-#: colour): both timelines, at every zoom, and the legends tell activations, gradients and models apart.
-PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
-
-#: Every colour a timeline row's column can take: the phases, then split learning's payloads.
-TIMELINE_COLOURS = {**PHASE_COLOURS, **{k: PURPOSE_BAR_COLOURS[k] for k in PAYLOADS}}
 
 
 def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", column: str = "accuracy") -> None:
@@ -225,10 +209,6 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     save_figure(fig, path, tight=False)  # laid out above, before the pixel columns were counted
 
 
-#: Round starts timeline.png draws at most (past it, the rounds are too dense for lines to tell apart).
-PNG_MAX_ROUND_LINES = 300
-
-
 def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: float, t1: float) -> list[Any]:
     """Round structure on timeline.png: a dashed line where each synchronous round starts (up to
     :data:`PNG_MAX_ROUND_LINES` in the window), each round's straggler's finish (▼ on its row, on the
@@ -256,29 +236,6 @@ def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: fl
                    zorder=4)
         out.append((Line2D([], [], marker="x", color="#d62728", linestyle=""), "dropped"))
     return out
-
-
-def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
-                    t1: float, columns: int) -> np.ndarray:
-    """For each row (client, or :data:`~fedsim.output.digest.SERVER`) and each of ``columns`` equal columns of
-    ``[t0, t1]``, the index in :data:`TIMELINE_COLOURS` of the phase that covers most of the column, or
-    ``len(TIMELINE_COLOURS)`` where idle time is the largest share."""
-    kinds = list(TIMELINE_COLOURS)
-    span = (t1 - t0) / columns
-    out = np.full((len(rows), columns), len(kinds), dtype=np.int64)
-    for i, c in enumerate(rows):
-        per = {k: grid.columns(k, t0, t1, columns) for k in cover if k[1] == c}
-        order, best = dominant(per, span)
-        if order:
-            out[i] = np.array([kinds.index(k[0]) for k in order] + [len(kinds)])[best]  # (-1, idle: the last)
-    return out
-
-
-def busy_share(covered: np.ndarray, span: float, workers: float = 1.0) -> np.ndarray:
-    """The server's busy share of each column: busy worker-seconds over the column's time x ``workers``,
-    in [0, 1].  Its mean over the whole run is the server's utilisation (summary.json's), which is what
-    both timelines' server row is drawn to show."""
-    return np.clip(np.asarray(covered, dtype=float) / (max(span, 1e-300) * max(float(workers), 1.0)), 0.0, 1.0)
 
 
 def diffuse(heights: np.ndarray) -> np.ndarray:
@@ -385,17 +342,6 @@ def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     return True
 
 
-def _linear_bins(values: np.ndarray, n: int) -> Any:
-    """``n`` bins for a linear histogram of ``values``, or, when they are one value up to rounding (every
-    link at one fixed rate: the rates recomputed from bytes and airtime differ in the last bits, and
-    ``np.histogram`` cannot cut so narrow a range into ``n`` bins), one bar 10% wide centred on it."""
-    lo, hi = float(values.min()), float(values.max())
-    if hi - lo > 1e-6 * max(abs(lo), abs(hi)):
-        return n
-    half = 0.05 * abs(hi) or 0.5
-    return np.array([lo - half, hi + half])
-
-
 def count_axis(ax: Any, values: Any) -> None:
     """A y axis for counts: integer ticks from 0, and a readable range when the series is constant
     (a flat zero queue is drawn on 0..1, not on ±0.04)."""
@@ -451,11 +397,6 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     return True
 
 
-#: the parts of a device's energy (energy.csv columns): label and colour, for every figure that draws them
-ENERGY_PARTS: dict[str, tuple[str, str]] = {"compute_j": ("compute", "#f28e2b"), "tx_j": ("transmit", "#59a14f"),
-                                            "rx_j": ("receive", "#4c9be8"), "idle_j": ("idle", "#d3d3d3")}
-
-
 def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     """Joules per device class.  Left: totals split into compute, transmit, receive and idle.  Right, on
     its own axis: the active part alone (compute, transmit, receive), which idle power (often ~99% of a
@@ -509,17 +450,6 @@ def topology_graph_figure(graph: "object", root: "object", path: Path) -> None:
     from fedsim.system.topology import draw_topology
 
     save_figure(draw_topology(graph, root=root), path, tight=False)
-
-
-def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
-    """Per client (rows) and block (columns): the mean kept fraction over the client's dispatches.
-
-    Reads the ``submodel`` field of ``dispatch`` events; a dispatch without one (the whole model) counts
-    as 1 for every block.  Empty when no dispatch of the run carried a sub-model.  (The run's figures
-    compute the same from the streamed trace: :meth:`fedsim.output.digest.TraceDigest.submodel_table`.)"""
-    if "submodel" not in trace or "kind" not in trace:
-        return pd.DataFrame()
-    return digest_trace(trace[trace["kind"] == "dispatch"]).submodel_table()
 
 
 def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict[int, str] | None = None) -> bool:
@@ -1536,22 +1466,6 @@ _INTERACTIVE_JS = r"""
   render();
 })();
 """
-
-
-def fmt_seconds(s: float) -> str:
-    """Seconds for people: ``12.1 s``, ``3.2 ms``, ``250 µs``, ``2.5 min``."""
-    s = float(s)
-    if not np.isfinite(s):
-        return "–" if np.isnan(s) else "never"
-    if s == 0:
-        return "0 s"
-    if abs(s) < 1e-3:
-        return f"{s * 1e6:.3g} µs"
-    if abs(s) < 1:
-        return f"{s * 1e3:.3g} ms"
-    if abs(s) < 600:
-        return f"{s:.3g} s" if abs(s) < 100 else f"{s:.0f} s"
-    return f"{s / 60:.3g} min" if abs(s) < 6000 else f"{s / 3600:.3g} h"
 
 
 def fmt_bytes(n: float) -> str:

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from fedsim.output.digest import PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace
-from fedsim.output.report import (ENERGY_PARTS, PHASE_COLOURS, QUEUE_STEP_MAX, TIMELINE_COLOURS, _linear_bins,
-                                  _timeline_codes, busy_share, fmt_seconds, submodel_table)
+from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, QUEUE_STEP_MAX, TIMELINE_COLOURS,
+                                 busy_share, fmt_seconds, linear_bins, submodel_table, timeline_codes)
 from fedsim.output.svg import Figure, colour_map, label, nice_ticks, padded, text_width
 
 #: Pixel columns of the timeline's plot: each is painted by the rule of :func:`timeline_svg`.
@@ -33,6 +33,11 @@ LINE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 def accuracy_svg(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", column: str = "accuracy") -> None:
     """Test accuracy (or another metrics column) against virtual time, one line per labelled run, dots
     at the evaluations (:func:`fedsim.output.report.accuracy_figure`'s figure)."""
+    accuracy_drawing(metrics, title, column).save(path)
+
+
+def accuracy_drawing(metrics: dict[str, pd.DataFrame], title: str = "", column: str = "accuracy") -> Figure:
+    """:func:`accuracy_svg`'s drawing, unsaved (a folder's report embeds it without writing a file)."""
     series = {k: (pd.to_numeric(m["t"], errors="coerce").to_numpy(dtype=float),
                   pd.to_numeric(m[column], errors="coerce").to_numpy(dtype=float))
               for k, m in metrics.items() if len(m) and column in m and "t" in m}
@@ -41,14 +46,20 @@ def accuracy_svg(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", 
     ok = np.isfinite(xs) & np.isfinite(ys)
     xlim = padded(float(xs[ok].min()), float(xs[ok].max())) if ok.any() else (0.0, 1.0)
     ylim = padded(float(ys[ok].min()), float(ys[ok].max())) if ok.any() else (0.0, 1.0)
-    fig = Figure(640, 420, name="accuracy")
+    n = len(series)
+    legend_h = 0 if n <= 8 else 14 * ((n + 2) // 3) + 10  # many runs: the legend below, in three columns
+    fig = Figure(640, 420 + legend_h, name="accuracy")
     top = 40 if title else 20
     ax = fig.axes((72, top, 548, 420 - top - 60), xlim, ylim)
     for i, (name, (x, y)) in enumerate(series.items()):
-        ax.line(x, y, LINE_COLOURS[i % len(LINE_COLOURS)], label=str(name), markers=True)
+        ax.line(x, y, LINE_COLOURS[i % len(LINE_COLOURS)], label=str(name), markers=True,
+                dash="" if i < len(LINE_COLOURS) else "5 2")
     ax.frame(xlabel="virtual time (s)", ylabel=f"test {column}", title=title, grid=True)
-    ax.legend(where="lower right" if column == "accuracy" else "upper right")
-    fig.save(path)
+    if n <= 8:
+        ax.legend(where="lower right" if column == "accuracy" else "upper right")
+    else:
+        ax.legend(where="below", columns=3, size=9)
+    return fig
 
 
 def timeline_svg(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: int = 30,
@@ -92,7 +103,7 @@ def timeline_svg(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: 
     ax = fig.axes((left, top, width, height), (since, end), (n_rows - 0.5, -0.5))
     if rows:
         columns = TIMELINE_COLUMNS
-        codes = _timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns)
+        codes = timeline_codes(digest.png, digest.timeline_cover(), rows, since, end, columns)
         edges = np.linspace(since, end, columns + 1)
         kinds = list(TIMELINE_COLOURS)
         colours = list(TIMELINE_COLOURS.values())
@@ -145,10 +156,8 @@ def timeline_svg(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: 
 
 
 def _rounds(ax: Any, rounds: dict[str, Any], clients: list[int], t0: float, t1: float) -> list[tuple[str, str, str]]:
-    """Round starts (dashed lines, up to :data:`~fedsim.output.report.PNG_MAX_ROUND_LINES`), each round's
+    """Round starts (dashed lines, up to :data:`~fedsim.output.style.PNG_MAX_ROUND_LINES`), each round's
     straggler finishing (▼) and drops (×), as ``timeline.png``'s; returns their legend entries."""
-    from fedsim.output.report import PNG_MAX_ROUND_LINES
-
     row = {c: i + 1 for i, c in enumerate(clients)}
     out: list[tuple[str, str, str]] = []
     rs = [float(r["start"]) for r in rounds.get("rounds", []) if r["start"] is not None and t0 <= float(r["start"]) <= t1]
@@ -172,11 +181,11 @@ def _rounds(ax: Any, rounds: dict[str, Any], clients: list[int], t0: float, t1: 
 def rate_bins(positive: np.ndarray, n: int = 40) -> tuple[np.ndarray, bool]:
     """The link-rate histogram's bin edges over the positive rates and whether the axis is logarithmic:
     geometric bins where the rates span more than a decade, else ``n`` linear bins (or one bar 10% wide
-    around rates that are one value up to rounding, :func:`fedsim.output.report._linear_bins`)."""
+    around rates that are one value up to rounding, :func:`fedsim.output.style.linear_bins`)."""
     lo, hi = float(positive.min()), float(positive.max())
     if hi > 10.0 * lo:
         return np.geomspace(lo, hi * (1 + 1e-9), n + 1), True
-    bins = _linear_bins(positive, n)
+    bins = linear_bins(positive, n)
     return (np.histogram_bin_edges(positive, bins) if isinstance(bins, int) else np.asarray(bins)), False
 
 
@@ -209,7 +218,7 @@ def link_rate_svg(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
 
 def server_queue_svg(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     """Requests waiting at the server against virtual time (:func:`fedsim.output.report.server_queue_figure`'s
-    rules: the step function up to :data:`~fedsim.output.report.QUEUE_STEP_MAX` changes, else per bin the
+    rules: the step function up to :data:`~fedsim.output.style.QUEUE_STEP_MAX` changes, else per bin the
     time average as a line and the largest length as a band; the run's time average dashed; a server that
     never queued says so).  False when the trace has no server."""
     digest = trace if isinstance(trace, TraceDigest) else digest_trace(trace)
