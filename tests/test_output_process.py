@@ -100,11 +100,11 @@ def test_the_second_process_builds_the_same_files(tmp_path):
     done = _python(RUN_WITH_PROCESS, str(tmp_path / "shown.yaml"), str(there))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "ok", "ok"], "the run's own process drew the figures"
-    built = sorted(p.relative_to(here) for p in here.rglob("*") if p.suffix in (".png", ".html"))
-    assert sorted(p.relative_to(there) for p in there.rglob("*") if p.suffix in (".png", ".html")) == built
-    assert {"fedavg/timeline.png", "fedbuff/report.html", "accuracy_vs_time.png", "report.html"} <= {str(p) for p in built}
+    built = sorted(p.relative_to(here) for p in here.rglob("*") if p.suffix in (".svg", ".html"))
+    assert sorted(p.relative_to(there) for p in there.rglob("*") if p.suffix in (".svg", ".html")) == built
+    assert {"fedavg/timeline.svg", "fedbuff/report.html", "accuracy_vs_time.svg", "report.html"} <= {str(p) for p in built}
     for p in built:
-        if p.suffix == ".png":
+        if p.suffix == ".svg":
             assert (here / p).read_bytes() == (there / p).read_bytes(), p
         else:
             assert _same_but_wall_time(here / p, there / p), p
@@ -113,7 +113,7 @@ def test_the_second_process_builds_the_same_files(tmp_path):
 
 
 @needs_two_cores
-@pytest.mark.parametrize("blocked", ["timeline.png", "energy.png"])  # drawn by the second process, by its fork
+@pytest.mark.parametrize("blocked", ["timeline.svg", "energy.svg"])  # drawn by the second process, by its fork
 def test_a_figure_that_fails_there_fails_alone(tmp_path, blocked):
     """A figure that cannot be written fails on its own in the second process and in its fork: the run is
     ``ok``, the other figures and report.html are written, and the summary and the page name it."""
@@ -124,13 +124,13 @@ def test_a_figure_that_fails_there_fails_alone(tmp_path, blocked):
     assert done.stdout.split() == ["False", "ok"]
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
-    name = blocked.removesuffix(".png")
+    name = blocked.removesuffix(".svg")
     assert summary["status"] == "ok" and "outputs_error" not in summary
     assert list(summary["figures_missing"]) == [name]
     assert summary["figures_missing"][name].startswith("IsADirectoryError") and f"{blocked}'" in summary["figures_missing"][name]
     text = (run / "figures_error.txt").read_text()
-    assert "IsADirectoryError" in text and ("energy_figure" in text) == (blocked == "energy.png")  # where it failed
-    others = {"accuracy_vs_time.png", "timeline.png", "link_rates.png", "server_queue.png", "energy.png"} - {blocked}
+    assert "IsADirectoryError" in text and ("energy_svg" in text) == (blocked == "energy.svg")  # where it failed
+    others = {"accuracy_vs_time.svg", "timeline.svg", "link_rates.svg", "server_queue.svg", "energy.svg"} - {blocked}
     assert all((run / f).is_file() for f in others)  # the rest were drawn
     page = (run / "report.html").read_text()
     assert "Figures not drawn" in page and f"<b>{name}</b>: IsADirectoryError" in page
@@ -149,7 +149,7 @@ def test_a_report_that_fails_there_is_recorded_as_here(tmp_path):
     assert summary["outputs_error"].startswith("figures and report: IsADirectoryError")
     assert "report.html'" in summary["outputs_error"]
     assert "IsADirectoryError" in (tmp_path / "run" / "outputs_error.txt").read_text()
-    assert (tmp_path / "run" / "accuracy_vs_time.png").exists()  # what was drawn before the failure is kept
+    assert (tmp_path / "run" / "accuracy_vs_time.svg").exists()  # what was drawn before the failure is kept
     assert (tmp_path / "run" / "report.html").is_dir()
 
 
@@ -173,11 +173,11 @@ if __name__ == "__main__":
 """
     run = tmp_path / "run"
     run_scenario(scenario_from_mapping(TINY), run, progress=False)  # figures off: none yet
-    assert not (run / "timeline.png").exists()
+    assert not (run / "timeline.svg").exists()
     done = _python(script, str(run))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True"]  # built here
-    assert (run / "timeline.png").exists() and (run / "report.html").exists()
+    assert (run / "timeline.svg").exists() and (run / "report.html").exists()
 
 
 def test_a_big_run_builds_its_outputs_in_its_own_process(tmp_path):
@@ -232,7 +232,7 @@ if __name__ == "__main__":
     done = _python(script, str(tmp_path / "one.yaml"), str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "ok", "True"]  # drawn here
-    assert (tmp_path / "run" / "timeline.png").exists() and (tmp_path / "run" / "report.html").exists()
+    assert (tmp_path / "run" / "timeline.svg").exists() and (tmp_path / "run" / "report.html").exists()
 
 
 def _children(pid: int) -> list[int]:
@@ -329,7 +329,7 @@ def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(t
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted by the user"
     assert summary["versions"] < LONG["stop"]["max_versions"], summary["versions"]
-    assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.png").exists()
+    assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.svg").exists()
     assert _gone(workers, 5.0), "the second process outlived the run"
 
 

@@ -534,15 +534,16 @@ def _report_digest(run_dir: Path, max_bars: int, max_clients: int) -> TraceDiges
 
 
 #: The standard figures of a run, by the name :func:`run_figures`'s ``only`` takes (``accuracy`` is
-#: ``accuracy_vs_time.png``, or ``loss_vs_time.png`` for a regression task).
+#: ``accuracy_vs_time.svg``, or ``loss_vs_time.svg`` for a regression task; SVG written directly, see
+#: :mod:`fedsim.output.svg_figures`).
 RUN_FIGURES = ("accuracy", "timeline", "link_rates", "server_queue", "submodel_heatmap", "energy")
 
 #: The files each figure of :data:`RUN_FIGURES` (and the hierarchical network's ``topology``) may write: a
 #: figure that fails has its file removed, so report.html never shows one left from an earlier build.
 FIGURE_FILES: dict[str, tuple[str, ...]] = {
-    "accuracy": ("accuracy_vs_time.png", "loss_vs_time.png"), "timeline": ("timeline.png",),
-    "link_rates": ("link_rates.png",), "server_queue": ("server_queue.png",),
-    "submodel_heatmap": ("submodel_heatmap.png",), "energy": ("energy.png",), "topology": ("topology.png",)}
+    "accuracy": ("accuracy_vs_time.svg", "loss_vs_time.svg"), "timeline": ("timeline.svg",),
+    "link_rates": ("link_rates.svg",), "server_queue": ("server_queue.svg",),
+    "submodel_heatmap": ("submodel_heatmap.svg",), "energy": ("energy.svg",), "topology": ("topology.png",)}
 
 #: The tracebacks of a run's figures that failed to draw (the run's summary names them, one line each).
 FIGURES_ERROR_FILE = "figures_error.txt"
@@ -587,6 +588,8 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
     so that two processes can share the drawing.  ``missing``: a dict that collects the figures that
     failed (:func:`draw_figure`) while the others are still drawn; without it the first failure is
     raised.  Reading the run's files (metrics, trace) is not a figure's failure: it is raised."""
+    from fedsim.output import svg_figures as svg  # the run's figures: SVG written directly, no matplotlib
+
     run_dir = Path(run_dir)
     want = set(RUN_FIGURES if only is None else only)
     _release_freed_memory(run_dir)
@@ -603,12 +606,12 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
 
         def accuracy() -> Path | None:
             if len(m) and m["accuracy"].notna().any():
-                p = run_dir / "accuracy_vs_time.png"
-                accuracy_figure({run_dir.name: m}, p)
+                p = run_dir / "accuracy_vs_time.svg"
+                svg.accuracy_svg({run_dir.name: m}, p)
                 return p
             if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
-                p = run_dir / "loss_vs_time.png"
-                accuracy_figure({run_dir.name: m}, p, column="loss")
+                p = run_dir / "loss_vs_time.svg"
+                svg.accuracy_svg({run_dir.name: m}, p, column="loss")
                 return p
             return None  # (systems-only runs have neither)
 
@@ -621,26 +624,26 @@ def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None 
         if digest.clients or digest.has_server:
             if "timeline" in want:  # the whole run by default, the phase that dominates each pixel column
                 def timeline() -> Path:
-                    p = run_dir / "timeline.png"
+                    p = run_dir / "timeline.svg"
                     panels = _DIGEST.get("panels")
-                    timeline_figure(digest, p, since=since, until=until, max_clients=timeline_clients,
+                    svg.timeline_svg(digest, p, since=since, until=until, max_clients=timeline_clients,
                                     rounds=panels.round_table() if panels is not None else None,
                                     workers=_server_workers(run_dir))
                     return p
 
                 figure("timeline", timeline)
-            for name, fn in (("link_rates", link_rate_figure), ("server_queue", server_queue_figure)):
+            for name, fn in (("link_rates", svg.link_rate_svg), ("server_queue", svg.server_queue_svg)):
                 if name in want:
-                    p = run_dir / f"{name}.png"
+                    p = run_dir / f"{name}.svg"
                     figure(name, lambda fn=fn, p=p: p if fn(digest, p) else None)
         if "submodel_heatmap" in want:
-            p = run_dir / "submodel_heatmap.png"
-            figure("submodel_heatmap", lambda: p if submodel_figure(digest, p, _device_classes(run_dir)) else None)
+            p = run_dir / "submodel_heatmap.svg"
+            figure("submodel_heatmap", lambda: p if svg.submodel_svg(digest, p, _device_classes(run_dir)) else None)
     energy_path = run_dir / "energy.csv"
     if "energy" in want and energy_path.exists():
         energy = pd.read_csv(energy_path)
-        p = run_dir / "energy.png"
-        figure("energy", lambda: p if energy_figure(energy, p) else None)
+        p = run_dir / "energy.svg"
+        figure("energy", lambda: p if svg.energy_svg(energy, p) else None)
     return written
 
 
@@ -701,8 +704,10 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
         path = out / label / "metrics.csv"
         if path.exists():
             metrics[label] = pd.read_csv(path)
-    p = out / "accuracy_vs_time.png"
-    accuracy_figure(metrics, p, title="same world, different algorithms")
+    from fedsim.output.svg_figures import accuracy_svg
+
+    p = out / "accuracy_vs_time.svg"
+    accuracy_svg(metrics, p, title="same world, different algorithms")
     return p
 
 
@@ -1001,13 +1006,14 @@ def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) 
     from fedsim.output.panels import link_up
 
     run_dir, parts = body.run_dir, list(body.parts)
-    figures = sorted(p for p in run_dir.glob("*.png") if p.is_file())
+    media = {".svg": "image/svg+xml", ".png": "image/png"}  # the run's figures, and a topology's PNG
+    figures = sorted(p for p in run_dir.iterdir() if p.suffix in media and p.is_file())
     if figures:
         parts.append("<h2>Figures</h2>")
     for fig in figures:
         data64 = base64.b64encode(fig.read_bytes()).decode("ascii")
         parts.append(f"<h3>{html.escape(fig.stem.replace('_', ' '))}</h3><img alt='{html.escape(fig.name)}' "
-                     f"src='data:image/png;base64,{data64}'>")
+                     f"src='data:{media[fig.suffix]};base64,{data64}'>")
     if missing:
         parts.append("<h2 id='figures-missing'>Figures not drawn</h2><p class='hint'>These figures failed to draw; "
                      f"the rest of the run's outputs are complete (tracebacks in {FIGURES_ERROR_FILE}).</p><ul>" +
