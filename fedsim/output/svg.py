@@ -177,7 +177,9 @@ class Axes:
         left, right, top, bottom = (np.broadcast_to(v, (n,)).tolist() for v in (left, right, top, bottom))
         single = isinstance(colours, str)
         op = f" opacity='{num(opacity)}'" if opacity < 1 else ""
-        out = [f"<g class='{cls}' data-label='{escape(label)}'" + (f" fill='{colours}'" if single else "") + op + ">"]
+        crisp = " shape-rendering='crispEdges'" if cls in ("colourbar", "phases") else ""
+        out = [f"<g class='{cls}' data-label='{escape(label)}'" + (f" fill='{colours}'" if single else "") + op + crisp
+               + ">"]
         for i in range(n):
             fill = "" if single else f" fill='{colours[i]}'"
             kind = f" data-kind='{kinds[i]}'" if kinds is not None else ""
@@ -245,7 +247,7 @@ class Axes:
         each cell's value."""
         grid = np.atleast_2d(np.asarray(grid, dtype=float))
         colours = colour_map(grid, vmin, vmax)
-        out = ["<g class='heatmap'>"]
+        out = ["<g class='heatmap' shape-rendering='crispEdges'>"]
         n_rows, n_cols = grid.shape
         for i in range(n_rows):
             y0, y1 = self.y(i - 0.5), self.y(i + 0.5)
