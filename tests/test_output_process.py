@@ -82,13 +82,15 @@ def test_the_switch(tmp_path, monkeypatch):
     sc = scenario_from_mapping(SHOWN)
     monkeypatch.setenv(SWITCH, "0")
     assert not wanted(sc)
+    monkeypatch.delenv(SWITCH)  # the default: the run's own process (the figures are cheap SVG)
+    assert not wanted(sc)
     (tmp_path / "shown.yaml").write_text(yaml.safe_dump(SHOWN), encoding="utf-8")
     monkeypatch.setenv(SWITCH, "yes")
     with fedsim_process(["run", str(tmp_path / "shown.yaml"), "--out", str(tmp_path / "run")]) as proc:
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2 and stdout == ""
     assert stderr.strip() == ("fedsim: error: FEDSIM_OUTPUT_PROCESS: got 'yes' (allowed: 0, figures drawn in the run's "
-                              "own process, or 1, in a second process where it pays)")
+                              "own process, the default, or 1, in a second process where a core is free)")
 
 
 @needs_two_cores
