@@ -99,8 +99,8 @@ def test_fedsim_never_imports_analysis():
 
 
 #: the modules that show a finished run or folder: they live in fedsim/output/, not at the package top
-OUTPUT_MODULES = ("report", "panels", "digest", "folder_report", "process", "compare", "svg", "svg_figures", "style",
-                  "paper")
+OUTPUT_MODULES = ("report", "panels", "digest", "figures", "folder_report", "process", "compare", "svg", "svg_figures",
+                  "style", "paper")
 
 
 @pytest.mark.fast

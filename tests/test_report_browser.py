@@ -16,6 +16,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
+import fedsim.output
+import yaml
+from conftest import TINY
+from fedsim.cli import main
+from fedsim.output.figures import register_run_figure, unregister_run_figure
+from fedsim.output.panels import with_formats
 from fedsim.output.report import fmt_bytes, html_report
 from fedsim.runner import run_scenario
 from fedsim import load_scenario
@@ -116,11 +122,19 @@ class Chrome:
         os.close(self._r)
 
 
-@pytest.fixture
-def browser(tmp_path):
-    chrome = Chrome(BROWSER, tmp_path / "profile")
+@pytest.fixture(scope="module")
+def chrome(tmp_path_factory):
+    """One Chromium for the module's tests (a launch costs about a second)."""
+    chrome = Chrome(BROWSER, tmp_path_factory.mktemp("profile"))
     yield chrome
     chrome.close()
+
+
+@pytest.fixture
+def browser(chrome):
+    """The module's Chromium, its record of console messages and errors cleared for this test."""
+    chrome.events.clear()
+    yield chrome
 
 
 def test_interactive_report_in_a_headless_browser(tmp_path, browser):
@@ -195,4 +209,59 @@ def test_interactive_report_in_a_headless_browser(tmp_path, browser):
     keep = os.environ.get("FEDSIM_REPORT_SCREENSHOT")
     if keep:
         Path(keep).write_bytes(png)
+    assert browser.errors() == []
+
+
+STATIC = Path(fedsim.output.__file__).parent / "static"
+
+
+def _syntax_error(browser: Chrome, source: str) -> str | None:
+    """The browser's parse of a script: None, or its SyntaxError (nothing is run: the source is compiled as
+    a function body)."""
+    return browser.js("(() => { try { new Function(%s); return null; } catch (e) { return e.name + ': ' + e.message; } })()"
+                      % json.dumps(source))
+
+
+def test_every_script_of_the_reports_parses_in_chromium(browser):
+    """Lint: each .js file of fedsim/output/static parses, as it is and as the page inlines it (the number
+    formats in place of its ``//@format`` line); a copy with one parenthesis dropped does not."""
+    scripts = sorted(STATIC.glob("*.js"))
+    assert {p.name for p in scripts} >= {"report.js", "panels.js", "format.js"}
+    for p in scripts:
+        text = p.read_text(encoding="utf-8")
+        assert _syntax_error(browser, text) is None, p.name
+        assert _syntax_error(browser, with_formats(text)) is None, p.name
+    good = (STATIC / "report.js").read_text(encoding="utf-8")
+    broken = good.replace("  render();\n})();", "  render();\n}();", 1)  # the wrapper's ")" dropped
+    assert broken != good
+    assert (_syntax_error(browser, broken) or "").startswith("SyntaxError")
+
+
+def test_a_failed_figure_is_named_on_the_page_in_chromium(tmp_path, capsys, browser):
+    """A figure that raises (registered in one place): the run exits 0 and writes report.html; rendered in
+    Chromium, the page names the missing figure under "Figures not drawn", shows the other figures and logs
+    no console error; summary.json's ``figures_missing`` says which one."""
+    def broken(inputs: Any, run_dir: Path) -> Path:
+        raise RuntimeError("no ink left")
+
+    register_run_figure("ink_level", ["ink_level.png"], ["metrics"], broken)
+    try:
+        out = tmp_path / "run"
+        (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY, "output": {"figures": True}}), encoding="utf-8")
+        code = main(["run", str(tmp_path / "tiny.yaml"), "--out", str(out), "--quiet"])
+    finally:
+        unregister_run_figure("ink_level")
+    assert code == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["figures_missing"] == {"ink_level": "RuntimeError: no ink left"}
+    browser.page("Runtime.enable")
+    browser.page("Log.enable")
+    browser.page("Page.enable")
+    browser.page("Page.navigate", url=(out / "report.html").resolve().as_uri())
+    browser.wait_for("Page.loadEventFired")
+    missing = browser.js("[...document.querySelectorAll('#figures-missing + p + ul li')].map(li => li.textContent)")
+    assert missing == ["ink_level: RuntimeError: no ink left"]
+    drawn = browser.js("[...document.images].filter(i => i.complete && i.naturalWidth > 0).map(i => i.alt).sort()")
+    assert drawn == sorted(p.name for p in out.glob("*.png")) and len(drawn) == 5
+    assert browser.js("document.querySelectorAll('#fs-bars rect.fs-bar').length") > 0  # the timeline drew
     assert browser.errors() == []

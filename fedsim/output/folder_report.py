@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from fedsim.files import write_text
-from fedsim.output.report import TABLE_CSS, table_html
+from fedsim.output.report import PAGE_CSS, TABLE_CSS, table_html
 from fedsim.output.panels import PANELS_CSS, glossary_html, link_up
 
 
@@ -34,9 +34,7 @@ def folder_report(out: str | Path, kind: str) -> Path:
     runs = sorted({p.parent for p in out.glob("**/summary.json") if p.parent != out and (p.parent / "report.html").exists()}
                   | {p.parent for p in out.glob("**/report.html") if p.parent != out})
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title}: {html.escape(out.name)}</title>",
-             "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}table{border-collapse:"
-             "collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
-             "img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + TABLE_CSS + PANELS_CSS + "</style></head><body>",
+             "<style>" + PAGE_CSS + TABLE_CSS + PANELS_CSS + "</style></head><body>",
              f"<h1>{title}: {html.escape(out.name)}</h1>",
              "<nav class='fp-nav'><a href='#fp-runs'>runs</a> · <a href='#fp-figures'>figures</a> · "
              "<a href='#glossary'>glossary</a></nav>"]

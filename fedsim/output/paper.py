@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-import pandas as pd
-
 from fedsim.errors import ConfigError
 from fedsim.files import BUILDING
 from fedsim.sim.trace import trace_path
@@ -67,8 +65,7 @@ def paper_figures(run_dir: str | Path, out: str | Path | None = None, *, formats
     of ``formats``, ``width`` (``column`` or ``page``, :data:`WIDTHS`) wide; returns the files written.  A
     figure the run has nothing for (no server, no sub-models) is left out."""
     from fedsim.output import report
-    from fedsim.output.digest import digest_trace
-    from fedsim.output.panels import PanelStream, _workers
+    from fedsim.output.figures import OutputBuild
 
     run = finished_run(run_dir)
     bad = [f for f in formats if f not in FORMATS]
@@ -78,25 +75,25 @@ def paper_figures(run_dir: str | Path, out: str | Path | None = None, *, formats
         raise ConfigError("--width", f"got {width!r} (allowed: {', '.join(WIDTHS)})")
     dest = Path(out) if out is not None else run / "figures"
     dest.mkdir(parents=True, exist_ok=True)
+    build = OutputBuild(run, timeline_clients=timeline_clients)  # the run's inputs, each read once
     drawers: list[tuple[str, Callable[[Path], object]]] = []
-    metrics = run / "metrics.csv"
-    if metrics.exists():
-        m = pd.read_csv(metrics)
+    m = build.metrics
+    if m is not None:
         for column, name in (("accuracy", "accuracy_vs_time"), ("loss", "loss_vs_time")):
             if column in m and len(m) and m[column].notna().any():
                 drawers.append((name, lambda p, column=column: report.accuracy_figure({run.name: m}, p, column=column)))
                 break
-    if trace_path(run).exists():
-        panels = PanelStream()
-        digest = digest_trace(trace_path(run), also=[panels], timeline_clients=timeline_clients)
+    digest, panels = build.digest, build.panels
+    if digest is not None:
         if digest.clients or digest.has_server:
             drawers.append(("timeline", lambda p: report.timeline_figure(
-                digest, p, max_clients=timeline_clients, rounds=panels.round_table(), workers=_workers(run))))
+                digest, p, max_clients=timeline_clients, rounds=panels.round_table() if panels is not None else None,
+                workers=build.workers)))
         drawers += [("link_rates", lambda p: report.link_rate_figure(digest, p)),
                     ("server_queue", lambda p: report.server_queue_figure(digest, p)),
-                    ("submodel_heatmap", lambda p: report.submodel_figure(digest, p, report._device_classes(run)))]
-    if (run / "energy.csv").exists():
-        energy = pd.read_csv(run / "energy.csv")
+                    ("submodel_heatmap", lambda p: report.submodel_figure(digest, p, build.device_classes))]
+    energy = build.energy
+    if energy is not None:
         drawers.append(("energy", lambda p: report.energy_figure(energy, p)))
     written: list[Path] = []
     with report.paper_style(WIDTHS[width], PNG_DPI):

@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from fedsim.output.figures import OutputBuild, run_figures_registered
 from fedsim.sim.executor import usable_cores
 
 if TYPE_CHECKING:
@@ -71,11 +72,6 @@ def _warm() -> None:
     io.StringIO().write(fig.render())
 
 
-#: The figures the forked helper draws (:func:`build_run_outputs`); the second process draws the others
-#: and report.html's body meanwhile.  Chosen so that the two halves take about as long.
-FORKED_FIGURES = ("link_rates", "server_queue", "energy")
-
-
 class _ChildTraceback(Exception):
     """The traceback of an error in the forked helper, as text (the cause of the error raised again)."""
 
@@ -94,31 +90,32 @@ def build_run_outputs(out: str, timeline_window: Sequence[float] | None, timelin
     ``topology``: ``(graph, root)`` of a hierarchical network (``topology.png``), taken from the run's
     world before it was dropped (:func:`fedsim.system.topology.rate_graph`), or None.  ``fork`` (the
     second process, on Linux): once the trace is read, a forked copy of this process, which holds the
-    digest and the plotting stack already, draws :data:`FORKED_FIGURES` while this one draws the others
-    and report.html's body; report.html takes every figure once both are done."""
+    digest and the plotting stack already, draws the registry's ``forked`` figures
+    (:func:`fedsim.output.figures.forked_figures`) while this one draws the others and report.html's body;
+    report.html takes every figure once both are done.  One :class:`~fedsim.output.figures.OutputBuild`
+    holds what the build reads (the forked copy inherits it), and goes with it."""
     import fedsim.output.report as report
+    from fedsim.output.figures import forked_figures
 
     run_dir = Path(out)
     missing: dict[str, dict[str, str]] = {}
-    if topology is not None:
-        report.draw_figure(run_dir, "topology", lambda: report.topology_graph_figure(
-            topology[0], topology[1], run_dir / "topology.png"), missing)
-    figures = dict(timeline_window=timeline_window, timeline_clients=timeline_clients)
+    build = OutputBuild(out, timeline_window=timeline_window, timeline_clients=timeline_clients, topology=topology)
     if not (fork and hasattr(os, "fork") and os.path.exists("/proc/self")):
-        report.run_figures(out, missing=missing, **figures)
-        return _finish(run_dir, missing, lambda lines: report.html_report(out, lines))
-    report.prepare_run_digest(out, **figures)  # read once, before the fork: both halves draw from it
+        report.run_figures(out, missing=missing, build=build)
+        return _finish(run_dir, missing, lambda lines: report.html_report(out, lines, build=build))
+    build.read("digest")  # read once, before the fork: both halves draw from it
+    theirs = forked_figures()
 
     def forked() -> dict[str, dict[str, str]]:
-        theirs: dict[str, dict[str, str]] = {}
-        report.run_figures(out, only=FORKED_FIGURES, missing=theirs, **figures)
-        return theirs
+        got: dict[str, dict[str, str]] = {}
+        report.run_figures(out, only=theirs, missing=got, build=build)
+        return got
 
-    helper = _fork(forked)
+    helper = _fork(forked, theirs)
     try:
-        report.run_figures(out, only=[f for f in report.RUN_FIGURES if f not in FORKED_FIGURES], missing=missing,
-                           **figures)
-        body = report.html_report_body(out)
+        report.run_figures(out, only=[f.name for f in run_figures_registered() if f.name not in theirs],
+                           missing=missing, build=build)
+        body = report.html_report_body(out, build)
     finally:
         missing.update(_join(helper) or {})
     return _finish(run_dir, missing, lambda lines: report.finish_html_report(body, lines))
@@ -141,9 +138,9 @@ def _finish(run_dir: Path, missing: dict[str, dict[str, str]], write_report: Cal
     return lines
 
 
-def _fork(work: Callable[[], Any]) -> tuple[int, int]:
-    """Run ``work`` in a forked child; its pid and the read end of the pipe its result or error comes
-    back on."""
+def _fork(work: Callable[[], Any], names: Sequence[str] = ()) -> tuple[int, int, tuple[str, ...]]:
+    """Run ``work`` in a forked child; its pid, the read end of the pipe its result or error comes
+    back on, and ``names`` (the figures it draws, for the error when it dies)."""
     import pickle
     import traceback
 
@@ -167,14 +164,14 @@ def _fork(work: Callable[[], Any]) -> tuple[int, int]:
         finally:
             os._exit(code)
     os.close(write)
-    return pid, read
+    return pid, read, tuple(names)
 
 
-def _join(helper: tuple[int, int]) -> Any:
+def _join(helper: tuple[int, int, tuple[str, ...]]) -> Any:
     """Wait for the forked child; return its result, or raise its error here, its traceback as the cause."""
     import pickle
 
-    pid, read = helper
+    pid, read, names = helper
     with os.fdopen(read, "rb") as f:
         payload = f.read()
     _, status = os.waitpid(pid, 0)
@@ -184,7 +181,7 @@ def _join(helper: tuple[int, int]) -> Any:
             raise exc from _ChildTraceback(text)
         if os.waitstatus_to_exitcode(status) == 0:
             return result
-    raise RuntimeError(f"the process drawing {', '.join(FORKED_FIGURES)} ended with status "
+    raise RuntimeError(f"the process drawing {', '.join(names)} ended with status "
                        f"{os.waitstatus_to_exitcode(status)}")
 
 

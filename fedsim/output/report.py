@@ -8,6 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
+from string import Template
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
@@ -23,6 +24,9 @@ from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINE
                                  QUEUE_STEP_MAX, TIMELINE_COLOURS, busy_share, fmt_seconds, submodel_table)
 from fedsim.output.style import linear_bins as _linear_bins
 from fedsim.output.style import timeline_codes as _timeline_codes
+from fedsim.output import static_text
+from fedsim.output.figures import (INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS, OutputBuild, figure_files,
+                                   register_run_figure, run_figures_registered)
 from fedsim.sim.trace import trace_path
 
 #: The paper style figures are drawn in (:func:`paper_style`), or None: a figure's width (inches) and dpi.
@@ -477,18 +481,12 @@ def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict
     return True
 
 
-#: Exact bars report.html holds at most (the page stays small and responsive); past it, the bars of the
-#: densest time tiles are left out (spread over the run, see :mod:`fedsim.output.digest`) and the page draws those
-#: stretches aggregated, each pixel column showing the phase that fills most of it.
-INTERACTIVE_MAX_BARS = 20000
+# INTERACTIVE_MAX_BARS and INTERACTIVE_MAX_CLIENTS (imported above) are defined beside the figure registry,
+# whose builds read the digest with them.
 
 #: Bars in view up to which report.html draws single bars (where it holds them all); past it, each pixel
 #: column shows the phase that fills most of it.
 INTERACTIVE_EXACT_BARS = 4000
-
-#: Clients whose bars report.html holds at most (the lowest client ids); the page shows
-#: :data:`INTERACTIVE_SHOWN_CLIENTS` of them at a time, picked in the browser.
-INTERACTIVE_MAX_CLIENTS = 200
 
 #: Client rows the interactive timeline shows at first (the per-client panel's picker changes them).
 INTERACTIVE_SHOWN_CLIENTS = 40
@@ -496,54 +494,104 @@ INTERACTIVE_SHOWN_CLIENTS = 40
 #: Rounds and drops report.html's timeline marks at most (the first ones; the rounds panel lists them all).
 INTERACTIVE_MAX_MARKS = 5000
 
-#: the last run digest read, keyed by trace file, its size and time stamp, and the reading's parameters:
-#: the figures and report.html of one run share a single pass over the trace
-_DIGEST: dict[str, Any] = {}
+
+# The built-in run figures, each behind one registry entry (the registry is fedsim.output.figures): written
+# directly as SVG (fedsim.output.svg_figures, no matplotlib), the same quantities as the matplotlib drawers
+# above, which draw them for a paper (``fedsim figures``, fedsim.output.paper).  To draw one another way,
+# change its ``draw`` here.
+
+def draw_accuracy(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Accuracy against virtual time, or the test loss for a regression task; None without either."""
+    from fedsim.output import svg_figures as svg
+
+    m = inputs.metrics
+    if len(m) and m["accuracy"].notna().any():
+        p = run_dir / "accuracy_vs_time.svg"
+        svg.accuracy_svg({run_dir.name: m}, p)
+        return p
+    if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
+        p = run_dir / "loss_vs_time.svg"
+        svg.accuracy_svg({run_dir.name: m}, p, column="loss")
+        return p
+    return None  # (systems-only runs have neither)
+
+
+def _active(digest: TraceDigest) -> bool:
+    return bool(digest.clients or digest.has_server)
+
+
+def draw_timeline(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """The per-client timeline (the whole run by default; the phase that dominates each column, the
+    server's row its busy share)."""
+    from fedsim.output import svg_figures as svg
+
+    digest, panels = inputs.digest, inputs.panels
+    if not _active(digest):
+        return None
+    p = run_dir / "timeline.svg"
+    svg.timeline_svg(digest, p, since=inputs.since, until=inputs.until, max_clients=inputs.timeline_clients,
+                     rounds=panels.round_table() if panels is not None else None, workers=inputs.workers)
+    return p
+
+
+def draw_link_rates(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Histograms of the uplink and downlink rates the transfers got."""
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "link_rates.svg"
+    return p if _active(inputs.digest) and svg.link_rate_svg(inputs.digest, p) else None
+
+
+def draw_server_queue(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """The server's queue length over time."""
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "server_queue.svg"
+    return p if _active(inputs.digest) and svg.server_queue_svg(inputs.digest, p) else None
+
+
+def draw_submodel_heatmap(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Which sub-model each device class trained (sub-model runs only)."""
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "submodel_heatmap.svg"
+    return p if svg.submodel_svg(inputs.digest, p, inputs.device_classes) else None
+
+
+def draw_energy(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """Energy per device, by what it was spent on."""
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "energy.svg"
+    return p if svg.energy_svg(inputs.energy, p) else None
+
+
+def draw_topology(inputs: OutputBuild, run_dir: Path) -> Path | None:
+    """A hierarchical network's graph (from the run's world, handed over before it was dropped; drawn with
+    matplotlib and networkx, for hierarchical networks only)."""
+    graph, root = inputs.topology
+    p = run_dir / "topology.png"
+    topology_graph_figure(graph, root, p)
+    return p
+
+
+register_run_figure("topology", ("topology.png",), ("topology",), draw_topology)
+register_run_figure("accuracy", ("accuracy_vs_time.svg", "loss_vs_time.svg"), ("metrics",), draw_accuracy)
+register_run_figure("timeline", ("timeline.svg",), ("digest", "panels"), draw_timeline)
+register_run_figure("link_rates", ("link_rates.svg",), ("digest",), draw_link_rates, forked=True)
+register_run_figure("server_queue", ("server_queue.svg",), ("digest",), draw_server_queue, forked=True)
+register_run_figure("submodel_heatmap", ("submodel_heatmap.svg",), ("digest",), draw_submodel_heatmap)
+register_run_figure("energy", ("energy.svg",), ("energy",), draw_energy, forked=True)
 
 
 def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None = None, timeline_clients: int = 30,
                interactive_clients: int = INTERACTIVE_MAX_CLIENTS,
                interactive_bars: int = INTERACTIVE_MAX_BARS) -> TraceDigest:
-    """The :class:`~fedsim.output.digest.TraceDigest` of a run's trace, read once for its figures and its report
-    (the last one read is kept while its trace file is unchanged)."""
-    path = trace_path(run_dir)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, interactive_clients, interactive_bars)
-    params = dict(since=since, until=until, timeline_clients=timeline_clients,
-                  interactive_clients=interactive_clients, interactive_bars=interactive_bars)
-    held = _DIGEST.get("digest")
-    if held is not None and _DIGEST.get("key") == key and _DIGEST.get("params") == params:
-        return held
-    from fedsim.output.panels import PanelStream
+    """The :class:`~fedsim.output.digest.TraceDigest` of a run's trace, read now (a build of the run's
+    outputs reads it once for its figures and report through its :class:`~fedsim.output.figures.OutputBuild`)."""
+    return digest_trace(trace_path(run_dir), since=since, until=until, timeline_clients=timeline_clients,
+                        interactive_clients=interactive_clients, interactive_bars=interactive_bars)
 
-    panels = PanelStream()  # report.html's "what happened" panels are gathered in the same pass
-    digest = digest_trace(path, also=[panels], **params)
-    _DIGEST.update(key=key, params=params, digest=digest, panels=panels)
-    return digest
-
-
-def _report_digest(run_dir: Path, max_bars: int, max_clients: int) -> TraceDigest:
-    """The digest report.html draws from: the one the run's figures just read when it fits, else a new one."""
-    path = trace_path(run_dir)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, max_clients, max_bars)
-    held = _DIGEST.get("digest")
-    if held is not None and _DIGEST.get("key") == key:
-        return held
-    return run_digest(run_dir, interactive_clients=max_clients, interactive_bars=max_bars)
-
-
-#: The standard figures of a run, by the name :func:`run_figures`'s ``only`` takes (``accuracy`` is
-#: ``accuracy_vs_time.svg``, or ``loss_vs_time.svg`` for a regression task; SVG written directly, see
-#: :mod:`fedsim.output.svg_figures`).
-RUN_FIGURES = ("accuracy", "timeline", "link_rates", "server_queue", "submodel_heatmap", "energy")
-
-#: The files each figure of :data:`RUN_FIGURES` (and the hierarchical network's ``topology``) may write: a
-#: figure that fails has its file removed, so report.html never shows one left from an earlier build.
-FIGURE_FILES: dict[str, tuple[str, ...]] = {
-    "accuracy": ("accuracy_vs_time.svg", "loss_vs_time.svg"), "timeline": ("timeline.svg",),
-    "link_rates": ("link_rates.svg",), "server_queue": ("server_queue.svg",),
-    "submodel_heatmap": ("submodel_heatmap.svg",), "energy": ("energy.svg",), "topology": ("topology.png",)}
 
 #: The tracebacks of a run's figures that failed to draw (the run's summary names them, one line each).
 FIGURES_ERROR_FILE = "figures_error.txt"
@@ -558,9 +606,9 @@ def figure_failure(exc: BaseException) -> str:
 
 def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str, str]] | None) -> Any:
     """``draw()`` for the figure ``name``; with ``missing`` (a dict), a failure is recorded there as
-    ``{"error": one line, "traceback": text}``, its files removed, and None returned, so that one
-    degenerate figure never costs the run its other figures and its report; without, it is raised.
-    An interrupt is never a figure's failure: it propagates."""
+    ``{"error": one line, "traceback": text}``, its files (the registry's, :mod:`fedsim.output.figures`)
+    removed, and None returned, so that one degenerate figure never costs the run its other figures and
+    its report; without, it is raised.  An interrupt is never a figure's failure: it propagates."""
     if missing is None:
         return draw()
     import traceback
@@ -569,7 +617,7 @@ def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str
         return draw()
     except Exception as exc:
         missing[name] = {"error": figure_failure(exc), "traceback": traceback.format_exc()}
-        for f in FIGURE_FILES.get(name, ()):
+        for f in figure_files().get(name, ()):
             try:
                 (run_dir / f).unlink(missing_ok=True)
             except OSError:  # not a file (what made it fail, perhaps): report.html passes it over
@@ -579,93 +627,34 @@ def draw_figure(run_dir: Path, name: str, draw: Any, missing: dict[str, dict[str
 
 def run_figures(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
                 timeline_clients: int = 30, only: Sequence[str] | None = None,
-                missing: dict[str, dict[str, str]] | None = None) -> list[Path]:
-    """Write the standard figures of one run directory; returns their paths.
+                missing: dict[str, dict[str, str]] | None = None, build: OutputBuild | None = None) -> list[Path]:
+    """Write the run figures of one run directory (every figure of the registry,
+    :func:`fedsim.output.figures.run_figures_registered`, whose inputs the run has); returns their paths.
 
     ``timeline_window`` zooms the timeline on ``[start, end]`` seconds of virtual time (default: the whole
     run); ``timeline_clients`` is how many clients it shows (``output.timeline_window`` and
-    ``output.timeline_clients`` of the scenario).  ``only``: these of :data:`RUN_FIGURES` (default: all),
-    so that two processes can share the drawing.  ``missing``: a dict that collects the figures that
-    failed (:func:`draw_figure`) while the others are still drawn; without it the first failure is
-    raised.  Reading the run's files (metrics, trace) is not a figure's failure: it is raised."""
-    from fedsim.output import svg_figures as svg  # the run's figures: SVG written directly, no matplotlib
-
+    ``output.timeline_clients`` of the scenario).  ``build``: the build's inputs, read once for its figures
+    and its report (when given, it holds those two settings; default: a new one).  ``only``: these
+    figures by name (default: all), so that two processes can share the drawing.  ``missing``: a dict
+    that collects the figures that failed (:func:`draw_figure`) while the others are still drawn; without
+    it the first failure is raised.  Reading the run's files (metrics, trace) is not a figure's failure:
+    it is raised."""
     run_dir = Path(run_dir)
-    want = set(RUN_FIGURES if only is None else only)
+    if build is None:
+        build = OutputBuild(run_dir, timeline_window=timeline_window, timeline_clients=timeline_clients)
     _release_freed_memory(run_dir)
     written: list[Path] = []
-
-    def figure(name: str, draw: Any) -> None:
-        got = draw_figure(run_dir, name, draw, missing)
+    for figure in run_figures_registered():
+        if only is not None and figure.name not in only:
+            continue
+        if not all(build.has(r) for r in figure.reads):
+            continue
+        for r in figure.reads:  # read before drawing: a run file that does not read is not the figure's failure
+            build.read(r)
+        got = draw_figure(run_dir, figure.name, lambda figure=figure: figure.draw(build, run_dir), missing)
         if got:
-            written.append(got)
-
-    metrics_path = run_dir / "metrics.csv"
-    if metrics_path.exists() and "accuracy" in want:
-        m = pd.read_csv(metrics_path)
-
-        def accuracy() -> Path | None:
-            if len(m) and m["accuracy"].notna().any():
-                p = run_dir / "accuracy_vs_time.svg"
-                svg.accuracy_svg({run_dir.name: m}, p)
-                return p
-            if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
-                p = run_dir / "loss_vs_time.svg"
-                svg.accuracy_svg({run_dir.name: m}, p, column="loss")
-                return p
-            return None  # (systems-only runs have neither)
-
-        figure("accuracy", accuracy)
-    trace_file = trace_path(run_dir)
-    if trace_file.exists() and want & {"timeline", "link_rates", "server_queue", "submodel_heatmap"}:
-        since, until = _window(timeline_window)
-        # one streamed pass keeps what the figures and the report draw (never the whole trace)
-        digest = run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
-        if digest.clients or digest.has_server:
-            if "timeline" in want:  # the whole run by default, the phase that dominates each pixel column
-                def timeline() -> Path:
-                    p = run_dir / "timeline.svg"
-                    panels = _DIGEST.get("panels")
-                    svg.timeline_svg(digest, p, since=since, until=until, max_clients=timeline_clients,
-                                    rounds=panels.round_table() if panels is not None else None,
-                                    workers=_server_workers(run_dir))
-                    return p
-
-                figure("timeline", timeline)
-            for name, fn in (("link_rates", svg.link_rate_svg), ("server_queue", svg.server_queue_svg)):
-                if name in want:
-                    p = run_dir / f"{name}.svg"
-                    figure(name, lambda fn=fn, p=p: p if fn(digest, p) else None)
-        if "submodel_heatmap" in want:
-            p = run_dir / "submodel_heatmap.svg"
-            figure("submodel_heatmap", lambda: p if svg.submodel_svg(digest, p, _device_classes(run_dir)) else None)
-    energy_path = run_dir / "energy.csv"
-    if "energy" in want and energy_path.exists():
-        energy = pd.read_csv(energy_path)
-        p = run_dir / "energy.svg"
-        figure("energy", lambda: p if svg.energy_svg(energy, p) else None)
+            written.append(Path(got))
     return written
-
-
-def _server_workers(run_dir: Path) -> int:
-    """The server's workers (summary.json's), so its row draws utilisation: busy time over time x workers."""
-    from fedsim.output.panels import _workers
-
-    return _workers(run_dir)
-
-
-def prepare_run_digest(run_dir: str | Path, *, timeline_window: Sequence[float] | None = None,
-                       timeline_clients: int = 30) -> None:
-    """Read the run's trace into the digest :func:`run_figures` (same arguments) and :func:`html_report`
-    draw from, now (none for a run without a trace)."""
-    if trace_path(run_dir).exists():
-        since, until = _window(timeline_window)
-        run_digest(run_dir, since=since, until=until, timeline_clients=timeline_clients)
-
-
-def _window(timeline_window: Sequence[float] | None) -> tuple[float, float | None]:
-    """``output.timeline_window`` as the digest's ``since`` and ``until`` (None: the whole run)."""
-    return (0.0, None) if timeline_window is None else (float(timeline_window[0]), float(timeline_window[1]))
 
 
 #: below this trace size (bytes), building the outputs skips :func:`_release_freed_memory`: reading such a
@@ -684,17 +673,6 @@ def _release_freed_memory(run_dir: Path) -> None:
 
     gc.collect()
     release_freed_memory()
-
-
-def _device_classes(run_dir: Path) -> dict[int, str] | None:
-    """Client → device class from the run's ``energy.csv`` (written for every run), if present."""
-    path = run_dir / "energy.csv"
-    if not path.exists():
-        return None
-    e = pd.read_csv(path)
-    if "device" not in e or "device_class" not in e:
-        return None
-    return {int(c): str(d) for c, d in zip(e["device"], e["device_class"])}
 
 
 def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
@@ -717,17 +695,20 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
 
 
 def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BARS,
-                     max_clients: int = INTERACTIVE_MAX_CLIENTS) -> dict[str, Any] | None:
+                     max_clients: int = INTERACTIVE_MAX_CLIENTS, build: OutputBuild | None = None
+                     ) -> dict[str, Any] | None:
     """What report.html's interactive timeline draws, from the run's trace and metrics: one bar per
     download, compute, upload and offline interval of the shown clients, per server request (server row)
     and per request that queued (its client's row), each with client, phase, times, bytes, link rate and
     the staleness of the update its task delivered; the server queue length; the accuracy curve.
-    None when the run has no trace."""
+    None when the run has no trace.  ``build``: the build whose digest it draws from (default: a new one)."""
     run_dir = Path(run_dir)
     trace_file = trace_path(run_dir)
     if not trace_file.exists():
         return None
-    digest = _report_digest(run_dir, max_bars, max_clients)
+    if build is None:
+        build = OutputBuild(run_dir)
+    digest = build.digest_for(max_bars, max_clients)
     shown = digest.shown(max_clients)
     table, total = digest.interactive_table()
     # staleness of the update a task delivered: the first apply of the client at or after the bar's end
@@ -778,23 +759,22 @@ def interactive_data(run_dir: str | Path, *, max_bars: int = INTERACTIVE_MAX_BAR
             end_t = max(end_t, float(curve["t"].max()))  # the last evaluation may follow the last interval
     tw = digest.tile_width()
     exact = "".join("1" if x else "0" for x in digest.exact_tiles()) if tw > 0 else ""
-    marks = _round_marks()
+    marks = _round_marks(build.panels_for(max_bars, max_clients))
     return {"t_end": end_t, "rows": ["server"] + [f"client {c}" for c in shown], "clients": [int(c) for c in shown],
             "shown": INTERACTIVE_SHOWN_CLIENTS, "rounds": marks["rounds"], "drops": marks["drops"],
             "clients_total": len(digest.clients), "kinds": list(INTERACTIVE_KINDS),
             "colours": [PHASE_COLOURS[k] for k in INTERACTIVE_KINDS], "bars": cols, "bars_total": total,
             "whats": digest.what_names(), "purpose_colours": PURPOSE_BAR_COLOURS,
-            "agg": _aggregate_levels(digest, shown, end_t, _server_workers(run_dir)), "tiles": {"width": tw, "exact": exact},
+            "agg": _aggregate_levels(digest, shown, end_t, build.workers), "tiles": {"width": tw, "exact": exact},
             "exact_max": INTERACTIVE_EXACT_BARS,
             "queue": {"t": clean(q["t"]), "q": clean(q["queue"], 4), "note": queue_note},
             "curve": {**acc, "measure": measure}}
 
 
-def _round_marks() -> dict[str, list[Any]]:
+def _round_marks(stream: Any) -> dict[str, list[Any]]:
     """The synchronous rounds (start, end, straggler, its finish, the clients dropped at the deadline) and
     the drops the timeline marks: the report panels' (:class:`fedsim.output.panels.PanelStream`, gathered
     in the same pass as the digest), at most :data:`INTERACTIVE_MAX_MARKS` of each."""
-    stream = _DIGEST.get("panels")
     if stream is None:
         return {"rounds": [], "drops": []}
     table = stream.round_table()
@@ -886,14 +866,15 @@ def fmt_summary(key: str, value: Any) -> str:
     return _fmt(value)
 
 
-def html_report(run_dir: str | Path, missing: dict[str, str] | None = None) -> Path:
+def html_report(run_dir: str | Path, missing: dict[str, str] | None = None, build: OutputBuild | None = None) -> Path:
     """``report.html``: one self-contained page that opens in any browser without the run folder's other
     files and without a network: the summary with units, links to the reports of the runs it holds (per
     algorithm, per seed), an interactive timeline (zoom and pan over virtual time; hover a bar for client,
     phase, bytes, link rate and staleness) with the server queue and accuracy on the same time axis (plain
     SVG and a little inlined JavaScript), the check/probe tables when present, and every figure as PNG data.
-    ``missing``: the figures that failed to draw, by name, with their one-line reason (listed on the page)."""
-    return finish_html_report(html_report_body(run_dir), missing)
+    ``missing``: the figures that failed to draw, by name, with their one-line reason (listed on the page).
+    ``build``: the build whose inputs it draws from, shared with the run's figures (default: a new one)."""
+    return finish_html_report(html_report_body(run_dir, build), missing)
 
 
 class ReportBody:
@@ -904,28 +885,24 @@ class ReportBody:
         self.run_dir, self.parts, self.link_up_later = run_dir, parts, link_up_later
 
 
-def html_report_body(run_dir: str | Path) -> ReportBody:
-    """Everything of report.html but its figures (it reads no PNG)."""
+def html_report_body(run_dir: str | Path, build: OutputBuild | None = None) -> ReportBody:
+    """Everything of report.html but its figures (it reads no figure file); ``build`` as
+    :func:`html_report`'s."""
     import html
     import json
 
-    from fedsim.output.panels import (PANELS_CSS, ideal_links_note, nav_html, panels_html, server_summary_rows,
-                                      with_formats)
+    from fedsim.output.panels import ideal_links_note, nav_html, panels_html, server_summary_rows, with_formats
 
     run_dir = Path(run_dir)
+    if build is None:
+        build = OutputBuild(run_dir)
     link_up_later = False
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>fedsim: {html.escape(run_dir.name)}</title>",
-             "<style>body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}"
-             "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%;border:1px solid #eee;margin:0.5em 0}" + _INTERACTIVE_CSS + TABLE_CSS +
-             PANELS_CSS +
-             "</style></head><body>",
-             f"<h1>fedsim run: {html.escape(run_dir.name)}</h1>"]
+    parts: list[str] = []  # the page's body, one part a line; the frame is PAGE_TEMPLATE
     stream = queue = None
     if trace_path(run_dir).exists():  # one streamed pass for the timeline and the panels
         _release_freed_memory(run_dir)
-        digest = _report_digest(run_dir, INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
-        stream = _DIGEST.get("panels")
+        digest = build.digest_for(INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
+        stream = build.panels_for(INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS)
         queue = digest.queue() if digest.server_start else None
     panels = panels_html(run_dir, stream, queue)  # the "what happened" panels (fedsim.output.panels)
     parts.append(nav_html(run_dir, [("fs-title", "timeline")] * int(trace_path(run_dir).exists()) +
@@ -956,7 +933,7 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
         for name, cells in server_summary_rows(data, fmt_seconds):
             parts.append(f"<tr><th>{name}</th>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
         parts.append("</table>")
-    data = interactive_data(run_dir)
+    data = interactive_data(run_dir, build=build)
     if data is not None and (data["bars"][0] or data["agg"]):
         shown = len(data["bars"][0])
         notes = [f"{data['bars_total']:,} bars"]
@@ -996,6 +973,20 @@ def html_report_body(run_dir: str | Path) -> ReportBody:
     return ReportBody(run_dir, parts, link_up_later)
 
 
+#: The figure files report.html shows, by suffix, and how it embeds them.
+FIGURE_MEDIA_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
+
+
+def shown_figures(run_dir: Path) -> list[Path]:
+    """The figures report.html shows, by file name: the files of the registered run figures
+    (:mod:`fedsim.output.figures`) that exist, and any other PNG or SVG at the top of the folder (a
+    multi-algorithm run's comparison, a sweep's): a figure's file left from an earlier build is removed
+    when it fails, so what is shown is this build's."""
+    names = {f for files in figure_files().values() for f in files if Path(f).suffix.lower() in FIGURE_MEDIA_TYPES}
+    found = {run_dir / n for n in names} | set(run_dir.glob("*.png")) | set(run_dir.glob("*.svg"))
+    return sorted(p for p in found if p.is_file())
+
+
 def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) -> Path:
     """Write report.html: ``body`` and every figure of the run folder, as PNG data, then "Figures not
     drawn" for each of ``missing`` (figure name → the one-line reason it failed), so that a reader sees
@@ -1003,475 +994,46 @@ def finish_html_report(body: ReportBody, missing: dict[str, str] | None = None) 
     import base64
     import html
 
-    from fedsim.output.panels import link_up
+    from fedsim.output.panels import PANELS_CSS, link_up
 
     run_dir, parts = body.run_dir, list(body.parts)
-    media = {".svg": "image/svg+xml", ".png": "image/png"}  # the run's figures, and a topology's PNG
-    figures = sorted(p for p in run_dir.iterdir() if p.suffix in media and p.is_file())
+    figures = shown_figures(run_dir)
     if figures:
         parts.append("<h2>Figures</h2>")
     for fig in figures:
         data64 = base64.b64encode(fig.read_bytes()).decode("ascii")
+        kind = FIGURE_MEDIA_TYPES[fig.suffix.lower()]
         parts.append(f"<h3>{html.escape(fig.stem.replace('_', ' '))}</h3><img alt='{html.escape(fig.name)}' "
-                     f"src='data:{media[fig.suffix]};base64,{data64}'>")
+                     f"src='data:{kind};base64,{data64}'>")
     if missing:
         parts.append("<h2 id='figures-missing'>Figures not drawn</h2><p class='hint'>These figures failed to draw; "
                      f"the rest of the run's outputs are complete (tracebacks in {FIGURES_ERROR_FILE}).</p><ul>" +
                      "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(reason)}</li>"
                              for name, reason in sorted(missing.items())) + "</ul>")
-    parts.append("</body></html>")
+    page = Template(PAGE_TEMPLATE).substitute(title=html.escape(run_dir.name), body="\n".join(parts),
+                                              style=PAGE_CSS + _INTERACTIVE_CSS + TABLE_CSS + PANELS_CSS)
     out = run_dir / "report.html"
-    write_text(out, "\n".join(parts))
+    write_text(out, page)
     if body.link_up_later:  # the runs listed above link up to this page, now that it exists
         link_up(run_dir)
-    _DIGEST.clear()  # the run's outputs are written: its digest is not needed any more
     return out
 
 
-_INTERACTIVE_CSS = (
-    ".fs-wrap{position:relative;user-select:none}.fs-wrap svg{display:block;background:#fff;cursor:grab}"
-    ".fs-wrap svg.drag{cursor:grabbing}.fs-tip{position:absolute;pointer-events:none;background:#222;color:#fff;"
-    "font-size:12px;padding:4px 7px;border-radius:3px;white-space:pre;display:none;z-index:2}"
-    ".fs-bar:hover{stroke:#000;stroke-width:1}.fs-tools button{margin-right:4px}.hint{font-size:13px;color:#555}"
-    ".fs-legend span{display:inline-block;margin-right:12px;font-size:12px}.fs-legend i{display:inline-block;"
-    "width:12px;height:10px;margin-right:4px;vertical-align:middle}")
+#: The reports' page style (``static/page.css``), shared with the folder reports.
+PAGE_CSS = static_text("page.css")
+
+#: The interactive timeline's style, markup and script (``static/report.css``, ``timeline.html``,
+#: ``report.js``; the script's ``//@format`` line takes :data:`fedsim.output.panels.JS_FORMAT`).  Plain SVG
+#: and DOM calls, no library: the page works offline and from a file.
+_INTERACTIVE_CSS = static_text("report.css")
+_INTERACTIVE_HTML = static_text("timeline.html")
+_INTERACTIVE_JS = static_text("report.js")
 
 #: The style of :func:`table_html`'s tables (a run's, a sweep's and a seeds folder's pages).
-TABLE_CSS = (".fs-table{overflow-x:auto;max-width:100%}.fs-table table{font-size:12px}"
-             ".fs-table th{white-space:normal}.fs-table td small{white-space:nowrap;color:#555}")
+TABLE_CSS = static_text("table.css")
 
-_INTERACTIVE_HTML = (
-    "<div class='fs-tools'><button id='fs-in' type='button'>zoom in</button><button id='fs-out' type='button'>"
-    "zoom out</button><button id='fs-reset' type='button'>whole run</button> <span id='fs-range' class='hint'>"
-    "</span></div><div class='fs-legend' id='fs-legend'></div><div class='fs-wrap' id='fs-wrap'>"
-    "<svg id='fs-timeline' xmlns='http://www.w3.org/2000/svg'></svg><svg id='fs-queue' "
-    "xmlns='http://www.w3.org/2000/svg'></svg><svg id='fs-curve' xmlns='http://www.w3.org/2000/svg'></svg>"
-    "<div class='fs-tip' id='fs-tip'></div></div>")
-
-# Plain SVG and DOM calls, no library: the page works offline and from a file.
-_INTERACTIVE_JS = r"""
-(function () {
-  "use strict";
-  var D = JSON.parse(document.getElementById("fedsim-data").textContent);
-  var NS = "http://www.w3.org/2000/svg";
-  var W = 940, L = 80, R = 12, PW = W - L - R, ROW = 14, EXACT_MAX = D.exact_max;
-  var full = [0, Math.max(D.t_end, 1e-9)], view = [full[0], full[1]];
-  // the zoom's floor: a millionth of the run (tick labels still differ there)
-  var FLOOR = Math.min(full[1] - full[0], Math.max((full[1] - full[0]) * 1e-6, 1e-9));
-  var B = D.bars, n = B[0].length, A = D.agg, T = D.tiles;
-  var WH = D.whats || [], PC = D.purpose_colours || {};
-  function whatOf(j) { return B[9] && B[9][j] !== null && B[9][j] >= 0 ? WH[B[9][j]] : null; }
-  // what a transfer carries: split learning's activations (up) and gradients (down), else a model
-  function purpose(j) {
-    var k = D.kinds[B[1][j]], w = whatOf(j);
-    if (k !== "download" && k !== "upload") return null;
-    if (w === null) return "model";
-    var low = w.toLowerCase();
-    if (low.indexOf("activ") >= 0 || low.indexOf("smash") >= 0 || low.indexOf("feature") >= 0) return "activations";
-    if (low.indexOf("grad") >= 0) return "gradients";
-    return w;
-  }
-  function barColour(j) { var p = purpose(j); return (p && PC[p]) || D.colours[B[1][j]]; }
-  // the rows shown, top to bottom, as indices of the page's rows (0: the server); the per-client panel's
-  // picker changes them (window.fedsimTimeline.setRows)
-  var disp = [0], rowPos = {}, dataRow = {}, rowsDirty = true;
-  for (var r0 = 1; r0 < D.rows.length && r0 <= (D.shown || 40); r0++) disp.push(r0);
-  (D.clients || []).forEach(function (c, i) { dataRow[c] = i + 1; });
-  function indexRows() { rowPos = {}; disp.forEach(function (d, i) { rowPos[d] = i; }); }
-  indexRows();
-  function rowOf(c) { var d = dataRow[c]; return d === undefined || rowPos[d] === undefined ? -1 : rowPos[d]; }
-  function el(tag, attrs, parent) {
-    var e = document.createElementNS(NS, tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (parent) parent.appendChild(e);
-    return e;
-  }
-  function sx(t) { return L + (t - view[0]) / (view[1] - view[0]) * PW; }
-  //@format
-  function ticks(a, b) {
-    var span = b - a, step = Math.pow(10, Math.floor(Math.log10(span / 8)));
-    [1, 2, 5, 10].some(function (m) { if (span / (step * m) <= 8) { step *= m; return true; } return false; });
-    var out = [], k0 = Math.ceil(a / step - 1e-9),
-        dec = Math.max(0, Math.min(15, -Math.floor(Math.log10(step) + 1e-9)));  // the step's decimals
-    for (var k = k0; k * step <= b + step * 1e-9; k++) out.push({t: k * step, label: String(+(k * step).toFixed(dec))});
-    return out;
-  }
-  // the three charts: timeline (rows), queue, accuracy; one x axis (view) for all
-  var tl = document.getElementById("fs-timeline"), qs = document.getElementById("fs-queue"),
-      cs = document.getElementById("fs-curve"), tip = document.getElementById("fs-tip");
-  var TH = disp.length * ROW + 34, CH = 120;
-  [[tl, TH], [qs, CH], [cs, CH]].forEach(function (p) {
-    p[0].setAttribute("width", W); p[0].setAttribute("height", p[1]);
-    p[0].setAttribute("viewBox", "0 0 " + W + " " + p[1]);
-    var clip = el("clipPath", {id: p[0].id + "-clip"}, el("defs", {}, p[0]));
-    el("rect", {x: L, y: 0, width: PW, height: p[1]}, clip);
-  });
-  var rowsG = el("g", {id: "fs-rows"}, tl);
-  function drawRows() {
-    clear(rowsG);
-    TH = disp.length * ROW + 34;
-    tl.setAttribute("height", TH); tl.setAttribute("viewBox", "0 0 " + W + " " + TH);
-    tl.querySelector("clipPath rect").setAttribute("height", TH);
-    cursors[0].setAttribute("y2", TH);
-    disp.forEach(function (d, i) {
-      el("text", {x: L - 6, y: 4 + i * ROW + ROW / 2 + 3, "text-anchor": "end", "font-size": 10}, rowsG).textContent = D.rows[d];
-      if (i % 2 === 0) el("rect", {x: L, y: 4 + i * ROW, width: PW, height: ROW, fill: "#f7f7f7"}, rowsG);
-    });
-    rowsDirty = false;
-  }
-  var legend = document.getElementById("fs-legend");
-  function swatch(colour, label, mark) {
-    var s = document.createElement("span"), sw = document.createElement("i");
-    if (mark) { sw.textContent = mark; sw.style.color = colour; sw.style.fontStyle = "normal"; sw.style.width = "auto"; }
-    else sw.style.background = colour;
-    s.appendChild(sw); s.appendChild(document.createTextNode(label)); legend.appendChild(s);
-  }
-  D.kinds.forEach(function (k, i) { swatch(D.colours[i], k === "wait" ? "queue wait" : k); });
-  var carried = {};
-  for (var jj = 0; jj < n; jj++) { var pj = purpose(jj); if (pj && PC[pj]) carried[pj] = true; }
-  ((A && A.payloads) || []).forEach(function (p) { carried[p] = true; });  // (also where no single bar is held)
-  Object.keys(carried).sort().forEach(function (p) { swatch(PC[p], p + (p === "gradients" ? " (download)" : " (upload)")); });
-  var RD = D.rounds || [], DR = D.drops || [];
-  if (RD.length) { swatch("#556", "round start", "┆"); swatch("#c9a100", "round's straggler finishes", "▼"); }
-  if (DR.length) swatch("#d62728", "dropped", "×");
-  var barsG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-bars"}, tl);
-  var marksG = el("g", {"clip-path": "url(#fs-timeline-clip)", id: "fs-marks"}, tl);
-  function clear(g) { while (g.firstChild) g.removeChild(g.firstChild); }
-  // Where the page holds every bar (a tile kept whole) and the view has few enough of them, the bars are
-  // drawn exactly, at their true width; everywhere else each pixel column shows the phase that fills most
-  // of it (the aggregated levels, the PNG's rule): never a widened bar, never a silent gap.
-  function tileExact(t) {
-    if (!T || !(T.width > 0)) return false;
-    var i = Math.floor(t / T.width);
-    return i >= 0 && i < T.exact.length && T.exact.charAt(i) === "1";
-  }
-  function level(px) {
-    var best = A.levels[0];
-    A.levels.forEach(function (lv) { if (A.bin * lv.f <= px) best = lv; });
-    return best;
-  }
-  // the server's busy share of each pixel column (the time-weighted mean of its bins' shares)
-  var SD = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  function shareColumns(lv, px) {
-    var s = lv.share || "", bw = A.bin * lv.f, out = new Array(PW);
-    for (var x = 0; x < PW; x++) {
-      var ta = view[0] + x * px - A.t0, tb = ta + px, ia = Math.max(0, Math.floor(ta / bw)),
-          ib = Math.min(s.length - 1, Math.floor(tb / bw)), sum = 0;
-      for (var k = ia; k <= ib; k++) {
-        var o = Math.min(tb, (k + 1) * bw) - Math.max(ta, k * bw);
-        if (o > 0) sum += o * SD.indexOf(s.charAt(k)) / (SD.length - 1);
-      }
-      out[x] = sum / px;
-    }
-    return out;
-  }
-  function aggColumns(row, lv, px) {
-    var s = lv.rows[row], bw = A.bin * lv.f, out = new Array(PW);
-    for (var x = 0; x < PW; x++) {
-      var ta = view[0] + x * px - A.t0, tb = ta + px, ia = Math.max(0, Math.floor(ta / bw)),
-          ib = Math.min(s.length - 1, Math.floor(tb / bw)), w = {}, best = ".", bestW = 0;
-      for (var k = ia; k <= ib; k++) {
-        var c = s.charAt(k), o = Math.min(tb, (k + 1) * bw) - Math.max(ta, k * bw);
-        if (o <= 0) continue;
-        w[c] = (w[c] || 0) + o;
-        if (w[c] > bestW) { bestW = w[c]; best = c; }
-      }
-      out[x] = best;
-    }
-    return out;
-  }
-  var shownBars = 0, shownAgg = 0;
-  function drawBars() {
-    clear(barsG);
-    var px = (view[1] - view[0]) / PW, inView = [], j, x;
-    for (j = 0; j < n; j++) if (B[3][j] >= view[0] && B[2][j] <= view[1] && rowPos[B[0][j]] !== undefined) inView.push(j);
-    var few = inView.length <= EXACT_MAX, exactCol = new Array(PW), anyExact = false;
-    for (x = 0; x < PW; x++) {
-      exactCol[x] = few && tileExact(view[0] + (x + 0.5) * px);
-      anyExact = anyExact || exactCol[x];
-    }
-    shownAgg = 0;
-    if (A) {
-      var lv = level(px);
-      // the server's row: a bar per pixel column as tall as its busy share (whole pixels, each column's
-      // rounding carried to the next, so the drawn area is the utilisation); a client's: its dominant phase
-      var sh = shareColumns(lv, px), H = ROW - 3, carry = 0, y0 = 4 + 1.5;
-      for (x = 0; x < PW;) {
-        var hx = exactCol[x] ? 0 : Math.floor(sh[x] * H + carry + 0.5);
-        carry = exactCol[x] ? 0 : carry + sh[x] * H - hx;
-        var x2 = x + 1, tot = sh[x];
-        while (x2 < PW && !exactCol[x2] && !exactCol[x]) {
-          var h2 = Math.floor(sh[x2] * H + carry + 0.5);
-          if (h2 !== hx) break;
-          carry += sh[x2] * H - h2; tot += sh[x2]; x2++;
-        }
-        if (hx > 0)
-          el("rect", {"class": "fs-agg fs-share", x: L + x, y: y0 + H - hx, width: x2 - x, height: hx,
-                      fill: D.colours[D.kinds.indexOf("server")], "data-r": 0, "data-share": (tot / (x2 - x)).toFixed(4),
-                      "data-a": view[0] + x * px, "data-b": view[0] + x2 * px, "shape-rendering": "crispEdges"}, barsG);
-        if (hx > 0) shownAgg++;
-        x = x2;
-      }
-      for (var ri = 1; ri < disp.length; ri++) {
-        var r = disp[ri], cols = aggColumns(r, lv, px);
-        for (x = 0; x < PW;) {
-          var c = exactCol[x] ? "." : cols[x], x1 = x + 1;
-          while (x1 < PW && (exactCol[x1] ? "." : cols[x1]) === c) x1++;
-          if (c !== ".") {
-            el("rect", {"class": "fs-agg", x: L + x, y: 4 + ri * ROW + 1.5, width: x1 - x, height: ROW - 3,
-                        fill: A.colours[+c], "data-r": r, "data-c": c, "data-a": view[0] + x * px,
-                        "data-b": view[0] + x1 * px}, barsG);
-            shownAgg++;
-          }
-          x = x1;
-        }
-      }
-    }
-    shownBars = 0;
-    if (!anyExact && A) return;
-    inView.forEach(function (j) {
-      var x0 = sx(B[2][j]), x1 = sx(B[3][j]);
-      var mid = Math.floor(((Math.max(x0, L) + Math.min(x1, L + PW)) / 2) - L);
-      if (A && !exactCol[Math.max(0, Math.min(PW - 1, mid))] && !tileExact(B[2][j])) return;
-      el("rect", {"class": "fs-bar", x: x0.toFixed(2), width: Math.max(0, x1 - x0).toFixed(2),
-                  y: 4 + rowPos[B[0][j]] * ROW + 1.5, height: ROW - 3, fill: barColour(j), "data-i": j}, barsG);
-      shownBars++;
-    });
-  }
-  var tAxis = el("g", {}, tl), qAxis = el("g", {}, qs), cAxis = el("g", {}, cs);
-  var qPath = el("path", {fill: "none", stroke: D.colours[4], "stroke-width": 1.2, "clip-path": "url(#fs-queue-clip)"}, qs);
-  var cPath = el("path", {fill: "none", stroke: "#1f77b4", "stroke-width": 1.5, "clip-path": "url(#fs-curve-clip)"}, cs);
-  var cDots = el("g", {"clip-path": "url(#fs-curve-clip)"}, cs);
-  var cursors = [tl, qs, cs].map(function (svg) {
-    return el("line", {y1: 0, y2: svg.getAttribute("height"), stroke: "#888", "stroke-dasharray": "3,3",
-                       visibility: "hidden", "pointer-events": "none"}, svg);
-  });
-  var qMax = Math.max.apply(null, [1].concat(D.queue.q.filter(function (v) { return v !== null; })));
-  var cy = D.curve.y.filter(function (v) { return v !== null; });
-  var cMin = D.curve.measure === "accuracy" ? 0 : Math.min.apply(null, cy.concat([0])),
-      cMax = D.curve.measure === "accuracy" ? 1 : Math.max.apply(null, cy.concat([1e-12]));
-  function yq(v) { return CH - 22 - v / qMax * (CH - 34); }
-  function yc(v) { return CH - 22 - (v - cMin) / (cMax - cMin) * (CH - 34); }
-  function axis(g, h, label, yTicks, yOf, fmtY) {
-    while (g.firstChild) g.removeChild(g.firstChild);
-    el("line", {x1: L, x2: L + PW, y1: h - 22, y2: h - 22, stroke: "#333"}, g);
-    ticks(view[0], view[1]).forEach(function (tk) {
-      var x = sx(tk.t);
-      el("line", {x1: x, x2: x, y1: h - 22, y2: h - 18, stroke: "#333"}, g);
-      el("text", {x: x, y: h - 7, "text-anchor": "middle", "font-size": 10, "class": "fs-tick"}, g)
-        .textContent = tk.label;
-    });
-    el("text", {x: L + PW, y: h - 24, "text-anchor": "end", "font-size": 10, fill: "#555"}, g).textContent = label;
-    (yTicks || []).forEach(function (v) {
-      el("text", {x: L - 6, y: yOf(v) + 3, "text-anchor": "end", "font-size": 10}, g).textContent = fmtY(v);
-      el("line", {x1: L, x2: L + PW, y1: yOf(v), y2: yOf(v), stroke: "#eee"}, g);
-    });
-  }
-  function stepPath(ts, vs, yOf, step) {
-    var d = "", started = false, lo = view[0], hi = view[1];
-    for (var i = 0; i < ts.length; i++) {
-      if (ts[i] === null || vs[i] === null) continue;
-      var next = i + 1 < ts.length ? ts[i + 1] : full[1];
-      if (next < lo || ts[i] > hi) { if (ts[i] > hi) break; continue; }
-      var x = Math.max(L - 2, Math.min(L + PW + 2, sx(ts[i]))), y = yOf(vs[i]);
-      if (!started) { d += "M" + x.toFixed(1) + "," + y.toFixed(1); started = true; }
-      else if (step) d += "V" + y.toFixed(1);
-      else d += "L" + x.toFixed(1) + "," + y.toFixed(1);
-      if (step) d += "H" + Math.max(L - 2, Math.min(L + PW + 2, sx(Math.min(next, full[1])))).toFixed(1);
-    }
-    return d;
-  }
-  // round structure: a dashed line where each round starts, the straggler's finish (▼ on its row, or the
-  // server's when its row is not shown), drops (× where they happen)
-  var shownMarks = 0;
-  function roundTip(r) {
-    return "round " + r.round + ": " + fmtS(r.start) + " → " + fmtS(r.end) + " (" + fmtS(r.end - r.start) + ")" +
-      (r.straggler !== null ? "\nstraggler: client " + r.straggler + ", finished at " + fmtS(r.done) : "") +
-      (r.dropped.length ? "\ndropped at the deadline: clients " + r.dropped.join(", ") : "");
-  }
-  function drawMarks() {
-    clear(marksG);
-    shownMarks = 0;
-    var rs = RD.filter(function (r) { return r.start !== null && r.end !== null && r.end >= view[0] && r.start <= view[1]; });
-    var lines = rs.length <= 400;  // (more: the rounds panel below shows them as bands)
-    rs.forEach(function (r) {
-      var tip = roundTip(r);
-      if (lines && r.start >= view[0]) {
-        var x = sx(r.start);
-        el("line", {x1: x, x2: x, y1: 2, y2: TH - 22, stroke: "#556", "stroke-dasharray": "2,3", "pointer-events": "none"}, marksG);
-        el("rect", {"class": "fs-round", x: x - 3, y: 0, width: 6, height: 4 + ROW, fill: "transparent", "data-tip": tip}, marksG);
-        shownMarks++;
-      }
-      if (r.straggler !== null && r.done !== null && r.done >= view[0] && r.done <= view[1]) {
-        var pos = Math.max(rowOf(r.straggler), 0), xs = sx(r.done), y = 4 + pos * ROW;
-        el("path", {"class": "fs-straggler", d: "M" + (xs - 4) + "," + (y + 1) + "L" + (xs + 4) + "," + (y + 1) + "L" + xs +
-                    "," + (y + ROW - 2) + "Z", fill: "#c9a100", stroke: "#5a4800", "stroke-width": 0.6, "data-tip": tip}, marksG);
-        shownMarks++;
-      }
-    });
-    DR.forEach(function (d) {
-      if (d.t < view[0] || d.t > view[1]) return;
-      var pos = d.client === null ? 0 : Math.max(rowOf(d.client), 0), x = sx(d.t), y = 4 + pos * ROW + ROW / 2;
-      el("path", {d: "M" + (x - 4) + "," + (y - 4) + "L" + (x + 4) + "," + (y + 4) + "M" + (x + 4) + "," + (y - 4) + "L" +
-                  (x - 4) + "," + (y + 4), stroke: "#d62728", "stroke-width": 2, "pointer-events": "none"}, marksG);
-      el("rect", {"class": "fs-drop", x: x - 5, y: y - 5, width: 10, height: 10, fill: "transparent",
-                  "data-tip": "client " + d.client + " dropped at " + fmtS(d.t) + (d.reason ? " (" + d.reason + ")" : "")}, marksG);
-      shownMarks++;
-    });
-  }
-  var pending = false;
-  function render() {
-    pending = false;
-    if (rowsDirty) drawRows();
-    drawBars();
-    drawMarks();
-    axis(tAxis, TH, "virtual time (s)");
-    axis(qAxis, CH, "server queue, requests waiting" + (D.queue.note ? " (" + D.queue.note + ")" : ""),
-         [0, qMax], yq, function (v) { return +v.toPrecision(3); });
-    axis(cAxis, CH, "test " + D.curve.measure, [cMin, cMax], yc, function (v) { return +v.toPrecision(3); });
-    qPath.setAttribute("d", stepPath(D.queue.t, D.queue.q, yq, true));
-    cPath.setAttribute("d", stepPath(D.curve.t, D.curve.y, yc, false));
-    while (cDots.firstChild) cDots.removeChild(cDots.firstChild);
-    D.curve.t.forEach(function (t, i) {
-      if (t === null || D.curve.y[i] === null || t < view[0] || t > view[1]) return;
-      el("circle", {cx: sx(t), cy: yc(D.curve.y[i]), r: 2, fill: "#1f77b4"}, cDots);
-    });
-    document.getElementById("fs-range").textContent =
-      "showing " + fmtS(view[0]) + " – " + fmtS(view[1]) + " of " + fmtS(full[1]);
-    window.fedsimView = {start: view[0], end: view[1], bars: shownBars, aggregated: shownAgg, floor: FLOOR,
-                         marks: shownMarks, rows: disp.slice(1).map(function (d) { return D.clients[d - 1]; })};
-  }
-  function schedule() { if (!pending) { pending = true; window.requestAnimationFrame(render); } }
-  function setView(a, b) {
-    var span = Math.max(b - a, FLOOR);
-    span = Math.min(span, full[1] - full[0]);
-    a = Math.max(full[0], Math.min(a, full[1] - span));
-    view = [a, a + span];
-    schedule();
-  }
-  function zoom(factor, centreT) {
-    var c = centreT === undefined ? (view[0] + view[1]) / 2 : centreT;
-    setView(c - (c - view[0]) * factor, c + (view[1] - c) * factor);
-  }
-  function tAt(svg, ev) {
-    var box = svg.getBoundingClientRect();
-    return view[0] + ((ev.clientX - box.left) * W / box.width - L) / PW * (view[1] - view[0]);
-  }
-  var drag = null;
-  [tl, qs, cs].forEach(function (svg) {
-    svg.addEventListener("wheel", function (ev) {
-      ev.preventDefault();
-      zoom(Math.exp(ev.deltaY * 0.002), tAt(svg, ev));
-    }, {passive: false});
-    svg.addEventListener("mousedown", function (ev) {
-      drag = {x: ev.clientX, view: view.slice(), w: svg.getBoundingClientRect().width};
-      svg.classList.add("drag");
-    });
-    svg.addEventListener("dblclick", function () { setView(full[0], full[1]); });
-    svg.addEventListener("mousemove", function (ev) {
-      var box = svg.getBoundingClientRect(), x = (ev.clientX - box.left) * W / box.width;
-      cursors.forEach(function (c) {
-        c.setAttribute("x1", x); c.setAttribute("x2", x);
-        c.setAttribute("visibility", x >= L && x <= L + PW ? "visible" : "hidden");
-      });
-    });
-    svg.addEventListener("mouseleave", function () {
-      cursors.forEach(function (c) { c.setAttribute("visibility", "hidden"); });
-    });
-  });
-  window.addEventListener("mousemove", function (ev) {
-    if (!drag) return;
-    var dt = -(ev.clientX - drag.x) * W / drag.w / PW * (drag.view[1] - drag.view[0]);
-    setView(drag.view[0] + dt, drag.view[1] + dt);
-  });
-  window.addEventListener("mouseup", function () {
-    drag = null;
-    [tl, qs, cs].forEach(function (svg) { svg.classList.remove("drag"); });
-  });
-  var wrap = document.getElementById("fs-wrap");
-  function placeTip(ev) {  // beside the pointer, flipped to stay inside the window
-    var box = wrap.getBoundingClientRect(), vw = document.documentElement.clientWidth || window.innerWidth,
-        vh = window.innerHeight, w = tip.offsetWidth, h = tip.offsetHeight;
-    var x = ev.clientX + 12, y = ev.clientY + 12;
-    if (x + w > vw - 4) x = ev.clientX - 12 - w;
-    if (y + h > vh - 4) y = ev.clientY - 12 - h;
-    tip.style.left = (Math.max(4, x) - box.left) + "px";
-    tip.style.top = (Math.max(4, y) - box.top) + "px";
-  }
-  function kindName(k) { return k === "wait" ? "queue wait at the server" : k; }
-  barsG.addEventListener("mouseover", function (ev) {
-    var t = ev.target, i = t.getAttribute && t.getAttribute("data-i");
-    if (t.getAttribute && t.getAttribute("data-share") !== null) {
-      tip.textContent = "server: busy " + (100 * +t.getAttribute("data-share")).toFixed(1) + "% of " +
-        fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
-        "\nthe server's bar is as tall as the share of each pixel column's time its workers were busy\n" +
-        "(its mean over the run is the utilisation); zoom in to see single requests";
-      tip.style.display = "block";
-      placeTip(ev);
-      return;
-    }
-    if (t.getAttribute && t.getAttribute("data-c") !== null) {
-      tip.textContent = D.rows[+t.getAttribute("data-r")] + ": mostly " + kindName(A.kinds[+t.getAttribute("data-c")]) +
-        "\n" + fmtS(+t.getAttribute("data-a")) + " → " + fmtS(+t.getAttribute("data-b")) +
-        "\neach pixel column shows the phase that fills most of it;\nzoom in to see single intervals";
-      tip.style.display = "block";
-      placeTip(ev);
-      return;
-    }
-    if (i === null || i === undefined) return;
-    i = +i;
-    var kind = D.kinds[B[1][i]], lines = [];
-    lines.push((B[0][i] === 0 ? (B[4][i] === null ? "server, a request of no single client (e.g. an aggregation)"
-                                 : "server, request of client " + B[4][i]) : "client " + B[4][i]) + ": " +
-               (kind === "wait" ? "queue wait at the server" : kind));
-    lines.push(fmtS(B[2][i]) + " → " + fmtS(B[3][i]) + "  (" + fmtS(B[3][i] - B[2][i]) + ")");
-    if (kind === "download" || kind === "upload") {
-      lines.push("bytes " + fmtB(B[5][i]) + ", link rate " + fmtRate(B[6][i]));
-      // the bar's length: the link's latency, any wait for a shared medium, and the airtime (bits / rate)
-      var dur = B[3][i] - B[2][i], air = B[6][i] > 0 && B[5][i] !== null ? B[5][i] * 8 / B[6][i] : null,
-          qw = B[7][i] || 0;
-      if (air !== null)
-        lines.push("link latency " + fmtS(Math.max(dur - qw - air, 0)) + " + " + (qw > 0 ? "wait " + fmtS(qw) + " + " : "") +
-                   "airtime " + fmtS(air) + " = " + fmtS(dur));
-      else if (dur <= 0) lines.push("0 s: an ideal link (no latency, no airtime)");
-    }
-    var w = whatOf(i), p = purpose(i);
-    if (p !== null) lines.push("carries " + p + (w !== null && w !== p ? " (the trace's what: " + w + ")" : ""));
-    else if (kind === "server" || kind === "wait") lines.push("request: " + (w === null ? "not named in the trace" : w));
-    else if (w !== null) lines.push("what: " + w);
-    if (kind === "server" && B[7][i] !== null) lines.push("waited " + fmtS(B[7][i]) + " in the queue");
-    if (kind !== "offline" && kind !== "server" && kind !== "wait")
-      lines.push("staleness of the update " + (B[8][i] === null ? "– (not applied)" : B[8][i] + " versions"));
-    tip.textContent = lines.join("\n");
-    tip.style.display = "block";
-    placeTip(ev);
-  });
-  barsG.addEventListener("mousemove", placeTip);
-  barsG.addEventListener("mouseout", function () { tip.style.display = "none"; });
-  marksG.addEventListener("mouseover", function (ev) {
-    var text = ev.target.getAttribute && ev.target.getAttribute("data-tip");
-    if (!text) return;
-    tip.textContent = text;
-    tip.style.display = "block";
-    placeTip(ev);
-  });
-  marksG.addEventListener("mousemove", placeTip);
-  marksG.addEventListener("mouseout", function () { tip.style.display = "none"; });
-  window.fedsimTimeline = {
-    // show these clients' rows (those the page holds), in this order, under the server's
-    setRows: function (ids) {
-      var next = [0];
-      ids.forEach(function (c) { var d = dataRow[c]; if (d !== undefined && next.indexOf(d) < 0) next.push(d); });
-      disp = next; indexRows(); rowsDirty = true; schedule();
-      return disp.slice(1).map(function (d) { return D.clients[d - 1]; });
-    }
-  };
-  document.getElementById("fs-in").addEventListener("click", function () { zoom(0.5); });
-  document.getElementById("fs-out").addEventListener("click", function () { zoom(2); });
-  document.getElementById("fs-reset").addEventListener("click", function () { setView(full[0], full[1]); });
-  render();
-})();
-"""
+#: report.html's frame (``static/report.html``): ``${title}``, ``${style}`` and ``${body}`` filled in.
+PAGE_TEMPLATE = static_text("report.html")
 
 
 def fmt_bytes(n: float) -> str:
