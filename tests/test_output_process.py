@@ -43,7 +43,7 @@ def _python(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 #: runs SHOWN (its YAML in argv[1]) into argv[2] with the second process, then says whether this process
-#: ever imported matplotlib; argv[3], if given, names a file the run's hook turns into a folder first, so
+#: ever imported the figures' drawers (it draws none when the second process builds them); argv[3], if given, names a file the run's hook turns into a folder first, so
 #: that drawing it fails in the second process
 RUN_WITH_PROCESS = """
 import sys
@@ -58,10 +58,12 @@ def blocker(ctx):
             Path(run_dir, sys.argv[3]).mkdir()
     return Block() if len(sys.argv) > 3 else None
 
+DRAWERS = "fedsim.output.svg_figures"
+
 if __name__ == "__main__":
     summaries = run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True,
                              version_hooks=[blocker])
-    print("matplotlib" in sys.modules, *(s["status"] for s in summaries))  # the statuses the CLI exits by
+    print(DRAWERS in sys.modules, *(s["status"] for s in summaries))  # the statuses the CLI exits by
 """
 
 
@@ -171,7 +173,7 @@ if __name__ == "__main__":
     os.fork = no_fork  # the fork is for the second process only
     outputs.submit(build_run_outputs, sys.argv[1], None, 30, None, fork=True).result()
     outputs.close()
-    print("matplotlib" in sys.modules)
+    print("fedsim.output.svg_figures" in sys.modules)
 """
     run = tmp_path / "run"
     run_scenario(scenario_from_mapping(TINY), run, progress=False)  # figures off: none yet
@@ -229,7 +231,7 @@ if __name__ == "__main__":
     runner.preflight = small
     runner.MAX_EVENTS = 10  # the trace has more
     [s] = runner.run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True)
-    print(s["trace_events"] > 10, s["status"], "matplotlib" in sys.modules)
+    print(s["trace_events"] > 10, s["status"], "fedsim.output.svg_figures" in sys.modules)
 """
     done = _python(script, str(tmp_path / "one.yaml"), str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -270,12 +272,13 @@ def _signal_bits(pid: int, field: str) -> int:
 
 def _drawing_ready(pid: int) -> bool:
     """Whether the second process is ready beside the run: it ignores Ctrl-C (its own signal handling is in
-    place) and has loaded the plotting stack (matplotlib's font library is mapped: its warm-up has run)."""
+    place) and has loaded what drawing needs (pandas' compiled libraries are mapped: its warm-up, which
+    imports the report and the SVG drawers, has run)."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return False
-    return bool(_signal_bits(pid, "SigIgn") & (1 << (signal.SIGINT - 1))) and "ft2font" in maps
+    return bool(_signal_bits(pid, "SigIgn") & (1 << (signal.SIGINT - 1))) and "pandas/_libs" in maps
 
 
 def _started_long_run(tmp_path: Path, proc: subprocess.Popen) -> list[int]:
