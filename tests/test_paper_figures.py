@@ -104,3 +104,36 @@ def test_a_missing_or_unfinished_run_is_one_line_and_exit_2(run, tmp_path, capsy
     assert main(["figures", str(unfinished)]) == 2
     err = capsys.readouterr().err.strip()
     assert "still being built" in err and "\n" not in err
+
+
+# ---------------------------------------------------------------------------- a default run never imports matplotlib
+
+IMPORTS = """
+import sys
+from fedsim import load_scenario
+from fedsim.runner import run_scenario
+sys.path.insert(0, sys.argv[2])
+from conftest import TINY
+run_scenario(load_scenario({**TINY, "output": {}}), sys.argv[1], progress=False)
+print("matplotlib" in sys.modules)
+if len(sys.argv) > 3:  # the paper figures do import it: the check can see an import
+    from fedsim.output.paper import paper_figures
+    paper_figures(sys.argv[1], formats=["svg"])
+    print("matplotlib" in sys.modules)
+"""
+
+
+def test_a_default_run_writes_svg_and_never_imports_matplotlib(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "FEDSIM_OUTPUT_PROCESS": "0"}
+    out = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path / "run"), str(Path(__file__).parent), "paper"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
+    written = {p.name for p in (tmp_path / "run").iterdir()}
+    assert {"accuracy_vs_time.svg", "timeline.svg", "energy.svg", "report.html"} <= written
+    assert not [n for n in written if n.endswith(".png")]
+    for f in (tmp_path / "run").glob("*.svg"):
+        ET.parse(f)
