@@ -39,9 +39,10 @@ FEDSIM = [sys.executable, "-c", "import sys; from fedsim.cli import main; sys.ex
 OUTPUTS = """
 import sys, time
 t0 = time.perf_counter()
-from fedsim.output import report
-report.run_figures(sys.argv[1])
-report.html_report(sys.argv[1])
+from fedsim.output import figures, report
+build = figures.OutputBuild(sys.argv[1])  # one reading of the trace for the figures and the page, as a run's
+report.run_figures(sys.argv[1], build=build)
+report.html_report(sys.argv[1], build=build)
 print(time.perf_counter() - t0)
 """
 

@@ -67,18 +67,17 @@ def test_a_figure_registered_in_one_place_is_drawn_listed_and_fails_alone(tmp_pa
     assert "<h3>clients seen</h3><img alt='clients_seen.png' " in page
     assert base64.b64encode(png).decode("ascii") in page
 
-    # the same figure broken: recorded as missing, its half-written file removed, the others drawn
+    # the same figure broken, the run's outputs built again: recorded as missing, the earlier build's file
+    # removed (never shown as this build's), the others drawn
+    from fedsim.output.process import build_run_outputs
+
     figures.register_run_figure("clients_seen", ["clients_seen.png"], ["digest"], draw_broken)
     assert [f.name for f in figures.run_figures_registered()].count("clients_seen") == 1  # replaced in place
-    (tmp_path / "again").mkdir()
-    code, err, out = _run(tmp_path / "again", capsys)
-    assert code == 0, err
     line = "ZeroDivisionError: deliberately broken figure"
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["figures_missing"] == {"clients_seen": line}
-    assert f"figures not drawn: clients_seen ({line})" in err
+    assert build_run_outputs(str(out), None, 30, None) == {"clients_seen": line}
     assert not (out / "clients_seen.png").exists()
-    assert {"accuracy_vs_time.svg", "timeline.svg", "link_rates.svg", "server_queue.svg", "energy.svg"} <= {
+    assert "deliberately broken figure" in (out / "figures_error.txt").read_text()
+    assert {"accuracy_vs_time.svg", "timeline.svg", "link_rates.svg", "server_queue.svg", "energy.svg"} == {
         p.name for p in out.glob("*.svg")}
     page = (out / "report.html").read_text(encoding="utf-8")
     assert f"<b>clients_seen</b>: {line}" in page and "<h3>clients seen</h3>" not in page
@@ -150,3 +149,22 @@ def test_two_runs_built_interleaved_in_one_process_each_get_their_own_numbers(tm
     assert report.interactive_data(three, build=a)["clients"] == [0]
     # a build is one run's: its digest is the trace it was made for, not the last one read
     assert a.digest is not b.digest and len(a.digest.clients) == 1 and len(b.digest.clients) == 3
+
+
+@pytest.mark.fast
+def test_a_plugins_figures_join_the_registry(monkeypatch):
+    """A ``fedsim.plugins`` module's ``run_figures`` are listed after the registered ones (so the second
+    process, which loads the plugins, draws them too); a registered name wins over a plugin's."""
+    import types
+
+    import fedsim.plugins
+
+    mine = figures.RunFigure("plugin_fig", ("plugin_fig.png",), ("metrics",), lambda inputs, run_dir: None, forked=True)
+    clash = figures.RunFigure("timeline", ("other.png",), ("metrics",), lambda inputs, run_dir: None)
+    fake = types.SimpleNamespace(run_figures=[mine, clash])
+    monkeypatch.setattr(fedsim.plugins, "plugins", lambda: (fake,))
+    listed = figures.run_figures_registered()
+    assert listed[-1] is mine and figures.run_figure("timeline").files == ("timeline.png",)
+    assert "plugin_fig" in figures.forked_figures() and figures.figure_files()["plugin_fig"] == ("plugin_fig.png",)
+    monkeypatch.undo()
+    assert figures.run_figure("plugin_fig") is None
