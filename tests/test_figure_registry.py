@@ -164,7 +164,7 @@ def test_a_plugins_figures_join_the_registry(monkeypatch):
     fake = types.SimpleNamespace(run_figures=[mine, clash])
     monkeypatch.setattr(fedsim.plugins, "plugins", lambda: (fake,))
     listed = figures.run_figures_registered()
-    assert listed[-1] is mine and figures.run_figure("timeline").files == ("timeline.png",)
+    assert listed[-1] is mine and figures.run_figure("timeline").files == ("timeline.svg",)
     assert "plugin_fig" in figures.forked_figures() and figures.figure_files()["plugin_fig"] == ("plugin_fig.png",)
     monkeypatch.undo()
     assert figures.run_figure("plugin_fig") is None
