@@ -17,8 +17,9 @@ import pandas as pd
 if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is drawn (never by a default run)
     from matplotlib.figure import Figure
 
-from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
-                           dominant, queue_length, release_freed_memory)
+from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace,
+                                  dominant, release_freed_memory)
+from fedsim.output.digest import queue_length  # noqa: F401  (re-exported: report.queue_length)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, PURPOSE_BAR_COLOURS,  # noqa: F401
                                  QUEUE_STEP_MAX, TIMELINE_COLOURS, busy_share, fmt_seconds, submodel_table)

@@ -17,7 +17,7 @@ import pandas as pd
 from fedsim.output.digest import PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace
 from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, QUEUE_STEP_MAX, TIMELINE_COLOURS,
                                  busy_share, fmt_seconds, linear_bins, submodel_table, timeline_codes)
-from fedsim.output.svg import Figure, colour_map, label, nice_ticks, padded, text_width
+from fedsim.output.svg import Figure, colour_map, nice_ticks, padded, text_width
 
 #: Pixel columns of the timeline's plot: each is painted by the rule of :func:`timeline_svg`.
 TIMELINE_COLUMNS = 800
@@ -340,4 +340,4 @@ def submodel_svg(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict[in
 
 
 __all__ = ["accuracy_svg", "timeline_svg", "link_rate_svg", "server_queue_svg", "energy_svg", "submodel_svg",
-           "rate_bins", "label"]
+           "rate_bins", "accuracy_drawing"]
