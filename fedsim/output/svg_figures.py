@@ -254,8 +254,10 @@ def server_queue_svg(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     if not np.nanmax(waits, initial=0.0) > 0:
         ax.note(f"the server never queued: each of the {len(server):,} requests\nwas served on arrival "
                 "(no request waited)", size=10)
-    else:
-        ax.legend(size=9)
+    else:  # the legend where the queue is low: a busy run's steps fill the upper right
+        right = q["t"].to_numpy(dtype=float) >= t0 + 0.6 * (t1 - t0)
+        busy_right = bool(right.any()) and float(q["queue"].to_numpy(dtype=float)[right].max()) > 0.6 * top
+        ax.legend(size=9, where="lower right" if busy_right else "upper right")
     fig.save(path)
     return True
 
