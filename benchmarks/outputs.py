@@ -14,8 +14,13 @@ ratios with the load average beside them:
    bound), on the same checkpoints, alternately, one ratio per round (target: at least 5x).  Both share the
    per-run setup (data, model, SVCCA), so a faster setup makes the ratio smaller, never larger.
 
+5. ``--cpu`` (alone): the peers' reference workload (``benchmarks/peers/workload.yaml``) with its default
+   outputs, drawn in the run's own process (``FEDSIM_OUTPUT_PROCESS=0``), against the same run with figures
+   and report off, alternately, ``--repeats`` pairs: the median CPU time (user + system) of each and their
+   ratio (target: at most 1.15).
+
 Peaks are each child's ``ru_maxrss`` (``os.wait4``), no extra package needed.  Usage:
-``python benchmarks/outputs.py [--scenario gas-cell-timing] [--skip-probes | --only-probes]``.
+``python benchmarks/outputs.py [--scenario gas-cell-timing] [--skip-probes | --only-probes | --cpu]``.
 """
 from __future__ import annotations
 
@@ -89,10 +94,16 @@ def main() -> None:
     ap.add_argument("--probe-versions", type=int, default=6,
                     help="versions of the cos2p run (checkpoints every 3: version 0, 3, 6, ...)")
     ap.add_argument("--probe-rounds", type=int, default=2, help="alternating rounds of the two probe methods")
+    ap.add_argument("--cpu", action="store_true", help="only measurement 5: default outputs' CPU time over "
+                                                       "figures off, on the peers' reference workload")
+    ap.add_argument("--repeats", type=int, default=3, help="pairs for --cpu (median of them)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fedsim-bench-outputs-"))
     try:
         print(f"before: {load()}")
+        if args.cpu:
+            output_cpu(work, args.repeats)
+            return
         if not args.only_probes:
             output_costs(args.scenario, work)
         if not args.skip_probes:
@@ -121,6 +132,30 @@ def output_costs(scenario: str, work: Path) -> None:
     print(f"RATIO outputs / simulation wall: {outputs / sim:.2f}  (target <= 1)")
     print(f"RATIO peak with outputs: {peak_full:.0f} MB = {peak_full / peak_bare:.2f}x the run without them "
           f"(target < 450 MB)")
+
+
+def output_cpu(work: Path, repeats: int) -> None:
+    """Measurement 5: CPU time of the peers' reference run with default outputs in its own process over the
+    same run with figures and report off, ``repeats`` alternating pairs, medians."""
+    import statistics
+
+    peers = Path(__file__).resolve().parent / "peers"
+    env = {**os.environ, "FL_WORKLOAD": "reference", "PYTHONHASHSEED": "0", "FEDSIM_OUTPUT_PROCESS": "0"}
+    cpu: dict[str, list[float]] = {"default outputs": [], "figures off": []}
+    wall: dict[str, list[float]] = {"default outputs": [], "figures off": []}
+    for i in range(repeats):
+        for name, extra in (("default outputs", []), ("figures off", ["output.figures=false"])):
+            w, _, c, _ = child_usage([*FEDSIM, "run", "workload.yaml", *extra, "--out", str(work / f"{name}-{i}"),
+                                      "--force", "--quiet"], env=env, cwd=peers)
+            cpu[name].append(c)
+            wall[name].append(w)
+            print(f"peers' reference workload, {name}: CPU {c:.2f} s, wall {w:.2f} s  ({load()})", flush=True)
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    ratios = [a / b for a, b in zip(cpu["default outputs"], cpu["figures off"])]
+    print(f"median CPU: default outputs {med['default outputs']:.2f} s, figures off {med['figures off']:.2f} s; "
+          f"median wall {statistics.median(wall['default outputs']):.2f} s / {statistics.median(wall['figures off']):.2f} s")
+    print(f"RATIO default outputs / figures off, CPU: {med['default outputs'] / med['figures off']:.3f} of the medians "
+          f"(pairs: {' '.join(f'{r:.3f}' for r in ratios)}; target <= 1.15)")
 
 
 def probe_speedup(work: Path, versions: int, rounds: int) -> None:

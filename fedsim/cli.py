@@ -9,6 +9,8 @@
     fedsim models [SCENARIO] [key=value ...]            the scenario's model: width groups, costs per width
     fedsim check RUN_DIR                                measured theory quantities of a finished run
     fedsim compare RUN_DIR... [--out DIR]               earlier runs side by side: table and overlaid figures
+    fedsim figures RUN [--format png pdf svg] [--width column|page] [--out DIR]
+                                                        a finished run's figures for a paper (matplotlib)
 
 Bad input prints one line, ``fedsim: error: <field>: <what is wrong> (allowed: ...)``, and exits 2.
 An unexpected failure inside a run prints one line, ``fedsim: internal error: ... (run with --debug for
@@ -240,6 +242,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_figures(args: argparse.Namespace) -> int:
+    """A finished run's figures for a paper: matplotlib, at a column's width, PNG/PDF/SVG."""
+    from fedsim.output.paper import paper_figures
+
+    written = paper_figures(args.run, args.out, formats=args.format, width=args.width)
+    folder = Path(args.out) if args.out else Path(args.run) / "figures"
+    print(f"figures: {folder} ({len(written)} files: " + ", ".join(sorted({p.stem for p in written})) + ")")
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     """Print the resolved scenario (every default filled in, every stop rule shown) without running it."""
     from fedsim.scenario import dump_scenario, warn_implausible
@@ -400,6 +412,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-large", action="store_true", help="run even when a run's work estimate is absurd")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_sweep)
+    p = command("figures", help="a finished run's figures for a paper: PNG (300 dpi), vector PDF and SVG",
+                description="Draw a finished run's figures with matplotlib at a paper's column width (3.5 in) or "
+                            "page width (7.16 in), 7-9 pt text, into RUN/figures/ (or --out).")
+    p.add_argument("run", help="a finished run's folder")
+    p.add_argument("--format", nargs="+", default=["png", "pdf", "svg"], choices=["png", "pdf", "svg"],
+                   help="formats to write (default: png pdf svg)")
+    p.add_argument("--width", default="column", choices=["column", "page"],
+                   help="column (3.5 in, the default) or page (7.16 in)")
+    p.add_argument("--out", default=None, help="folder for the figures (default: RUN/figures)")
+    p.set_defaults(func=cmd_figures)
     p = command("compare", help="overlay earlier runs: accuracy, bytes, energy; a comparison table",
                        description="Compare finished runs (any algorithms, seeds or scenarios): every run under "
                                    "the folders given, e.g. `fedsim compare runs/default runs/fedasync`.")

@@ -9,7 +9,8 @@ Run directory (one per variant; a scenario with several algorithms also gets a t
     <out>/metrics.csv       one row per evaluation (virtual time, version, accuracy, loss, bytes)
     <out>/summary.json      final numbers and why the run stopped
     <out>/final_model.pt    the final global state dict (CPU tensors, whatever ``train.device`` was)
-    <out>/*.png             accuracy vs virtual time, per-client timeline
+    <out>/*.svg             the run figures (accuracy vs virtual time, per-client timeline, ...), SVG
+                            written directly; report.html embeds them
     <out>/checkpoints/v{version:06d}.pt   with ``output.checkpoints: N``: the global state dict at version 0,
                             every N versions and the final version (``fedsim check`` probes them)
     <out>/probes_live.csv   with ``eval.probe_every: N``: theory probes of the live global model (a version

@@ -1,6 +1,6 @@
-"""Regenerate the gallery (docs/gallery.md) (``figures/gallery/*.png``) from built-in scenarios.
+"""Regenerate the gallery (docs/gallery.md) (``figures/gallery/*.svg`` and ``*.png``) from built-in scenarios.
 
-    python -m figures.gallery [--out figures/gallery] [--quick]
+    python -m figures.gallery [--out figures/gallery] [--quick | --runs-only]
 
 Each picture comes from a real run; nothing is drawn by hand.  Takes about 100 s of CPU time.
 After the scenario runs, the papers' figure recipes run with their own ``--quick`` (one seed) and two
@@ -23,20 +23,20 @@ from figures import cos2p, embracingfl, fedraa, gas, semisfl
 
 #: (scenario, overrides, files to keep as {file in the run directory: name in the gallery})
 RUNS: list[tuple[str, list[str], dict[str, str]]] = [
-    ("default", [], {"accuracy_vs_time.png": "accuracy_vs_time.png", "fedavg/timeline.png": "timeline.png",
-                     "fedavg/energy.png": "energy.png"}),
+    ("default", [], {"accuracy_vs_time.svg": "accuracy_vs_time.svg", "fedavg/timeline.svg": "timeline.svg",
+                     "fedavg/energy.svg": "energy.svg"}),
     # full-participation FedAvg with a step size inside the local-SGD theorem's condition, checkpointed
     # so that `fedsim check` can probe L, sigma^2, zeta^2 and evaluate the bound
     ("fedasync", ["algorithm=fedavg", "algorithm.clients_per_round=20", "model.name=logreg", "train.lr=0.005",
                   "train.momentum=0", "train.local_steps=2", "output.checkpoints=2", "stop.max_versions=20",
                   "stop.max_time_s=null"], {}),
     ("fedasync", ["server.overhead_s=0.05", "stop.max_versions=60", "stop.max_time_s=null"],
-     {"server_queue.png": "server_queue.png"}),
+     {"server_queue.svg": "server_queue.svg"}),
     ("fedasync", ["channel.preset=gas-cell", "channel.uplink.fading=rayleigh", "stop.max_time_s=20"],
-     {"link_rates.png": "link_rates.png"}),
+     {"link_rates.svg": "link_rates.svg"}),
     # width reduction: FedAvg on the devices that hold the model vs HeteroFL, FjORD, FedRolex
-    ("heterofl", [], {"accuracy_vs_time.png": "heterofl_accuracy_vs_time.png",
-                      "heterofl/submodel_heatmap.png": "submodel_heatmap.png"}),
+    ("heterofl", [], {"accuracy_vs_time.svg": "heterofl_accuracy_vs_time.svg",
+                      "heterofl/submodel_heatmap.svg": "submodel_heatmap.svg"}),
     ("fedasync", ["network.topology.kind=hierarchical", "network.topology.edge_servers=3",
                   "network.topology.backhaul_mbps=20", "stop.max_time_s=5"], {"topology.png": "topology.png"}),
 ]
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "gallery"))
     ap.add_argument("--quick", action="store_true", help="short runs, no paper recipes (a smoke test of the recipe)")
+    ap.add_argument("--runs-only", action="store_true", help="the scenario runs' pictures only (no paper recipes)")
     args = ap.parse_args(argv)
     # quick: 4 versions of 2 local steps each (the same figures, drawn from less training)
     quick = ["stop={max_versions: 4}", "output.flush_every=64", "train.local_steps=2"] if args.quick else []
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name in ("grad_norm_vs_bound.png", "svcca_by_layer.png", "dissimilarity_over_versions.png"):
                     shutil.copyfile(run_dir / "check" / name, out / f"check_{name}")
                     print(f"wrote {out / f'check_{name}'}")
-        if args.quick:
+        if args.quick or args.runs_only:
             return 0
         for prefix, recipe, names in RECIPES:
             recipe_dir = Path(tmp) / prefix

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import TINY
 
-from fedsim.output import report
+from fedsim.output import report, svg_figures
 from fedsim.cli import main
 
 RATE = 2e6  # bit/s: 2 Mbit/s on every link
@@ -90,12 +90,12 @@ def _zero_run(root: Path) -> Path:
 def test_degenerate_runs_draw_every_figure_and_the_report(tmp_path, make):
     run = make(tmp_path)
     written = {p.name for p in report.run_figures(run)}  # without ``missing``: any figure's failure raises
-    expected = {"accuracy_vs_time.png", "timeline.png", "server_queue.png", "energy.png"}
+    expected = {"accuracy_vs_time.svg", "timeline.svg", "server_queue.svg", "energy.svg"}
     if make is not _zero_run:  # (a run with no rate recorded has no link-rate figure)
-        expected.add("link_rates.png")
+        expected.add("link_rates.svg")
     assert expected <= written, written
     page = report.html_report(run).read_text(encoding="utf-8")
-    assert "Figures not drawn" not in page and page.count("data:image/png;base64,") == len(written)
+    assert "Figures not drawn" not in page and page.count("data:image/svg+xml;base64,") == len(written)
 
 
 @pytest.mark.fast
@@ -121,20 +121,20 @@ def test_one_rate_up_to_rounding_is_one_bar(tmp_path, monkeypatch):
 @pytest.mark.fast
 def test_a_failing_figure_is_recorded_and_the_rest_are_drawn(tmp_path):
     run = _one_client(tmp_path)
-    (run / "link_rates.png").write_bytes(b"stale")  # an earlier build's file is not shown as this one's
+    (run / "link_rates.svg").write_bytes(b"stale")  # an earlier build's file is not shown as this one's
     missing: dict[str, dict[str, str]] = {}
-    real = report.link_rate_figure
+    real = svg_figures.link_rate_svg
     try:
-        report.link_rate_figure = lambda *a, **k: 1 / 0  # deliberately broken figure
+        svg_figures.link_rate_svg = lambda *a, **k: 1 / 0  # deliberately broken figure
         written = {p.name for p in report.run_figures(run, missing=missing)}
         with pytest.raises(ZeroDivisionError):  # without ``missing`` it is raised, as before
             report.run_figures(run, only=["link_rates"])
     finally:
-        report.link_rate_figure = real
+        svg_figures.link_rate_svg = real
     assert list(missing) == ["link_rates"] and missing["link_rates"]["error"] == "ZeroDivisionError: division by zero"
     assert "Traceback" in missing["link_rates"]["traceback"]
-    assert "link_rates.png" not in written and not (run / "link_rates.png").exists()
-    assert {"accuracy_vs_time.png", "timeline.png", "server_queue.png", "energy.png"} <= written
+    assert "link_rates.svg" not in written and not (run / "link_rates.svg").exists()
+    assert {"accuracy_vs_time.svg", "timeline.svg", "server_queue.svg", "energy.svg"} <= written
 
 
 def test_a_figure_that_raises_in_a_run_fails_alone(tmp_path, capsys, monkeypatch):
@@ -143,7 +143,7 @@ def test_a_figure_that_raises_in_a_run_fails_alone(tmp_path, capsys, monkeypatch
     def broken(*args: Any, **kwargs: Any) -> bool:
         raise ValueError("Too many bins for data range. Cannot create 40 finite-sized bins.")
 
-    monkeypatch.setattr(report, "link_rate_figure", broken)
+    monkeypatch.setattr(svg_figures, "link_rate_svg", broken)
     out = tmp_path / "run"
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump({**TINY, "output": {"figures": True}}), encoding="utf-8")
     code = main(["run", str(tmp_path / "tiny.yaml"), "--out", str(out), "--quiet"])
@@ -155,8 +155,8 @@ def test_a_figure_that_raises_in_a_run_fails_alone(tmp_path, capsys, monkeypatch
     assert summary["status"] == "ok" and summary["figures_missing"] == {"link_rates": line}
     assert "outputs_error" not in summary and not (out / "outputs_error.txt").exists()
     assert ", in broken" in (out / "figures_error.txt").read_text()
-    assert {"accuracy_vs_time.png", "timeline.png", "server_queue.png", "energy.png"} <= {p.name for p in out.glob("*.png")}
-    assert not (out / "link_rates.png").exists()
+    assert {"accuracy_vs_time.svg", "timeline.svg", "server_queue.svg", "energy.svg"} <= {p.name for p in out.glob("*.svg")}
+    assert not (out / "link_rates.svg").exists()
     page = (out / "report.html").read_text()
     assert f"<h2 id='figures-missing'>Figures not drawn</h2>" in page and f"<b>link_rates</b>: {line}" in page
     # drawn again with the figure mended: nothing is missing, and the stale traceback is gone
@@ -164,7 +164,7 @@ def test_a_figure_that_raises_in_a_run_fails_alone(tmp_path, capsys, monkeypatch
     from fedsim.output.process import build_run_outputs
 
     assert build_run_outputs(str(out), None, 30, None) == {}
-    assert not (out / "figures_error.txt").exists() and (out / "link_rates.png").exists()
+    assert not (out / "figures_error.txt").exists() and (out / "link_rates.svg").exists()
     assert "Figures not drawn" not in (out / "report.html").read_text()
 
 
@@ -178,4 +178,4 @@ def test_the_homogeneous_rate_run_writes_its_report(tmp_path, capsys):
     assert code == 0 and "warning" not in err, err
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and "figures_missing" not in summary
-    assert (out / "link_rates.png").is_file() and (out / "report.html").is_file()
+    assert (out / "link_rates.svg").is_file() and (out / "report.html").is_file()

@@ -77,11 +77,11 @@ def test_a_figure_registered_in_one_place_is_drawn_listed_and_fails_alone(tmp_pa
     assert build_run_outputs(str(out), None, 30, None) == {"clients_seen": line}
     assert not (out / "clients_seen.png").exists()
     assert "deliberately broken figure" in (out / "figures_error.txt").read_text()
-    assert {"accuracy_vs_time.png", "timeline.png", "link_rates.png", "server_queue.png", "energy.png"} == {
-        p.name for p in out.glob("*.png")}
+    assert {"accuracy_vs_time.svg", "timeline.svg", "link_rates.svg", "server_queue.svg", "energy.svg"} == {
+        p.name for p in out.glob("*.svg")}
     page = (out / "report.html").read_text(encoding="utf-8")
     assert f"<b>clients_seen</b>: {line}" in page and "<h3>clients seen</h3>" not in page
-    assert page.count("data:image/png;base64,") == 5
+    assert page.count("data:image/svg+xml;base64,") == 5 and "data:image/png;base64," not in page
 
 
 @pytest.mark.fast
@@ -164,7 +164,7 @@ def test_a_plugins_figures_join_the_registry(monkeypatch):
     fake = types.SimpleNamespace(run_figures=[mine, clash])
     monkeypatch.setattr(fedsim.plugins, "plugins", lambda: (fake,))
     listed = figures.run_figures_registered()
-    assert listed[-1] is mine and figures.run_figure("timeline").files == ("timeline.png",)
+    assert listed[-1] is mine and figures.run_figure("timeline").files == ("timeline.svg",)
     assert "plugin_fig" in figures.forked_figures() and figures.figure_files()["plugin_fig"] == ("plugin_fig.png",)
     monkeypatch.undo()
     assert figures.run_figure("plugin_fig") is None

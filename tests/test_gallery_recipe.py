@@ -20,8 +20,8 @@ def test_report_html_embeds_summary_and_every_figure(tmp_path):
     out = tmp_path / "r"
     assert cli(["run", "fedasync", "data.num_clients=4", "stop={max_versions: 4}", "--out", str(out), "--quiet"]) == 0
     page = (out / "report.html").read_text(encoding="utf-8")
-    pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs and all(f"alt='{n}'" in page for n in pngs)
-    embedded = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)
-    assert len(embedded) == len(pngs) and all(base64.b64decode(e)[:8] == b"\x89PNG\r\n\x1a\n" for e in embedded)
+    svgs = sorted(p.name for p in out.glob("*.svg"))  # the run's figures, written as SVG
+    assert svgs and all(f"alt='{n}'" in page for n in svgs) and not list(out.glob("*.png"))
+    embedded = re.findall(r"data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)", page)
+    assert len(embedded) == len(svgs) and all(base64.b64decode(e).startswith(b"<svg ") for e in embedded)
     assert "<th>status</th><td>ok</td>" in page and "src='runs" not in page  # nothing points outside the page

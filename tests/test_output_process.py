@@ -43,7 +43,7 @@ def _python(script: str, *args: str) -> subprocess.CompletedProcess:
 
 
 #: runs SHOWN (its YAML in argv[1]) into argv[2] with the second process, then says whether this process
-#: ever imported matplotlib; argv[3], if given, names a file the run's hook turns into a folder first, so
+#: ever imported the figures' drawers (it draws none when the second process builds them); argv[3], if given, names a file the run's hook turns into a folder first, so
 #: that drawing it fails in the second process
 RUN_WITH_PROCESS = """
 import sys
@@ -58,10 +58,12 @@ def blocker(ctx):
             Path(run_dir, sys.argv[3]).mkdir()
     return Block() if len(sys.argv) > 3 else None
 
+DRAWERS = "fedsim.output.svg_figures"
+
 if __name__ == "__main__":
     summaries = run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True,
                              version_hooks=[blocker])
-    print("matplotlib" in sys.modules, *(s["status"] for s in summaries))  # the statuses the CLI exits by
+    print(DRAWERS in sys.modules, *(s["status"] for s in summaries))  # the statuses the CLI exits by
 """
 
 
@@ -82,13 +84,15 @@ def test_the_switch(tmp_path, monkeypatch):
     sc = scenario_from_mapping(SHOWN)
     monkeypatch.setenv(SWITCH, "0")
     assert not wanted(sc)
+    monkeypatch.delenv(SWITCH)  # the default: the run's own process (the figures are cheap SVG)
+    assert not wanted(sc)
     (tmp_path / "shown.yaml").write_text(yaml.safe_dump(SHOWN), encoding="utf-8")
     monkeypatch.setenv(SWITCH, "yes")
     with fedsim_process(["run", str(tmp_path / "shown.yaml"), "--out", str(tmp_path / "run")]) as proc:
         stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 2 and stdout == ""
     assert stderr.strip() == ("fedsim: error: FEDSIM_OUTPUT_PROCESS: got 'yes' (allowed: 0, figures drawn in the run's "
-                              "own process, or 1, in a second process where it pays)")
+                              "own process, the default, or 1, in a second process where a core is free)")
 
 
 @needs_two_cores
@@ -100,11 +104,11 @@ def test_the_second_process_builds_the_same_files(tmp_path):
     done = _python(RUN_WITH_PROCESS, str(tmp_path / "shown.yaml"), str(there))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "ok", "ok"], "the run's own process drew the figures"
-    built = sorted(p.relative_to(here) for p in here.rglob("*") if p.suffix in (".png", ".html"))
-    assert sorted(p.relative_to(there) for p in there.rglob("*") if p.suffix in (".png", ".html")) == built
-    assert {"fedavg/timeline.png", "fedbuff/report.html", "accuracy_vs_time.png", "report.html"} <= {str(p) for p in built}
+    built = sorted(p.relative_to(here) for p in here.rglob("*") if p.suffix in (".svg", ".html"))
+    assert sorted(p.relative_to(there) for p in there.rglob("*") if p.suffix in (".svg", ".html")) == built
+    assert {"fedavg/timeline.svg", "fedbuff/report.html", "accuracy_vs_time.svg", "report.html"} <= {str(p) for p in built}
     for p in built:
-        if p.suffix == ".png":
+        if p.suffix == ".svg":
             assert (here / p).read_bytes() == (there / p).read_bytes(), p
         else:
             assert _same_but_wall_time(here / p, there / p), p
@@ -113,7 +117,7 @@ def test_the_second_process_builds_the_same_files(tmp_path):
 
 
 @needs_two_cores
-@pytest.mark.parametrize("blocked", ["timeline.png", "energy.png"])  # drawn by the second process, by its fork
+@pytest.mark.parametrize("blocked", ["timeline.svg", "energy.svg"])  # drawn by the second process, by its fork
 def test_a_figure_that_fails_there_fails_alone(tmp_path, blocked):
     """A figure that cannot be written fails on its own in the second process and in its fork: the run is
     ``ok``, the other figures and report.html are written, and the summary and the page name it."""
@@ -124,13 +128,13 @@ def test_a_figure_that_fails_there_fails_alone(tmp_path, blocked):
     assert done.stdout.split() == ["False", "ok"]
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
-    name = blocked.removesuffix(".png")
+    name = blocked.removesuffix(".svg")
     assert summary["status"] == "ok" and "outputs_error" not in summary
     assert list(summary["figures_missing"]) == [name]
     assert summary["figures_missing"][name].startswith("IsADirectoryError") and f"{blocked}'" in summary["figures_missing"][name]
     text = (run / "figures_error.txt").read_text()
-    assert "IsADirectoryError" in text and ("energy_figure" in text) == (blocked == "energy.png")  # where it failed
-    others = {"accuracy_vs_time.png", "timeline.png", "link_rates.png", "server_queue.png", "energy.png"} - {blocked}
+    assert "IsADirectoryError" in text and ("energy_svg" in text) == (blocked == "energy.svg")  # where it failed
+    others = {"accuracy_vs_time.svg", "timeline.svg", "link_rates.svg", "server_queue.svg", "energy.svg"} - {blocked}
     assert all((run / f).is_file() for f in others)  # the rest were drawn
     page = (run / "report.html").read_text()
     assert "Figures not drawn" in page and f"<b>{name}</b>: IsADirectoryError" in page
@@ -149,7 +153,7 @@ def test_a_report_that_fails_there_is_recorded_as_here(tmp_path):
     assert summary["outputs_error"].startswith("figures and report: IsADirectoryError")
     assert "report.html'" in summary["outputs_error"]
     assert "IsADirectoryError" in (tmp_path / "run" / "outputs_error.txt").read_text()
-    assert (tmp_path / "run" / "accuracy_vs_time.png").exists()  # what was drawn before the failure is kept
+    assert (tmp_path / "run" / "accuracy_vs_time.svg").exists()  # what was drawn before the failure is kept
     assert (tmp_path / "run" / "report.html").is_dir()
 
 
@@ -169,15 +173,15 @@ if __name__ == "__main__":
     os.fork = no_fork  # the fork is for the second process only
     outputs.submit(build_run_outputs, sys.argv[1], None, 30, None, fork=True).result()
     outputs.close()
-    print("matplotlib" in sys.modules)
+    print("fedsim.output.svg_figures" in sys.modules)
 """
     run = tmp_path / "run"
     run_scenario(scenario_from_mapping(TINY), run, progress=False)  # figures off: none yet
-    assert not (run / "timeline.png").exists()
+    assert not (run / "timeline.svg").exists()
     done = _python(script, str(run))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True"]  # built here
-    assert (run / "timeline.png").exists() and (run / "report.html").exists()
+    assert (run / "timeline.svg").exists() and (run / "report.html").exists()
 
 
 def test_a_big_run_builds_its_outputs_in_its_own_process(tmp_path):
@@ -227,12 +231,12 @@ if __name__ == "__main__":
     runner.preflight = small
     runner.MAX_EVENTS = 10  # the trace has more
     [s] = runner.run_scenario(load_scenario(sys.argv[1], []), sys.argv[2], progress=False, outputs_process=True)
-    print(s["trace_events"] > 10, s["status"], "matplotlib" in sys.modules)
+    print(s["trace_events"] > 10, s["status"], "fedsim.output.svg_figures" in sys.modules)
 """
     done = _python(script, str(tmp_path / "one.yaml"), str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["True", "ok", "True"]  # drawn here
-    assert (tmp_path / "run" / "timeline.png").exists() and (tmp_path / "run" / "report.html").exists()
+    assert (tmp_path / "run" / "timeline.svg").exists() and (tmp_path / "run" / "report.html").exists()
 
 
 def _children(pid: int) -> list[int]:
@@ -268,12 +272,13 @@ def _signal_bits(pid: int, field: str) -> int:
 
 def _drawing_ready(pid: int) -> bool:
     """Whether the second process is ready beside the run: it ignores Ctrl-C (its own signal handling is in
-    place) and has loaded the plotting stack (matplotlib's font library is mapped: its warm-up has run)."""
+    place) and has loaded what drawing needs (pandas' compiled libraries are mapped: its warm-up, which
+    imports the report and the SVG drawers, has run)."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except OSError:
         return False
-    return bool(_signal_bits(pid, "SigIgn") & (1 << (signal.SIGINT - 1))) and "ft2font" in maps
+    return bool(_signal_bits(pid, "SigIgn") & (1 << (signal.SIGINT - 1))) and "pandas/_libs" in maps
 
 
 def _started_long_run(tmp_path: Path, proc: subprocess.Popen) -> list[int]:
@@ -329,7 +334,7 @@ def test_ctrl_c_builds_the_interrupted_runs_outputs_and_leaves_nothing_running(t
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["stop_reason"] == "interrupted by the user"
     assert summary["versions"] < LONG["stop"]["max_versions"], summary["versions"]
-    assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.png").exists()
+    assert (tmp_path / "run" / "report.html").exists() and (tmp_path / "run" / "timeline.svg").exists()
     assert _gone(workers, 5.0), "the second process outlived the run"
 
 

@@ -42,7 +42,7 @@ def test_a_failed_report_is_not_ok(tiny, tmp_path, capsys, monkeypatch):
     assert "ValueError: The truth value" in summary["outputs_error"] and "figures and report" in summary["outputs_error"]
     assert summary["stop_reason"] and summary["final_accuracy"] is not None  # the simulation's own numbers stay
     # what was built before the report failed is kept, and the traceback is beside it
-    assert (out / "metrics.csv").exists() and (out / "trace.jsonl").exists() and list(out.glob("*.png"))
+    assert (out / "metrics.csv").exists() and (out / "trace.jsonl").exists() and list(out.glob("*.svg"))
     assert "Traceback" in (out / OUTPUTS_ERROR_FILE).read_text()
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fedsim: internal error: fedavg: figures and report: ValueError"), err

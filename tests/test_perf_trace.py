@@ -61,7 +61,7 @@ def test_figures_and_check_read_a_compact_trace(tmp_path):
     _run(tmp_path, "compact")
     run_dir = tmp_path / "compact"
     written = {p.name for p in run_figures(run_dir)}
-    assert {"timeline.png", "link_rates.png"} <= written
+    assert {"timeline.svg", "link_rates.svg"} <= written
     table = check_run(run_dir, progress=False)
     row = table[table["quantity"] == "trace: staleness >= 0"]
     assert len(row) == 1 and bool(row["holds"].iloc[0])

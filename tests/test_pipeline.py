@@ -99,7 +99,8 @@ def test_fedsim_never_imports_analysis():
 
 
 #: the modules that show a finished run or folder: they live in fedsim/output/, not at the package top
-OUTPUT_MODULES = ("report", "panels", "digest", "figures", "folder_report", "process", "compare", "side_by_side")
+OUTPUT_MODULES = ("report", "panels", "digest", "figures", "folder_report", "process", "compare", "side_by_side",
+                  "svg", "svg_figures", "style", "paper")
 
 
 @pytest.mark.fast

@@ -261,7 +261,8 @@ def test_a_failed_figure_is_named_on_the_page_in_chromium(tmp_path, capsys, brow
     browser.wait_for("Page.loadEventFired")
     missing = browser.js("[...document.querySelectorAll('#figures-missing + p + ul li')].map(li => li.textContent)")
     assert missing == ["ink_level: RuntimeError: no ink left"]
+    # every run figure is an SVG image that Chromium decodes and lays out (naturalWidth > 0)
     drawn = browser.js("[...document.images].filter(i => i.complete && i.naturalWidth > 0).map(i => i.alt).sort()")
-    assert drawn == sorted(p.name for p in out.glob("*.png")) and len(drawn) == 5
+    assert drawn == sorted(p.name for p in out.glob("*.svg")) and len(drawn) == 5
     assert browser.js("document.querySelectorAll('#fs-bars rect.fs-bar').length") > 0  # the timeline drew
     assert browser.errors() == []

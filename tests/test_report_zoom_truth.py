@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import xml.etree.ElementTree as ET
 
 import matplotlib.colors as mcolors
 import matplotlib.image as mimage
@@ -90,10 +91,20 @@ def _utilisation(run) -> float:
     return float(json.loads((run / "summary.json").read_text())["server"]["utilisation"])
 
 
-def test_png_server_row_shows_the_measured_utilisation(busy):
+def test_svg_server_row_shows_the_measured_utilisation(busy):
+    from test_svg_figures import server_share
+
     util = _utilisation(busy)
     assert 0.25 < util < 0.5
-    assert png_server_share(busy / "timeline.png", 31) == pytest.approx(util, abs=0.02)
+    assert server_share(busy / "timeline.svg") == pytest.approx(util, abs=0.02)
+
+
+def test_png_server_row_shows_the_measured_utilisation(busy):
+    from test_timeline_truth import paper_png
+
+    util = _utilisation(busy)
+    assert 0.25 < util < 0.5
+    assert png_server_share(paper_png(busy), 31) == pytest.approx(util, abs=0.02)
 
 
 def test_page_data_holds_the_server_share_at_every_level(busy):
@@ -194,10 +205,27 @@ def gas(tmp_path_factory):
     return out
 
 
-def test_png_draws_activations_in_their_own_colour(gas):
+def test_svg_draws_activations_in_their_own_colour(gas):
+    from test_svg_figures import NS, axes, parse, phase_areas, rects
+
     from fedsim.output.report import PURPOSE_BAR_COLOURS
 
-    rgb = _rgb(gas / "timeline.png")
+    areas = phase_areas(gas / "timeline.svg")
+    assert areas["activations"] > 0.2 * sum(areas.values())  # drawn in the clients' rows
+    (_, g), = axes(parse(gas / "timeline.svg"))
+    fills = {r.get("data-kind"): r.get("fill") for r in rects(g, "phases")}
+    assert fills["activations"] == PURPOSE_BAR_COLOURS["activations"] and fills["upload"] != fills["activations"]
+    # the legend names them with the same colour
+    legend = [e for e in parse(gas / "timeline.svg").iter(f"{NS}g") if e.get("class") == "legend"]
+    assert PURPOSE_BAR_COLOURS["activations"] in ET.tostring(legend[0], encoding="unicode")
+
+
+def test_png_draws_activations_in_their_own_colour(gas):
+    from test_timeline_truth import paper_png
+
+    from fedsim.output.report import PURPOSE_BAR_COLOURS
+
+    rgb = _rgb(paper_png(gas))
     red = _is(rgb, PURPOSE_BAR_COLOURS["activations"])
     rows = np.flatnonzero(red.sum(axis=1) > 0)
     # drawn in the plot (many rows of pixels: the clients' rows), not only as the legend's swatch

@@ -1,4 +1,5 @@
-"""The timeline tells the truth at every zoom, in timeline.png and in report.html's interactive view.
+"""The timeline tells the truth at every zoom, in timeline.svg (the run's), timeline.png (``fedsim figures``)
+and in report.html's interactive view.
 
 A busy asynchronous run (200 clients, 40 training at once, 7 µs compute next to 29 ms uploads) used to
 come out with compute painted over everything and the uploads, 40% of the clients' time, invisible; the
@@ -71,11 +72,34 @@ def check_shares(pixels: dict[str, int], shares: dict[str, float]) -> None:
         assert got <= 2 * share + 0.01, (k, got, share, pixels)
 
 
+def test_svg_gives_each_phase_its_share_of_the_area(busy):
+    """The run's own timeline.svg: each phase's rectangles' area, as the PNG's pixels below."""
+    from test_svg_figures import phase_areas
+
+    shares = time_shares(load_trace(busy), 30)
+    areas = phase_areas(busy / "timeline.svg")
+    check_shares({k: areas.get(k, 0.0) for k in CLIENT_PHASES}, shares)
+    # deliberately broken: the upload's area given to compute is caught
+    broken = {**areas, "compute": areas.get("compute", 0.0) + areas["upload"], "upload": 0.0}
+    with pytest.raises(AssertionError):
+        check_shares({k: broken.get(k, 0.0) for k in CLIENT_PHASES}, shares)
+
+
+def paper_png(run: Path) -> Path:
+    """The run's timeline.png as ``fedsim figures`` draws it (matplotlib, a page wide, 300 dpi)."""
+    from fedsim.cli import main
+
+    out = run / "paper"
+    if not (out / "timeline.png").exists():
+        assert main(["figures", str(run), "--format", "png", "--width", "page", "--out", str(out)]) == 0
+    return out / "timeline.png"
+
+
 def test_png_gives_each_phase_its_share_of_the_pixels(busy):
     trace = load_trace(busy)
     shares = time_shares(trace, 30)
     assert shares["upload"] > 0.3 and shares["compute"] < 0.001  # the run is the issue's
-    rgb = (mimage.imread(busy / "timeline.png")[..., :3] * 255).round().astype(int)
+    rgb = (mimage.imread(paper_png(busy))[..., :3] * 255).round().astype(int)
     # the plot only (above the x axis's spine, a row of dark pixels across the plot): not the legend
     dark = (rgb.sum(axis=-1) < 150).sum(axis=1)
     spine = int(np.flatnonzero(dark > 0.5 * rgb.shape[1]).max())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fedsim.output import report
+from fedsim.output import report, svg_figures
 from fedsim.errors import ConfigError
 from fedsim.runner import run_scenario
 from fedsim import load_scenario, scenario_from_mapping
@@ -14,16 +14,16 @@ TINY = {"data": {"num_clients": 6}, "train": {"local_steps": 2},
 
 def test_window_and_client_count_reach_the_timeline(tmp_path, monkeypatch):
     seen = {}
-    real = report.timeline_figure
+    real = svg_figures.timeline_svg
 
     def spy(trace, path, **kw):
         seen.update(kw)
         return real(trace, path, **kw)
 
-    monkeypatch.setattr(report, "timeline_figure", spy)
+    monkeypatch.setattr(svg_figures, "timeline_svg", spy)
     sc = scenario_from_mapping({**TINY, "output": {"timeline_window": [0.25, 0.5], "timeline_clients": 4}})
     run_scenario(sc, tmp_path / "zoom", progress=False)
-    assert (tmp_path / "zoom" / "timeline.png").exists()
+    assert (tmp_path / "zoom" / "timeline.svg").exists()
     assert (seen["since"], seen["until"], seen["max_clients"]) == (0.25, 0.5, 4)
     seen.clear()
     report.run_figures(tmp_path / "zoom")  # default: the whole run

@@ -232,10 +232,10 @@ def test_heterofl_scenario_end_to_end_tiny(tmp_path):
     raw["output"] = {"figures": True}
     summaries = run_scenario(scenario_from_mapping(raw), tmp_path, progress=False)
     assert [s["status"] for s in summaries] == ["ok"] * 4
-    assert (tmp_path / "accuracy_vs_time.png").exists()
+    assert (tmp_path / "accuracy_vs_time.svg").exists()
     for label in ("heterofl", "fjord", "fedrolex"):
-        assert (tmp_path / label / "submodel_heatmap.png").exists(), label
-    assert not (tmp_path / "fedavg" / "submodel_heatmap.png").exists()
+        assert (tmp_path / label / "submodel_heatmap.svg").exists(), label
+    assert not (tmp_path / "fedavg" / "submodel_heatmap.svg").exists()
     table = submodel_table(load_trace(tmp_path / "heterofl" / "trace.jsonl", kinds=("dispatch",)))
     assert len(table) and (table.to_numpy() < 1).any() and (table.to_numpy() > 0).all()
 

@@ -1,22 +1,25 @@
 """report.html of a sweep or ``--seeds`` folder: the grid's or the seeds' table, their figures, every run's
 accuracy curve on one virtual-time axis and a link to every run's report (which links back up).
 
-Above both :mod:`fedsim.output.report` (its accuracy figure) and :mod:`fedsim.output.panels` (the glossary, the
+Above both :mod:`fedsim.output.report` (its table style; the accuracy figure is :mod:`fedsim.output.svg_figures`'s) and :mod:`fedsim.output.panels` (the glossary, the
 page's style and the "up" links) in the import graph; :mod:`fedsim.sweep` calls it when a sweep or a
 ``--seeds`` command finishes.
 """
 from __future__ import annotations
 
 import html
-import io
 import json
 from pathlib import Path
 
 import pandas as pd
 
 from fedsim.files import write_text
-from fedsim.output.report import PAGE_CSS, TABLE_CSS, accuracy_figure, table_html
+from fedsim.output.report import PAGE_CSS, TABLE_CSS, table_html
 from fedsim.output.panels import PANELS_CSS, glossary_html, link_up
+
+
+#: The figure files a folder's report embeds, by suffix: their media type.
+MEDIA = {".png": "image/png", ".svg": "image/svg+xml"}
 
 
 def folder_report(out: str | Path, kind: str) -> Path:
@@ -52,17 +55,19 @@ def folder_report(out: str | Path, kind: str) -> Path:
             frame = pd.read_csv(m)
             if len(frame) and "accuracy" in frame and frame["accuracy"].notna().any():
                 curves[r.relative_to(out).as_posix()] = frame
-    figs: list[tuple[str, bytes]] = [(f.stem, f.read_bytes()) for f in sorted(out.glob("*.png"))]
-    if curves and len(curves) <= 40:  # drawn in memory: the folder gets no file besides report.html
-        buf = io.BytesIO()
-        accuracy_figure(curves, buf, title="every run: test accuracy against virtual time")  # type: ignore[arg-type]
-        figs.insert(0, ("every run's accuracy", buf.getvalue()))
+    figs: list[tuple[str, str, bytes]] = [(f.stem, MEDIA[f.suffix], f.read_bytes()) for f in sorted(out.iterdir())
+                                          if f.suffix in MEDIA and f.is_file()]
+    if curves and len(curves) <= 40:  # drawn in memory as SVG: the folder gets no file besides report.html
+        from fedsim.output.svg_figures import accuracy_drawing
+
+        text = accuracy_drawing(curves, title="every run: test accuracy against virtual time").render()
+        figs.insert(0, ("every run's accuracy", MEDIA[".svg"], text.encode("utf-8")))
     if figs:
         parts.append("<h2 id='fp-figures'>Figures</h2>")
-    for name, png in figs:
-        data64 = base64.b64encode(png).decode("ascii")
+    for name, media, data in figs:
+        data64 = base64.b64encode(data).decode("ascii")
         parts.append(f"<h3>{html.escape(name.replace('_', ' '))}</h3><img alt='{html.escape(name)}' "
-                     f"src='data:image/png;base64,{data64}'>")
+                     f"src='data:{media};base64,{data64}'>")
     parts.append(glossary_html() + "</body></html>")
     path = out / "report.html"
     write_text(path, "\n".join(parts))

@@ -1,10 +1,11 @@
-"""Build a run's figures and ``report.html`` in a second process, beside the simulation (``fedsim run``).
+"""Build a run's figures and ``report.html`` in a second process, beside the simulation (opt-in:
+``FEDSIM_OUTPUT_PROCESS=1``).
 
-Why: a short run's outputs are mostly fixed cost, importing matplotlib (about 0.6 s) and drawing a few
-figures (1-2 s), often more than the simulation itself.  The simulation uses one core (the runner pins
-torch to one thread), so where a second core is free, a process started with the run imports the
-plotting stack while the run loads its data and simulates, then draws each finished variant's outputs
-while the next variant simulates; the run's own process never imports matplotlib.
+Why it is off by default now: a run's figures used to be drawn with matplotlib (about 0.6 s to import, 1-2
+s to draw), which a second process could hide on a spare core.  They are written directly as SVG now
+(:mod:`fedsim.output.svg_figures`, tens of milliseconds), so a second process saves little wall time and
+costs CPU (its own interpreter and imports), and on a busy machine it made runs slower.  It stays for a
+run whose trace read and report take long enough to overlap with the next variant's simulation.
 
 What stays the same: the files (the same functions draw them, byte for byte), and the run's status (a
 failure there is recorded as it is in the run's own process: a figure that fails alone in
@@ -12,14 +13,14 @@ failure there is recorded as it is in the run's own process: a figure that fails
 as ``outputs_failed``, the traceback in ``outputs_error.txt``).  A second process that dies or cannot
 start is replaced by building in the run's own process.
 
-When (:func:`wanted`): figures on, :data:`SWITCH` not ``0``, at least two usable cores, training in the
-run's own process (``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as
-the preflight estimates them and as the trace counts them.  A bigger run's outputs are one pass over a
-big trace, which a second process does not shorten, and the memory it would hold would add to the
-run's.  ``fedsim run`` asks for it; the Python API (``run_scenario``) builds in its own process unless
-asked, since spawning needs a script's ``if __name__ == "__main__":`` guard.
+When (:func:`wanted`): figures on, :data:`SWITCH` ``1``, at least two usable cores, training in the run's
+own process (``train.executor: inprocess``), and a run of at most :data:`MAX_EVENTS` events, as the
+preflight estimates them and as the trace counts them.  A bigger run's outputs are one pass over a big
+trace, which a second process does not shorten, and the memory it would hold would add to the run's.
+``fedsim run`` asks for it; the Python API (``run_scenario``) builds in its own process unless asked,
+since spawning needs a script's ``if __name__ == "__main__":`` guard.
 
-This module imports neither torch nor matplotlib: the second process loads only what drawing needs.
+This module imports neither torch nor matplotlib, and neither does a default run's output build.
 """
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 MAX_EVENTS = 200_000
 
 
-#: The environment variable that turns the second process off (``0``) where it would be used (``1``, the
-#: default): for many runs side by side on one machine, which use its cores themselves.
+#: The environment variable that turns the second process on (``1``) where it would be used; ``0`` (the
+#: default): a run builds its outputs in its own process.
 SWITCH = "FEDSIM_OUTPUT_PROCESS"
 
 
@@ -50,28 +51,25 @@ def wanted(scenario: Scenario) -> bool:
     the work estimate is applied later, by the runner, once the preflight has made it)."""
     from fedsim.errors import ConfigError
 
-    switch = os.environ.get(SWITCH, "1")
+    switch = os.environ.get(SWITCH, "0")
     if switch not in ("0", "1"):
-        raise ConfigError(SWITCH, f"got {switch!r} (allowed: 0, figures drawn in the run's own process, or 1, "
-                                  "in a second process where it pays)")
+        raise ConfigError(SWITCH, f"got {switch!r} (allowed: 0, figures drawn in the run's own process, the "
+                                  "default, or 1, in a second process where a core is free)")
     return (switch == "1" and bool(scenario.output.figures) and usable_cores() >= 2
             and scenario.train.executor == "inprocess")
 
 
 def _warm() -> None:
-    """The second process's first work, while the run simulates: import the plotting stack, and draw one
-    small figure to memory, so that the first real figure does not pay for loading fonts and setting up
-    the renderer (about 0.1-0.2 s of it)."""
+    """The second process's first work, while the run simulates: import what drawing needs (the SVG
+    figures, the digest, the report) and draw one small figure, so the first real one pays no import."""
     import io
 
-    import fedsim.output.report as report
+    import fedsim.output.report  # noqa: F401  (report.html)
+    from fedsim.output.svg import Figure
 
-    fig, ax = report.new_figure(figsize=(3, 2))
-    ax.plot([1.0, 10.0], [0.0, 1.0], label="warm-up")
-    ax.set_xscale("log")
-    ax.set_title("warm-up")
-    ax.legend()
-    fig.savefig(io.BytesIO(), format="png")
+    fig = Figure(100, 60, name="warm-up")
+    fig.axes((10, 10, 80, 40), (1.0, 10.0), (0.0, 1.0), xlog=True).line([1.0, 10.0], [0.0, 1.0], "#000", label="warm-up")
+    io.StringIO().write(fig.render())
 
 
 class _ChildTraceback(Exception):

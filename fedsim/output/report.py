@@ -5,30 +5,76 @@ compute, upload and server work, gaps where a client waits for the others.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from string import Template
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Rectangle
 
-from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, CoverGrid, TraceDigest, binned_queue, digest_trace,
-                           dominant, queue_length, release_freed_memory)
+if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is drawn (never by a default run)
+    from matplotlib.figure import Figure
+
+from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace,
+                                  dominant, release_freed_memory)
+from fedsim.output.digest import queue_length  # noqa: F401  (re-exported: report.queue_length)
 from fedsim.files import BUILDING, write_text, writing
+from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, PURPOSE_BAR_COLOURS,  # noqa: F401
+                                 QUEUE_STEP_MAX, TIMELINE_COLOURS, busy_share, fmt_seconds, submodel_table)
+from fedsim.output.style import linear_bins as _linear_bins
+from fedsim.output.style import timeline_codes as _timeline_codes
 from fedsim.output import static_text
 from fedsim.output.figures import (INTERACTIVE_MAX_BARS, INTERACTIVE_MAX_CLIENTS, OutputBuild, figure_files,
                                    register_run_figure, run_figures_registered)
 from fedsim.sim.trace import trace_path
 
-#: Above this many queue-length changes the server-queue figure is binned (a step plot becomes a solid block).
-QUEUE_STEP_MAX = 400
+#: The paper style figures are drawn in (:func:`paper_style`), or None: a figure's width (inches) and dpi.
+_PAPER: ContextVar[tuple[float, int] | None] = ContextVar("fedsim_paper_style", default=None)
 
-def new_figure(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Figure, Any]:
+#: Font sizes (pt) a paper figure's text is held to (:func:`save_figure` under :func:`paper_style`).
+PAPER_FONT_PT = (7.0, 9.0)
+
+
+@contextmanager
+def paper_style(width_in: float, dpi: int = 300) -> Iterator[None]:
+    """Draw figures for a paper while inside: each :func:`new_figure` is ``width_in`` inches wide (its
+    height scaled with it), text is held to :data:`PAPER_FONT_PT`, fonts are embedded as TrueType in PDF
+    and kept as text in SVG, and :func:`save_figure` writes the format its path's suffix names (PNG at
+    ``dpi``).  Why a context: the same drawers draw a run's paper figures (``fedsim figures``) at a
+    column's width without a size argument threaded through each."""
+    import matplotlib
+
+    token = _PAPER.set((float(width_in), int(dpi)))
+    try:
+        with matplotlib.rc_context({"font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
+                                    "xtick.labelsize": 7, "ytick.labelsize": 7, "pdf.fonttype": 42,
+                                    "svg.fonttype": "none", "lines.linewidth": 1.0, "lines.markersize": 3}):
+            yield
+    finally:
+        _PAPER.reset(token)
+
+
+def paper_width() -> float | None:
+    """The paper style's figure width in inches, or None outside :func:`paper_style`."""
+    style = _PAPER.get()
+    return None if style is None else style[0]
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, paper_height: float | None = None,
+               **kwargs: Any) -> tuple[Figure, Any]:
     """A figure and its axes, made without pyplot: nothing is registered with a GUI backend (so importing
-    fedsim never changes the backend of a notebook's ``plt.show()``), and nothing has to be closed."""
+    fedsim never changes the backend of a notebook's ``plt.show()``), and nothing has to be closed.  Under
+    :func:`paper_style`, at the paper's width and dpi, ``paper_height`` inches high (default: the height
+    scaled by the same factor, at least 1.6 in)."""
+    from matplotlib.figure import Figure
+
+    style = _PAPER.get()
+    if style is not None:
+        w, h = kwargs.get("figsize", (6.4, 4.8))
+        kwargs["figsize"] = (style[0], paper_height or max(h * style[0] / w, 1.6))
+        kwargs["dpi"] = style[1]
     fig = Figure(**kwargs)
     return fig, fig.subplots(nrows, ncols)
 
@@ -38,32 +84,28 @@ def save_figure(fig: Figure, path: str | Path, *, tight: bool = True, dpi: int =
     for a figure laid out already).  ``tight_layout`` leaves a placeholder layout engine on the figure, and
     with any engine set ``savefig`` first runs a whole draw of its own (unrendered, but every text measured
     again) before the one it writes: about a third of a simple figure's cost, for a layout that is fixed by
-    then.  Dropping the engine skips that pass; the PNG is the same, byte for byte."""
+    then.  Dropping the engine skips that pass; the PNG is the same, byte for byte.  Under
+    :func:`paper_style`: the path's suffix picks the format (png, pdf, svg), PNG at the style's dpi, and
+    every text is held to :data:`PAPER_FONT_PT` before the layout."""
+    style = _PAPER.get()
+    fmt = "png"
+    if style is not None:
+        from matplotlib.text import Text
+
+        lo, hi = PAPER_FONT_PT
+        for t in fig.findobj(Text):
+            t.set_fontsize(min(max(float(t.get_fontsize()), lo), hi))
+        dpi = style[1]
+        if isinstance(path, (str, Path)):
+            fmt = Path(path).suffix.lstrip(".").lower() or "png"
     if tight:
         fig.tight_layout()
     fig.set_layout_engine(None)
     if isinstance(path, (str, Path)):  # a file: recorded in its run's manifest, renamed into place whole
         with writing(path, "wb") as fh:
-            fig.savefig(fh, dpi=dpi, format="png")
+            fig.savefig(fh, dpi=dpi, format=fmt)
     else:
         fig.savefig(path, dpi=dpi)
-
-
-PHASE_COLOURS = {
-    "download": "#4c9be8",
-    "compute": "#f28e2b",
-    "upload": "#59a14f",
-    "wait": "#d3d3d3",
-    "server": "#b07aa1",
-    "offline": "#333333",
-}
-
-#: Colours of the transfers whose ``what`` names split learning's payload, apart from a model's (the kind's
-#: colour): both timelines, at every zoom, and the legends tell activations, gradients and models apart.
-PURPOSE_BAR_COLOURS = {"activations": "#e15759", "gradients": "#76b7b2"}
-
-#: Every colour a timeline row's column can take: the phases, then split learning's payloads.
-TIMELINE_COLOURS = {**PHASE_COLOURS, **{k: PURPOSE_BAR_COLOURS[k] for k in PAYLOADS}}
 
 
 def accuracy_figure(metrics: dict[str, pd.DataFrame], path: Path, title: str = "", column: str = "accuracy") -> None:
@@ -112,9 +154,11 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
             raise ValueError(f"the digest was read for the timeline {got}, not {params}")
     else:
         digest = digest_trace(trace, **params)
+    from matplotlib.patches import Rectangle
+
     n_rows = min(max_clients, 30) + 1
     # at the dpi it is saved at, so that a column (and a row's height) measured here is one pixel of the PNG
-    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120)
+    fig, ax = new_figure(figsize=(9, 0.25 * n_rows + 1.75), dpi=120, paper_height=0.12 * n_rows + 1.9)
     durations: dict[str, float] = {}
     marks: list[Any] = []
     note = ""
@@ -149,9 +193,14 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     for handle, label in marks:
         handles.append(handle)
         labels.append(label)
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(len(handles), 6), fontsize=8,
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              ncol=min(len(handles), 2 if (paper_width() or 9.0) < 5 else 6), fontsize=8,
               frameon=False)
     ax.set_xlabel("virtual time (s)")
+    if (paper_width() or 9.0) < 5:  # a paper's column: the note wrapped to its width
+        import textwrap
+
+        note = "\n" + textwrap.fill(" ".join(note.split()), 50)
     ax.set_title("who computes, transmits and waits" + note, fontsize=10)
     fig.tight_layout()  # once, with every label in place: the axes' final width sets the pixel columns
     if rows:
@@ -165,14 +214,12 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     save_figure(fig, path, tight=False)  # laid out above, before the pixel columns were counted
 
 
-#: Round starts timeline.png draws at most (past it, the rounds are too dense for lines to tell apart).
-PNG_MAX_ROUND_LINES = 300
-
-
 def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: float, t1: float) -> list[Any]:
     """Round structure on timeline.png: a dashed line where each synchronous round starts (up to
     :data:`PNG_MAX_ROUND_LINES` in the window), each round's straggler's finish (▼ on its row, on the
     server's when its row is not drawn) and each drop (× on its client's row).  Returns legend entries."""
+    from matplotlib.lines import Line2D
+
     row = {c: i + 1 for i, c in enumerate(clients)}
     rs = [r for r in rounds.get("rounds", []) if r["start"] is not None and t0 <= float(r["start"]) <= t1]
     out: list[Any] = []
@@ -194,29 +241,6 @@ def _draw_rounds(ax: Any, rounds: dict[str, Any], clients: Sequence[int], t0: fl
                    zorder=4)
         out.append((Line2D([], [], marker="x", color="#d62728", linestyle=""), "dropped"))
     return out
-
-
-def _timeline_codes(grid: CoverGrid, cover: dict[tuple[str, int], np.ndarray], rows: Sequence[int], t0: float,
-                    t1: float, columns: int) -> np.ndarray:
-    """For each row (client, or :data:`~fedsim.output.digest.SERVER`) and each of ``columns`` equal columns of
-    ``[t0, t1]``, the index in :data:`TIMELINE_COLOURS` of the phase that covers most of the column, or
-    ``len(TIMELINE_COLOURS)`` where idle time is the largest share."""
-    kinds = list(TIMELINE_COLOURS)
-    span = (t1 - t0) / columns
-    out = np.full((len(rows), columns), len(kinds), dtype=np.int64)
-    for i, c in enumerate(rows):
-        per = {k: grid.columns(k, t0, t1, columns) for k in cover if k[1] == c}
-        order, best = dominant(per, span)
-        if order:
-            out[i] = np.array([kinds.index(k[0]) for k in order] + [len(kinds)])[best]  # (-1, idle: the last)
-    return out
-
-
-def busy_share(covered: np.ndarray, span: float, workers: float = 1.0) -> np.ndarray:
-    """The server's busy share of each column: busy worker-seconds over the column's time x ``workers``,
-    in [0, 1].  Its mean over the whole run is the server's utilisation (summary.json's), which is what
-    both timelines' server row is drawn to show."""
-    return np.clip(np.asarray(covered, dtype=float) / (max(span, 1e-300) * max(float(workers), 1.0)), 0.0, 1.0)
 
 
 def diffuse(heights: np.ndarray) -> np.ndarray:
@@ -323,17 +347,6 @@ def link_rate_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     return True
 
 
-def _linear_bins(values: np.ndarray, n: int) -> Any:
-    """``n`` bins for a linear histogram of ``values``, or, when they are one value up to rounding (every
-    link at one fixed rate: the rates recomputed from bytes and airtime differ in the last bits, and
-    ``np.histogram`` cannot cut so narrow a range into ``n`` bins), one bar 10% wide centred on it."""
-    lo, hi = float(values.min()), float(values.max())
-    if hi - lo > 1e-6 * max(abs(lo), abs(hi)):
-        return n
-    half = 0.05 * abs(hi) or 0.5
-    return np.array([lo - half, hi + half])
-
-
 def count_axis(ax: Any, values: Any) -> None:
     """A y axis for counts: integer ticks from 0, and a readable range when the series is constant
     (a flat zero queue is drawn on 0..1, not on ±0.04)."""
@@ -358,7 +371,7 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     t0 = 0.0
     t1 = digest.server_end_max if np.isfinite(digest.server_end_max) else 0.0
     t1 = max(t1, float(q["t"].max()) if len(q) else 0.0, t0 + 1e-9)
-    fig, ax = new_figure(figsize=(7, 3))
+    fig, ax = new_figure(figsize=(7, 3), paper_height=2.4)
     colour = PHASE_COLOURS["server"]
     _, mean_all, _ = binned_queue(q, t0, t1, bins=1)
     if len(q) <= QUEUE_STEP_MAX:
@@ -389,11 +402,6 @@ def server_queue_figure(trace: pd.DataFrame | TraceDigest, path: Path) -> bool:
     return True
 
 
-#: the parts of a device's energy (energy.csv columns): label and colour, for every figure that draws them
-ENERGY_PARTS: dict[str, tuple[str, str]] = {"compute_j": ("compute", "#f28e2b"), "tx_j": ("transmit", "#59a14f"),
-                                            "rx_j": ("receive", "#4c9be8"), "idle_j": ("idle", "#d3d3d3")}
-
-
 def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     """Joules per device class.  Left: totals split into compute, transmit, receive and idle.  Right, on
     its own axis: the active part alone (compute, transmit, receive), which idle power (often ~99% of a
@@ -404,7 +412,8 @@ def energy_figure(energy: pd.DataFrame, path: Path) -> bool:
     per = energy.groupby("device_class")[cols].sum()  # totals, as summary.json's energy_j_by_device_class
     counts = energy.groupby("device_class").size()
     active = [c for c in cols if c != "idle_j"]
-    fig, axes = new_figure(1, 2, figsize=(10, 4.2))
+    narrow = (paper_width() or 10.0) < 5  # a paper's column: the two panels one above the other
+    fig, axes = new_figure(2 if narrow else 1, 1 if narrow else 2, figsize=(10, 4.2), paper_height=5.2)
     ticks = [f"{c}\n({int(counts[c])} devices)" for c in per.index]
     for ax, which, title in ((axes[0], cols, "all energy (totals)"), (axes[1], active, "active energy only")):
         bottom = np.zeros(len(per))
@@ -448,17 +457,6 @@ def topology_graph_figure(graph: "object", root: "object", path: Path) -> None:
     save_figure(draw_topology(graph, root=root), path, tight=False)
 
 
-def submodel_table(trace: pd.DataFrame) -> pd.DataFrame:
-    """Per client (rows) and block (columns): the mean kept fraction over the client's dispatches.
-
-    Reads the ``submodel`` field of ``dispatch`` events; a dispatch without one (the whole model) counts
-    as 1 for every block.  Empty when no dispatch of the run carried a sub-model.  (The run's figures
-    compute the same from the streamed trace: :meth:`fedsim.output.digest.TraceDigest.submodel_table`.)"""
-    if "submodel" not in trace or "kind" not in trace:
-        return pd.DataFrame()
-    return digest_trace(trace[trace["kind"] == "dispatch"]).submodel_table()
-
-
 def submodel_figure(trace: pd.DataFrame | TraceDigest, path: Path, classes: dict[int, str] | None = None) -> bool:
     """Heat map of which part of the model each client trains: blocks (rows) × clients (columns), colour =
     kept fraction of the block's entries (mean over the client's tasks; 0 for a removed block).
@@ -498,19 +496,23 @@ INTERACTIVE_SHOWN_CLIENTS = 40
 INTERACTIVE_MAX_MARKS = 5000
 
 
-# The built-in run figures: the drawers above, each behind one registry entry (to draw one another way,
-# change its ``draw`` here; the registry is fedsim.output.figures).
+# The built-in run figures, each behind one registry entry (the registry is fedsim.output.figures): written
+# directly as SVG (fedsim.output.svg_figures, no matplotlib), the same quantities as the matplotlib drawers
+# above, which draw them for a paper (``fedsim figures``, fedsim.output.paper).  To draw one another way,
+# change its ``draw`` here.
 
 def draw_accuracy(inputs: OutputBuild, run_dir: Path) -> Path | None:
     """Accuracy against virtual time, or the test loss for a regression task; None without either."""
+    from fedsim.output import svg_figures as svg
+
     m = inputs.metrics
     if len(m) and m["accuracy"].notna().any():
-        p = run_dir / "accuracy_vs_time.png"
-        accuracy_figure({run_dir.name: m}, p)
+        p = run_dir / "accuracy_vs_time.svg"
+        svg.accuracy_svg({run_dir.name: m}, p)
         return p
     if len(m) and m["loss"].notna().any():  # a regression task: the test loss is the curve
-        p = run_dir / "loss_vs_time.png"
-        accuracy_figure({run_dir.name: m}, p, column="loss")
+        p = run_dir / "loss_vs_time.svg"
+        svg.accuracy_svg({run_dir.name: m}, p, column="loss")
         return p
     return None  # (systems-only runs have neither)
 
@@ -520,42 +522,54 @@ def _active(digest: TraceDigest) -> bool:
 
 
 def draw_timeline(inputs: OutputBuild, run_dir: Path) -> Path | None:
-    """The per-client timeline (the whole run by default; the phase that dominates each pixel column)."""
+    """The per-client timeline (the whole run by default; the phase that dominates each column, the
+    server's row its busy share)."""
+    from fedsim.output import svg_figures as svg
+
     digest, panels = inputs.digest, inputs.panels
     if not _active(digest):
         return None
-    p = run_dir / "timeline.png"
-    timeline_figure(digest, p, since=inputs.since, until=inputs.until, max_clients=inputs.timeline_clients,
-                    rounds=panels.round_table() if panels is not None else None, workers=inputs.workers)
+    p = run_dir / "timeline.svg"
+    svg.timeline_svg(digest, p, since=inputs.since, until=inputs.until, max_clients=inputs.timeline_clients,
+                     rounds=panels.round_table() if panels is not None else None, workers=inputs.workers)
     return p
 
 
 def draw_link_rates(inputs: OutputBuild, run_dir: Path) -> Path | None:
     """Histograms of the uplink and downlink rates the transfers got."""
-    p = run_dir / "link_rates.png"
-    return p if _active(inputs.digest) and link_rate_figure(inputs.digest, p) else None
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "link_rates.svg"
+    return p if _active(inputs.digest) and svg.link_rate_svg(inputs.digest, p) else None
 
 
 def draw_server_queue(inputs: OutputBuild, run_dir: Path) -> Path | None:
     """The server's queue length over time."""
-    p = run_dir / "server_queue.png"
-    return p if _active(inputs.digest) and server_queue_figure(inputs.digest, p) else None
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "server_queue.svg"
+    return p if _active(inputs.digest) and svg.server_queue_svg(inputs.digest, p) else None
 
 
 def draw_submodel_heatmap(inputs: OutputBuild, run_dir: Path) -> Path | None:
     """Which sub-model each device class trained (sub-model runs only)."""
-    p = run_dir / "submodel_heatmap.png"
-    return p if submodel_figure(inputs.digest, p, inputs.device_classes) else None
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "submodel_heatmap.svg"
+    return p if svg.submodel_svg(inputs.digest, p, inputs.device_classes) else None
 
 
 def draw_energy(inputs: OutputBuild, run_dir: Path) -> Path | None:
     """Energy per device, by what it was spent on."""
-    p = run_dir / "energy.png"
-    return p if energy_figure(inputs.energy, p) else None
+    from fedsim.output import svg_figures as svg
+
+    p = run_dir / "energy.svg"
+    return p if svg.energy_svg(inputs.energy, p) else None
 
 
 def draw_topology(inputs: OutputBuild, run_dir: Path) -> Path | None:
-    """A hierarchical network's graph (from the run's world, handed over before it was dropped)."""
+    """A hierarchical network's graph (from the run's world, handed over before it was dropped; drawn with
+    matplotlib and networkx, for hierarchical networks only)."""
     graph, root = inputs.topology
     p = run_dir / "topology.png"
     topology_graph_figure(graph, root, p)
@@ -563,12 +577,12 @@ def draw_topology(inputs: OutputBuild, run_dir: Path) -> Path | None:
 
 
 register_run_figure("topology", ("topology.png",), ("topology",), draw_topology)
-register_run_figure("accuracy", ("accuracy_vs_time.png", "loss_vs_time.png"), ("metrics",), draw_accuracy)
-register_run_figure("timeline", ("timeline.png",), ("digest", "panels"), draw_timeline)
-register_run_figure("link_rates", ("link_rates.png",), ("digest",), draw_link_rates, forked=True)
-register_run_figure("server_queue", ("server_queue.png",), ("digest",), draw_server_queue, forked=True)
-register_run_figure("submodel_heatmap", ("submodel_heatmap.png",), ("digest",), draw_submodel_heatmap)
-register_run_figure("energy", ("energy.png",), ("energy",), draw_energy, forked=True)
+register_run_figure("accuracy", ("accuracy_vs_time.svg", "loss_vs_time.svg"), ("metrics",), draw_accuracy)
+register_run_figure("timeline", ("timeline.svg",), ("digest", "panels"), draw_timeline)
+register_run_figure("link_rates", ("link_rates.svg",), ("digest",), draw_link_rates, forked=True)
+register_run_figure("server_queue", ("server_queue.svg",), ("digest",), draw_server_queue, forked=True)
+register_run_figure("submodel_heatmap", ("submodel_heatmap.svg",), ("digest",), draw_submodel_heatmap)
+register_run_figure("energy", ("energy.svg",), ("energy",), draw_energy, forked=True)
 
 
 def run_digest(run_dir: str | Path, *, since: float = 0.0, until: float | None = None, timeline_clients: int = 30,
@@ -669,8 +683,10 @@ def comparison_figure(out: Path, labels: Sequence[str]) -> Path:
         path = out / label / "metrics.csv"
         if path.exists():
             metrics[label] = pd.read_csv(path)
-    p = out / "accuracy_vs_time.png"
-    accuracy_figure(metrics, p, title="same world, different algorithms")
+    from fedsim.output.svg_figures import accuracy_svg
+
+    p = out / "accuracy_vs_time.svg"
+    accuracy_svg(metrics, p, title="same world, different algorithms")
     return p
 
 
@@ -964,11 +980,11 @@ FIGURE_MEDIA_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
 
 def shown_figures(run_dir: Path) -> list[Path]:
     """The figures report.html shows, by file name: the files of the registered run figures
-    (:mod:`fedsim.output.figures`) that exist, and any other PNG at the top of the folder (a
+    (:mod:`fedsim.output.figures`) that exist, and any other PNG or SVG at the top of the folder (a
     multi-algorithm run's comparison, a sweep's): a figure's file left from an earlier build is removed
     when it fails, so what is shown is this build's."""
     names = {f for files in figure_files().values() for f in files if Path(f).suffix.lower() in FIGURE_MEDIA_TYPES}
-    found = {run_dir / n for n in names} | set(run_dir.glob("*.png"))
+    found = {run_dir / n for n in names} | set(run_dir.glob("*.png")) | set(run_dir.glob("*.svg"))
     return sorted(p for p in found if p.is_file())
 
 
@@ -1019,22 +1035,6 @@ TABLE_CSS = static_text("table.css")
 
 #: report.html's frame (``static/report.html``): ``${title}``, ``${style}`` and ``${body}`` filled in.
 PAGE_TEMPLATE = static_text("report.html")
-
-
-def fmt_seconds(s: float) -> str:
-    """Seconds for people: ``12.1 s``, ``3.2 ms``, ``250 µs``, ``2.5 min``."""
-    s = float(s)
-    if not np.isfinite(s):
-        return "–" if np.isnan(s) else "never"
-    if s == 0:
-        return "0 s"
-    if abs(s) < 1e-3:
-        return f"{s * 1e6:.3g} µs"
-    if abs(s) < 1:
-        return f"{s * 1e3:.3g} ms"
-    if abs(s) < 600:
-        return f"{s:.3g} s" if abs(s) < 100 else f"{s:.0f} s"
-    return f"{s / 60:.3g} min" if abs(s) < 6000 else f"{s / 3600:.3g} h"
 
 
 def fmt_bytes(n: float) -> str:
