@@ -112,3 +112,22 @@ def test_unknown_model():
         build_model("resnet", (1, 8, 8), 10)
     assert MODELS == ("logreg", "mlp", "cnn", "alexnet_cifar", "resnet20", "vit", "fragment_mlp", "femnist_cnn")
     assert isinstance(build_model("logreg", (4,), 2), BlockModel)
+
+
+@pytest.mark.parametrize("name,shape", [("cnn", (1, 8, 8)), ("cnn", (1, 40)), ("femnist_cnn", (1, 28, 28)),
+                                        ("cnn", (3, 32, 32))])
+@pytest.mark.parametrize("cpu_bytes", [None, 0])
+def test_a_model_built_on_meta_has_the_real_builds_shapes(name, shape, cpu_bytes, monkeypatch):
+    """The size check builds every model on meta tensors first; the dry run that sizes the layer after a
+    flatten runs a CPU copy of the blocks before it (``cpu_bytes=None``) or, for blocks too large to copy
+    (``cpu_bytes=0`` forces it), on meta: either way every parameter has the shape of the real build."""
+    import fedsim.learn.models as models
+    from fedsim.build import _SkipMetaInit
+
+    if cpu_bytes is not None:
+        monkeypatch.setattr(models, "DRY_RUN_CPU_BYTES", cpu_bytes)
+    real = build_model(name, shape, 10, seed_generator=torch.Generator().manual_seed(0))
+    with torch.device("meta"), _SkipMetaInit():
+        meta = build_model(name, shape, 10, seed_generator=None)
+    assert all(p.is_meta for p in meta.parameters())
+    assert [(k, v.shape) for k, v in meta.state_dict().items()] == [(k, v.shape) for k, v in real.state_dict().items()]

@@ -149,3 +149,80 @@ def test_summary_counts():
     df = partition_summary([np.array([0, 3]), np.array([1, 2, 4, 5])], lab, 4)
     assert list(df.columns) == ["client", "samples", "label_0", "label_1", "label_2", "label_3"]
     assert df.to_numpy().tolist() == [[0, 2, 1, 0, 1, 0], [1, 4, 0, 2, 2, 0]]
+
+
+def _dirichlet_reference(labels, k, rng, alpha, min_size, balance=False, size_weights=None):
+    """The Dirichlet construction as first written (every try cut into pieces): the reference the faster
+    code (class members found once, only the kept try cut) must equal draw for draw.  Returns the parts
+    and how many tries it took."""
+    n = len(labels)
+    for tries in range(1, 1001):
+        buckets = [[] for _ in range(k)]
+        sizes = np.zeros(k, dtype=np.int64)
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(k, alpha))
+            if size_weights is not None:
+                p = p * size_weights
+                p = p / p.sum()
+            if balance:
+                p = p * (sizes < n / k)
+                s = p.sum()
+                p = p / s if s > 0 else np.full(k, 1.0 / k)
+            cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
+            for j, piece in enumerate(np.split(idx, cuts)):
+                buckets[j].append(piece)
+                sizes[j] += len(piece)
+        if sizes.min() >= min_size:
+            return [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets], tries
+    raise AssertionError("the reference found no draw")
+
+
+def _dirichlet_client_reference(labels, k, rng, alpha, min_size):
+    classes = np.unique(labels)
+    for tries in range(1, 1001):
+        p = rng.dirichlet(np.full(len(classes), alpha), size=k)
+        p = p / np.where(p.sum(0, keepdims=True) > 0, p.sum(0, keepdims=True), 1.0)
+        buckets = [[] for _ in range(k)]
+        for j, c in enumerate(classes):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            cuts = (np.cumsum(p[:, j]) * len(idx)).astype(np.int64)[:-1]
+            for i, piece in enumerate(np.split(idx, cuts)):
+                buckets[i].append(piece)
+        if min(sum(len(b) for b in bs) for bs in buckets) >= min_size:
+            return [np.sort(np.concatenate(b)).astype(np.int64) for b in buckets], tries
+    raise AssertionError("the reference found no draw")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("case", [dict(alpha=0.5, min_size=1), dict(alpha=0.3, min_size=120),
+                                  dict(alpha=0.3, min_size=10, balance=True),
+                                  dict(alpha=1.5, min_size=5, size_weights=[1, 1, 3, 3, 4, 4, 2, 2])])
+def test_dirichlet_draws_equal_the_reference_construction(seed, case):
+    """Same seed, same partition as the construction written out try by try (uneven classes, labels not
+    sorted, retries when a client misses ``min_size``): finding each class once and cutting only the kept
+    try changes the cost, never the draw."""
+    lab = np.random.default_rng(100 + seed).choice(10, 1500, p=np.linspace(1, 3, 10) / np.linspace(1, 3, 10).sum())
+    kw = {k: v for k, v in case.items() if k != "size_weights"}
+    sw = case.get("size_weights")
+    got = partition(lab, 8, "dirichlet", np.random.default_rng(seed), size_weights=sw, **kw)
+    want, _ = _dirichlet_reference(lab, 8, np.random.default_rng(seed), case["alpha"], case["min_size"],
+                                   case.get("balance", False), None if sw is None else np.asarray(sw, dtype=np.float64))
+    assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
+    client = partition(lab, 8, "dirichlet_client", np.random.default_rng(seed), alpha=case["alpha"],
+                       min_size=case["min_size"])
+    ref, _ = _dirichlet_client_reference(lab, 8, np.random.default_rng(seed), case["alpha"], case["min_size"])
+    assert all(np.array_equal(a, b) for a, b in zip(client, ref))
+
+
+def test_the_reference_comparison_covers_retries_and_would_catch_a_changed_draw():
+    """The cases above include draws that were retried (else the retry path went untested), and a
+    partition from another seed differs from the reference (so the comparison can fail)."""
+    lab = np.random.default_rng(100).choice(10, 1500, p=np.linspace(1, 3, 10) / np.linspace(1, 3, 10).sum())
+    _, tries = _dirichlet_reference(lab, 8, np.random.default_rng(0), 0.3, 120)
+    assert tries > 1
+    _, tries = _dirichlet_client_reference(lab, 8, np.random.default_rng(0), 0.3, 120)
+    assert tries > 1
+    other = partition(lab, 8, "dirichlet", np.random.default_rng(1), alpha=0.3, min_size=120)
+    want, _ = _dirichlet_reference(lab, 8, np.random.default_rng(0), 0.3, 120)
+    assert not all(np.array_equal(a, b) for a, b in zip(other, want))

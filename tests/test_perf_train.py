@@ -47,6 +47,12 @@ def test_a_run_does_not_import_the_compiler_stack(tmp_path):
             "    'output': {'figures': False}})\n"
             f"[s] = run_scenario(sc, {str(tmp_path)!r}, progress=False)\n"
             "assert s['status'] == 'ok' and s['versions'] == 2, s\n"
+            # the size check's first build is on meta tensors: a CNN's dry run before its flatten must not
+            # take PyTorch's Python reference ops (they import the compiler stack and sympy, 1-2 s)
+            "from fedsim.build import build_global_model, prepare_data\n"
+            "for name in ('cnn', 'femnist_cnn'):\n"
+            "    cnn = scenario_from_mapping({'data': {'num_clients': 4}, 'model': {'name': name}, 'stop': {'max_versions': 1}})\n"
+            "    build_global_model(cnn, prepare_data(cnn).data)\n"
             "print(sorted(m for m in ('torch._dynamo', 'sympy', 'matplotlib') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -68,3 +68,11 @@ def test_the_fast_marker_is_registered():
     config = tomllib.loads((TESTS.parent / "pyproject.toml").read_text(encoding="utf-8"))
     markers = config["tool"]["pytest"]["ini_options"]["markers"]
     assert any(m.startswith("fast:") for m in markers)
+
+
+def test_the_slow_first_files_exist():
+    """conftest's SLOW_FIRST names files that exist (a renamed file would silently drop back to the end)."""
+    from conftest import SLOW_FIRST
+
+    assert len(set(SLOW_FIRST)) == len(SLOW_FIRST)
+    assert [n for n in SLOW_FIRST if not (TESTS / n).is_file()] == []

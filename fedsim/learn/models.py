@@ -102,11 +102,46 @@ def scaled(n: int, width: float) -> int:
     return max(1, int(math.ceil(n * width - 1e-9)))
 
 
+#: Largest tensors (bytes) of the blocks before a flatten that :func:`_flat_size` copies to the CPU for its dry
+#: run when they are meta tensors (the size check's first build); larger ones run on meta.
+DRY_RUN_CPU_BYTES = 64 * 2**20
+
+
+def _cpu_twin(block: nn.Module) -> nn.Module:
+    """A copy of ``block`` holding CPU zeros of its tensors' shapes and dtypes (made directly: ``to_empty`` and
+    ``clone`` of meta tensors go through the Python reference ops, which import sympy and the compiler stack)."""
+    import copy
+
+    memo: dict[int, Any] = {id(t): t for t in (*block.parameters(), *block.buffers())}  # shared, not copied
+    twin = copy.deepcopy(block, memo)
+    for mod in twin.modules():
+        for name, t in list(mod._parameters.items()):
+            if t is not None:
+                mod._parameters[name] = nn.Parameter(torch.zeros(t.shape, dtype=t.dtype, device="cpu"),
+                                                     requires_grad=False)
+        for name, t in list(mod._buffers.items()):
+            if t is not None:
+                mod._buffers[name] = torch.zeros(t.shape, dtype=t.dtype, device="cpu")
+    return twin
+
+
 def _flat_size(blocks: Sequence[nn.Module], input_shape: tuple[int, ...]) -> int:
-    """Features per sample after running ``blocks`` on an input of ``input_shape`` (a dry run on zeros)."""
+    """Features per sample after running ``blocks`` on an input of ``input_shape`` (a dry run on zeros).
+
+    Blocks of meta tensors (the size check builds every model on meta first) are run as an uninitialised CPU
+    copy when they are small, as the blocks before a flatten are: PyTorch runs most ops on meta tensors
+    through its Python reference implementations, whose first use imports its compiler stack
+    (``torch._dynamo``, 1-2 s of CPU in a fresh process, every ``fedsim run`` of a CNN).  The shape is the
+    same either way."""
     param = next((p for blk in blocks for p in blk.parameters()), None)
+    device = None if param is None else param.device
+    if param is not None and param.is_meta:
+        held = sum(t.numel() * t.element_size() for blk in blocks for t in (*blk.parameters(), *blk.buffers()))
+        if held <= DRY_RUN_CPU_BYTES:
+            blocks = [_cpu_twin(b) for b in blocks]
+            device = torch.device("cpu")
     with torch.no_grad():
-        x = torch.zeros(1, *input_shape, device=None if param is None else param.device)
+        x = torch.zeros(1, *input_shape, device=device)
         for b in blocks:
             x = b(x)
     return int(x[0].numel())

@@ -23,6 +23,31 @@ def _finish(parts: list[np.ndarray]) -> list[np.ndarray]:
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 
 
+def _class_members(labels: np.ndarray) -> list[np.ndarray]:
+    """Each class's sample indices (in index order), classes in sorted order: computed once per partition,
+    not once per Dirichlet try (a draw that misses ``min_size`` is retried, often hundreds of times)."""
+    if len(labels) == 0:
+        return []
+    order = np.argsort(labels, kind="stable")
+    _, starts = np.unique(labels[order], return_index=True)
+    return np.split(order, starts[1:])
+
+
+def _piece_sizes(cuts: np.ndarray, n: int) -> np.ndarray:
+    """Lengths of ``np.split(x, cuts)`` for ``len(x) == n`` and non-decreasing ``cuts`` in [0, n]: a try's
+    client sizes without cutting the arrays (only the try that is kept is cut)."""
+    return np.diff(cuts, prepend=0, append=n)
+
+
+def _deal(drawn: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[np.ndarray]:
+    """The kept try's pieces: each class's shuffled indices cut at its cuts, piece j to client j."""
+    buckets: list[list[np.ndarray]] = [[] for _ in range(k)]
+    for idx, cuts in drawn:
+        for j, piece in enumerate(np.split(idx, cuts)):
+            buckets[j].append(piece)
+    return _finish([np.concatenate(b) for b in buckets])
+
+
 def _iid(n: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
     """A random permutation cut into k nearly equal pieces (sizes differ by at most one)."""
     return _finish(np.array_split(rng.permutation(n), k))
@@ -41,12 +66,12 @@ def _dirichlet(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: floa
     (not exactly: the normalisation is not linear; Co-S²P's per-device-class data sizes) while labels stay Dirichlet-skewed.
     """
     n = len(labels)
-    classes = np.unique(labels)
+    members = _class_members(labels)
     for _ in range(MAX_DIRICHLET_TRIES):
-        buckets: list[list[np.ndarray]] = [[] for _ in range(k)]
+        drawn: list[tuple[np.ndarray, np.ndarray]] = []
         sizes = np.zeros(k, dtype=np.int64)
-        for c in classes:
-            idx = rng.permutation(np.flatnonzero(labels == c))
+        for of_class in members:
+            idx = rng.permutation(of_class)
             p = rng.dirichlet(np.full(k, alpha))
             if size_weights is not None:
                 p = p * size_weights
@@ -56,11 +81,10 @@ def _dirichlet(labels: np.ndarray, k: int, rng: np.random.Generator, alpha: floa
                 s = p.sum()
                 p = p / s if s > 0 else np.full(k, 1.0 / k)
             cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
-            for j, piece in enumerate(np.split(idx, cuts)):
-                buckets[j].append(piece)
-                sizes[j] += len(piece)
+            sizes += _piece_sizes(cuts, len(idx))
+            drawn.append((idx, cuts))
         if sizes.min() >= min_size:
-            return _finish([np.concatenate(b) for b in buckets])
+            return _deal(drawn, k)
     raise ConfigError("partition.min_size", f"no Dirichlet(alpha={alpha}) draw in {MAX_DIRICHLET_TRIES} tries gave "
                                             f"every one of {k} clients at least {min_size} samples; raise alpha or "
                                             f"lower min_size")
@@ -75,19 +99,19 @@ def _dirichlet_client(labels: np.ndarray, k: int, rng: np.random.Generator, alph
     :func:`_dirichlet` (one draw per class over the clients), every client has its own class mix.  The
     draw is repeated until every client holds at least ``min_size`` samples.
     """
-    classes = np.unique(labels)
+    members = _class_members(labels)
     for _ in range(MAX_DIRICHLET_TRIES):
-        p = rng.dirichlet(np.full(len(classes), alpha), size=k)  # (k, M)
+        p = rng.dirichlet(np.full(len(members), alpha), size=k)  # (k, M)
         p = p / np.where(p.sum(0, keepdims=True) > 0, p.sum(0, keepdims=True), 1.0)
-        buckets: list[list[np.ndarray]] = [[] for _ in range(k)]
-        for j, c in enumerate(classes):
-            idx = rng.permutation(np.flatnonzero(labels == c))
+        drawn: list[tuple[np.ndarray, np.ndarray]] = []
+        sizes = np.zeros(k, dtype=np.int64)
+        for j, of_class in enumerate(members):
+            idx = rng.permutation(of_class)
             cuts = (np.cumsum(p[:, j]) * len(idx)).astype(np.int64)[:-1]
-            for i, piece in enumerate(np.split(idx, cuts)):
-                buckets[i].append(piece)
-        sizes = np.array([sum(len(b) for b in bs) for bs in buckets])
+            sizes += _piece_sizes(cuts, len(idx))
+            drawn.append((idx, cuts))
         if sizes.min() >= min_size:
-            return _finish([np.concatenate(b) for b in buckets])
+            return _deal(drawn, k)
     raise ConfigError("partition.min_size", f"no per-client Dirichlet(alpha={alpha}) draw in {MAX_DIRICHLET_TRIES} "
                                             f"tries gave every one of {k} clients at least {min_size} samples")
 
