@@ -765,3 +765,17 @@ def binned_queue(q: pd.DataFrame, t0: float, t1: float, bins: int = 200) -> tupl
     last = np.maximum(np.searchsorted(t, edges[1:], side="left"), first + 1)
     peak = np.array([y[a:b].max() for a, b in zip(first, last)])
     return edges, mean, peak
+
+
+def timeline_digest(trace: str | Path | pd.DataFrame | TraceDigest, *, since: float, until: float | None,
+                    max_clients: int) -> TraceDigest:
+    """The digest a timeline draws from: ``trace`` itself when it is a digest read for this window and client
+    count (any other reading is refused, so a figure never draws a window it was not read for), else one
+    read from ``trace`` now.  The PNG and SVG timelines share it."""
+    params = dict(since=since, until=until, timeline_clients=max_clients)
+    if isinstance(trace, TraceDigest):
+        got = dict(since=trace.since, until=trace.until, timeline_clients=trace.timeline_clients)
+        if got != params:
+            raise ValueError(f"the digest was read for the timeline {got}, not {params}")
+        return trace
+    return digest_trace(trace, **params)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is dr
     from matplotlib.figure import Figure
 
 from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace,
-                                  dominant, release_freed_memory)
+                                  dominant, release_freed_memory, timeline_digest)
 from fedsim.output.digest import queue_length  # noqa: F401  (re-exported: report.queue_length)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, PURPOSE_BAR_COLOURS,  # noqa: F401
@@ -146,14 +146,7 @@ def timeline_figure(trace: pd.DataFrame | TraceDigest, path: Path, *, max_client
     every zoom.  The legend gives each phase's mean duration ("0 s: ideal link" for transfers that take
     none).  ``rounds``: the rounds and drops to mark (:meth:`fedsim.output.panels.PanelStream.round_table`),
     see :func:`_draw_rounds`."""
-    params = dict(since=since, until=until, timeline_clients=max_clients)
-    if isinstance(trace, TraceDigest):
-        digest = trace
-        got = dict(since=digest.since, until=digest.until, timeline_clients=digest.timeline_clients)
-        if got != params:
-            raise ValueError(f"the digest was read for the timeline {got}, not {params}")
-    else:
-        digest = digest_trace(trace, **params)
+    digest = timeline_digest(trace, since=since, until=until, max_clients=max_clients)
     from matplotlib.patches import Rectangle
 
     n_rows = min(max_clients, 30) + 1

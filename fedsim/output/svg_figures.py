@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedsim.output.digest import PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace
+from fedsim.output.digest import PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace, timeline_digest
 from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, QUEUE_STEP_MAX, TIMELINE_COLOURS,
                                  busy_share, fmt_seconds, linear_bins, submodel_table, timeline_codes)
 from fedsim.output.svg import Figure, colour_map, nice_ticks, padded, text_width
@@ -71,14 +71,7 @@ def timeline_svg(trace: pd.DataFrame | TraceDigest, path: Path, *, max_clients: 
     client, each of :data:`TIMELINE_COLUMNS` columns painted with the phase that covers most of it (or
     left empty where idle time wins).  Each rectangle carries its phase in ``data-kind``; split learning's
     payloads have their own colour; round starts, stragglers and drops are marked as in the PNG."""
-    params = dict(since=since, until=until, timeline_clients=max_clients)
-    if isinstance(trace, TraceDigest):
-        digest = trace
-        got = dict(since=digest.since, until=digest.until, timeline_clients=digest.timeline_clients)
-        if got != params:
-            raise ValueError(f"the digest was read for the timeline {got}, not {params}")
-    else:
-        digest = digest_trace(trace, **params)
+    digest = timeline_digest(trace, since=since, until=until, max_clients=max_clients)
     all_clients = sorted(digest.clients)
     clients = all_clients[:max_clients]
     rows = [SERVER] + clients if (all_clients or digest.has_server) else []
