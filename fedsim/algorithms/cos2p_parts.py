@@ -138,10 +138,11 @@ def train_masks(body: torch.nn.Module, logits: Mapping[str, torch.Tensor], membe
     ``body`` is the full-width module (its parameters are read, not changed); ``readout`` (optional) maps
     the body's output to logits (a local exit when the body does not end in the classifier).  Adam on the
     logits (the paper uses Adan; plain SGD barely moves them because the sparsity term's gradient per
-    unit is tiny).  Returns mean loss and mean sampled kept fraction."""
+    unit is tiny; :class:`fedsim.learn.sgd.PlainAdam`, ``torch.optim.Adam``'s arithmetic without its import
+    of the compiler stack).  Returns mean loss and mean sampled kept fraction."""
     from torch.func import functional_call
 
-    from fedsim.learn.sgd import batch_schedule
+    from fedsim.learn.sgd import PlainAdam, batch_schedule
 
     params = {k: v.detach() for k, v in body.named_parameters()}
     buffers = {k: v for k, v in body.named_buffers()}
@@ -153,7 +154,7 @@ def train_masks(body: torch.nn.Module, logits: Mapping[str, torch.Tensor], membe
         units[g] = w.shape[0] // lg.numel()
         row_sizes[g] = float(units[g] * (w[0].numel() if w.dim() > 1 else 1))
     leaves = {g: lg.detach().clone().requires_grad_(True) for g, lg in logits.items()}
-    opt = torch.optim.Adam(list(leaves.values()), lr=lr)
+    opt = PlainAdam(list(leaves.values()), lr=lr)
     losses, fracs = [], []
     was = body.training
     body.train()
