@@ -66,6 +66,11 @@ def test_digits_arrays_equal_load_digits_byte_for_byte():
     assert images.dtype == d.images.dtype and images.shape == d.images.shape == (1797, 8, 8)
     assert target.dtype == d.target.dtype and target.shape == d.target.shape
     assert images.tobytes() == d.images.tobytes() and target.tobytes() == d.target.tobytes()
+    # parsed once per process: a later call gives equal arrays of its own, untouched by a caller's edits
+    images[0, 0, 0] = -1.0
+    target[0] = -1
+    again, again_target = digits_arrays()
+    assert again.tobytes() == d.images.tobytes() and again_target.tobytes() == d.target.tobytes()
 
 
 def test_loading_digits_imports_neither_scikit_learn_nor_scipy():
