@@ -61,6 +61,39 @@ def test_width_one_is_the_full_model_bit_for_bit(name, shape, kw):
                                            ("alexnet_cifar", (3, 32, 32), {}),
                                            ("resnet20", (3, 8, 8), {"depth": 8, "bn": "global"}),
                                            ("vit", (3, 16, 16), {"depth": 2, "options": {"patch": 4}})])
+def test_extract_copies_blocks_as_deepcopy_would(name, shape, kw, monkeypatch):
+    """extract's block copy (its own walk, not copy.deepcopy) builds the module deepcopy would: same module
+    types, repr, tensors, trainability and outputs, and no module or tensor shared with the global model."""
+    import copy
+
+    import fedsim.learn.submodel as sm
+
+    model = _model(name, shape, **kw)
+    x = _data(shape, n=4)[0]
+    for sub in (full_submodel(model), width_submodel(model, 0.5),
+                with_states(width_submodel(model, 0.5), {0: "frozen", model.num_blocks() - 1: "removed"})):
+        ours = extract(model, model.state_dict(), sub)
+        with monkeypatch.context() as m:
+            m.setattr(sm, "_skeleton_copy", lambda module, memo: copy.deepcopy(module))
+            ref = extract(model, model.state_dict(), sub)
+        assert repr(ours) == repr(ref)
+        assert [type(a) for a in ours.modules()] == [type(b) for b in ref.modules()]
+        sa, sb = ours.state_dict(), ref.state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+        assert [p.requires_grad for p in ours.parameters()] == [p.requires_grad for p in ref.parameters()]
+        if sub.states[-1] == "removed":
+            ours.blocks = ours.blocks[:-1]  # no head: compare the features
+            ref.blocks = ref.blocks[:-1]
+        ours.eval(), ref.eval()
+        assert torch.equal(ours(x), ref(x))
+        mine = {id(t) for t in (*ours.parameters(), *ours.buffers())} | {id(m) for m in ours.modules()}
+        assert not mine & ({id(t) for t in (*model.parameters(), *model.buffers())} | {id(m) for m in model.modules()})
+
+
+@pytest.mark.parametrize("name,shape,kw", [("mlp", (1, 8, 8), {"hidden": (32, 16)}), ("cnn", (1, 8, 8), {}),
+                                           ("alexnet_cifar", (3, 32, 32), {}),
+                                           ("resnet20", (3, 8, 8), {"depth": 8, "bn": "global"}),
+                                           ("vit", (3, 16, 16), {"depth": 2, "options": {"patch": 4}})])
 def test_extract_then_insert_without_training_leaves_the_model_unchanged(name, shape, kw):
     model = _model(name, shape, **kw)
     base = _clone(model.state_dict())
