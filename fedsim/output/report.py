@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is dr
     from matplotlib.figure import Figure
 
 from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace,
-                                  dominant, release_freed_memory, timeline_digest)
+                                  dominant_rows, release_freed_memory, timeline_digest)
 from fedsim.output.digest import queue_length  # noqa: F401  (re-exported: report.queue_length)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, PURPOSE_BAR_COLOURS,  # noqa: F401
@@ -809,23 +809,32 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
     used = int(min(grid.bins, np.ceil((end_t - grid.origin) / grid.width)))
     cover = digest.web_cover()
     kinds = AGG_KINDS
-    chars = np.array([str(i) for i in range(len(kinds))] + ["."])
+    chars = np.frombuffer(("".join(str(i) for i in range(len(kinds))) + ".").encode("ascii"), dtype=np.uint8)
+    # every row's keys, in the cover's order, stacked once: (rows, keys per row at most, bins), zero-padded
+    rows_of: dict[int, list[tuple[str, int]]] = {c: [] for c in [SERVER, *shown]}
+    for key in cover:
+        if key[1] in rows_of:
+            rows_of[key[1]].append(key)
+    order = [SERVER, *shown]
+    width = max((len(v) for v in rows_of.values()), default=0)
+    slot = np.zeros((len(order), width), dtype=np.int64)  # (row, position) -> index into ``stack`` (0: zeros)
+    codes = np.full((len(order), width + 1), len(kinds))  # (row, position) -> kind code; the last: idle
+    flat = [np.zeros(used)]
+    for i, c in enumerate(order):
+        for j, key in enumerate(rows_of[c]):
+            slot[i, j] = len(flat)
+            codes[i, j] = kinds.index(key[0])
+            flat.append(cover[key][:used])
+    stack = np.vstack(flat)
     levels = []
     f = 1
     while True:
         nb = -(-used // f)
-        rows = []
-        for c in [SERVER, *shown]:
-            per = {}
-            for key, h in cover.items():
-                if key[1] == c:
-                    x = np.zeros(nb * f)
-                    x[:used] = h[:used]
-                    per[key] = x.reshape(nb, f).sum(axis=1)
-            keys, best = dominant(per, grid.width * f)
-            codes = np.array([kinds.index(k[0]) for k in keys] + [len(kinds)])
-            idx = codes[best] if keys else np.full(nb, len(kinds))  # (-1, idle: the last)
-            rows.append("".join(chars[idx].tolist()))
+        sums = _level_sums(stack, f, nb)
+        best = dominant_rows(sums[slot.T], grid.width * f)  # (-1, idle: the last code)
+        idx = np.take_along_axis(codes, np.where(best < 0, width, best), axis=1)
+        text = chars[idx]
+        rows = [r.tobytes().decode("ascii") for r in text]
         busy = np.zeros(nb * f)
         if ("server", SERVER) in cover:
             busy[:used] = cover[("server", SERVER)][:used]
@@ -837,6 +846,26 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
     present = sorted({k[0] for k in cover if k[0] in PAYLOADS})
     return {"t0": grid.origin, "bin": grid.width, "levels": levels, "kinds": list(kinds),
             "colours": [TIMELINE_COLOURS[k] for k in kinds], "payloads": present}
+
+
+def _level_sums(stack: np.ndarray, f: int, nb: int) -> np.ndarray:
+    """Each row of ``stack`` summed over runs of ``f`` bins (zero-padded to ``nb * f``): the same floats as
+    ``x.reshape(nb, f).sum(axis=1)`` of each padded row, which is what the levels were drawn from; rows
+    at once for one and two bins (a bin as it is, a pair added), numpy's own sum of each row past that
+    (its summation order for longer runs is its own, so it is kept rather than copied)."""
+    used = stack.shape[1]
+    if f == 1:
+        return stack
+    if f == 2:
+        out = stack[:, 0::2].copy()
+        out[:, :used // 2] += stack[:, 1::2]
+        return out
+    out = np.empty((len(stack), nb))
+    x = np.zeros(nb * f)
+    for i, row in enumerate(stack):
+        x[:used] = row
+        out[i] = x.reshape(nb, f).sum(axis=1)
+    return out
 
 
 #: Units of the summary fields report.html shows, and how their numbers are written.
