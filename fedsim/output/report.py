@@ -793,6 +793,9 @@ SHARE_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
 AGG_MIN_BINS = 256
 
+#: Rows of report.html's aggregated timeline computed at a time (their keys' bins held at once).
+AGG_ROWS = 32
+
 
 def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
                       workers: float = 1.0) -> dict[str, Any] | None:
@@ -817,32 +820,34 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
             rows_of[key[1]].append(key)
     order = [SERVER, *shown]
     width = max((len(v) for v in rows_of.values()), default=0)
-    slot = np.zeros((len(order), width), dtype=np.int64)  # (row, position) -> index into ``stack`` (0: zeros)
     codes = np.full((len(order), width + 1), len(kinds))  # (row, position) -> kind code; the last: idle
-    flat = [np.zeros(used)]
     for i, c in enumerate(order):
-        for j, key in enumerate(rows_of[c]):
-            slot[i, j] = len(flat)
-            codes[i, j] = kinds.index(key[0])
-            flat.append(cover[key][:used])
-    stack = np.vstack(flat)
-    levels = []
-    f = 1
+        codes[i, :len(rows_of[c])] = [kinds.index(key[0]) for key in rows_of[c]]
+    nbs, f = [], 1  # the levels: bins summed per bin of the level, and its bins
     while True:
-        nb = -(-used // f)
-        sums = _level_sums(stack, f, nb)
-        best = dominant_rows(sums[slot.T], grid.width * f)  # (-1, idle: the last code)
-        idx = np.take_along_axis(codes, np.where(best < 0, width, best), axis=1)
-        text = chars[idx]
-        rows = [r.tobytes().decode("ascii") for r in text]
+        nbs.append((f, -(-used // f)))
+        if nbs[-1][1] <= AGG_MIN_BINS:
+            break
+        f *= 2
+    text: list[list[str]] = [[] for _ in nbs]
+    for lo in range(0, len(order), AGG_ROWS):  # a few rows at a time: the temporaries stay a few MB
+        part = order[lo:lo + AGG_ROWS]
+        stack = np.zeros((width, len(part), used))  # (position, row, bin): a row's keys, zero-padded
+        for i, c in enumerate(part):
+            for j, key in enumerate(rows_of[c]):
+                stack[j, i] = cover[key][:used]
+        for level, (f, nb) in enumerate(nbs):
+            sums = _level_sums(stack.reshape(width * len(part), used), f, nb).reshape(width, len(part), nb)
+            best = dominant_rows(sums, grid.width * f)  # (-1, idle: the last code)
+            idx = np.take_along_axis(codes[lo:lo + AGG_ROWS], np.where(best < 0, width, best), axis=1)
+            text[level].extend(r.tobytes().decode("ascii") for r in chars[idx])
+    levels = []
+    for (f, nb), rows in zip(nbs, text):
         busy = np.zeros(nb * f)
         if ("server", SERVER) in cover:
             busy[:used] = cover[("server", SERVER)][:used]
         q = np.rint(busy_share(busy.reshape(nb, f).sum(axis=1), grid.width * f, workers) * (len(SHARE_DIGITS) - 1))
         levels.append({"f": f, "rows": rows, "share": "".join(np.array(list(SHARE_DIGITS))[q.astype(int)].tolist())})
-        if nb <= AGG_MIN_BINS:
-            break
-        f *= 2
     present = sorted({k[0] for k in cover if k[0] in PAYLOADS})
     return {"t0": grid.origin, "bin": grid.width, "levels": levels, "kinds": list(kinds),
             "colours": [TIMELINE_COLOURS[k] for k in kinds], "payloads": present}
