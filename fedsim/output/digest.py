@@ -335,7 +335,8 @@ class TraceDigest:
         same = self.since <= 0.0 and self.until is None
         png = self.timeline_clients if not same else max(self.timeline_clients, self.interactive_clients)
         self.png = CoverGrid(self.since, self.until, rows=min(kinds * (png + 1), GRID_ROOM_MAX))
-        self.web = self.png if same else CoverGrid(0.0, rows=min(kinds * (self.interactive_clients + 1), GRID_ROOM_MAX))
+        web = min(kinds * (self.interactive_clients + 1), GRID_ROOM_MAX)
+        self.web = self.png if same else CoverGrid(0.0, rows=web)
         self.web.on_coarsen.append(self._coarsen_tiles)
 
     # ------------------------------------------------------------------ reading

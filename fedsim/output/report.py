@@ -813,7 +813,7 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
     cover = digest.web_cover()
     kinds = AGG_KINDS
     chars = np.frombuffer(("".join(str(i) for i in range(len(kinds))) + ".").encode("ascii"), dtype=np.uint8)
-    # every row's keys, in the cover's order, stacked once: (rows, keys per row at most, bins), zero-padded
+    # every row's keys, in the cover's order (stacked below 32 rows at a time, zero-padded to the most keys)
     rows_of: dict[int, list[tuple[str, int]]] = {c: [] for c in [SERVER, *shown]}
     for key in cover:
         if key[1] in rows_of:
