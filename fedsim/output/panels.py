@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -129,10 +130,8 @@ def _finite(a: Any) -> np.ndarray:
 
 def _clean(a: Any, digits: int = 6) -> list[Any]:
     """JSON numbers with ``digits`` significant digits (None for NaN / inf)."""
-    out = []
-    for v in np.asarray(a, dtype=float).ravel().tolist():
-        out.append(None if not np.isfinite(v) else float(f"{v:.{digits}g}"))
-    return out
+    spec = f".{digits}g"
+    return [float(format(v, spec)) if math.isfinite(v) else None for v in np.asarray(a, dtype=float).ravel().tolist()]
 
 
 def _union_length(s: np.ndarray, e: np.ndarray) -> float:
@@ -532,20 +531,21 @@ def _split_idle(rows: dict[int, dict[str, float]], cols: dict[str, tuple[np.ndar
 def _client_extras(out: pd.DataFrame, task_clients: np.ndarray, apply_clients: np.ndarray,
                    apply_staleness: np.ndarray, drops: list[dict[str, Any]]) -> pd.DataFrame:
     """The breakdown table's ``tasks``, ``per_task_s``, ``updates``, ``mean_staleness`` and ``drops``."""
-    tasks = pd.Series(task_clients).value_counts() if len(task_clients) else pd.Series(dtype=float)
+    # (the counts as dicts: a dict lookup per client, not a Series lookup)
+    tasks = pd.Series(task_clients).value_counts().to_dict() if len(task_clients) else {}
     out["tasks"] = [int(tasks.get(float(c), 0)) for c in out.index]
     work = out[["download", "compute", "upload"]].sum(axis=1)
     out["per_task_s"] = np.where(out["tasks"] > 0, work / out["tasks"].clip(lower=1), np.nan)
     if len(apply_clients):
         st = pd.DataFrame({"c": apply_clients, "s": apply_staleness}).dropna(subset=["c"]).groupby("c")["s"]
-        counts, means = st.size(), st.mean()
+        counts, means = st.size().to_dict(), st.mean().to_dict()
         out["updates"] = [int(counts.get(float(c), 0)) for c in out.index]
         out["mean_staleness"] = [float(means.get(float(c), np.nan)) for c in out.index]
     else:
         out["updates"] = 0
         out["mean_staleness"] = np.nan
-    dropped = pd.Series([d["client"] for d in drops if d["client"] is not None]).value_counts() \
-        if drops else pd.Series(dtype=float)
+    dropped = pd.Series([d["client"] for d in drops if d["client"] is not None]).value_counts().to_dict() \
+        if drops else {}
     out["drops"] = [int(dropped.get(c, 0)) for c in out.index]
     return out
 

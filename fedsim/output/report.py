@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # matplotlib is imported only where a matplotlib figure is dr
     from matplotlib.figure import Figure
 
 from fedsim.output.digest import (INTERACTIVE_KINDS, PAYLOADS, SERVER, TraceDigest, binned_queue, digest_trace,
-                                  dominant, release_freed_memory, timeline_digest)
+                                  dominant_rows, release_freed_memory, timeline_digest)
 from fedsim.output.digest import queue_length  # noqa: F401  (re-exported: report.queue_length)
 from fedsim.files import BUILDING, write_text, writing
 from fedsim.output.style import (ENERGY_PARTS, PHASE_COLOURS, PNG_MAX_ROUND_LINES, PURPOSE_BAR_COLOURS,  # noqa: F401
@@ -793,6 +793,9 @@ SHARE_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: Bins of report.html's coarsest aggregated level at least (each finer level has twice as many).
 AGG_MIN_BINS = 256
 
+#: Rows of report.html's aggregated timeline computed at a time (their keys' bins held at once).
+AGG_ROWS = 32
+
 
 def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
                       workers: float = 1.0) -> dict[str, Any] | None:
@@ -809,34 +812,65 @@ def _aggregate_levels(digest: TraceDigest, shown: Sequence[int], end_t: float,
     used = int(min(grid.bins, np.ceil((end_t - grid.origin) / grid.width)))
     cover = digest.web_cover()
     kinds = AGG_KINDS
-    chars = np.array([str(i) for i in range(len(kinds))] + ["."])
-    levels = []
-    f = 1
+    chars = np.frombuffer(("".join(str(i) for i in range(len(kinds))) + ".").encode("ascii"), dtype=np.uint8)
+    # every row's keys, in the cover's order (stacked below 32 rows at a time, zero-padded to the most keys)
+    rows_of: dict[int, list[tuple[str, int]]] = {c: [] for c in [SERVER, *shown]}
+    for key in cover:
+        if key[1] in rows_of:
+            rows_of[key[1]].append(key)
+    order = [SERVER, *shown]
+    width = max((len(v) for v in rows_of.values()), default=0)
+    codes = np.full((len(order), width + 1), len(kinds))  # (row, position) -> kind code; the last: idle
+    for i, c in enumerate(order):
+        codes[i, :len(rows_of[c])] = [kinds.index(key[0]) for key in rows_of[c]]
+    nbs, f = [], 1  # the levels: bins summed per bin of the level, and its bins
     while True:
-        nb = -(-used // f)
-        rows = []
-        for c in [SERVER, *shown]:
-            per = {}
-            for key, h in cover.items():
-                if key[1] == c:
-                    x = np.zeros(nb * f)
-                    x[:used] = h[:used]
-                    per[key] = x.reshape(nb, f).sum(axis=1)
-            keys, best = dominant(per, grid.width * f)
-            codes = np.array([kinds.index(k[0]) for k in keys] + [len(kinds)])
-            idx = codes[best] if keys else np.full(nb, len(kinds))  # (-1, idle: the last)
-            rows.append("".join(chars[idx].tolist()))
+        nbs.append((f, -(-used // f)))
+        if nbs[-1][1] <= AGG_MIN_BINS:
+            break
+        f *= 2
+    text: list[list[str]] = [[] for _ in nbs]
+    for lo in range(0, len(order), AGG_ROWS):  # a few rows at a time: the temporaries stay a few MB
+        part = order[lo:lo + AGG_ROWS]
+        stack = np.zeros((width, len(part), used))  # (position, row, bin): a row's keys, zero-padded
+        for i, c in enumerate(part):
+            for j, key in enumerate(rows_of[c]):
+                stack[j, i] = cover[key][:used]
+        for level, (f, nb) in enumerate(nbs):
+            sums = _level_sums(stack.reshape(width * len(part), used), f, nb).reshape(width, len(part), nb)
+            best = dominant_rows(sums, grid.width * f)  # (-1, idle: the last code)
+            idx = np.take_along_axis(codes[lo:lo + AGG_ROWS], np.where(best < 0, width, best), axis=1)
+            text[level].extend(r.tobytes().decode("ascii") for r in chars[idx])
+    levels = []
+    for (f, nb), rows in zip(nbs, text):
         busy = np.zeros(nb * f)
         if ("server", SERVER) in cover:
             busy[:used] = cover[("server", SERVER)][:used]
         q = np.rint(busy_share(busy.reshape(nb, f).sum(axis=1), grid.width * f, workers) * (len(SHARE_DIGITS) - 1))
         levels.append({"f": f, "rows": rows, "share": "".join(np.array(list(SHARE_DIGITS))[q.astype(int)].tolist())})
-        if nb <= AGG_MIN_BINS:
-            break
-        f *= 2
     present = sorted({k[0] for k in cover if k[0] in PAYLOADS})
     return {"t0": grid.origin, "bin": grid.width, "levels": levels, "kinds": list(kinds),
             "colours": [TIMELINE_COLOURS[k] for k in kinds], "payloads": present}
+
+
+def _level_sums(stack: np.ndarray, f: int, nb: int) -> np.ndarray:
+    """Each row of ``stack`` summed over runs of ``f`` bins (zero-padded to ``nb * f``): the same floats as
+    ``x.reshape(nb, f).sum(axis=1)`` of each padded row, which is what the levels were drawn from; rows
+    at once for one and two bins (a bin as it is, a pair added), numpy's own sum of each row past that
+    (its summation order for longer runs is its own, so it is kept rather than copied)."""
+    used = stack.shape[1]
+    if f == 1:
+        return stack
+    if f == 2:
+        out = stack[:, 0::2].copy()
+        out[:, :used // 2] += stack[:, 1::2]
+        return out
+    out = np.empty((len(stack), nb))
+    x = np.zeros(nb * f)
+    for i, row in enumerate(stack):
+        x[:used] = row
+        out[i] = x.reshape(nb, f).sum(axis=1)
+    return out
 
 
 #: Units of the summary fields report.html shows, and how their numbers are written.

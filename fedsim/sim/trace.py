@@ -32,6 +32,7 @@ import io
 import itertools
 import json
 import math
+import re
 import zlib
 from array import array
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -653,7 +654,7 @@ class Block:
             self._rows = _parse_rows(self._text.decode("utf-8").splitlines())
         rows = self._rows
         if rows and isinstance(rows[0], dict):
-            return [r.get(field) for r in rows]
+            return list(map(dict.get, rows, itertools.repeat(field)))
         if field == "t":
             return [r[1] for r in rows]
         if field not in self.names:
@@ -748,33 +749,28 @@ def iter_blocks(path: str | Path, kinds: Iterable[str] | None = None, fields: It
     if path.name.endswith(".gz"):
         yield from _compact_blocks(path, wanted, need, size=16 * block_lines)  # 1 MB of text by default
         return
-    marks = None if wanted is None else {k: f'"kind":{json.dumps(k)}' for k in wanted}
+    # a line is parsed only if it names a wanted kind (one regular expression, searched line by line in C)
+    marks = None if wanted is None else re.compile("|".join(re.escape(f'"kind":{json.dumps(k)}') for k in sorted(wanted)))
     seq = 0
     for lines in _read_lines(path, block_lines):
-        texts: list[str] = []
-        order: list[int] = []
-        for line in lines:
-            line = line.strip()
-            if not line:
-                continue
-            seq += 1
-            if marks is not None and not any(m in line for m in marks.values()):
-                continue
-            texts.append(line)
-            order.append(seq - 1)
+        texts = list(filter(None, map(str.strip, lines)))  # the records (empty lines are none)
+        order = range(seq, seq + len(texts))
+        seq += len(texts)
+        if marks is not None:
+            hits = list(map(bool, map(marks.search, texts)))
+            texts, order = list(itertools.compress(texts, hits)), list(itertools.compress(order, hits))
         rows = _parse_rows(texts)
-        by_kind: dict[str, tuple[list[Any], list[int]]] = {}
-        for r, q in zip(rows, order):
-            k = r.get("kind")
-            if wanted is not None and k not in wanted:
-                continue
-            g = by_kind.setdefault(k, ([], []))
-            g[0].append(r)
-            g[1].append(q)
-        for i, (k, (rs, qs)) in enumerate(by_kind.items()):
-            names = list(dict.fromkeys(f for r in rs for f in r if f not in ("t", "kind")))
-            block = Block(k, names, np.array(qs, dtype=np.int64), rows=rs)
-            block.closes = i == len(by_kind) - 1
+        kinds = list(map(dict.get, rows, itertools.repeat("kind")))
+        groups = [k for k in dict.fromkeys(kinds) if wanted is None or k in wanted]
+        karr = np.empty(len(kinds), dtype=object)
+        karr[:] = kinds
+        pos = np.array(order[:len(rows)], dtype=np.int64)
+        for i, k in enumerate(groups):
+            at = np.flatnonzero(karr == k)
+            rs = [rows[j] for j in at.tolist()]
+            names = [f for f in dict.fromkeys(itertools.chain.from_iterable(rs)) if f not in ("t", "kind")]
+            block = Block(k, names, pos[at], rows=rs)
+            block.closes = i == len(groups) - 1
             yield block
 
 
