@@ -16,6 +16,7 @@ still reproducible.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import hashlib
 import json
@@ -194,9 +195,6 @@ def _find_dir(root: Path, subdirs: tuple[str, ...], present: Callable[[Path], li
 _DIGITS_OPTS = ("test_fraction",)
 
 
-_DIGITS: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's digits as ``load_digits()`` gives them: ``images`` (1797, 8, 8) float64, pixel values
     0..16, and ``target`` (1797,) of int, read from the CSV file shipped inside scikit-learn's package.
@@ -206,12 +204,11 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     file is parsed as ``load_digits`` parses it (``np.loadtxt`` of the gunzipped text), so the arrays are
     identical.  The file is parsed once per process (about 60 ms, most of a small run's data preparation)
     and every call gets its own copies of the parsed arrays."""
-    cached = _DIGITS.get("digits")
-    if cached is None:
-        cached = _DIGITS["digits"] = _parse_digits()
-    return cached[0].copy(), cached[1].copy()
+    images, target = _parse_digits()
+    return images.copy(), target.copy()
 
 
+@functools.lru_cache(maxsize=1)
 def _parse_digits() -> tuple[np.ndarray, np.ndarray]:
     """The arrays of :func:`digits_arrays`, parsed from scikit-learn's CSV file."""
     import importlib.util
