@@ -210,3 +210,35 @@ def test_same_seed_identical_trace_with_the_whole_physical_layer(tiny, tmp_path)
         run_scenario(scenario_from_mapping(tiny), tmp_path / name, progress=False)
     a, b = ((tmp_path / n / "trace.jsonl").read_bytes() for n in "ab")
     assert a == b and len(a) > 0
+
+
+def test_per_client_draws_are_each_clients_own_stream_and_shared_read_only_between_worlds():
+    """A world's per-client draws (device group and speed, fixed link rates, positions) are each client's
+    own named stream, written out here from ``Streams`` alone; a second world of the same inputs (the
+    preflight builds two before the run builds its own) reuses them, read-only, and another seed does not."""
+    from fedsim.system.world import device_draws, drawn_positions, fixed_link_rates
+
+    mapping = {"seed": 3, "data": {"num_clients": 40},
+               "devices": {"mix": [{"profile": "jetson-nano", "weight": 1, "flops_per_s": [1e9, 4e9]},
+                                   {"profile": "jetson-agx-orin-32gb", "weight": 3}]},
+               "channel": {"uplink": {"model": "fixed", "mbps": [2, 20]}, "downlink": {"model": "free_space"}}}
+    _, w, _ = _world(mapping, 40)
+    s = Streams(3)
+    for c in (0, 17, 39):
+        rng = s.numpy("device", c)
+        g = int(rng.choice(2, p=[0.25, 0.75]))
+        assert w._client_group[c] == g
+        assert w._flops_per_s[c] == (rng.uniform(1e9, 4e9) if g == 0 else 0.0)
+        up = math.exp(s.numpy("link", "up", c).uniform(math.log(2e6), math.log(20e6)))
+        assert w.links["up"].per_client[c] == up
+        r = math.sqrt(s.numpy("position", c).uniform(10.0**2, 500.0**2))  # annulus: uniform in area
+        assert math.isclose(math.hypot(*w.positions[c]), r, rel_tol=1e-12)
+    _, w2, _ = _world(mapping, 40)
+    assert w2.links["up"].per_client is w.links["up"].per_client and w2.positions.base is w.positions.base
+    assert np.array_equal(w2._client_group, w._client_group) and np.array_equal(w2._flops_per_s, w._flops_per_s)
+    with pytest.raises(ValueError, match="read-only"):
+        w.links["up"].per_client[0] = 1.0
+    _, w3, _ = _world({**mapping, "seed": 4}, 40)
+    assert not np.array_equal(w3.links["up"].per_client, w.links["up"].per_client)
+    for fn in (device_draws, drawn_positions, fixed_link_rates):
+        assert fn.cache_info().maxsize is not None  # bounded: a sweep of many seeds holds a few worlds' draws

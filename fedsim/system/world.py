@@ -65,6 +65,62 @@ def _channel_config(link: "LinkConfig") -> ChannelConfig:
     )
 
 
+#: per-client draws made by the last few worlds, by their inputs: a run builds its world up to three times
+#: (the preflight's checks, the algorithm's set-up check, the run), and at 1,000 clients the named streams
+#: behind these draws are most of a world's cost.  The values are those of the streams, bit for bit.
+DRAW_CACHE_SIZE = 4
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)  # shared by every world of the same inputs: nobody may change it
+    return a
+
+
+@functools.lru_cache(maxsize=DRAW_CACHE_SIZE)
+def fixed_link_rates(seed: int, direction: str, lo_bps: float, hi_bps: float, num_clients: int) -> np.ndarray:
+    """Each client's fixed rate (bit/s) on ``direction``, log-uniform in ``[lo_bps, hi_bps]``, from the
+    client's stream ``("link", direction, c)`` of root seed ``seed`` (read-only; cached by its inputs)."""
+    streams = Streams(seed)
+    lo, hi = math.log(lo_bps), math.log(hi_bps)
+    return _frozen(np.array([math.exp(streams.numpy("link", direction, c).uniform(lo, hi))
+                             for c in range(num_clients)]))
+
+
+@functools.lru_cache(maxsize=DRAW_CACHE_SIZE)
+def device_draws(seed: int, weights: tuple[float, ...], fixed: tuple[int, ...] | None,
+                 speeds: tuple[tuple[float, float] | None, ...], num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each client's device group and own FLOP/s (0 where its group has no ``flops_per_s``), from the
+    client's stream ``("device", c)``: the group drawn with probabilities ``weights`` (normalised), then
+    replaced by ``fixed[c]`` where the groups have counts, then the speed uniform in the group's
+    ``speeds`` range.  Read-only arrays, cached by their inputs."""
+    streams = Streams(seed)
+    w = np.array(weights, dtype=float)
+    p = w / w.sum()
+    groups = np.empty(num_clients, dtype=np.int32)
+    flops = np.zeros(num_clients)
+    for c in range(num_clients):
+        rng = streams.numpy("device", c)
+        g = int(rng.choice(len(p), p=p))
+        if fixed is not None:
+            g = fixed[c]
+        groups[c] = g
+        speed = speeds[g]
+        if speed is not None:
+            lo, hi = speed
+            flops[c] = rng.uniform(lo, hi) if hi > lo else lo
+    return _frozen(groups), _frozen(flops)
+
+
+@functools.lru_cache(maxsize=DRAW_CACHE_SIZE)
+def drawn_positions(seed: int, kind: str, r_min_m: float, r_max_m: float, num_clients: int) -> np.ndarray:
+    """Each client's position (x, y in metres), drawn by ``kind`` (``annulus``: uniform over the ring's
+    area; ``uniform_distance``: uniform in distance) from the client's stream ``("position", c)``
+    (read-only; cached by its inputs)."""
+    streams = Streams(seed)
+    draw = pos.annulus_uniform if kind == "annulus" else pos.uniform_distance
+    return _frozen(np.concatenate([draw(1, r_min_m, r_max_m, streams.numpy("position", c)) for c in range(num_clients)]))
+
+
 class _Direction:
     """The rate of one direction for every client: a LinkModel, plus per-client fixed-rate draws."""
 
@@ -74,9 +130,8 @@ class _Direction:
         self.model = LinkModel(cfg, streams, direction=name, tx_power_of=tx_power_of)
         self.per_client: np.ndarray | None = None
         if fixed_range_bps is not None and fixed_range_bps[1] > fixed_range_bps[0]:
-            lo, hi = math.log(fixed_range_bps[0]), math.log(fixed_range_bps[1])
-            self.per_client = np.array(
-                [math.exp(streams.numpy("link", name, c).uniform(lo, hi)) for c in range(num_clients)])
+            self.per_client = fixed_link_rates(streams.seed, name, float(fixed_range_bps[0]),
+                                               float(fixed_range_bps[1]), num_clients)
         #: the same rates as Python floats, read once per transfer
         self._per_client_list: list[float] | None = None if self.per_client is None else self.per_client.tolist()
 
@@ -189,8 +244,6 @@ class World:
             self.profiles[f"{i}:{group.profile}"] = prof
             self._power_w.append(prof.power_w(group.power_mode))
         self._group_keys = list(self.profiles)
-        weights = np.array([g.weight for g in devices.mix], dtype=float)
-        p = weights / weights.sum()
         n = self.num_clients
         self._client_group = np.empty(n, dtype=np.int32)
         self._flops_per_s = np.zeros(n)
@@ -201,26 +254,21 @@ class World:
                 raise ConfigError("devices.mix", f"the groups' counts {counts} sum to {sum(counts)}, but there are "
                                                  f"{n} clients (data.num_clients)")
             fixed = [g for g, k in enumerate(counts) for _ in range(int(k))]
-        only = devices.mix[0].flops_per_s if len(p) == 1 else None
-        if len(p) == 1 and (only is None or not isinstance(only, list) or only[0] >= only[-1]):
+        only = devices.mix[0].flops_per_s if len(devices.mix) == 1 else None
+        if len(devices.mix) == 1 and (only is None or not isinstance(only, list) or only[0] >= only[-1]):
             # one group and no per-client speed range: every client's draw is known without its stream
             # (group 0; the fixed speed), so 10^6 clients need no 10^6 streams
             self._client_group[:] = 0
             if only is not None:
                 self._flops_per_s[:] = only if not isinstance(only, list) else only[0]
-            c_range: range = range(0)
         else:
-            c_range = range(n)
-        for c in c_range:
-            rng = self.streams.numpy("device", c)
-            g = int(rng.choice(len(p), p=p))
-            if fixed is not None:
-                g = fixed[c]
-            self._client_group[c] = g
-            speed = devices.mix[g].flops_per_s
-            if speed is not None:
-                lo, hi = (speed, speed) if not isinstance(speed, list) else (speed[0], speed[-1])
-                self._flops_per_s[c] = rng.uniform(lo, hi) if hi > lo else lo
+            speeds = tuple(None if grp.flops_per_s is None else
+                           ((float(grp.flops_per_s),) * 2 if not isinstance(grp.flops_per_s, list)
+                            else (float(grp.flops_per_s[0]), float(grp.flops_per_s[-1]))) for grp in devices.mix)
+            groups, flops = device_draws(self.streams.seed, tuple(float(g.weight) for g in devices.mix),
+                                         None if fixed is None else tuple(fixed), speeds, n)
+            self._client_group[:] = groups
+            self._flops_per_s[:] = flops
         cap = devices.capability
         self.capability: np.ndarray | None = None
         if cap is not None:
@@ -265,8 +313,7 @@ class World:
             elif kind == "file":
                 pts = pos.from_csv(pc.path)
             else:
-                draw = pos.annulus_uniform if kind == "annulus" else pos.uniform_distance
-                pts = np.concatenate([draw(1, r_min, r_max, self.streams.numpy("position", c)) for c in range(self.num_clients)])
+                pts = drawn_positions(self.streams.seed, kind, float(r_min), float(r_max), self.num_clients)
             if len(pts) < self.num_clients:
                 raise ConfigError("channel.positions", f"{len(pts)} positions given for {self.num_clients} clients")
             if len(pts) > self.num_clients and kind in ("file", "fixed"):
