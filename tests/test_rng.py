@@ -89,3 +89,24 @@ def test_batched_compute_times_equal_one_at_a_time():
         a = np.array([one.compute_seconds(int(c), float(f), samples=64) for c, f in zip(clients, flops)])
         b = many.compute_seconds_many(clients, flops, samples)
         assert a.tobytes() == b.tobytes()
+
+
+def test_int_seed_and_family_keys_are_numpys_seed_sequence_bit_for_bit():
+    """``int_seed`` and a counter family's key compute SeedSequence's first 64 bits in plain integer steps:
+    equal to numpy's own SeedSequence on seeds of one to five 32-bit words (over four words numpy's is
+    used) and on spawn words at their edges; a changed constant in the written-out mixing would fail here."""
+    from fedsim.sim.rng import _name_key, _state64
+
+    rng = np.random.default_rng(11)
+    seeds = [0, 1, 2**31, 2**32 - 1, 2**32, 2**64 - 1, 2**96 + 5, 2**128 - 1, 2**128, 2**150 + 3]
+    seeds += [int(v) for v in rng.integers(0, 2**63, size=200)]
+    edges = [0, 1, 2**31, 2**32 - 1]
+    for i, seed in enumerate(seeds):
+        key = [edges[(i + j) % 4] if i % 3 == 0 else int(w) for j, w in enumerate(rng.integers(0, 2**32, size=4))]
+        want = int(np.random.SeedSequence(entropy=seed, spawn_key=tuple(key)).generate_state(1, dtype=np.uint64)[0])
+        assert _state64(seed, key) == want, (seed, key)
+    s = Streams(2**40 + 7)
+    name = ("client", 12, "task", 3)
+    assert s.int_seed(*name) == int(s.seed_sequence(*name).generate_state(1, dtype=np.uint64)[0]) & (2**63 - 1)
+    assert s.counter("jitter").key == int(s.seed_sequence("counter", "jitter").generate_state(1, dtype=np.uint64)[0])
+    assert _name_key(name) == list(s.seed_sequence(*name).spawn_key)
