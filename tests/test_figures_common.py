@@ -74,6 +74,8 @@ def test_regenerate_counts_verdicts_and_replaces_only_the_marked_block(tmp_path)
                          command="x", seeds=[0, 1], commit="abc",
                          stability=[Claim("a", "p", "g", "yes"), Claim("b", "p", "g", "partly"),
                                     Claim("c", "p", "g", "n/a")], stability_seeds=[2, 3])
+    # a table after the claims (GAS's checks against the authors' code) is not counted
+    text += "\n### fedsim against the code\n\n| quantity | code | fedsim | matches? |\n|---|---|---|---|\n| t | 1 | 1 | yes |\n"
     c = regenerate.counts(text)
     # b flips (no on 0, 1; partly on 2, 3): unstable, the weaker verdict
     assert (c["yes"], c["partly"], c["no"], c["n/a"], c["stable"], c["rows"]) == (1, 0, 1, 1, 2, 3)
