@@ -1,9 +1,8 @@
 """The vectorised aggregations of report.html's timeline give exactly what the per-row rules give.
 
 report.html's aggregated levels draw every shown client at every zoom level at once
-(:func:`fedsim.output.digest.dominant_rows`, :func:`fedsim.output.report._level_sums`); the per-row
-functions they replace (:func:`fedsim.output.digest.dominant`, ``x.reshape(nb, f).sum(axis=1)``) are the
-rule.  Equality is exact (``==`` on floats and codes), so a different summation order or tie rule fails.
+(:func:`fedsim.output.digest.dominant_rows`, :func:`fedsim.output.report._level_sums`); the rule written
+plainly per row (``_rule`` here) and numpy's ``x.reshape(nb, f).sum(axis=1)`` are what they must equal.  Equality is exact (``==`` on floats and codes), so a different summation order or tie rule fails.
 """
 from __future__ import annotations
 
@@ -12,6 +11,17 @@ import pytest
 
 from fedsim.output.digest import dominant, dominant_rows
 from fedsim.output.report import _level_sums
+
+
+def _rule(keys: list[np.ndarray], span: float) -> np.ndarray:
+    """The timelines' rule for one row, written plainly: per column the first key with the largest cover,
+    unless the idle time (span less the summed cover) is larger, or nothing is covered: -1."""
+    c = np.vstack(keys)
+    top = c.max(axis=0)
+    idle = span - c.sum(axis=0)
+    out = np.where(top >= np.maximum(idle, 0.0) * (1 + 1e-9), c.argmax(axis=0), -1)
+    out[top <= 0] = -1
+    return out
 
 
 def _covers(rng: np.random.Generator, rows: int, n: int, width: float) -> list[list[np.ndarray]]:
@@ -39,10 +49,10 @@ def test_dominant_rows_is_dominant_per_row(seed: int) -> None:
             stack[j, i] = h
     got = dominant_rows(stack, width)
     for i, keys in enumerate(covers):
-        _, want = dominant({j: h for j, h in enumerate(keys)}, width)
-        if not keys:
-            want = np.full(n, -1)
+        want = _rule(keys, width) if keys else np.full(n, -1)
         assert got[i].tolist() == want.tolist()
+        if keys:  # the one-row form is the same rule
+            assert dominant({j: h for j, h in enumerate(keys)}, width)[1].tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("f", [1, 2, 4, 8, 32])

@@ -249,19 +249,14 @@ def dominant(cover: Mapping[Any, np.ndarray], span: float | np.ndarray) -> tuple
     """Per column, the index (into the returned keys) of the phase that fills most of it, or -1 where idle
     time (the column's ``span`` less its covered time) is the largest share: the one rule both timelines
     draw by, so a 7 µs compute never paints over a 29 ms upload and an idle column stays empty.  Ties go to
-    the earlier key."""
+    the earlier key.  One row of :func:`dominant_rows`, which holds the rule."""
     keys = list(cover)
     if not keys:
         return keys, np.full(0, -1)
-    c = np.vstack([cover[k] for k in keys])
-    idle = np.asarray(span, dtype=float) - c.sum(axis=0)
-    best = c.argmax(axis=0)
-    out = np.where(c.max(axis=0) >= np.maximum(idle, 0.0) * (1 + 1e-9), best, -1)
-    out[c.max(axis=0) <= 0] = -1
-    return keys, out
+    return keys, dominant_rows(np.stack([cover[k] for k in keys])[:, None, :], span)[0]
 
 
-def dominant_rows(cover: np.ndarray, span: float) -> np.ndarray:
+def dominant_rows(cover: np.ndarray, span: float | np.ndarray) -> np.ndarray:
     """:func:`dominant` of many rows at once: ``cover`` is ``(keys, rows, columns)``, each row's keys in the
     order :func:`dominant` would take them, a row with fewer keys padded with zeros after its own (a zero
     key never wins: a column whose largest cover is 0 is idle).  Per row and column, the index of the

@@ -65,10 +65,12 @@ def _channel_config(link: "LinkConfig") -> ChannelConfig:
     )
 
 
-#: per-client draws made by the last few worlds, by their inputs: a run builds its world up to three times
-#: (the preflight's checks, the algorithm's set-up check, the run), and at 1,000 clients the named streams
-#: behind these draws are most of a world's cost.  The values are those of the streams, bit for bit.
-DRAW_CACHE_SIZE = 4
+#: per-client draws made by the last worlds, by their inputs: a run builds its world up to three times
+#: (the preflight's checks, the algorithm's set-up check, the run), all with the same inputs, and at 1,000
+#: clients the named streams behind these draws are most of a world's cost.  The values are those of the
+#: streams, bit for bit.  Two entries: a run needs one, and a process running many runs holds no more than
+#: two sets (about 36 bytes per client each).
+DRAW_CACHE_SIZE = 2
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
